@@ -1,0 +1,103 @@
+// Package filter holds the approximate-membership filters that form dedup's
+// in-memory pre-filter.
+//
+// Every filter is keyed by a 64-bit hash: the caller hashes each key once
+// (dedup uses seeded xxhash64) and passes the hash. A filter answers "no"
+// (definitely never added) or "maybe" (added, or a false positive). The
+// contract every backend keeps:
+//
+//   - No false negatives. Once Add or TestOrAdd returns, Test of the same hash
+//     reports true for the life of the filter, across growth, serialisation
+//     and deserialisation. A backend that cannot insert (a full cuckoo table)
+//     grows instead of dropping anything.
+//   - Bounded false positives. A filter built by New for (capacity, fp) keeps
+//     its estimated false-positive rate at or below fp however many keys it is
+//     given: past capacity it chains another filter with a tighter target
+//     (the scalable-Bloom construction), so a burst costs memory, not accuracy.
+//   - Self-describing bytes. MarshalBinary carries every parameter that shapes
+//     the filter; Unmarshal rebuilds it, and rejects truncated or altered bytes
+//     with an error wrapping ErrCorrupt, never a panic.
+//
+// Filters are not safe for concurrent use; dedup serialises access per shard.
+//
+// Three backends:
+//
+//   - Bloom: github.com/bits-and-blooms/bloom/v3, k probes spread over the
+//     whole bit array (k cache misses per operation on a large filter).
+//   - Cuckoo: github.com/seiflotfy/cuckoofilter, 4-slot buckets with 8-bit
+//     fingerprints (two cache misses per operation). Its fingerprint width
+//     bounds its false-positive rate, so lower targets are met by running the
+//     table at a lower load.
+//   - Blocked: a cache-line-blocked Bloom filter of our own: all k bits of a
+//     key fall in one 64-byte line, so an operation costs one cache miss.
+package filter
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind names a filter backend.
+type Kind uint8
+
+// The filter backends.
+const (
+	Bloom   Kind = 1 // github.com/bits-and-blooms/bloom/v3
+	Cuckoo  Kind = 2 // github.com/seiflotfy/cuckoofilter
+	Blocked Kind = 3 // cache-line-blocked Bloom filter (this package)
+)
+
+// Kinds lists every backend, in a stable order.
+var Kinds = []Kind{Bloom, Cuckoo, Blocked}
+
+// String returns the backend's name as accepted by ParseKind.
+func (k Kind) String() string {
+	switch k {
+	case Bloom:
+		return "bloom"
+	case Cuckoo:
+		return "cuckoo"
+	case Blocked:
+		return "blocked"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// ParseKind returns the Kind named s ("bloom", "cuckoo" or "blocked").
+func ParseKind(s string) (Kind, error) {
+	for _, k := range Kinds {
+		if k.String() == s {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("filter: unknown kind %q (want bloom, cuckoo or blocked)", s)
+}
+
+// ErrCorrupt marks bytes that Unmarshal cannot accept: truncated, altered, or
+// not a filter at all. Test with errors.Is.
+var ErrCorrupt = errors.New("filter: corrupt encoding")
+
+// Filter is an approximate-membership set of 64-bit key hashes.
+type Filter interface {
+	// Test reports whether h may have been added (true may be a false
+	// positive; false is definite).
+	Test(h uint64) bool
+	// Add inserts h. It never drops a previously added hash.
+	Add(h uint64)
+	// TestOrAdd reports whether h may have been added, then adds it: the
+	// check and the insert are one call.
+	TestOrAdd(h uint64) bool
+	// Count returns the number of Add/TestOrAdd calls that inserted (an
+	// estimate of distinct hashes held).
+	Count() uint64
+	// Capacity returns how many hashes the filter holds before it grows.
+	Capacity() uint64
+	// SizeBytes returns the memory held by the filter's tables.
+	SizeBytes() uint64
+	// FPRate estimates the false-positive rate at the current fill.
+	FPRate() float64
+	// Kind returns the backend.
+	Kind() Kind
+	// MarshalBinary encodes the filter and every parameter that shapes it.
+	MarshalBinary() ([]byte, error)
+}
