@@ -1,0 +1,628 @@
+package snapshot
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/filter"
+)
+
+// Header is what shapes the filters, and where the snapshot stands in the
+// commit stream.
+type Header struct {
+	// Version is the format version: Write ignores it and writes Version;
+	// Read reports the version it read.
+	Version uint32
+	// Seed is the state directory's hash seed.
+	Seed uint64
+	// Options are the engine-encoded shaping options (window, generations,
+	// shards, filter kind, false-positive rate...), opaque to this package.
+	// At most MaxOptionsSize bytes.
+	Options []byte
+	// CommitSeq places the snapshot in the commit stream: every commit with
+	// seq <= CommitSeq is in the filters.
+	CommitSeq uint64
+	// Created is the snapshot time in unix nanoseconds, from the caller's
+	// clock.
+	Created int64
+}
+
+// Generation is one filter of one shard's generation, as given to Write.
+type Generation struct {
+	ID         uint64      // generation number
+	Shard      uint32      // shard index
+	Start, End int64       // span, unix nanoseconds
+	Count      uint64      // keys held
+	Kind       filter.Kind // filter backend of the payload
+	// Sealed promises that this filter will never change again: Write may
+	// then reuse the segment the previous snapshot holds for the same
+	// (ID, Shard) with the same metadata instead of writing it again. A
+	// Sealed generation's metadata and payload must be identical in every
+	// later Write.
+	Sealed bool
+	// Payload produces the filter bytes. Write calls it at most once, and
+	// not at all when it reuses a sealed segment. Write may modify the
+	// returned slice (vfs.File.Write may) and does not keep it.
+	Payload func() ([]byte, error)
+}
+
+// SegmentInfo describes one segment of a snapshot.
+type SegmentInfo struct {
+	ID         uint64      // generation number
+	Shard      uint32      // shard index
+	Start, End int64       // span, unix nanoseconds
+	Count      uint64      // keys held
+	Kind       filter.Kind // filter backend of the payload
+	Sealed     bool        // the generation was sealed when written
+	Name       string      // segment file name, in the snapshot's directory
+	Size       int64       // segment file size in bytes (payload + 78)
+	Checksum   uint32      // CRC-32C of the segment file (its trailer)
+	// Reused is set by Write when the segment was taken over from the
+	// previous snapshot rather than written.
+	Reused bool
+}
+
+// PayloadSize is the size of the filter payload the segment holds.
+func (s SegmentInfo) PayloadSize() int64 { return s.Size - segOverhead }
+
+// GenerationInfo is one generation of a snapshot read back, with its payload.
+type GenerationInfo struct {
+	SegmentInfo
+	// Payload is the filter bytes, as returned by Generation.Payload at
+	// write time. The caller owns it.
+	Payload []byte
+}
+
+// Snapshot is a snapshot read back and fully verified.
+type Snapshot struct {
+	// Path is the manifest's path.
+	Path string
+	// Header is the snapshot's header; Header.Version the version read.
+	Header Header
+	// Generations are in the order given to Write.
+	Generations []GenerationInfo
+	// Skipped lists, newest first, the newer snapshots Latest passed over
+	// because they were corrupt; every entry wraps ErrCorrupt. The engine
+	// should report them.
+	Skipped []error
+}
+
+// Info summarises a snapshot, as written by Write or found by Inspect.
+type Info struct {
+	Path      string // the manifest's path
+	Version   uint32 // format version
+	Seed      uint64 // hash seed
+	CommitSeq uint64 // commit sequence number covered
+	Created   int64  // unix nanoseconds
+	Options   []byte // opaque shaping options
+	Segments  []SegmentInfo
+	// ManifestSize is the size of the manifest file, TotalSize that plus the
+	// size of every segment.
+	ManifestSize, TotalSize int64
+
+	// Written is the number of bytes this Write wrote (new segments and the
+	// manifest), Reused the number of segments it took over. Write only.
+	Written int64
+	Reused  int
+	// CleanupErr reports a failure to delete files no longer needed, after
+	// the new snapshot was durably in place (Write returns a nil error then).
+	// The next Write retries. Write only.
+	CleanupErr error
+}
+
+func (r ref) info() SegmentInfo {
+	return SegmentInfo{
+		ID: r.ID, Shard: r.Shard, Start: r.Start, End: r.End, Count: r.Count,
+		Kind: r.Kind, Sealed: r.Sealed, Name: r.Name, Size: r.Size, Checksum: r.CRC,
+	}
+}
+
+func (m manifest) info(path string, size int64) Info {
+	info := Info{
+		Path: path, Version: m.Header.Version, Seed: m.Header.Seed,
+		CommitSeq: m.Header.CommitSeq, Created: m.Header.Created,
+		Options: m.Header.Options, ManifestSize: size, TotalSize: size,
+	}
+	for _, r := range m.Refs {
+		info.Segments = append(info.Segments, r.info())
+		info.TotalSize += r.Size
+	}
+	return info
+}
+
+// Write writes a new snapshot of h and gens into dir (created if missing) and
+// makes it the latest, atomically: a crash or an error at any point leaves
+// the previous snapshot intact, and Latest then returns either it or the new
+// one. Sealed generations whose segment the previous snapshot holds are not
+// written again. Once the new snapshot is durable, Write deletes every file
+// but it, the previous snapshot, and the segments these two reference.
+//
+// At most one Write may run on a directory at a time, and Latest must not
+// run concurrently with it.
+func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
+	if len(h.Options) > MaxOptionsSize {
+		return Info{}, fmt.Errorf("snapshot: write: options of %d bytes, over the limit %d", len(h.Options), MaxOptionsSize)
+	}
+	if len(gens) > MaxSegments {
+		return Info{}, fmt.Errorf("snapshot: write: %d generations, over the limit %d", len(gens), MaxSegments)
+	}
+	seen := make(map[[2]uint64]bool, len(gens))
+	for _, g := range gens {
+		k := [2]uint64{g.ID, uint64(g.Shard)}
+		if seen[k] {
+			return Info{}, fmt.Errorf("snapshot: write: generation %d shard %d given twice", g.ID, g.Shard)
+		}
+		seen[k] = true
+		if g.Payload == nil {
+			return Info{}, fmt.Errorf("snapshot: write: generation %d shard %d has no Payload func", g.ID, g.Shard)
+		}
+	}
+	if err := ensureDir(fs, dir); err != nil {
+		return Info{}, err
+	}
+	st, err := scan(fs, dir)
+	if err != nil {
+		return Info{}, err
+	}
+	prev, prevName, err := newestManifest(fs, dir, st.manifests)
+	if err != nil {
+		return Info{}, err
+	}
+	prevRefs := make(map[[2]uint64]ref)
+	if prev != nil {
+		for _, r := range prev.Refs {
+			prevRefs[[2]uint64{r.ID, uint64(r.Shard)}] = r
+		}
+	}
+
+	h.Version = Version
+	seq := st.maxSeq + 1
+	w := &writer{fs: fs, dir: dir}
+	refs := make([]ref, len(gens))
+	reused := make([]bool, len(gens))
+	for i, g := range gens {
+		m := meta{ID: g.ID, Shard: g.Shard, Start: g.Start, End: g.End, Count: g.Count, Kind: g.Kind, Sealed: g.Sealed}
+		if r, ok := prevRefs[[2]uint64{g.ID, uint64(g.Shard)}]; ok && g.Sealed && r.meta == m && segmentIntact(fs, dir, r) {
+			refs[i], reused[i] = r, true
+			continue
+		}
+		payload, err := g.Payload()
+		if err != nil {
+			return Info{}, w.abort(fmt.Errorf("snapshot: write: payload of generation %d shard %d: %w", g.ID, g.Shard, err))
+		}
+		name := segmentName(seq, g.ID, g.Shard)
+		head := segmentHead(m, len(payload))
+		// The tail is computed before any Write, which may modify its input.
+		tail := segmentTail(head, payload)
+		crc := binary.LittleEndian.Uint32(tail[4:])
+		size, err := w.writeFile(name, head, payload, tail)
+		if err != nil {
+			return Info{}, w.abort(err)
+		}
+		refs[i] = ref{meta: m, Name: name, Size: size, CRC: crc}
+	}
+	if len(w.renamed) > 0 {
+		if err := syncDir(fs, dir); err != nil {
+			return Info{}, w.abort(err)
+		}
+	}
+
+	mb := encodeManifest(h, refs)
+	if len(mb) > MaxManifestSize {
+		return Info{}, w.abort(fmt.Errorf("snapshot: write: manifest of %d bytes, over the limit %d", len(mb), MaxManifestSize))
+	}
+	name := manifestName(seq)
+	msize := int64(len(mb))
+	if _, err := w.writeFile(name, mb); err != nil {
+		return Info{}, w.abort(err)
+	}
+	if err := syncDir(fs, dir); err != nil {
+		// Not known to be durable: take it back, so the caller's view (the
+		// write failed) and Latest's agree.
+		return Info{}, w.abort(err)
+	}
+
+	info := manifest{Header: h, Refs: refs}.info(fs.PathJoin(dir, name), msize)
+	info.Written = w.written
+	for i, r := range reused {
+		if r {
+			info.Segments[i].Reused = true
+			info.Reused++
+		}
+	}
+	keep := map[string]bool{name: true}
+	live := make(map[string]bool)
+	for _, r := range refs {
+		live[r.Name] = true
+	}
+	if prev != nil {
+		keep[prevName] = true
+		for _, r := range prev.Refs {
+			live[r.Name] = true
+		}
+	}
+	info.CleanupErr = cleanup(fs, dir, keep, live)
+	return info, nil
+}
+
+// writer writes the files of one Write and takes them back on failure.
+type writer struct {
+	fs      vfs.FS
+	dir     string
+	renamed []string // files renamed into place by this Write
+	written int64
+}
+
+// writeFile writes parts to name.tmp, syncs it, and renames it to name.
+func (w *writer) writeFile(name string, parts ...[]byte) (size int64, err error) {
+	tmp := w.fs.PathJoin(w.dir, name+tmpSuffix)
+	f, err := w.fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: create %s: %w", tmp, err)
+	}
+	defer func() {
+		if f != nil {
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			if rerr := w.fs.Remove(tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				err = errors.Join(err, fmt.Errorf("snapshot: remove %s: %w", tmp, rerr))
+			}
+		}
+	}()
+	for _, p := range parts {
+		n, err := f.Write(p)
+		size += int64(n)
+		if err != nil {
+			return size, fmt.Errorf("snapshot: write %s: %w", tmp, err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return size, fmt.Errorf("snapshot: sync %s: %w", tmp, err)
+	}
+	cerr := f.Close()
+	f = nil
+	if cerr != nil {
+		return size, fmt.Errorf("snapshot: close %s: %w", tmp, cerr)
+	}
+	final := w.fs.PathJoin(w.dir, name)
+	if err := w.fs.Rename(tmp, final); err != nil {
+		return size, fmt.Errorf("snapshot: rename %s: %w", tmp, err)
+	}
+	w.renamed = append(w.renamed, final)
+	w.written += size
+	return size, nil
+}
+
+// abort removes the files this Write put in place (none is referenced by a
+// durable manifest) and returns err joined with any removal failure. The
+// manifest, renamed last, is removed first.
+func (w *writer) abort(err error) error {
+	for i := len(w.renamed) - 1; i >= 0; i-- {
+		if rerr := w.fs.Remove(w.renamed[i]); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("snapshot: remove %s: %w", w.renamed[i], rerr))
+			if i == len(w.renamed)-1 {
+				if _, ok := parseManifestName(w.fs.PathBase(w.renamed[i])); ok {
+					// The manifest stays: so must its segments.
+					return err
+				}
+			}
+		}
+	}
+	return err
+}
+
+// segmentIntact cheaply checks that r's segment file is in place: its size,
+// metadata and trailer. The payload checksum is verified by Read.
+func segmentIntact(fs vfs.FS, dir string, r ref) bool {
+	f, err := fs.Open(fs.PathJoin(dir, r.Name))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() != r.Size {
+		return false
+	}
+	var head [segHeadLen]byte
+	if _, err := f.ReadAt(head[:], 0); err != nil {
+		return false
+	}
+	m, err := decodeSegmentHead(head[:], r.Size)
+	if err != nil || m != r.meta {
+		return false
+	}
+	var tail [trailerLen]byte
+	if _, err := f.ReadAt(tail[:], r.Size-trailerLen); err != nil {
+		return false
+	}
+	return binary.LittleEndian.Uint32(tail[:]) == r.CRC
+}
+
+func ensureDir(fs vfs.FS, dir string) error {
+	if _, err := fs.Stat(dir); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("snapshot: stat %s: %w", dir, err)
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("snapshot: mkdir %s: %w", dir, err)
+	}
+	return syncDir(fs, fs.PathDir(dir))
+}
+
+func syncDir(fs vfs.FS, dir string) (err error) {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("snapshot: open directory %s: %w", dir, err)
+	}
+	defer func() {
+		if cerr := d.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("snapshot: close directory %s: %w", dir, cerr))
+		}
+	}()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("snapshot: sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// dirState is what scan finds in a snapshot directory.
+type dirState struct {
+	manifests []uint64 // sequence numbers, newest first
+	maxSeq    uint64   // highest sequence number of any snapshot file
+}
+
+// scan lists dir, sweeps temporary files, and collects snapshot files.
+func scan(fs vfs.FS, dir string) (dirState, error) {
+	var st dirState
+	names, err := fs.List(dir)
+	if err != nil {
+		return st, fmt.Errorf("snapshot: list %s: %w", dir, err)
+	}
+	var errs []error
+	for _, name := range names {
+		base, isTmp := cutSuffix(name, tmpSuffix)
+		seq, ok := parseManifestName(base)
+		isManifest := ok
+		if !ok {
+			seq, _, _, ok = parseSegmentName(base)
+		}
+		if !ok {
+			continue // not ours
+		}
+		st.maxSeq = max(st.maxSeq, seq)
+		if isTmp {
+			if err := fs.Remove(fs.PathJoin(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("snapshot: sweep %s: %w", name, err))
+			}
+			continue
+		}
+		if isManifest {
+			st.manifests = append(st.manifests, seq)
+		}
+	}
+	slices.Sort(st.manifests)
+	slices.Reverse(st.manifests)
+	return st, errors.Join(errs...)
+}
+
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s[:len(s)-len(suffix)], true
+	}
+	return s, false
+}
+
+// newestManifest returns the newest manifest of seqs that decodes, and its
+// name; nil if none does. Corrupt manifests are passed over; other errors,
+// ErrVersion included, are returned.
+func newestManifest(fs vfs.FS, dir string, seqs []uint64) (*manifest, string, error) {
+	for _, seq := range seqs {
+		name := manifestName(seq)
+		m, _, err := readManifest(fs, fs.PathJoin(dir, name))
+		if err == nil {
+			return &m, name, nil
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			return nil, "", err
+		}
+	}
+	return nil, "", nil
+}
+
+// cleanup removes every manifest not in keep and every segment not in live,
+// then syncs dir.
+func cleanup(fs vfs.FS, dir string, keep, live map[string]bool) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		return fmt.Errorf("snapshot: cleanup: list %s: %w", dir, err)
+	}
+	var errs []error
+	removed := false
+	for _, name := range names {
+		var drop bool
+		if _, ok := parseManifestName(name); ok {
+			drop = !keep[name]
+		} else if _, _, _, ok := parseSegmentName(name); ok {
+			drop = !live[name]
+		}
+		if !drop {
+			continue
+		}
+		if err := fs.Remove(fs.PathJoin(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("snapshot: cleanup: remove %s: %w", name, err))
+			continue
+		}
+		removed = true
+	}
+	if removed {
+		if err := syncDir(fs, dir); err != nil {
+			errs = append(errs, fmt.Errorf("snapshot: cleanup: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readManifest reads and decodes the manifest at path, and returns its size.
+func readManifest(fs vfs.FS, path string) (m manifest, size int64, err error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return m, 0, fmt.Errorf("snapshot: open %s: %w", path, err)
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("snapshot: close %s: %w", path, cerr))
+		}
+	}()
+	st, err := f.Stat()
+	if err != nil {
+		return m, 0, fmt.Errorf("snapshot: stat %s: %w", path, err)
+	}
+	size = st.Size()
+	if size > MaxManifestSize {
+		return m, size, fmt.Errorf("snapshot: read %s: %w", path, corruptf("manifest: %d bytes, over the limit %d", size, MaxManifestSize))
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return m, size, fmt.Errorf("snapshot: read %s: %w", path, err)
+	}
+	if m, err = decodeManifest(b); err != nil {
+		return m, size, fmt.Errorf("snapshot: read %s: %w", path, err)
+	}
+	return m, size, nil
+}
+
+// readSegment reads and fully verifies r's segment and returns its payload.
+func readSegment(fs vfs.FS, dir string, r ref) (payload []byte, err error) {
+	path := fs.PathJoin(dir, r.Name)
+	f, err := fs.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("snapshot: segment %s: %w", path, &corruptError{msg: "referenced segment missing", cause: err})
+		}
+		return nil, fmt.Errorf("snapshot: open %s: %w", path, err)
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("snapshot: close %s: %w", path, cerr))
+		}
+	}()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: stat %s: %w", path, err)
+	}
+	if st.Size() != r.Size {
+		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("size %d, manifest says %d", st.Size(), r.Size))
+	}
+	b := make([]byte, r.Size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("snapshot: segment %s: %w", path, &corruptError{msg: "short read", cause: err})
+		}
+		return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
+	}
+	m, payload, crc, err := decodeSegment(b)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: segment %s: %w", path, err)
+	}
+	if m != r.meta {
+		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("metadata %+v, manifest says %+v", m, r.meta))
+	}
+	if crc != r.CRC {
+		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("file checksum %08x, manifest says %08x", crc, r.CRC))
+	}
+	return payload, nil
+}
+
+// Read reads the snapshot whose manifest is at path, verifying every
+// checksum of the manifest and of every segment, and loads every payload.
+// Damage is reported as an error wrapping ErrCorrupt (a missing segment
+// included), a newer format as ErrVersion.
+func Read(fs vfs.FS, path string) (*Snapshot, error) {
+	m, _, err := readManifest(fs, path)
+	if err != nil {
+		return nil, err
+	}
+	s := &Snapshot{Path: path, Header: m.Header, Generations: make([]GenerationInfo, 0, len(m.Refs))}
+	dir := fs.PathDir(path)
+	for _, r := range m.Refs {
+		payload, err := readSegment(fs, dir, r)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
+		}
+		s.Generations = append(s.Generations, GenerationInfo{SegmentInfo: r.info(), Payload: payload})
+	}
+	return s, nil
+}
+
+// Verify checks the snapshot whose manifest is at path as Read does, holding
+// one payload in memory at a time.
+func Verify(fs vfs.FS, path string) error {
+	m, _, err := readManifest(fs, path)
+	if err != nil {
+		return err
+	}
+	dir := fs.PathDir(path)
+	for _, r := range m.Refs {
+		if _, err := readSegment(fs, dir, r); err != nil {
+			return fmt.Errorf("snapshot: verify %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// Inspect summarises the snapshot whose manifest is at path. It verifies the
+// manifest, and each segment's size, metadata and trailer against it, but not
+// the payload checksums: use Verify for that.
+func Inspect(fs vfs.FS, path string) (Info, error) {
+	m, size, err := readManifest(fs, path)
+	if err != nil {
+		return Info{}, err
+	}
+	dir := fs.PathDir(path)
+	for _, r := range m.Refs {
+		if !segmentIntact(fs, dir, r) {
+			return Info{}, fmt.Errorf("snapshot: inspect %s: %w", path, corruptf("segment %s missing or damaged", r.Name))
+		}
+	}
+	return m.info(path, size), nil
+}
+
+// Latest returns the newest valid snapshot in dir, fully verified as by Read.
+// A newer snapshot that is corrupt is passed over and reported in
+// Snapshot.Skipped. If every snapshot is corrupt the error wraps ErrCorrupt;
+// if dir holds none (or does not exist) it wraps ErrNotFound. A newest
+// snapshot of a newer format version stops the search with ErrVersion rather
+// than silently falling back to an older one; other I/O errors are returned
+// as they are. Latest removes stray temporary files.
+func Latest(fs vfs.FS, dir string) (*Snapshot, error) {
+	if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no directory %s", ErrNotFound, dir)
+	}
+	st, err := scan(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	var skipped []error
+	for _, seq := range st.manifests {
+		s, err := Read(fs, fs.PathJoin(dir, manifestName(seq)))
+		if err == nil {
+			s.Skipped = skipped
+			return s, nil
+		}
+		if !errors.Is(err, ErrCorrupt) {
+			return nil, err
+		}
+		skipped = append(skipped, err)
+	}
+	if len(skipped) > 0 {
+		return nil, fmt.Errorf("snapshot: no valid snapshot in %s: %w", dir, errors.Join(skipped...))
+	}
+	return nil, fmt.Errorf("%w: no snapshot in %s", ErrNotFound, dir)
+}
