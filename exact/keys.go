@@ -1,0 +1,150 @@
+package exact
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Key tags: the first byte of every Pebble key (see the package doc).
+const (
+	tagMarker     = 0x00
+	tagMeta       = 0x01
+	tagCheckpoint = 0x02
+	tagFloor      = 0x03
+	tagSeq        = 0x04
+	tagLog        = 0x05
+	tagKey        = 0x06
+)
+
+// formatVersion is the on-disk format written by this package.
+const formatVersion = 1
+
+// logFormat is the first byte of every log record.
+const logFormat = 1
+
+var (
+	markerKey     = []byte("\x00dedup-exact")
+	checkpointKey = []byte{tagCheckpoint}
+	floorKey      = []byte{tagFloor}
+	seqKey        = []byte{tagSeq}
+)
+
+// genPrefix returns tagKey|gen: the first key of generation gen.
+func genPrefix(gen uint64) []byte {
+	b := make([]byte, 9)
+	b[0] = tagKey
+	binary.BigEndian.PutUint64(b[1:], gen)
+	return b
+}
+
+// keysEnd is the upper bound (exclusive) of the whole key range.
+var keysEnd = []byte{tagKey + 1}
+
+// putKey writes tagKey|gen|key into dst, which must be 9+len(key) long.
+func putKey(dst []byte, gen uint64, key []byte) {
+	dst[0] = tagKey
+	binary.BigEndian.PutUint64(dst[1:9], gen)
+	copy(dst[9:], key)
+}
+
+// logKey returns tagLog|seq.
+func logKey(seq uint64) []byte {
+	b := make([]byte, 9)
+	b[0] = tagLog
+	binary.BigEndian.PutUint64(b[1:], seq)
+	return b
+}
+
+var logEnd = []byte{tagLog + 1}
+
+func metaKey(name string) []byte {
+	b := make([]byte, 1+len(name))
+	b[0] = tagMeta
+	copy(b[1:], name)
+	return b
+}
+
+func be64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+func decodeBE64(what string, v []byte) (uint64, error) {
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: %s record is %d bytes, want 8", ErrCorrupt, what, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// run is a group of consecutive Adds of the same generation.
+type run struct {
+	gen uint64
+	n   int
+}
+
+// logRecordSize is the exact encoded size of a log record.
+func logRecordSize(runs []run) int {
+	n := 1
+	for _, r := range runs {
+		n += uvarintLen(r.gen) + uvarintLen(uint64(r.n)) + 8*r.n
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// encodeLogRecord writes the record of runs/hashes into dst, which must be
+// logRecordSize(runs) long.
+func encodeLogRecord(dst []byte, runs []run, hashes []uint64) {
+	dst[0] = logFormat
+	p := 1
+	h := 0
+	for _, r := range runs {
+		p += binary.PutUvarint(dst[p:], r.gen)
+		p += binary.PutUvarint(dst[p:], uint64(r.n))
+		for _, v := range hashes[h : h+r.n] {
+			binary.LittleEndian.PutUint64(dst[p:], v)
+			p += 8
+		}
+		h += r.n
+	}
+}
+
+// decodeLogRecord calls fn for every (gen, hash) of rec with gen >= floor.
+func decodeLogRecord(seq uint64, rec []byte, floor uint64, fn func(seq, gen, hash uint64) error) error {
+	if len(rec) < 1 || rec[0] != logFormat {
+		return fmt.Errorf("%w: log record %d: bad format byte", ErrCorrupt, seq)
+	}
+	p := 1
+	for p < len(rec) {
+		gen, n1 := binary.Uvarint(rec[p:])
+		if n1 <= 0 {
+			return fmt.Errorf("%w: log record %d: bad generation at byte %d", ErrCorrupt, seq, p)
+		}
+		p += n1
+		cnt, n2 := binary.Uvarint(rec[p:])
+		if n2 <= 0 || cnt > uint64(len(rec)-p-n2)/8 {
+			return fmt.Errorf("%w: log record %d: bad count at byte %d", ErrCorrupt, seq, p)
+		}
+		p += n2
+		if gen < floor {
+			p += int(cnt) * 8
+			continue
+		}
+		for i := uint64(0); i < cnt; i++ {
+			if err := fn(seq, gen, binary.LittleEndian.Uint64(rec[p:])); err != nil {
+				return err
+			}
+			p += 8
+		}
+	}
+	return nil
+}
