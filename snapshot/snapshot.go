@@ -314,6 +314,13 @@ func (w *writer) abort(err error) error {
 			}
 		}
 	}
+	if len(w.renamed) > 0 {
+		// Make the removals durable, so that the sequence number the next
+		// Write reuses names no file that could reappear after a crash.
+		if serr := syncDir(w.fs, w.dir); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
 	return err
 }
 
