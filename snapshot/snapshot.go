@@ -351,16 +351,38 @@ func segmentIntact(fs vfs.FS, dir string, r ref) bool {
 	return binary.LittleEndian.Uint32(tail[:]) == r.CRC
 }
 
+// ensureDir creates dir if it is missing, and makes every directory it
+// creates durable by syncing its parent.
 func ensureDir(fs vfs.FS, dir string) error {
-	if _, err := fs.Stat(dir); err == nil {
+	// created lists, innermost first, the missing directories.
+	var created []string
+	for d := dir; ; {
+		_, err := fs.Stat(d)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("snapshot: stat %s: %w", d, err)
+		}
+		created = append(created, d)
+		parent := fs.PathDir(d)
+		if parent == d || parent == "" || parent == "." {
+			break
+		}
+		d = parent
+	}
+	if len(created) == 0 {
 		return nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("snapshot: stat %s: %w", dir, err)
 	}
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("snapshot: mkdir %s: %w", dir, err)
 	}
-	return syncDir(fs, fs.PathDir(dir))
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := syncDir(fs, fs.PathDir(created[i])); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func syncDir(fs vfs.FS, dir string) (err error) {
