@@ -70,7 +70,14 @@ func header(commitSeq uint64) Header {
 // checkSnapshot checks s against what Write was given.
 func checkSnapshot(t testing.TB, s *Snapshot, h Header, specs []spec) {
 	t.Helper()
-	if s.Header.Version != Version || s.Header.Seed != h.Seed || s.Header.CommitSeq != h.CommitSeq ||
+	checkSnapshotVersion(t, s, Version, h, specs)
+}
+
+// checkSnapshotVersion checks s, of format version v, against what Write was
+// given.
+func checkSnapshotVersion(t testing.TB, s *Snapshot, v uint32, h Header, specs []spec) {
+	t.Helper()
+	if s.Header.Version != v || s.Header.Seed != h.Seed || s.Header.CommitSeq != h.CommitSeq ||
 		s.Header.Created != h.Created || !bytes.Equal(s.Header.Options, h.Options) {
 		t.Fatalf("header %+v, want %+v", s.Header, h)
 	}
