@@ -24,9 +24,9 @@ func mix64(x uint64) uint64 {
 type shardMode int
 
 const (
-	allShards shardMode = iota
-	shardMod16          // mix64(h) % 16 == 0 (low bits of the remix)
-	shardHigh16         // high bits of mix64(h) * 16 == 0 (the engine's multiply-shift)
+	allShards   shardMode = iota
+	shardMod16            // mix64(h) % 16 == 0 (low bits of the remix)
+	shardHigh16           // high bits of mix64(h) * 16 == 0 (the engine's multiply-shift)
 )
 
 func (m shardMode) String() string {
@@ -142,15 +142,15 @@ func TestNewValidation(t *testing.T) {
 // TestNoFalseNegatives drives each kind well past its capacity (so it
 // chains) with random hashes and repeats, against an exact oracle.
 func TestNoFalseNegatives(t *testing.T) {
-	const (
-		capacity = 300_000
-		inserts  = 3_000_000
-		fp       = 0.01
-	)
+	const fp = 0.01
+	capacity, inserts := 300_000, 3_000_000
+	if testing.Short() {
+		capacity, inserts = 30_000, 300_000
+	}
 	for _, kind := range Kinds {
 		t.Run(kind.String(), func(t *testing.T) {
 			t.Parallel()
-			f := mustNew(t, kind, capacity, fp)
+			f := mustNew(t, kind, uint64(capacity), fp)
 			oracle := make(map[uint64]struct{}, inserts)
 			keys := make([]uint64, 0, inserts)
 			next := hashes(1, allShards)
