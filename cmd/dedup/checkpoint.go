@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// checkpointFormat tags the checkpoints this command commits, so that a
+// state directory written by another client of the engine is recognised.
+const checkpointFormat = "dedup-filter/1"
+
+// checkpoint is what `dedup filter` commits with the engine: the position
+// of the job in its inputs and the lengths of its outputs at the moment
+// the keys observed so far became durable. It is JSON (see the package
+// doc for the fields); it is small and written once per commit.
+type checkpoint struct {
+	Format string `json:"format"`
+	// The job: absolute paths of the inputs ("-" for stdin) and outputs
+	// ("-" for stdout, "" when absent). A run resumes only the job it is.
+	Inputs  []string `json:"inputs"`
+	Out     string   `json:"out"`
+	Dups    string   `json:"dups,omitempty"`
+	Rejects string   `json:"rejects,omitempty"`
+
+	// Position: Inputs[File] has been consumed up to byte Offset, which is
+	// the start of its line number Line (1-based). File == len(Inputs)
+	// means every input is done.
+	File   int   `json:"file"`
+	Offset int64 `json:"offset"`
+	Line   int64 `json:"line"`
+
+	// Lengths in bytes of the output files at the commit.
+	OutLen     int64 `json:"out_len"`
+	DupsLen    int64 `json:"dups_len,omitempty"`
+	RejectsLen int64 `json:"rejects_len,omitempty"`
+
+	// Counters of the job up to this position.
+	Counts counts `json:"counts"`
+}
+
+// counts are the job's counters.
+type counts struct {
+	Events     int64 `json:"events"` // lines read, rejects included
+	Distinct   int64 `json:"distinct"`
+	Duplicates int64 `json:"duplicates"`
+	Rejects    int64 `json:"rejects"`
+	Bytes      int64 `json:"bytes"` // input bytes consumed
+}
+
+func (c *checkpoint) encode() []byte {
+	c.Format = checkpointFormat
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // strings and integers only: cannot fail
+	}
+	return b
+}
+
+// errForeignCheckpoint reports a checkpoint that this command did not write.
+var errForeignCheckpoint = errors.New("checkpoint not written by dedup filter")
+
+func decodeCheckpoint(b []byte) (checkpoint, error) {
+	var c checkpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%w: %v", errForeignCheckpoint, err)
+	}
+	if c.Format != checkpointFormat {
+		return c, fmt.Errorf("%w: format %q", errForeignCheckpoint, c.Format)
+	}
+	if c.File < 0 || c.File > len(c.Inputs) || c.Offset < 0 || c.Line < 1 ||
+		c.OutLen < 0 || c.DupsLen < 0 || c.RejectsLen < 0 {
+		return c, fmt.Errorf("%w: position out of range", errForeignCheckpoint)
+	}
+	return c, nil
+}
+
+// sameJob reports whether c was committed by a run of the job j.
+func (c *checkpoint) sameJob(j *checkpoint) bool {
+	return slices.Equal(c.Inputs, j.Inputs) && c.Out == j.Out && c.Dups == j.Dups && c.Rejects == j.Rejects
+}

@@ -1,0 +1,61 @@
+// Command dedup is the stream filter of the dedup engine: it passes each
+// distinct event of a stream through once, remembering keys within a time
+// window in a state directory that survives restarts.
+//
+// Usage:
+//
+//	dedup filter [flags] [FILE...]   the stream filter
+//	dedup stats [flags] DIR          what a state directory holds
+//	dedup help [command]
+//
+// Run `dedup help filter` for the flags and examples. Exit statuses: 0
+// success, 1 runtime error, 2 bad usage or a bad line under --strict.
+//
+// # Keys
+//
+// NDJSON keys (--key a.b,c) are the raw JSON text of the named members, so
+// 1 and "1" differ; a null member counts as missing. A composite key is,
+// per field in --key order, uvarint(len(value)) followed by the value, so
+// that no two field tuples make the same key. Lines keys (--format lines)
+// are the whole line, a --field of --delim separated fields, or the first
+// group of --regex; a trailing "\r" is not part of the key.
+//
+// # Exactly once, file to file
+//
+// The filter reads a batch of lines, observes their keys with one
+// ObserveBatch, writes New events to the output and Duplicate and InFlight
+// ones to --dups (InFlight is a repeat of a key written since the last
+// commit), and every --commit-every events or --commit-interval commits:
+//
+//  1. flush and fsync the output, --dups and --rejects files (do);
+//  2. Engine.Commit(checkpoint) with the input position just past the last
+//     line written and the output lengths (mark).
+//
+// On start with --state, if the engine's Checkpoint names the same job
+// (the same absolute input and output paths), the outputs are truncated to
+// the committed lengths and the input is read from the committed offset.
+// A crash between (1) and (2), or anywhere else, leaves output past the
+// committed length whose keys were not committed: they are New again when
+// their lines are read again, so truncating that output and re-reading
+// writes each distinct event exactly once. The input and the outputs must
+// not be changed by others between runs (a shorter file is an error).
+// With stdin as input the position cannot be resumed; with stdout as
+// output it cannot be truncated, so a crash may repeat the events written
+// after the last commit (at-least-once).
+//
+// # Checkpoint
+//
+// The checkpoint is JSON:
+//
+//	{"format":"dedup-filter/1",
+//	 "inputs":["/abs/a.ndjson",...], "out":"/abs/out.ndjson", "dups":"...", "rejects":"...",
+//	 "file":0, "offset":1234, "line":57,
+//	 "out_len":900, "dups_len":120, "rejects_len":0,
+//	 "counts":{"events":56,"distinct":40,"duplicates":14,"rejects":2,"bytes":1234}}
+//
+// inputs, out, dups and rejects identify the job ("-" is stdin or stdout);
+// inputs[file] has been consumed up to byte offset, the start of line
+// number line; file == len(inputs) means the job is complete. The lengths
+// are those of the output files at the commit, and counts the job's
+// counters up to the position.
+package main

@@ -1,0 +1,699 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/streamdedup/dedup"
+)
+
+// filterConfig is what the flags of `dedup filter` say.
+type filterConfig struct {
+	inputs         stringList
+	out            string
+	dups           string
+	rejects        string
+	state          string
+	window         time.Duration
+	rate           float64
+	fp             float64
+	filter         string
+	probabilistic  bool
+	generations    int
+	shards         int
+	commitEvery    int
+	commitInterval time.Duration
+	strict         bool
+	stats          bool
+	metrics        string
+	progress       string
+	fromStart      bool
+	chunk          int
+	keys           extractorConfig
+}
+
+// groupSize is the number of keys per ObserveBatch.
+const groupSize = 1024
+
+// bufSize is the size of the output buffers.
+const bufSize = 1 << 20
+
+func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
+	c := &filterConfig{}
+	fs := flag.NewFlagSet("dedup filter", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Var(&c.inputs, "in", "input `FILE` (repeatable; positional arguments too; - or none is stdin)")
+	fs.StringVar(&c.out, "out", "-", "write distinct events to `FILE` (- is stdout)")
+	fs.StringVar(&c.dups, "dups", "", "write duplicate events to `FILE`")
+	fs.StringVar(&c.rejects, "rejects", "", "write rejected lines to `FILE` (default stderr)")
+	fs.StringVar(&c.state, "state", "", "state `DIR`: remember keys across runs and resume after a crash (default: in memory)")
+	fs.StringVar(&c.keys.format, "format", "json", "input format: json (NDJSON, one object per line) or lines")
+	fs.StringVar(&c.keys.key, "key", "", "json: key `PATHS`, dotted, comma-separated (event_id, user.id,seq)")
+	fs.IntVar(&c.keys.field, "field", 0, "lines: key is field `N` (from 1) of --delim separated fields")
+	fs.StringVar(&c.keys.delim, "delim", "\t", "lines: field delimiter for --field")
+	fs.StringVar(&c.keys.regex, "regex", "", "lines: key is the first group (or the match) of `RE`")
+	fs.IntVar(&c.keys.maxKey, "max-key", 4096, "reject keys over `N` bytes")
+	fs.IntVar(&c.keys.maxLine, "max-line", 16<<20, "reject lines over `N` bytes")
+	fs.DurationVar(&c.window, "window", time.Hour, "remember keys for `DURATION`")
+	fs.Float64Var(&c.rate, "rate", 10000, "expected distinct keys per `SECOND` (filter sizing)")
+	fs.Float64Var(&c.fp, "fp", 0.01, "pre-filter false-positive `RATE`")
+	fs.StringVar(&c.filter, "filter", "blocked", "pre-filter: blocked, bloom or cuckoo")
+	fs.BoolVar(&c.probabilistic, "probabilistic", false, "no exact store: a filter hit is a duplicate (drops about --fp of new events, faster)")
+	fs.IntVar(&c.generations, "generations", 8, "generations the window is cut into")
+	fs.IntVar(&c.shards, "shards", 16, "engine shards")
+	fs.IntVar(&c.commitEvery, "commit-every", 100000, "commit after `N` events")
+	fs.DurationVar(&c.commitInterval, "commit-interval", time.Second, "commit at least every `DURATION`")
+	fs.BoolVar(&c.strict, "strict", false, "stop with exit status 2 at the first rejected line")
+	fs.BoolVar(&c.stats, "stats", false, "print a summary on stderr at the end")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. :9090) at /metrics")
+	fs.StringVar(&c.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
+	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from the start (committed keys still count)")
+	fs.IntVar(&c.chunk, "chunk", 1<<20, "read `BYTES` per batch")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), filterHelpHead); fs.PrintDefaults(); fmt.Fprint(fs.Output(), filterHelpTail) }
+	return fs, c
+}
+
+func runFilter(e *env, args []string) error {
+	fs, c := newFilterFlags(e)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageErr(err)
+	}
+	c.inputs = append(c.inputs, pos...)
+	if len(c.inputs) == 0 {
+		c.inputs = stringList{"-"}
+	}
+	if err := c.validate(); err != nil {
+		return usageErr(err)
+	}
+	x, err := newExtractor(c.keys)
+	if err != nil {
+		return usageErr(err)
+	}
+	f := &filterRun{env: e, cfg: c, x: x, start: time.Now()}
+	return f.run()
+}
+
+func (c *filterConfig) validate() error {
+	switch {
+	case c.commitEvery < 1:
+		return fmt.Errorf("--commit-every %d: must be at least 1", c.commitEvery)
+	case c.commitInterval <= 0:
+		return fmt.Errorf("--commit-interval %v: must be positive", c.commitInterval)
+	case c.keys.maxLine < 1 || c.keys.maxLine > 1<<29:
+		return fmt.Errorf("--max-line %d: must be in [1, %d]", c.keys.maxLine, 1<<29)
+	case c.keys.maxKey < 1:
+		return fmt.Errorf("--max-key %d: must be at least 1", c.keys.maxKey)
+	case c.chunk < 4096 || c.chunk > 1<<28:
+		return fmt.Errorf("--chunk %d: must be in [4096, %d]", c.chunk, 1<<28)
+	case c.progress != "auto" && c.progress != "always" && c.progress != "never":
+		return fmt.Errorf("--progress %q: want auto, always or never", c.progress)
+	}
+	stdin := 0
+	for _, in := range c.inputs {
+		if in == "-" {
+			stdin++
+		}
+	}
+	if stdin > 1 {
+		return errors.New("stdin (-) given more than once")
+	}
+	outs := map[string]string{}
+	for _, o := range [][2]string{{"--out", c.out}, {"--dups", c.dups}, {"--rejects", c.rejects}} {
+		if o[1] == "" || o[1] == "-" {
+			continue
+		}
+		abs, err := filepath.Abs(o[1])
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", o[0], o[1], err)
+		}
+		if prev, ok := outs[abs]; ok {
+			return fmt.Errorf("%s and %s name the same file %s", prev, o[0], o[1])
+		}
+		outs[abs] = o[0]
+		for _, in := range c.inputs {
+			if ain, err := filepath.Abs(in); err == nil && in != "-" && ain == abs {
+				return fmt.Errorf("%s %s is also an input", o[0], o[1])
+			}
+		}
+	}
+	return nil
+}
+
+// output is one output stream with the length written so far.
+type output struct {
+	name string // as given
+	f    *os.File
+	w    *bufio.Writer
+	n    int64 // bytes written, buffered included
+	sync bool  // fsync before each commit (a regular file)
+}
+
+func (o *output) write(p []byte) error {
+	_, err := o.w.Write(p)
+	o.n += int64(len(p))
+	return err
+}
+
+// flush writes the buffer out and, if durable, fsyncs the file.
+func (o *output) flush(durable bool) error {
+	if o == nil {
+		return nil
+	}
+	if err := o.w.Flush(); err != nil {
+		return fmt.Errorf("write %s: %w", o.name, err)
+	}
+	if durable && o.sync {
+		if err := o.f.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", o.name, err)
+		}
+	}
+	return nil
+}
+
+// filterRun is one run of `dedup filter`.
+type filterRun struct {
+	env   *env
+	cfg   *filterConfig
+	x     *extractor
+	eng   *dedup.Engine
+	start time.Time
+
+	job     checkpoint // identity and position, updated as we go
+	resumed bool
+
+	out, dups, rejects *output
+	rejectsW           io.Writer // where reject records go
+	closers            []func() error
+
+	run0      counts // job counters at the start of this run
+	sinceCmt  int    // events since the last commit
+	lastCmt   time.Time
+	durable   bool // a state directory: fsync outputs before commits
+	verdicts  []dedup.Verdict
+	totalSize int64 // input bytes to read in this run, -1 if unknown
+
+	// Published for progress and metrics.
+	pub struct {
+		events, distinct, dups, rejects, bytes atomic.Int64
+	}
+}
+
+func (f *filterRun) run() (err error) {
+	c := f.cfg
+	opts := dedup.Options{
+		Dir:               c.state,
+		Window:            c.window,
+		ExpectedRate:      c.rate,
+		FalsePositiveRate: c.fp,
+		Filter:            c.filter,
+		Probabilistic:     c.probabilistic,
+		Generations:       c.generations,
+		Shards:            c.shards,
+		MaxInFlight:       max(1<<20, c.commitEvery+groupSize),
+		MaxKeySize:        c.keys.maxKey,
+	}
+	if f.eng, err = dedup.Open(opts); err != nil {
+		if errors.Is(err, dedup.ErrInvalidOptions) || errors.Is(err, dedup.ErrIncompatible) {
+			return usageErr(err)
+		}
+		return fmt.Errorf("open state: %w", err)
+	}
+	f.durable = c.state != ""
+	defer func() {
+		for i := len(f.closers) - 1; i >= 0; i-- {
+			if cerr := f.closers[i](); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+		if cerr := f.eng.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close state: %w", cerr)
+		}
+	}()
+	if err := f.setup(); err != nil {
+		return err
+	}
+	stopMetrics, err := f.serveMetrics()
+	if err != nil {
+		return err
+	}
+	f.closers = append(f.closers, stopMetrics)
+	stopProgress := f.startProgress()
+	err = f.loop()
+	stopProgress()
+	if c.stats {
+		f.printStats()
+	}
+	return err
+}
+
+// setup resolves the job, decides whether to resume, and opens outputs.
+func (f *filterRun) setup() error {
+	c := f.cfg
+	abs := func(name string) (string, error) {
+		if name == "" || name == "-" {
+			return name, nil
+		}
+		return filepath.Abs(name)
+	}
+	j := &f.job
+	for _, in := range c.inputs {
+		a, err := abs(in)
+		if err != nil {
+			return err
+		}
+		j.Inputs = append(j.Inputs, a)
+	}
+	var err error
+	if j.Out, err = abs(c.out); err != nil {
+		return err
+	}
+	if j.Dups, err = abs(c.dups); err != nil {
+		return err
+	}
+	if j.Rejects, err = abs(c.rejects); err != nil {
+		return err
+	}
+	j.Line = 1
+
+	seekable := c.state != "" && !c.fromStart
+	for _, in := range c.inputs {
+		if in == "-" {
+			seekable = false
+		}
+	}
+	if raw := f.eng.Checkpoint(); raw != nil && c.state != "" {
+		cp, err := decodeCheckpoint(raw)
+		if err != nil {
+			return fmt.Errorf("state %s: %w", c.state, err)
+		}
+		if seekable && cp.sameJob(j) {
+			*j = cp
+			f.resumed = true
+		}
+	}
+	f.run0 = j.Counts
+
+	if f.out, err = f.openOutput(c.out, j.OutLen); err != nil {
+		return err
+	}
+	if f.dups, err = f.openOutput(c.dups, j.DupsLen); err != nil {
+		return err
+	}
+	if f.rejects, err = f.openOutput(c.rejects, j.RejectsLen); err != nil {
+		return err
+	}
+	if f.rejects != nil {
+		f.rejectsW = f.rejects
+	} else {
+		f.rejectsW = f.env.stderr
+	}
+	return nil
+}
+
+// Write makes output an io.Writer (for reject records).
+func (o *output) Write(p []byte) (int, error) {
+	if err := o.write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// openOutput opens name ("" none, "-" stdout): truncated to committed when
+// resuming, else created empty.
+func (f *filterRun) openOutput(name string, committed int64) (*output, error) {
+	switch name {
+	case "":
+		return nil, nil
+	case "-":
+		o := &output{name: "<stdout>", w: bufio.NewWriterSize(f.env.stdout, bufSize)}
+		f.closers = append(f.closers, func() error { return o.flush(false) })
+		return o, nil
+	}
+	var fl *os.File
+	var err error
+	if f.resumed {
+		fl, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	} else {
+		fl, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.closers = append(f.closers, fl.Close)
+	fi, err := fl.Stat()
+	if err != nil {
+		return nil, err
+	}
+	regular := fi.Mode().IsRegular()
+	if f.resumed && regular {
+		if fi.Size() < committed {
+			return nil, fmt.Errorf("%s holds %d bytes but %d were committed: it was changed since; use a new output or --from-start",
+				name, fi.Size(), committed)
+		}
+		// Do-then-mark: what lies past the committed length was written
+		// by a run that crashed before committing it; its events are New
+		// again and will be written again.
+		if err := fl.Truncate(committed); err != nil {
+			return nil, fmt.Errorf("truncate %s: %w", name, err)
+		}
+		if _, err := fl.Seek(committed, io.SeekStart); err != nil {
+			return nil, fmt.Errorf("seek %s: %w", name, err)
+		}
+		if err := fl.Sync(); err != nil {
+			return nil, fmt.Errorf("fsync %s: %w", name, err)
+		}
+	}
+	o := &output{name: name, f: fl, w: bufio.NewWriterSize(fl, bufSize), sync: regular}
+	if f.resumed {
+		o.n = committed
+	}
+	f.closers = append(f.closers, func() error { return o.flush(false) })
+	return o, nil
+}
+
+// loop runs the reader and feeds its batches through the engine.
+func (f *filterRun) loop() error {
+	c := f.cfg
+	j := &f.job
+	if j.File >= len(j.Inputs) {
+		return nil // the job is complete
+	}
+	// Open the inputs still to read.
+	var srcs []source
+	f.totalSize = 0
+	for i := j.File; i < len(c.inputs); i++ {
+		r, closeFn, fi, err := openInput(c.inputs[i], f.env.stdin)
+		if err != nil {
+			return fmt.Errorf("open input: %w", err)
+		}
+		f.closers = append(f.closers, closeFn)
+		src := source{name: c.inputs[i], r: r, line: 1}
+		if fi == nil || !fi.Mode().IsRegular() {
+			f.totalSize = -1
+		} else if f.totalSize >= 0 {
+			f.totalSize += fi.Size()
+		}
+		if i == j.File && f.resumed {
+			if fi == nil || fi.Size() < j.Offset {
+				return fmt.Errorf("input %s is shorter than the committed offset %d: it was changed since; use --from-start", c.inputs[i], j.Offset)
+			}
+			if _, err := r.(io.Seeker).Seek(j.Offset, io.SeekStart); err != nil {
+				return fmt.Errorf("seek input %s: %w", c.inputs[i], err)
+			}
+			src.off, src.line = j.Offset, j.Line
+			if f.totalSize >= 0 {
+				f.totalSize -= j.Offset
+			}
+		}
+		srcs = append(srcs, src)
+	}
+
+	const nbatch = 4
+	full := make(chan *batch, nbatch-1)
+	free := make(chan *batch, nbatch)
+	done := make(chan struct{})
+	for range nbatch {
+		free <- &batch{}
+	}
+	rd := &reader{srcs: srcs, first: j.File, x: f.x, chunk: c.chunk, full: full, free: free, done: done}
+	go rd.run()
+	defer func() {
+		close(done)
+		for range full { // wait for the reader to finish
+		}
+	}()
+
+	f.verdicts = make([]dedup.Verdict, groupSize)
+	f.lastCmt = time.Now()
+	tick := time.NewTicker(min(c.commitInterval, 250*time.Millisecond))
+	defer tick.Stop()
+	for {
+		var b *batch
+		var ok bool
+		select {
+		case b, ok = <-full:
+		default:
+			// Nothing queued: let the output reach its reader now.
+			if err := f.flushAll(false); err != nil {
+				return err
+			}
+			select {
+			case b, ok = <-full:
+			case <-tick.C:
+				if f.sinceCmt > 0 && time.Since(f.lastCmt) >= c.commitInterval {
+					if err := f.commit(); err != nil {
+						return err
+					}
+				}
+				continue
+			case <-f.env.sigs:
+				if err := f.commit(); err != nil {
+					return err
+				}
+				return errors.New("interrupted; state committed, run the same command again to resume")
+			}
+		}
+		if !ok {
+			return f.commit()
+		}
+		err := f.process(b)
+		free <- b
+		if err != nil {
+			return err
+		}
+		select {
+		case <-f.env.sigs:
+			if err := f.commit(); err != nil {
+				return err
+			}
+			return errors.New("interrupted; state committed, run the same command again to resume")
+		default:
+		}
+	}
+}
+
+// process feeds one batch through the engine, in groups of keys, writing
+// each line where its verdict sends it, and commits when due.
+func (f *filterRun) process(b *batch) error {
+	c := f.cfg
+	j := &f.job
+	ki, ri := 0, 0
+	for li := 0; li < len(b.lines); {
+		k1 := min(ki+groupSize, len(b.keys))
+		if c.strict && ri < len(b.rejects) {
+			// Observe nothing past the reject: its keys must not be
+			// committed with the position before it.
+			for k1 > ki && b.keyLine[k1-1] > b.rejects[ri].line {
+				k1--
+			}
+		}
+		last := len(b.lines) - 1
+		switch {
+		case k1 > ki:
+			last = int(b.keyLine[k1-1])
+		case ri < len(b.rejects):
+			last = int(b.rejects[ri].line)
+		}
+		if k1 > ki {
+			if err := f.eng.ObserveBatch(b.keys[ki:k1], f.verdicts); err != nil {
+				return fmt.Errorf("%s:%d: %w", displayName(f.cfg.inputs[b.file]), b.firstLine+int64(b.keyLine[ki]), err)
+			}
+		}
+		k := ki
+		for ; li <= last; li++ {
+			ln := b.lines[li]
+			line := b.buf[ln.start:ln.end]
+			if ri < len(b.rejects) && int(b.rejects[ri].line) == li {
+				if c.strict {
+					return f.strictStop(b, li)
+				}
+				if err := f.writeReject(b, li, b.rejects[ri].r); err != nil {
+					return err
+				}
+				ri++
+				j.Counts.Rejects++
+			} else {
+				var err error
+				switch f.verdicts[k-ki] {
+				case dedup.New:
+					err = f.writeLine(f.out, line)
+					j.Counts.Distinct++
+				default: // Duplicate, or InFlight: a copy of a key written since the last commit
+					if f.dups != nil {
+						err = f.writeLine(f.dups, line)
+					}
+					j.Counts.Duplicates++
+				}
+				if err != nil {
+					return err
+				}
+				k++
+			}
+			j.Counts.Events++
+			f.sinceCmt++
+		}
+		ki = k1
+		f.advance(b, li)
+		if f.sinceCmt >= c.commitEvery || time.Since(f.lastCmt) >= c.commitInterval {
+			if err := f.commit(); err != nil {
+				return err
+			}
+		}
+	}
+	if b.endFile {
+		j.File, j.Offset, j.Line = b.file+1, 0, 1
+		f.sinceCmt++ // the position moved: commit it
+	}
+	if b.err != nil {
+		return errors.Join(b.err, f.commit())
+	}
+	return nil
+}
+
+// advance moves the job's position past the first n lines of b.
+func (f *filterRun) advance(b *batch, n int) {
+	j := &f.job
+	consumed := int64(0)
+	if n > 0 {
+		consumed = b.lines[n-1].next
+	}
+	j.File = b.file
+	j.Counts.Bytes += b.off + consumed - j.Offset
+	j.Offset = b.off + consumed
+	j.Line = b.firstLine + int64(n)
+	f.publish()
+}
+
+func (f *filterRun) publish() {
+	cn := &f.job.Counts
+	f.pub.events.Store(cn.Events - f.run0.Events)
+	f.pub.distinct.Store(cn.Distinct - f.run0.Distinct)
+	f.pub.dups.Store(cn.Duplicates - f.run0.Duplicates)
+	f.pub.rejects.Store(cn.Rejects - f.run0.Rejects)
+	f.pub.bytes.Store(cn.Bytes - f.run0.Bytes)
+}
+
+func (f *filterRun) writeLine(o *output, line []byte) error {
+	if err := o.write(line); err != nil {
+		return fmt.Errorf("write %s: %w", o.name, err)
+	}
+	if err := o.w.WriteByte('\n'); err != nil {
+		return fmt.Errorf("write %s: %w", o.name, err)
+	}
+	o.n++
+	return nil
+}
+
+// rejectRecord formats a rejected line: "NAME:LINE: REASON\tTEXT", TEXT
+// being the line cut to rejectShow bytes ("..." marks a cut).
+func (f *filterRun) rejectRecord(b *batch, li int, r reject) []byte {
+	ln := b.lines[li]
+	text := b.buf[ln.start:ln.end]
+	cut := len(text) > rejectShow || r.code == rejLineTooLong
+	if len(text) > rejectShow {
+		text = text[:rejectShow]
+	}
+	rec := fmt.Appendf(nil, "%s:%d: %s\t", displayName(f.cfg.inputs[b.file]), b.firstLine+int64(li), r.describe(f.x))
+	rec = append(rec, text...)
+	if cut {
+		rec = append(rec, "..."...)
+	}
+	return append(rec, '\n')
+}
+
+func (f *filterRun) writeReject(b *batch, li int, r reject) error {
+	if _, err := f.rejectsW.Write(f.rejectRecord(b, li, r)); err != nil {
+		return fmt.Errorf("write rejects: %w", err)
+	}
+	return nil
+}
+
+// strictStop commits the position before line li of b and reports it.
+func (f *filterRun) strictStop(b *batch, li int) error {
+	f.advance(b, li)
+	f.sinceCmt++
+	cerr := f.commit()
+	var r reject
+	for _, ra := range b.rejects {
+		if int(ra.line) == li {
+			r = ra.r
+		}
+	}
+	err := fmt.Errorf("--strict: %s:%d: %s", displayName(f.cfg.inputs[b.file]), b.firstLine+int64(li), r.describe(f.x))
+	return errors.Join(&exitError{code: exitBad, err: err}, cerr)
+}
+
+func (f *filterRun) flushAll(durable bool) error {
+	for _, o := range []*output{f.out, f.dups, f.rejects} {
+		if err := o.flush(durable); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commit is the do-then-mark step: the outputs are written and fsynced up
+// to the current position first, then the engine commits the keys observed
+// so far together with that position and those lengths.
+func (f *filterRun) commit() error {
+	if err := f.flushAll(f.durable); err != nil {
+		return err
+	}
+	j := &f.job
+	if f.out != nil {
+		j.OutLen = f.out.n
+	}
+	if f.dups != nil {
+		j.DupsLen = f.dups.n
+	}
+	if f.rejects != nil {
+		j.RejectsLen = f.rejects.n
+	}
+	if err := f.eng.Commit(j.encode()); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	f.sinceCmt = 0
+	f.lastCmt = time.Now()
+	return nil
+}
+
+// printStats prints the end-of-run summary on stderr.
+func (f *filterRun) printStats() {
+	st := f.eng.Stats()
+	el := time.Since(f.start)
+	ev := f.pub.events.Load()
+	pct := func(n int64) string {
+		if ev == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" (%.1f%%)", 100*float64(n)/float64(ev))
+	}
+	by := f.pub.bytes.Load()
+	w := f.env.stderr
+	if f.resumed {
+		fmt.Fprintf(w, "resumed         %s line %d\n", displayName(f.cfg.inputs[min(f.run0pos(), len(f.cfg.inputs)-1)]), f.job.Line)
+	}
+	fmt.Fprintf(w, "events          %d\n", ev)
+	fmt.Fprintf(w, "distinct        %d%s\n", f.pub.distinct.Load(), pct(f.pub.distinct.Load()))
+	fmt.Fprintf(w, "duplicates      %d%s\n", f.pub.dups.Load(), pct(f.pub.dups.Load()))
+	fmt.Fprintf(w, "rejects         %d%s\n", f.pub.rejects.Load(), pct(f.pub.rejects.Load()))
+	fmt.Fprintf(w, "store lookups   %d\n", st.StoreLookups)
+	fmt.Fprintf(w, "false positives %d\n", st.FalsePositives)
+	fmt.Fprintf(w, "commits         %d (mean %v)\n", st.Commits, st.CommitLatencyMean.Round(time.Microsecond))
+	fmt.Fprintf(w, "elapsed         %v\n", el.Round(time.Millisecond))
+	fmt.Fprintf(w, "throughput      %.1f MB/s, %s events/s\n", float64(by)/1e6/el.Seconds(), strconv.FormatFloat(float64(ev)/el.Seconds(), 'f', 0, 64))
+}
+
+func (f *filterRun) run0pos() int { return f.job.File }

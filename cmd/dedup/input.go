@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// lineRef locates one line in a batch's buffer: buf[start:end] is the
+// line without its newline, and next is the offset, relative to the
+// batch's first byte, where the following line starts.
+type lineRef struct {
+	start, end int32
+	next       int64
+}
+
+// rejectAt is a rejected line of a batch.
+type rejectAt struct {
+	line int32
+	r    reject
+}
+
+// batch is a run of whole lines of one input, with their keys. The reader
+// fills it; the filter loop consumes it and hands it back for reuse.
+type batch struct {
+	file      int   // index of the input
+	off       int64 // input offset of buf[0]
+	firstLine int64 // line number of lines[0]
+	buf       []byte
+	lines     []lineRef
+	keys      [][]byte // keys of the accepted lines, in order
+	keyLine   []int32  // keyLine[k] is the line of keys[k]
+	rejects   []rejectAt
+	arena     []byte // composite keys
+	endFile   bool   // the input is exhausted after this batch
+	err       error  // read error after the lines of this batch
+}
+
+func (b *batch) reset() {
+	b.buf = b.buf[:0]
+	b.lines = b.lines[:0]
+	clear(b.keys) // drop references into old buffers
+	b.keys = b.keys[:0]
+	b.keyLine = b.keyLine[:0]
+	b.rejects = b.rejects[:0]
+	b.arena = b.arena[:0]
+	b.endFile, b.err = false, nil
+}
+
+// source is one input to read.
+type source struct {
+	name string // as given; "-" is stdin
+	r    io.Reader
+	// start position (resume)
+	off  int64
+	line int64
+}
+
+// reader cuts inputs into batches of whole lines and extracts their keys.
+// It runs in its own goroutine (run), so that parsing overlaps with the
+// engine and the writes.
+type reader struct {
+	srcs  []source
+	first int // index of srcs[0] among all inputs
+	x     *extractor
+	chunk int // bytes read per batch
+	full  chan<- *batch
+	free  <-chan *batch
+	done  <-chan struct{}
+	carry []byte // partial line carried to the next batch
+}
+
+// run reads every source and closes full at the end. A read error is
+// delivered in the last batch.
+func (rd *reader) run() {
+	defer close(rd.full)
+	for i := range rd.srcs {
+		if !rd.readSource(rd.first+i, &rd.srcs[i]) {
+			return
+		}
+	}
+}
+
+// get waits for a free batch; false when the run is abandoned.
+func (rd *reader) get() (*batch, bool) {
+	select {
+	case b := <-rd.free:
+		b.reset()
+		return b, true
+	case <-rd.done:
+		return nil, false
+	}
+}
+
+func (rd *reader) put(b *batch) bool {
+	select {
+	case rd.full <- b:
+		return true
+	case <-rd.done:
+		return false
+	}
+}
+
+// readSource reads one input to its end; false when the run must stop.
+func (rd *reader) readSource(file int, src *source) bool {
+	off, lineNo := src.off, src.line
+	rd.carry = rd.carry[:0]
+	eof := false
+	for {
+		b, ok := rd.get()
+		if !ok {
+			return false
+		}
+		b.file, b.off, b.firstLine = file, off, lineNo
+		b.buf = append(b.buf[:0], rd.carry...)
+		rd.carry = rd.carry[:0]
+		want := max(rd.chunk, 2*len(b.buf))
+		if cap(b.buf) < want {
+			nb := make([]byte, len(b.buf), want)
+			copy(nb, b.buf)
+			b.buf = nb
+		}
+		// Read until the buffer holds a newline, is full, or the input ends.
+		var rerr error
+		for !eof {
+			n, err := src.r.Read(b.buf[len(b.buf):cap(b.buf)])
+			scanFrom := len(b.buf)
+			b.buf = b.buf[:len(b.buf)+n]
+			if err == io.EOF {
+				eof = true
+			} else if err != nil {
+				rerr = fmt.Errorf("read %s: %w", displayName(src.name), err)
+				break
+			}
+			if bytes.IndexByte(b.buf[scanFrom:], '\n') >= 0 || len(b.buf) == cap(b.buf) {
+				break
+			}
+		}
+		cut := bytes.LastIndexByte(b.buf, '\n') + 1 // bytes of whole lines
+		switch {
+		case eof || rerr != nil:
+			cut = len(b.buf) // a last line without newline is whole
+		case cut == 0 && len(b.buf) > rd.x.maxLine:
+			// No newline within --max-line bytes: reject the line and
+			// skip to its end.
+			skipped, err := rd.skipLine(src, b)
+			if err != nil {
+				rerr = err
+			}
+			if skipped.eof {
+				eof = true
+			}
+			off += skipped.n
+			lineNo++
+			b.endFile = eof && rerr == nil
+			b.err = rerr
+			if !rd.put(b) || rerr != nil {
+				return false
+			}
+			if eof {
+				return true
+			}
+			continue
+		}
+		rd.carry = append(rd.carry, b.buf[cut:]...)
+		b.buf = b.buf[:cut]
+		rd.cutLines(b)
+		off += int64(cut)
+		lineNo += int64(len(b.lines))
+		b.endFile = eof && rerr == nil
+		b.err = rerr
+		if !rd.put(b) || rerr != nil {
+			return false
+		}
+		if eof {
+			return true
+		}
+	}
+}
+
+type skipResult struct {
+	n   int64 // bytes of the line, newline included
+	eof bool
+}
+
+// skipLine turns b, which holds the start of an over-long line, into a
+// batch of that one rejected line (its first bytes kept for the rejects
+// record), reading and discarding the rest of the line.
+func (rd *reader) skipLine(src *source, b *batch) (skipResult, error) {
+	n := int64(len(b.buf))
+	keep := min(len(b.buf), rejectShow)
+	var scratch [64 << 10]byte
+	res := skipResult{}
+	for {
+		m, err := src.r.Read(scratch[:])
+		if i := bytes.IndexByte(scratch[:m], '\n'); i >= 0 {
+			n += int64(i + 1)
+			// The bytes after the newline start the next line.
+			rd.carry = append(rd.carry[:0], scratch[i+1:m]...)
+			break
+		}
+		n += int64(m)
+		if err == io.EOF {
+			res.eof = true
+			break
+		}
+		if err != nil {
+			res.n = n
+			return res, fmt.Errorf("read %s: %w", displayName(src.name), err)
+		}
+	}
+	res.n = n
+	b.buf = b.buf[:keep]
+	b.lines = append(b.lines, lineRef{start: 0, end: int32(keep), next: n})
+	size := n
+	if !res.eof {
+		size-- // the newline
+	}
+	b.rejects = append(b.rejects, rejectAt{line: 0, r: reject{code: rejLineTooLong, size: int(min(size, 1<<62))}})
+	return res, nil
+}
+
+// cutLines splits b.buf into lines and extracts their keys.
+func (rd *reader) cutLines(b *batch) {
+	buf := b.buf
+	for start := 0; start < len(buf); {
+		end := bytes.IndexByte(buf[start:], '\n')
+		next := 0
+		if end < 0 {
+			end, next = len(buf), len(buf)
+		} else {
+			end += start
+			next = end + 1
+		}
+		li := int32(len(b.lines))
+		b.lines = append(b.lines, lineRef{start: int32(start), end: int32(end), next: int64(next)})
+		var key []byte
+		var r reject
+		if end-start > rd.x.maxLine {
+			r = reject{code: rejLineTooLong, size: end - start}
+		} else {
+			key, b.arena, r = rd.x.extract(buf[start:end], b.arena)
+		}
+		if r.code != rejNone {
+			b.rejects = append(b.rejects, rejectAt{line: li, r: r})
+		} else {
+			b.keys = append(b.keys, key)
+			b.keyLine = append(b.keyLine, li)
+		}
+		start = next
+	}
+}
+
+// rejectShow is how many bytes of a rejected line its record shows.
+const rejectShow = 512
+
+func displayName(name string) string {
+	if name == "-" {
+		return "<stdin>"
+	}
+	return name
+}
+
+// openInput opens a named input; "-" is stdin.
+func openInput(name string, stdin io.Reader) (io.Reader, func() error, os.FileInfo, error) {
+	if name == "-" {
+		return stdin, func() error { return nil }, nil, nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, nil, errors.Join(err, f.Close())
+	}
+	return f, f.Close, fi, nil
+}

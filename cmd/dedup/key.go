@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// errorf builds a plain error; usage errors are wrapped in usageError by
+// the caller.
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// rejectCode says why a line was rejected.
+type rejectCode uint8
+
+const (
+	rejNone        rejectCode = iota
+	rejNotJSON                // syntax error; detail in the reject
+	rejNotObject              // valid JSON, but not an object
+	rejMissingKey             // a key field is absent or null
+	rejKeyTooLarge            // key over --max-key
+	rejEmptyKey               // key of zero bytes
+	rejNoMatch                // --regex did not match
+	rejMissingField           // --field N beyond the line's fields
+	rejLineTooLong            // line over --max-line
+	rejEmptyLine              // json: a blank line
+)
+
+// reject describes one rejected line; String formats it for the rejects
+// stream. It is a value without pointers so that good lines cost nothing.
+type reject struct {
+	code  rejectCode
+	field int   // rejMissingKey: index of the missing path
+	size  int   // rejKeyTooLarge, rejLineTooLong: the size found
+	json  jsonError
+}
+
+// describe formats r for the rejects stream, naming fields from x.
+func (r reject) describe(x *extractor) string {
+	switch r.code {
+	case rejNotJSON:
+		return "not JSON: " + r.json.String()
+	case rejNotObject:
+		return "not a JSON object"
+	case rejMissingKey:
+		return "missing key " + strconv.Quote(strings.Join(x.paths[r.field], "."))
+	case rejKeyTooLarge:
+		return fmt.Sprintf("key too large: %d bytes, limit %d", r.size, x.maxKey)
+	case rejEmptyKey:
+		return "empty key"
+	case rejEmptyLine:
+		return "empty line"
+	case rejNoMatch:
+		return "no match for --regex"
+	case rejMissingField:
+		return fmt.Sprintf("no field %d", x.field)
+	case rejLineTooLong:
+		return fmt.Sprintf("line too long: %d bytes or more, limit %d", r.size, x.maxLine)
+	}
+	return "rejected"
+}
+
+// keyMode is how the key is taken from a line.
+type keyMode uint8
+
+const (
+	modeJSON  keyMode = iota // --key paths of an NDJSON object
+	modeLine                 // the whole line
+	modeField                // --field N of --delim separated fields
+	modeRegex                // the first group of --regex
+)
+
+// extractor takes the key out of a line. It is not safe for concurrent
+// use (it holds the JSON scanner's state); one goroutine owns it.
+type extractor struct {
+	mode    keyMode
+	paths   []jsonPath
+	scan    *jsonScanner
+	field   int // 1-based
+	delim   []byte
+	re      *regexp.Regexp
+	group   int // capture group of re, 0 for the whole match
+	maxKey  int
+	maxLine int
+}
+
+// extractorConfig is what the flags say about keys.
+type extractorConfig struct {
+	format  string // "json" or "lines"
+	key     string // --key
+	field   int    // --field
+	delim   string // --delim
+	regex   string // --regex
+	maxKey  int
+	maxLine int
+}
+
+// newExtractor validates cfg; its errors are usage errors.
+func newExtractor(cfg extractorConfig) (*extractor, error) {
+	x := &extractor{maxKey: cfg.maxKey, maxLine: cfg.maxLine}
+	switch cfg.format {
+	case "json", "ndjson":
+		if cfg.key == "" {
+			return nil, errors.New("--format json needs --key (e.g. --key event_id or --key user.id,seq)")
+		}
+		if cfg.field != 0 || cfg.regex != "" {
+			return nil, errors.New("--field and --regex go with --format lines")
+		}
+		paths, err := parsePaths(cfg.key)
+		if err != nil {
+			return nil, err
+		}
+		x.mode, x.paths, x.scan = modeJSON, paths, newJSONScanner(paths)
+	case "lines":
+		if cfg.key != "" {
+			return nil, errors.New("--key goes with --format json; use --field or --regex with --format lines")
+		}
+		switch {
+		case cfg.field != 0 && cfg.regex != "":
+			return nil, errors.New("--field and --regex are exclusive")
+		case cfg.field < 0:
+			return nil, fmt.Errorf("--field %d: fields count from 1", cfg.field)
+		case cfg.field > 0:
+			if cfg.delim == "" {
+				return nil, errors.New("--delim must not be empty")
+			}
+			x.mode, x.field, x.delim = modeField, cfg.field, []byte(cfg.delim)
+		case cfg.regex != "":
+			re, err := regexp.Compile(cfg.regex)
+			if err != nil {
+				return nil, fmt.Errorf("--regex: %w", err)
+			}
+			x.mode, x.re = modeRegex, re
+			if re.NumSubexp() > 0 {
+				x.group = 1
+			}
+		default:
+			x.mode = modeLine
+		}
+	default:
+		return nil, fmt.Errorf("--format %q: want json or lines", cfg.format)
+	}
+	return x, nil
+}
+
+// extract returns the key of line (without its newline). The key aliases
+// line, or arena when it has several fields; the grown arena is returned.
+// A rejected line has r.code != rejNone.
+func (x *extractor) extract(line, arena []byte) (key, arenaOut []byte, r reject) {
+	switch x.mode {
+	case modeJSON:
+		ok, notObject := x.scan.scan(line)
+		if !ok {
+			if len(bytes.TrimSpace(line)) == 0 {
+				return nil, arena, reject{code: rejEmptyLine}
+			}
+			return nil, arena, reject{code: rejNotJSON, json: x.scan.err}
+		}
+		if notObject {
+			return nil, arena, reject{code: rejNotObject}
+		}
+		vals := x.scan.vals
+		for i, v := range vals {
+			if v == nil {
+				return nil, arena, reject{code: rejMissingKey, field: i}
+			}
+		}
+		if len(vals) == 1 {
+			key = vals[0]
+		} else {
+			// Composite: each field's raw text, length-prefixed, so that
+			// ("a,b","c") and ("a","b,c"), or 1,23 and 12,3, differ.
+			start := len(arena)
+			for _, v := range vals {
+				arena = binary.AppendUvarint(arena, uint64(len(v)))
+				arena = append(arena, v...)
+			}
+			key = arena[start:len(arena):len(arena)]
+		}
+	case modeLine:
+		key = trimCR(line)
+	case modeField:
+		key = trimCR(line)
+		for i := 1; i < x.field; i++ {
+			j := bytes.Index(key, x.delim)
+			if j < 0 {
+				return nil, arena, reject{code: rejMissingField}
+			}
+			key = key[j+len(x.delim):]
+		}
+		if j := bytes.Index(key, x.delim); j >= 0 {
+			key = key[:j]
+		}
+	case modeRegex:
+		m := x.re.FindSubmatchIndex(line)
+		if m == nil || m[2*x.group] < 0 {
+			return nil, arena, reject{code: rejNoMatch}
+		}
+		key = line[m[2*x.group]:m[2*x.group+1]]
+	}
+	if len(key) == 0 {
+		return nil, arena, reject{code: rejEmptyKey}
+	}
+	if len(key) > x.maxKey {
+		return nil, arena, reject{code: rejKeyTooLarge, size: len(key)}
+	}
+	return key, arena, reject{}
+}
+
+func trimCR(b []byte) []byte {
+	if len(b) > 0 && b[len(b)-1] == '\r' {
+		return b[:len(b)-1]
+	}
+	return b
+}

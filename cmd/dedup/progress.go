@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// notifySignals delivers SIGINT and SIGTERM: the run commits what it has
+// written and stops.
+func notifySignals() <-chan os.Signal {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return c
+}
+
+// progressEvery is how often the progress bar is refreshed.
+const progressEvery = 250 * time.Millisecond
+
+// startProgress shows a progress bar on stderr (bytes of input, with an
+// ETA when the input size is known; events/s, duplicate share and store
+// lookups in the description) and returns the function that stops it.
+func (f *filterRun) startProgress() (stop func()) {
+	show := f.cfg.progress == "always" || (f.cfg.progress == "auto" && f.env.stderrTTY)
+	if !show {
+		return func() {}
+	}
+	bar := progressbar.NewOptions64(f.totalSize,
+		progressbar.OptionSetWriter(f.env.stderr),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionSetWidth(20),
+		progressbar.OptionThrottle(progressEvery),
+		progressbar.OptionSetPredictTime(f.totalSize > 0),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionShowDescriptionAtLineEnd(),
+		progressbar.OptionSpinnerType(14),
+		progressbar.OptionFullWidth(),
+	)
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-quit:
+				_ = bar.Set64(f.pub.bytes.Load())
+				_ = bar.Finish()
+				fmt.Fprintln(f.env.stderr)
+				return
+			case <-t.C:
+			}
+			ev := f.pub.events.Load()
+			dup := 0.0
+			if ev > 0 {
+				dup = 100 * float64(f.pub.dups.Load()) / float64(ev)
+			}
+			st := f.eng.Stats()
+			rate := float64(ev) / time.Since(start).Seconds()
+			bar.Describe(fmt.Sprintf("%s ev/s, %.1f%% dup, %d lookups", humanCount(rate), dup, st.StoreLookups))
+			_ = bar.Set64(f.pub.bytes.Load())
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// humanCount formats n with a k/M/G suffix.
+func humanCount(n float64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fG", n/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", n/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fk", n/1e3)
+	}
+	return fmt.Sprintf("%.0f", n)
+}
