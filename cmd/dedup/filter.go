@@ -77,7 +77,11 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
 	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from the start (committed keys still count)")
 	fs.IntVar(&c.chunk, "chunk", 1<<20, "read `BYTES` per batch")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), filterHelpHead); fs.PrintDefaults(); fmt.Fprint(fs.Output(), filterHelpTail) }
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), filterHelpHead)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), filterHelpTail)
+	}
 	return fs, c
 }
 

@@ -18,24 +18,24 @@ func errorf(format string, args ...any) error { return fmt.Errorf(format, args..
 type rejectCode uint8
 
 const (
-	rejNone        rejectCode = iota
-	rejNotJSON                // syntax error; detail in the reject
-	rejNotObject              // valid JSON, but not an object
-	rejMissingKey             // a key field is absent or null
-	rejKeyTooLarge            // key over --max-key
-	rejEmptyKey               // key of zero bytes
-	rejNoMatch                // --regex did not match
-	rejMissingField           // --field N beyond the line's fields
-	rejLineTooLong            // line over --max-line
-	rejEmptyLine              // json: a blank line
+	rejNone         rejectCode = iota
+	rejNotJSON                 // syntax error; detail in the reject
+	rejNotObject               // valid JSON, but not an object
+	rejMissingKey              // a key field is absent or null
+	rejKeyTooLarge             // key over --max-key
+	rejEmptyKey                // key of zero bytes
+	rejNoMatch                 // --regex did not match
+	rejMissingField            // --field N beyond the line's fields
+	rejLineTooLong             // line over --max-line
+	rejEmptyLine               // json: a blank line
 )
 
 // reject describes one rejected line; String formats it for the rejects
 // stream. It is a value without pointers so that good lines cost nothing.
 type reject struct {
 	code  rejectCode
-	field int   // rejMissingKey: index of the missing path
-	size  int   // rejKeyTooLarge, rejLineTooLong: the size found
+	field int // rejMissingKey: index of the missing path
+	size  int // rejKeyTooLarge, rejLineTooLong: the size found
 	json  jsonError
 }
 
