@@ -1,0 +1,730 @@
+package dedup
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/rotate"
+)
+
+// Verdict is the answer of Observe for one key.
+type Verdict uint8
+
+// The verdicts.
+const (
+	// New is the first sighting within the window: the caller owns the
+	// event, processes it, then Commits (or Forgets it if processing fails).
+	New Verdict = 1
+	// Duplicate means the key was committed earlier within the window: drop
+	// the event.
+	Duplicate Verdict = 2
+	// InFlight means the key was observed New since the last Commit and is
+	// not committed yet: another worker owns it.
+	InFlight Verdict = 3
+)
+
+// String returns "new", "duplicate" or "in-flight".
+func (v Verdict) String() string {
+	switch v {
+	case New:
+		return "new"
+	case Duplicate:
+		return "duplicate"
+	case InFlight:
+		return "in-flight"
+	}
+	return fmt.Sprintf("verdict(%d)", uint8(v))
+}
+
+// Meta names in the exact store.
+const (
+	metaOptions = "options"
+	metaSeed    = "seed"
+)
+
+// Engine answers, for a stream of keys, whether each was seen within the
+// window. All methods are safe for concurrent use.
+type Engine struct {
+	opts   Options
+	kind   filter.Kind
+	exact  bool // exact mode: filter hits are resolved by the store
+	seed   uint64
+	shards []shard
+	store  *exact.Store
+	// timing is a ring with no filters, used for generation arithmetic.
+	timing *rotate.Ring
+
+	inflight atomic.Int64 // keys in flight (not committed), all shards
+	// newestGen is the highest generation any key has gone into: after the
+	// clock steps back, new keys still go there, in every shard alike.
+	newestGen atomic.Uint64
+
+	// lifecycle is held shared by Commit and Snapshot, exclusively by Close.
+	lifecycle sync.RWMutex
+	closed    atomic.Bool
+
+	// Group commit: callers queue; one leader commits for all.
+	cmu     sync.Mutex
+	cqueue  []*commitReq
+	cleader bool
+
+	cpMu       sync.Mutex
+	checkpoint []byte
+	commitSeq  uint64
+
+	stats engineStats
+
+	stop chan struct{}
+	bg   sync.WaitGroup
+}
+
+type commitReq struct {
+	cp   []byte
+	err  error
+	done chan struct{}
+}
+
+// engineStats are counters outside the shards.
+type engineStats struct {
+	commits       atomic.Uint64
+	commitErrors  atomic.Uint64
+	committedKeys atomic.Uint64
+	commitNanos   atomic.Uint64
+	lastCommitNs  atomic.Int64
+	maxCommitNs   atomic.Int64
+	lastCommitErr atomic.Pointer[string]
+	restoredKeys  uint64
+	restoreNanos  int64
+}
+
+// shard owns a slice of the hash space: its filters and in-flight keys.
+type shard struct {
+	mu         sync.Mutex
+	closed     bool
+	ring       *rotate.Ring
+	inflight   map[uint64]*pending
+	committing map[uint64]*pending
+
+	observed, news, dups, inflightHits uint64
+	falsePositives, lookups            uint64
+
+	_ [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// pending is a key in flight. Keys sharing a 64-bit hash chain through next
+// (exact mode only; vanishingly rare, but a New must never be wrong).
+type pending struct {
+	gen  uint64
+	key  string // "" in probabilistic mode
+	next *pending
+}
+
+// Open opens (or creates) the engine described by opts.
+func Open(opts Options) (*Engine, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	kind, _ := filter.ParseKind(opts.Filter)
+	e := &Engine{
+		opts:   opts,
+		kind:   kind,
+		exact:  !opts.Probabilistic,
+		shards: make([]shard, opts.Shards),
+		stop:   make(chan struct{}),
+	}
+	span := opts.Window / time.Duration(opts.Generations)
+	capacity := uint64(opts.ExpectedRate*span.Seconds()/float64(opts.Shards)) + 1
+	capacity = max(capacity, 64)
+	cfg := rotate.Config{
+		Window:            opts.Window,
+		Generations:       opts.Generations,
+		Kind:              kind,
+		Capacity:          capacity,
+		FalsePositiveRate: opts.FalsePositiveRate,
+	}
+	var err error
+	if e.timing, err = rotate.New(cfg); err != nil {
+		return nil, fmt.Errorf("dedup: %w", err)
+	}
+	for i := range e.shards {
+		s := &e.shards[i]
+		if s.ring, err = rotate.New(cfg); err != nil {
+			return nil, fmt.Errorf("dedup: %w", err)
+		}
+		s.inflight = make(map[uint64]*pending)
+	}
+
+	fs, dir := opts.FS, opts.Dir
+	if dir == "" {
+		if fs == nil {
+			fs = vfs.NewMem()
+		}
+		dir = "dedup-mem"
+	} else if fs == nil {
+		fs = vfs.Default
+	}
+	e.store, err = exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic})
+	if err != nil {
+		return nil, fmt.Errorf("dedup: open state %q: %w", opts.Dir, err)
+	}
+	if err := e.load(); err != nil {
+		return nil, errors.Join(err, e.store.Close())
+	}
+	if opts.AutoCommit > 0 {
+		e.bg.Add(1)
+		go e.autoCommit()
+	}
+	return e, nil
+}
+
+// load reads the persisted options, seed and checkpoint, or writes them on
+// a fresh state, then rebuilds the filters from what was committed.
+func (e *Engine) load() error {
+	want := e.opts.persisted()
+	raw, ok, err := e.store.GetMeta(metaOptions)
+	if err != nil {
+		return fmt.Errorf("dedup: read options: %w", err)
+	}
+	if ok {
+		have, err := decodePersisted(raw)
+		if err != nil {
+			return err
+		}
+		if err := have.compatible(want); err != nil {
+			return err
+		}
+		rawSeed, ok, err := e.store.GetMeta(metaSeed)
+		if err != nil {
+			return fmt.Errorf("dedup: read seed: %w", err)
+		}
+		if !ok || len(rawSeed) != 8 {
+			return fmt.Errorf("%w: hash seed missing or malformed", ErrCorrupt)
+		}
+		e.seed = binary.BigEndian.Uint64(rawSeed)
+	} else {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("dedup: draw hash seed: %w", err)
+		}
+		e.seed = binary.BigEndian.Uint64(b[:])
+		if err := e.store.SetMeta(metaSeed, b[:]); err != nil {
+			return fmt.Errorf("dedup: persist seed: %w", err)
+		}
+		if err := e.store.SetMeta(metaOptions, want.encode()); err != nil {
+			return fmt.Errorf("dedup: persist options: %w", err)
+		}
+	}
+	cp, err := e.store.Checkpoint()
+	if err != nil {
+		return fmt.Errorf("dedup: read checkpoint: %w", err)
+	}
+	e.checkpoint = cp
+	e.commitSeq = e.store.CommitSeq()
+	return e.rebuild()
+}
+
+// rebuild refills the filters from the store: every key of a live
+// generation in exact mode, the commit log in probabilistic mode.
+func (e *Engine) rebuild() error {
+	start := time.Now()
+	now := e.opts.Now()
+	oldest := e.timing.OldestLive(now)
+	var n uint64
+	add := func(gen, h uint64) error {
+		if gen < oldest {
+			return nil
+		}
+		s := e.shardOf(h)
+		if gen > e.newestGen.Load() {
+			e.newestGen.Store(gen)
+		}
+		if _, err := s.ring.Add(gen, h, now); err != nil {
+			return err
+		}
+		n++
+		return nil
+	}
+	var err error
+	if e.exact {
+		err = e.store.ScanKeys(oldest, func(gen uint64, key []byte) error {
+			return add(gen, e.hash(key))
+		})
+	} else {
+		err = e.store.ScanLog(0, func(_, gen, h uint64) error { return add(gen, h) })
+	}
+	if err != nil {
+		return fmt.Errorf("dedup: rebuild filters: %w", err)
+	}
+	e.stats.restoredKeys = n
+	e.stats.restoreNanos = int64(time.Since(start))
+	return nil
+}
+
+// hash is the seeded 64-bit hash of key: seeded per state directory so that
+// crafted keys cannot aim at collisions.
+func (e *Engine) hash(key []byte) uint64 {
+	var d xxhash.Digest
+	d.ResetWithSeed(e.seed)
+	_, _ = d.Write(key) // never fails
+	return d.Sum64()
+}
+
+// shardIndex picks the shard from a remix of h, so that the shard and the
+// filter positions (taken from h itself) are independent.
+func (e *Engine) shardIndex(h uint64) int {
+	hi, _ := bits.Mul64(mix64(h), uint64(len(e.shards)))
+	return int(hi)
+}
+
+func (e *Engine) shardOf(h uint64) *shard { return &e.shards[e.shardIndex(h)] }
+
+// mix64 is the splitmix64 finalizer: a bijection whose output bits each
+// depend on all input bits.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+func (e *Engine) checkKey(key []byte) error {
+	if len(key) == 0 {
+		return ErrEmptyKey
+	}
+	if len(key) > e.opts.MaxKeySize {
+		return fmt.Errorf("%w: %d bytes, MaxKeySize is %d", ErrKeyTooLarge, len(key), e.opts.MaxKeySize)
+	}
+	return nil
+}
+
+// Observe reports whether key was seen within the window. New makes the
+// caller the owner of the event until it Commits or Forgets it; every other
+// Observe of the key meanwhile gets InFlight.
+func (e *Engine) Observe(key []byte) (Verdict, error) {
+	if err := e.checkKey(key); err != nil {
+		return 0, err
+	}
+	h := e.hash(key)
+	s := e.shardOf(h)
+	now := e.opts.Now()
+	s.mu.Lock()
+	v, err := e.observeLocked(s, key, h, now)
+	s.mu.Unlock()
+	return v, err
+}
+
+// ObserveBatch observes keys[i] into out[i], taking each shard's lock once.
+// Every key is checked before any is observed: a nil, empty or oversized
+// entry fails the whole batch with an error naming its index. If an error
+// occurs while observing, the keys not observed have out[i] == 0. Repeated
+// keys within a batch get New once and InFlight after.
+func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
+	if len(out) < len(keys) {
+		return fmt.Errorf("%w: %d keys, %d verdicts", ErrBatchLength, len(keys), len(out))
+	}
+	for i, k := range keys {
+		if err := e.checkKey(k); err != nil {
+			return fmt.Errorf("dedup: batch entry %d: %w", i, err)
+		}
+	}
+	clear(out[:len(keys)])
+	if len(keys) == 0 {
+		return nil
+	}
+	b := getBatchScratch(len(keys), len(e.shards))
+	defer putBatchScratch(b)
+	// Counting sort of the keys by shard, stable, so repeats keep order.
+	for i, k := range keys {
+		h := e.hash(k)
+		si := e.shardIndex(h)
+		b.hashes[i] = h
+		b.shardOf[i] = int32(si)
+		b.start[si+1]++
+	}
+	for i := 1; i < len(b.start); i++ {
+		b.start[i] += b.start[i-1]
+	}
+	pos := b.pos
+	copy(pos, b.start[:len(e.shards)])
+	for i := range keys {
+		si := b.shardOf[i]
+		b.order[pos[si]] = int32(i)
+		pos[si]++
+	}
+	now := e.opts.Now()
+	for si := range e.shards {
+		lo, hi := b.start[si], b.start[si+1]
+		if lo == hi {
+			continue
+		}
+		s := &e.shards[si]
+		s.mu.Lock()
+		for _, i := range b.order[lo:hi] {
+			v, err := e.observeLocked(s, keys[i], b.hashes[i], now)
+			if err != nil {
+				s.mu.Unlock()
+				return fmt.Errorf("dedup: batch entry %d: %w", i, err)
+			}
+			out[i] = v
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+type batchScratch struct {
+	hashes  []uint64
+	shardOf []int32
+	order   []int32
+	start   []int32
+	pos     []int32
+}
+
+var batchPool sync.Pool
+
+func getBatchScratch(n, shards int) *batchScratch {
+	b, _ := batchPool.Get().(*batchScratch)
+	if b == nil {
+		b = &batchScratch{}
+	}
+	b.hashes = grow(b.hashes, n)
+	b.shardOf = grow(b.shardOf, n)
+	b.order = grow(b.order, n)
+	b.start = grow(b.start, shards+1)
+	clear(b.start)
+	b.pos = grow(b.pos, shards)
+	return b
+}
+
+func putBatchScratch(b *batchScratch) { batchPool.Put(b) }
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// observeLocked is Observe under the shard's lock.
+func (e *Engine) observeLocked(s *shard, key []byte, h uint64, now time.Time) (Verdict, error) {
+	if s.closed {
+		return 0, ErrClosed
+	}
+	s.observed++
+	s.ring.Advance(now)
+	if s.findPending(h, key, e.exact) {
+		s.inflightHits++
+		return InFlight, nil
+	}
+	if e.exact {
+		var found bool
+		var err error
+		matched := s.ring.Lookup(h, func(g *rotate.Generation) bool {
+			s.lookups++
+			found, err = e.store.Has(g.ID, key)
+			return err == nil && !found
+		})
+		if err != nil {
+			s.observed--
+			return 0, fmt.Errorf("dedup: store lookup: %w", err)
+		}
+		if found {
+			s.dups++
+			return Duplicate, nil
+		}
+		if matched > 0 {
+			s.falsePositives++
+		}
+	} else if s.ring.Contains(h) {
+		s.dups++
+		return Duplicate, nil
+	}
+	if e.inflight.Add(1) > int64(e.opts.MaxInFlight) {
+		e.inflight.Add(-1)
+		s.observed--
+		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
+	}
+	g, err := s.ring.Get(e.generationFor(now))
+	if err != nil {
+		e.inflight.Add(-1)
+		s.observed--
+		return 0, fmt.Errorf("dedup: %w", err)
+	}
+	p := &pending{gen: g.ID, next: s.inflight[h]}
+	if e.exact {
+		p.key = string(key)
+	}
+	s.inflight[h] = p
+	s.news++
+	return New, nil
+}
+
+// generationFor returns the generation a key observed New at now goes
+// into: the one covering now, or the newest one any key went into if the
+// clock has stepped back since.
+func (e *Engine) generationFor(now time.Time) uint64 {
+	id := e.timing.GenerationAt(now)
+	for {
+		newest := e.newestGen.Load()
+		if id <= newest {
+			return newest
+		}
+		if e.newestGen.CompareAndSwap(newest, id) {
+			return id
+		}
+	}
+}
+
+// findPending reports whether key (hash h) is in flight or being committed.
+func (s *shard) findPending(h uint64, key []byte, exact bool) bool {
+	return chainHas(s.inflight[h], key, exact) || chainHas(s.committing[h], key, exact)
+}
+
+func chainHas(p *pending, key []byte, exact bool) bool {
+	for ; p != nil; p = p.next {
+		if !exact || p.key == string(key) {
+			return true
+		}
+	}
+	return false
+}
+
+// Forget releases a key observed New and not yet committed: its processing
+// failed, and its next Observe is New again. It returns ErrNotInFlight if
+// the key is not in flight, including when a Commit that holds it has
+// already begun.
+func (e *Engine) Forget(key []byte) error {
+	if err := e.checkKey(key); err != nil {
+		return err
+	}
+	h := e.hash(key)
+	s := e.shardOf(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	var prev *pending
+	for p := s.inflight[h]; p != nil; prev, p = p, p.next {
+		if e.exact && p.key != string(key) {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.next = p.next
+		case p.next != nil:
+			s.inflight[h] = p.next
+		default:
+			delete(s.inflight, h)
+		}
+		e.inflight.Add(-1)
+		return nil
+	}
+	if chainHas(s.committing[h], key, e.exact) {
+		return fmt.Errorf("%w: its commit has begun", ErrNotInFlight)
+	}
+	return ErrNotInFlight
+}
+
+// Commit makes every key observed New since the last commit durable,
+// together with checkpoint, in one atomic, fsynced step, and returns once
+// it is. After a crash, committed keys are remembered, keys in flight are
+// not, and Checkpoint returns the last committed checkpoint. A nil
+// checkpoint keeps the previous one. Concurrent Commits share one write.
+func (e *Engine) Commit(checkpoint []byte) error {
+	e.lifecycle.RLock()
+	defer e.lifecycle.RUnlock()
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.commit(checkpoint)
+}
+
+// commit queues a commit request; the first caller to find no leader
+// becomes it and commits for every request queued meanwhile.
+func (e *Engine) commit(checkpoint []byte) error {
+	req := &commitReq{done: make(chan struct{})}
+	if checkpoint != nil {
+		req.cp = append([]byte{}, checkpoint...)
+	}
+	e.cmu.Lock()
+	e.cqueue = append(e.cqueue, req)
+	if e.cleader {
+		e.cmu.Unlock()
+		<-req.done
+		return req.err
+	}
+	e.cleader = true
+	for len(e.cqueue) > 0 {
+		group := e.cqueue
+		e.cqueue = nil
+		e.cmu.Unlock()
+		var cp []byte
+		for _, r := range group {
+			if r.cp != nil {
+				cp = r.cp
+			}
+		}
+		err := e.commitOnce(cp)
+		for _, r := range group {
+			r.err = err
+			close(r.done)
+		}
+		e.cmu.Lock()
+	}
+	e.cleader = false
+	e.cmu.Unlock()
+	return req.err
+}
+
+// commitOnce writes the keys in flight and cp in one batch. Keys stay
+// visible as InFlight (in the shards' committing sets) until the batch is
+// durable and they are in their filters, so no Observe sees a gap.
+func (e *Engine) commitOnce(cp []byte) error {
+	start := time.Now()
+	now := e.opts.Now()
+	oldest := e.timing.OldestLive(now)
+	batch := e.store.NewBatch()
+	defer batch.Close()
+	n := 0
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		s.committing, s.inflight = s.inflight, make(map[uint64]*pending, len(s.inflight))
+		s.mu.Unlock()
+		// committing is only written by the commit leader: reading it
+		// without the lock is safe.
+		for h, p := range s.committing {
+			for ; p != nil; p = p.next {
+				n++
+				if p.gen >= oldest {
+					batch.Add(p.gen, unsafe.Slice(unsafe.StringData(p.key), len(p.key)), h)
+				}
+			}
+		}
+	}
+	batch.DropGenerationsBefore(oldest)
+	if cp != nil {
+		batch.SetCheckpoint(cp)
+	}
+	seq, err := batch.Commit()
+	var addErr error
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		for h, p := range s.committing {
+			if err != nil {
+				// Not durable: back in flight, for a later Commit.
+				last := p
+				for last.next != nil {
+					last = last.next
+				}
+				last.next = s.inflight[h]
+				s.inflight[h] = p
+				continue
+			}
+			for ; p != nil; p = p.next {
+				if _, aerr := s.ring.Add(p.gen, h, now); aerr != nil && addErr == nil {
+					addErr = aerr
+				}
+			}
+		}
+		s.committing = nil
+		s.mu.Unlock()
+	}
+	d := time.Since(start)
+	if err != nil {
+		e.stats.commitErrors.Add(1)
+		msg := err.Error()
+		e.stats.lastCommitErr.Store(&msg)
+		return fmt.Errorf("dedup: commit: %w", err)
+	}
+	e.inflight.Add(-int64(n))
+	e.cpMu.Lock()
+	if cp != nil {
+		e.checkpoint = cp
+	}
+	e.commitSeq = seq
+	e.cpMu.Unlock()
+	e.stats.commits.Add(1)
+	e.stats.committedKeys.Add(uint64(n))
+	e.stats.commitNanos.Add(uint64(d))
+	e.stats.lastCommitNs.Store(int64(d))
+	if int64(d) > e.stats.maxCommitNs.Load() {
+		e.stats.maxCommitNs.Store(int64(d))
+	}
+	if addErr != nil {
+		return fmt.Errorf("dedup: commit: filters: %w", addErr)
+	}
+	return nil
+}
+
+// Checkpoint returns a copy of the last committed checkpoint, nil if none.
+func (e *Engine) Checkpoint() []byte {
+	e.cpMu.Lock()
+	defer e.cpMu.Unlock()
+	if e.checkpoint == nil {
+		return nil
+	}
+	return append([]byte{}, e.checkpoint...)
+}
+
+func (e *Engine) autoCommit() {
+	defer e.bg.Done()
+	t := time.NewTicker(e.opts.AutoCommit)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			// Errors are counted in Stats; the keys stay in flight and
+			// the next tick retries them.
+			_ = e.commit(nil)
+		}
+	}
+}
+
+// Close stops background work and closes the state. Under AutoCommit it
+// commits the keys in flight first; otherwise they are dropped, as a crash
+// would drop them. Every method returns ErrClosed afterwards.
+func (e *Engine) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	close(e.stop)
+	e.bg.Wait()
+	e.lifecycle.Lock()
+	defer e.lifecycle.Unlock()
+	var errs []error
+	if e.opts.AutoCommit > 0 {
+		if err := e.commit(nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		s.closed = true
+		s.inflight = nil
+		s.mu.Unlock()
+	}
+	if err := e.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("dedup: close store: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,221 @@
+package dedup
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/filter"
+)
+
+// Options configure an Engine. The zero value of every field selects its
+// documented default; Open validates them all and names the bad one.
+type Options struct {
+	// Dir is the state directory: the exact store, the hash seed, the
+	// snapshots. "" keeps everything in memory (the same engine on Pebble's
+	// in-memory file system), which is lost on Close. Default "".
+	Dir string
+
+	// FS is the file system Dir lives on. Tests pass vfs.NewCrashableMem()
+	// or an errorfs wrapper to simulate crashes and I/O faults. Default
+	// vfs.Default (the operating system's), or vfs.NewMem() when Dir is "".
+	FS vfs.FS
+
+	// Window is how long a key is remembered: a key observed New at t is
+	// reported InFlight/Duplicate at every t' with t'-t < Window and is New
+	// again by t'-t >= Window + Window/Generations. Choose it from the real
+	// redelivery delay of your source. Default 1h.
+	Window time.Duration
+
+	// ExpectedRate is the number of distinct keys per second the filters
+	// are sized for. A faster stream grows the filters (more memory, same
+	// error rate). Default 10000.
+	ExpectedRate float64
+
+	// FalsePositiveRate is the pre-filter's target false-positive rate for a
+	// new key, across all live generations. In exact mode a false positive
+	// costs one store lookup; in probabilistic mode it drops a real event.
+	// Default 0.01.
+	FalsePositiveRate float64
+
+	// Filter is the pre-filter backend: "bloom" (bits-and-blooms), "cuckoo"
+	// (seiflotfy) or "blocked" (cache-line-blocked Bloom, one memory line
+	// per operation). Default "blocked".
+	Filter string
+
+	// Probabilistic keeps no exact store: a filter hit is reported
+	// Duplicate, so a false positive drops that event, at FalsePositiveRate.
+	// Commits still persist a log of key hashes and the checkpoint when Dir
+	// is set. Default false (exact mode).
+	Probabilistic bool
+
+	// Generations is the number of generations the window is cut into. More
+	// generations expire keys closer to Window but test more filters per
+	// key. Default 8.
+	Generations int
+
+	// Shards is the number of independently locked shards. More shards mean
+	// less lock contention and smaller filters. Persisted: a state directory
+	// keeps its shard count. Default 16.
+	Shards int
+
+	// AutoCommit, when positive, commits in-flight keys in the background at
+	// this interval, keeping the last checkpoint; Close then commits too.
+	// 0 means only explicit Commit. Default 0.
+	AutoCommit time.Duration
+
+	// MaxInFlight bounds the keys observed New but not yet committed; past
+	// it Observe returns ErrTooManyInFlight, asking for a Commit, instead of
+	// growing without bound. Default 1<<20.
+	MaxInFlight int
+
+	// SnapshotInterval, when positive, writes a filter snapshot at this
+	// interval so that Open restarts from it instead of rebuilding the
+	// filters. 0 disables periodic snapshots; Snapshot still works. Default 0.
+	SnapshotInterval time.Duration
+
+	// MaxKeySize is the largest key accepted, in bytes. Default 4096.
+	MaxKeySize int
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Limits on option values.
+const (
+	maxShards      = 1 << 12
+	maxGenerations = 1024
+	maxKeySizeCap  = 1 << 20
+)
+
+// EnsureDefaults fills every zero field with its default and returns o.
+func (o *Options) EnsureDefaults() *Options {
+	if o.Window == 0 {
+		o.Window = time.Hour
+	}
+	if o.ExpectedRate == 0 {
+		o.ExpectedRate = 10000
+	}
+	if o.FalsePositiveRate == 0 {
+		o.FalsePositiveRate = 0.01
+	}
+	if o.Filter == "" {
+		o.Filter = filter.Blocked.String()
+	}
+	if o.Generations == 0 {
+		o.Generations = 8
+	}
+	if o.Shards == 0 {
+		o.Shards = 16
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = 1 << 20
+	}
+	if o.MaxKeySize == 0 {
+		o.MaxKeySize = 4096
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Validate reports every bad field by name, joined into one error wrapping
+// ErrInvalidOptions. It expects defaults to be filled (EnsureDefaults).
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...)))
+	}
+	if o.Window <= 0 {
+		bad("Window", "must be positive, got %v", o.Window)
+	}
+	if !(o.ExpectedRate > 0) || o.ExpectedRate > 1e12 {
+		bad("ExpectedRate", "must be in (0, 1e12] keys per second, got %v", o.ExpectedRate)
+	}
+	if !(o.FalsePositiveRate > 0 && o.FalsePositiveRate < 1) {
+		bad("FalsePositiveRate", "must be in (0, 1), got %v", o.FalsePositiveRate)
+	}
+	if _, err := filter.ParseKind(o.Filter); err != nil {
+		bad("Filter", "must be bloom, cuckoo or blocked, got %q", o.Filter)
+	}
+	if o.Generations < 1 || o.Generations > maxGenerations {
+		bad("Generations", "must be in [1, %d], got %d", maxGenerations, o.Generations)
+	} else if o.Window > 0 && o.Window/time.Duration(o.Generations) < time.Millisecond {
+		bad("Generations", "cuts Window %v into spans under 1ms", o.Window)
+	}
+	if o.Shards < 1 || o.Shards > maxShards {
+		bad("Shards", "must be in [1, %d], got %d", maxShards, o.Shards)
+	}
+	if o.AutoCommit < 0 {
+		bad("AutoCommit", "must not be negative, got %v", o.AutoCommit)
+	}
+	if o.MaxInFlight < 1 {
+		bad("MaxInFlight", "must be at least 1, got %d", o.MaxInFlight)
+	}
+	if o.SnapshotInterval < 0 {
+		bad("SnapshotInterval", "must not be negative, got %v", o.SnapshotInterval)
+	}
+	if o.MaxKeySize < 1 || o.MaxKeySize > maxKeySizeCap {
+		bad("MaxKeySize", "must be in [1, %d], got %d", maxKeySizeCap, o.MaxKeySize)
+	}
+	return errors.Join(errs...)
+}
+
+// persisted holds the options that shape the state on disk: reopening a
+// state directory with different values is an error naming the option.
+type persisted struct {
+	Window        time.Duration `json:"window"`
+	Generations   int           `json:"generations"`
+	Shards        int           `json:"shards"`
+	Filter        string        `json:"filter"`
+	Probabilistic bool          `json:"probabilistic"`
+}
+
+func (o *Options) persisted() persisted {
+	return persisted{
+		Window:        o.Window,
+		Generations:   o.Generations,
+		Shards:        o.Shards,
+		Filter:        o.Filter,
+		Probabilistic: o.Probabilistic,
+	}
+}
+
+func (p persisted) encode() []byte {
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic(err) // plain struct of scalars: cannot fail
+	}
+	return b
+}
+
+func decodePersisted(b []byte) (persisted, error) {
+	var p persisted
+	if err := json.Unmarshal(b, &p); err != nil {
+		return p, fmt.Errorf("%w: persisted options: %v", ErrCorrupt, err)
+	}
+	return p, nil
+}
+
+// compatible names the first option whose persisted value differs.
+func (p persisted) compatible(q persisted) error {
+	diff := func(name string, was, now any) error {
+		return fmt.Errorf("%w: %s is %v but the state directory was created with %v", ErrIncompatible, name, now, was)
+	}
+	switch {
+	case p.Window != q.Window:
+		return diff("Window", p.Window, q.Window)
+	case p.Generations != q.Generations:
+		return diff("Generations", p.Generations, q.Generations)
+	case p.Shards != q.Shards:
+		return diff("Shards", p.Shards, q.Shards)
+	case p.Filter != q.Filter:
+		return diff("Filter", p.Filter, q.Filter)
+	case p.Probabilistic != q.Probabilistic:
+		return diff("Probabilistic", p.Probabilistic, q.Probabilistic)
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+// Package rotate keeps a time-rotating ring of filter generations: the
+// sliding window of dedup's pre-filter.
+//
+// A window W is cut into N generations of span W/N. Generation g covers the
+// wall-clock interval [g*span, (g+1)*span) counted from the Unix epoch, so
+// generation boundaries need no state beyond the span and survive restarts.
+// A hash added while the clock reads t goes into generation floor(t/span) and
+// stays until the clock reaches the end of that generation plus W: every hash
+// is held for at least W and at most W + W/N. The ring therefore holds up to
+// N+1 live generations, and each is sized for the target false-positive rate
+// divided by N+1, so a lookup across all of them meets the target.
+//
+// The clock is injected: every method takes the current time. A clock that
+// steps backwards never expires anything early (expiry only ever compares the
+// current time with a generation's end) and never creates an older generation
+// (hashes observed then go into the newest one).
+//
+// A Ring is not safe for concurrent use; dedup keeps one per shard under the
+// shard's lock.
+package rotate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/streamdedup/dedup/filter"
+)
+
+// Config shapes a Ring.
+type Config struct {
+	// Window is how long a hash is remembered at least. Required.
+	Window time.Duration
+	// Generations is N, the number of generations the window is cut into; a
+	// hash may be remembered up to Window + Window/N. Default 8.
+	Generations int
+	// Kind is the filter backend. Default filter.Blocked.
+	Kind filter.Kind
+	// Capacity is the number of distinct hashes one generation is sized for
+	// (the expected rate times the span). A generation that receives more
+	// grows by chaining, keeping its false-positive rate. Default 1024.
+	Capacity uint64
+	// FalsePositiveRate is the target rate of a lookup across the whole
+	// ring. Default 0.01.
+	FalsePositiveRate float64
+}
+
+// ensureDefaults fills zero fields.
+func (c *Config) ensureDefaults() {
+	if c.Generations == 0 {
+		c.Generations = 8
+	}
+	if c.Kind == 0 {
+		c.Kind = filter.Blocked
+	}
+	if c.Capacity == 0 {
+		c.Capacity = 1024
+	}
+	if c.FalsePositiveRate == 0 {
+		c.FalsePositiveRate = 0.01
+	}
+}
+
+// validate reports the first bad field by name.
+func (c *Config) validate() error {
+	switch {
+	case c.Window <= 0:
+		return fmt.Errorf("rotate: Window must be positive, got %v", c.Window)
+	case c.Generations < 1 || c.Generations > 1024:
+		return fmt.Errorf("rotate: Generations must be in [1, 1024], got %d", c.Generations)
+	case c.Window/time.Duration(c.Generations) <= 0:
+		return fmt.Errorf("rotate: Window %v is too short for %d Generations", c.Window, c.Generations)
+	case !(c.FalsePositiveRate > 0 && c.FalsePositiveRate < 1):
+		return fmt.Errorf("rotate: FalsePositiveRate must be in (0, 1), got %v", c.FalsePositiveRate)
+	}
+	if _, err := filter.ParseKind(c.Kind.String()); err != nil {
+		return fmt.Errorf("rotate: Kind: %w", err)
+	}
+	return nil
+}
+
+// Generation is one span of the window and its filter.
+type Generation struct {
+	// ID is floor(start / span), counted from the Unix epoch.
+	ID uint64
+	// Filter holds the hashes added to this generation.
+	Filter filter.Filter
+}
+
+// Ring is the ring of live generations, oldest first.
+type Ring struct {
+	cfg    Config
+	span   int64 // nanoseconds
+	window int64 // nanoseconds
+	perGen float64
+	gens   []*Generation // ascending ID; gens[len-1] is the newest
+	// expireAt is the time (ns) at which the oldest generation expires;
+	// math.MaxInt64 when the ring is empty.
+	expireAt int64
+	// nextAt is the start (ns) of the generation after the newest one.
+	nextAt int64
+}
+
+// New returns an empty ring.
+func New(cfg Config) (*Ring, error) {
+	cfg.ensureDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Ring{
+		cfg:    cfg,
+		span:   int64(cfg.Window / time.Duration(cfg.Generations)),
+		window: int64(cfg.Window),
+		perGen: cfg.FalsePositiveRate / float64(cfg.Generations+1),
+	}
+	r.reset()
+	return r, nil
+}
+
+func (r *Ring) reset() {
+	r.expireAt = 1<<63 - 1
+	r.nextAt = -1 << 63
+}
+
+// Span returns the duration of one generation.
+func (r *Ring) Span() time.Duration { return time.Duration(r.span) }
+
+// Config returns the ring's configuration with defaults filled in.
+func (r *Ring) Config() Config { return r.cfg }
+
+// PerGenerationFP returns the false-positive target of each generation.
+func (r *Ring) PerGenerationFP() float64 { return r.perGen }
+
+// GenerationAt returns the ID of the generation that covers time t. Times
+// before the Unix epoch belong to generation 0.
+func (r *Ring) GenerationAt(t time.Time) uint64 {
+	ns := t.UnixNano()
+	if ns < 0 {
+		return 0
+	}
+	return uint64(ns / r.span)
+}
+
+// Start returns the start of generation id.
+func (r *Ring) Start(id uint64) time.Time { return time.Unix(0, int64(id)*r.span) }
+
+// End returns the end (exclusive) of generation id.
+func (r *Ring) End(id uint64) time.Time { return time.Unix(0, int64(id+1)*r.span) }
+
+// Expiry returns the time at which generation id is dropped: its end plus
+// the window.
+func (r *Ring) Expiry(id uint64) time.Time {
+	return time.Unix(0, int64(id+1)*r.span+r.window)
+}
+
+// OldestLive returns the ID of the oldest generation still live at t: every
+// generation below it has expired.
+func (r *Ring) OldestLive(t time.Time) uint64 {
+	// Generation g is live while t < (g+1)*span + W, i.e. g > t/span - N - 1.
+	ns := t.UnixNano() - r.window
+	if ns < 0 {
+		return 0
+	}
+	return uint64(ns / r.span)
+}
+
+// Advance brings the ring to time now: it drops every generation that has
+// expired and returns their IDs (nil if none). It does not create
+// generations; Active does, on demand.
+func (r *Ring) Advance(now time.Time) (expired []uint64) {
+	ns := now.UnixNano()
+	if ns < r.expireAt {
+		return nil
+	}
+	oldest := r.OldestLive(now)
+	i := 0
+	for i < len(r.gens) && r.gens[i].ID < oldest {
+		expired = append(expired, r.gens[i].ID)
+		r.gens[i] = nil
+		i++
+	}
+	r.gens = append(r.gens[:0], r.gens[i:]...)
+	r.updateExpiry()
+	return expired
+}
+
+func (r *Ring) updateExpiry() {
+	if len(r.gens) == 0 {
+		r.reset()
+		return
+	}
+	r.expireAt = r.Expiry(r.gens[0].ID).UnixNano()
+}
+
+// Active returns the generation that a hash observed at now goes into,
+// creating it if needed. If the clock has stepped back behind the newest
+// generation, the newest generation is returned: nothing is ever added to a
+// generation older than one already created.
+func (r *Ring) Active(now time.Time) (*Generation, error) {
+	if now.UnixNano() < r.nextAt && len(r.gens) > 0 {
+		return r.gens[len(r.gens)-1], nil
+	}
+	return r.Get(r.GenerationAt(now))
+}
+
+// Get returns generation id, creating it if it is not live. Creating a
+// generation older than the newest one is allowed (a restore replays older
+// generations); the ring stays sorted.
+func (r *Ring) Get(id uint64) (*Generation, error) {
+	i := len(r.gens)
+	for i > 0 && r.gens[i-1].ID >= id {
+		if r.gens[i-1].ID == id {
+			return r.gens[i-1], nil
+		}
+		i--
+	}
+	f, err := filter.New(r.cfg.Kind, r.cfg.Capacity, r.perGen)
+	if err != nil {
+		return nil, fmt.Errorf("rotate: generation %d: %w", id, err)
+	}
+	return r.Insert(&Generation{ID: id, Filter: f})
+}
+
+// Insert places a restored generation into the ring. It fails if a
+// generation with the same ID is already live.
+func (r *Ring) Insert(g *Generation) (*Generation, error) {
+	if g == nil || g.Filter == nil {
+		return nil, errors.New("rotate: Insert of a nil generation")
+	}
+	i := len(r.gens)
+	for i > 0 && r.gens[i-1].ID >= g.ID {
+		if r.gens[i-1].ID == g.ID {
+			return nil, fmt.Errorf("rotate: generation %d is already live", g.ID)
+		}
+		i--
+	}
+	r.gens = append(r.gens, nil)
+	copy(r.gens[i+1:], r.gens[i:])
+	r.gens[i] = g
+	r.updateExpiry()
+	newest := r.gens[len(r.gens)-1].ID
+	r.nextAt = int64(newest+1) * r.span
+	return g, nil
+}
+
+// Lookup calls fn for each live generation whose filter may hold h, newest
+// first, until fn returns false. It returns how many generations matched.
+func (r *Ring) Lookup(h uint64, fn func(g *Generation) bool) int {
+	n := 0
+	for i := len(r.gens) - 1; i >= 0; i-- {
+		g := r.gens[i]
+		if g.Filter.Test(h) {
+			n++
+			if fn != nil && !fn(g) {
+				break
+			}
+		}
+	}
+	return n
+}
+
+// Contains reports whether any live generation may hold h.
+func (r *Ring) Contains(h uint64) bool {
+	for i := len(r.gens) - 1; i >= 0; i-- {
+		if r.gens[i].Filter.Test(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// Add inserts h into generation id if it is live at now, creating it if it
+// is not yet there. A hash whose generation has already expired at now is
+// outside the window and is not added; Add reports whether it was.
+func (r *Ring) Add(id uint64, h uint64, now time.Time) (bool, error) {
+	if id < r.OldestLive(now) {
+		return false, nil
+	}
+	g, err := r.Get(id)
+	if err != nil {
+		return false, err
+	}
+	g.Filter.Add(h)
+	return true, nil
+}
+
+// Generations returns the live generations, oldest first. The slice is the
+// ring's own: do not modify it.
+func (r *Ring) Generations() []*Generation { return r.gens }
+
+// Len returns the number of live generations.
+func (r *Ring) Len() int { return len(r.gens) }

@@ -1,0 +1,124 @@
+package dedup
+
+import (
+	"slices"
+	"time"
+)
+
+// Stats is a point-in-time view of an Engine's counters and memory.
+type Stats struct {
+	// Observed counts keys observed (Observe and ObserveBatch entries).
+	Observed uint64
+	// New, Duplicate and InFlight count the verdicts given.
+	New, Duplicate, InFlight uint64
+	// InFlightKeys is the number of keys observed New and not yet
+	// committed (or forgotten).
+	InFlightKeys int64
+	// StoreLookups counts exact-store lookups made for filter hits.
+	StoreLookups uint64
+	// FalsePositives counts keys that some filter said "maybe" for but the
+	// exact store did not hold (exact mode): the false positives the store
+	// resolved, each costing one or more StoreLookups.
+	FalsePositives uint64
+	// Generations is the number of live generations summed over shards;
+	// GenerationStats has one entry per generation ID, summed over shards.
+	Generations     int
+	GenerationStats []GenerationStats
+	// FilterBytes is the memory held by all filters.
+	FilterBytes uint64
+	// FilterKeys is the number of keys held by all filters.
+	FilterKeys uint64
+	// EstimatedFPRate is the false-positive rate a new key meets across
+	// the live generations at their current fill, averaged over shards.
+	EstimatedFPRate float64
+	// Commits counts successful commits; CommitErrors failed ones, the last
+	// of which is LastCommitError.
+	Commits, CommitErrors uint64
+	// CommittedKeys counts keys made durable by commits.
+	CommittedKeys uint64
+	// CommitLatencyMean, CommitLatencyLast and CommitLatencyMax describe
+	// how long commits took (including the fsync).
+	CommitLatencyMean, CommitLatencyLast, CommitLatencyMax time.Duration
+	// LastCommitError is the message of the last failed commit, "" if none.
+	LastCommitError string
+	// RestoredKeys is the number of keys put back into the filters by Open,
+	// and RestoreDuration how long that took.
+	RestoredKeys    uint64
+	RestoreDuration time.Duration
+	// DiskBytes is the size of the exact store on disk.
+	DiskBytes uint64
+}
+
+// GenerationStats describes one generation across all shards.
+type GenerationStats struct {
+	ID         uint64
+	Start, End time.Time
+	Keys       uint64
+	Bytes      uint64
+	// FPRate is the mean estimated false-positive rate of the generation's
+	// filters at their current fill.
+	FPRate float64
+}
+
+// Stats returns the engine's counters. It takes each shard's lock briefly.
+func (e *Engine) Stats() Stats {
+	var st Stats
+	gens := map[uint64]*GenerationStats{}
+	var order []uint64
+	var fpSum float64
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		st.Observed += s.observed
+		st.New += s.news
+		st.Duplicate += s.dups
+		st.InFlight += s.inflightHits
+		st.StoreLookups += s.lookups
+		st.FalsePositives += s.falsePositives
+		miss := 1.0
+		for _, g := range s.ring.Generations() {
+			f := g.Filter
+			st.Generations++
+			st.FilterBytes += f.SizeBytes()
+			st.FilterKeys += f.Count()
+			fp := f.FPRate()
+			miss *= 1 - fp
+			gs := gens[g.ID]
+			if gs == nil {
+				gs = &GenerationStats{ID: g.ID, Start: e.timing.Start(g.ID), End: e.timing.End(g.ID)}
+				gens[g.ID] = gs
+				order = append(order, g.ID)
+			}
+			gs.Keys += f.Count()
+			gs.Bytes += f.SizeBytes()
+			gs.FPRate += fp / float64(len(e.shards))
+		}
+		fpSum += 1 - miss
+		s.mu.Unlock()
+	}
+	st.EstimatedFPRate = fpSum / float64(len(e.shards))
+	slices.Sort(order)
+	for _, id := range order {
+		st.GenerationStats = append(st.GenerationStats, *gens[id])
+	}
+	st.InFlightKeys = e.inflight.Load()
+	st.Commits = e.stats.commits.Load()
+	st.CommitErrors = e.stats.commitErrors.Load()
+	st.CommittedKeys = e.stats.committedKeys.Load()
+	if st.Commits > 0 {
+		st.CommitLatencyMean = time.Duration(e.stats.commitNanos.Load() / st.Commits)
+	}
+	st.CommitLatencyLast = time.Duration(e.stats.lastCommitNs.Load())
+	st.CommitLatencyMax = time.Duration(e.stats.maxCommitNs.Load())
+	if p := e.stats.lastCommitErr.Load(); p != nil {
+		st.LastCommitError = *p
+	}
+	st.RestoredKeys = e.stats.restoredKeys
+	st.RestoreDuration = time.Duration(e.stats.restoreNanos)
+	e.lifecycle.RLock()
+	if !e.closed.Load() {
+		st.DiskBytes = e.store.DiskUsage()
+	}
+	e.lifecycle.RUnlock()
+	return st
+}
