@@ -199,7 +199,7 @@ func rawManifest(hlen uint32, hbody []byte, count, rlen uint32, rbody []byte) []
 	b = binary.LittleEndian.AppendUint32(b, rlen)
 	b = append(b, rbody...)
 	b = binary.LittleEndian.AppendUint32(b, checksum(rbody))
-	return binary.LittleEndian.AppendUint32(b, checksum(b))
+	return binary.LittleEndian.AppendUint64(b, sum64(b))
 }
 
 // TestLyingLengths feeds manifests whose checksums are right but whose
@@ -215,7 +215,7 @@ func TestLyingLengths(t *testing.T) {
 		b = binary.LittleEndian.AppendUint16(b, nameLen)
 		b = append(b, name...)
 		b = binary.LittleEndian.AppendUint64(b, size)
-		return binary.LittleEndian.AppendUint32(b, 0)
+		return binary.LittleEndian.AppendUint64(b, 0)
 	}
 	okName := segmentName(2, 3, 0)
 	for _, tc := range []struct {

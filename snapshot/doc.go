@@ -43,7 +43,9 @@
 //
 // # Wire format, version 1
 //
-// All integers are little-endian. CRC is CRC-32C (Castagnoli). Both file types
+// All integers are little-endian. CRC is CRC-32C (Castagnoli), used for the
+// small sections; SUM is xxhash64 (seed 0), used for the bulk data, as it runs
+// at ~8 GB/s where CRC-32C runs at ~1 GB/s on the build machine. Both file types
 // start with the same 16-byte preamble, whose layout every future version
 // keeps, so that a reader can tell a damaged file (ErrCorrupt) from one written
 // by a newer format version (ErrVersion):
@@ -78,10 +80,10 @@
 //	    nameLen  uint16   length of name (at most 255)
 //	    name     [nameLen]byte, segment file name in the manifest's directory
 //	    size     uint64   size of the segment file in bytes
-//	    fileCRC  uint32   the segment's trailer CRC
+//	    fileSum  uint64   the segment's trailer SUM
 //	  crc      uint32   CRC of the references body
 //	trailer:
-//	  crc      uint32   CRC of every preceding byte of the file
+//	  sum      uint64   SUM of every preceding byte of the file
 //
 // A segment is the preamble, a metadata section, the payload, and a trailer:
 //
@@ -93,14 +95,14 @@
 //	  crc      uint32   CRC of the body
 //	payload:
 //	  bytes    [payloadLen]byte
-//	  crc      uint32   CRC of the payload bytes
+//	  sum      uint64   SUM of the payload bytes
 //	trailer:
-//	  crc      uint32   CRC of every preceding byte of the file
+//	  sum      uint64   SUM of every preceding byte of the file
 //
 // A manifest is at most 64 MiB. A segment's payloadLen must equal its file size
-// minus 78 bytes of framing, and the size and trailer CRC must equal those the
+// minus 86 bytes of framing, and the size and trailer SUM must equal those the
 // manifest records for it, as must the metadata. Readers check every length
-// against the bytes actually present before allocating, verify every CRC, and
+// against the bytes actually present before allocating, verify every checksum, and
 // reject trailing bytes; any failure is an error wrapping ErrCorrupt, never a
 // panic.
 package snapshot

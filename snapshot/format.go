@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/streamdedup/dedup/filter"
 )
 
@@ -54,7 +55,12 @@ func corruptf(format string, args ...any) error {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// checksum is the CRC-32C of a small section.
 func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// sum64 is the xxhash64 of bulk data: ~8 GB/s on the build machine, against
+// ~1 GB/s for CRC-32C.
+func sum64(b []byte) uint64 { return xxhash.Sum64(b) }
 
 // Format constants.
 const (
@@ -62,15 +68,15 @@ const (
 	segmentMagic  = "DDUPSEG\x00"
 
 	preambleLen = 16
-	trailerLen  = 4
+	trailerLen  = 8
 
 	headerFixedLen = 8 + 8 + 8 + 4
-	refFixedLen    = 8 + 4 + 8 + 8 + 8 + 1 + 1 + 2 + 8 + 4
+	refFixedLen    = 8 + 4 + 8 + 8 + 8 + 1 + 1 + 2 + 8 + 8
 	segMetaLen     = 8 + 4 + 8 + 8 + 8 + 1 + 1 + 8
 	// segHeadLen is the preamble and the metadata section of a segment.
 	segHeadLen = preambleLen + 4 + segMetaLen + 4
 	// segOverhead is every byte of a segment but the payload.
-	segOverhead = segHeadLen + 4 + trailerLen
+	segOverhead = segHeadLen + 8 + trailerLen
 
 	flagSealed = 1
 
@@ -99,7 +105,7 @@ type ref struct {
 	meta
 	Name string
 	Size int64
-	CRC  uint32
+	Sum  uint64 // the segment's trailer
 }
 
 // manifest is a decoded manifest.
@@ -235,8 +241,8 @@ func checkTrailer(b []byte, what string) ([]byte, error) {
 		return nil, corruptf("%s: %d bytes, too short", what, len(b))
 	}
 	body := b[:len(b)-trailerLen]
-	if got, want := checksum(body), binary.LittleEndian.Uint32(b[len(body):]); got != want {
-		return nil, corruptf("%s: file checksum mismatch (%08x != %08x)", what, got, want)
+	if got, want := sum64(body), binary.LittleEndian.Uint64(b[len(body):]); got != want {
+		return nil, corruptf("%s: file checksum mismatch (%016x != %016x)", what, got, want)
 	}
 	return body, nil
 }
@@ -268,12 +274,12 @@ func encodeManifest(h Header, refs []ref) []byte {
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(r.Name)))
 		b = append(b, r.Name...)
 		b = binary.LittleEndian.AppendUint64(b, uint64(r.Size))
-		b = binary.LittleEndian.AppendUint32(b, r.CRC)
+		b = binary.LittleEndian.AppendUint64(b, r.Sum)
 	}
 	binary.LittleEndian.PutUint32(b[lenAt:], uint32(len(b)-start))
 	b = binary.LittleEndian.AppendUint32(b, checksum(b[start:]))
 
-	return binary.LittleEndian.AppendUint32(b, checksum(b))
+	return binary.LittleEndian.AppendUint64(b, sum64(b))
 }
 
 // decodeManifest decodes and verifies a whole manifest file. The returned
@@ -339,7 +345,7 @@ func decodeManifest(b []byte) (manifest, error) {
 		}
 		r.Name = string(rd.take(int(nameLen), "manifest reference name"))
 		size := rd.u64("manifest reference")
-		r.CRC = rd.u32("manifest reference")
+		r.Sum = rd.u64("manifest reference")
 		if rd.err != nil {
 			return m, rd.err
 		}
@@ -376,15 +382,30 @@ func segmentHead(m meta, payloadLen int) []byte {
 }
 
 // segmentTail encodes everything of a segment after its payload, given the
-// head and the payload.
+// head and the payload: the payload checksum and the trailer.
 func segmentTail(head, payload []byte) []byte {
-	payloadCRC := checksum(payload)
-	var b [8]byte
-	binary.LittleEndian.PutUint32(b[:], payloadCRC)
-	c := crc32.Update(checksum(head), castagnoli, payload)
-	c = crc32.Update(c, castagnoli, b[:4])
-	binary.LittleEndian.PutUint32(b[4:], c)
+	whole, part := sumPayload(head, payload)
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:], part)
+	whole.Write(b[:8])
+	binary.LittleEndian.PutUint64(b[8:], whole.Sum64())
 	return b[:]
+}
+
+// sumPayload hashes the payload, and head followed by the payload, in one
+// pass over memory. It returns the running whole-file digest and the
+// payload's hash.
+func sumPayload(head, payload []byte) (*xxhash.Digest, uint64) {
+	whole, part := xxhash.New(), xxhash.New()
+	whole.Write(head)
+	const chunk = 64 << 10
+	for len(payload) > 0 {
+		n := min(len(payload), chunk)
+		whole.Write(payload[:n])
+		part.Write(payload[:n])
+		payload = payload[n:]
+	}
+	return whole, part.Sum64()
 }
 
 // encodeSegment encodes a whole segment (tests and golden files).
@@ -424,21 +445,25 @@ func decodeSegmentHead(b []byte, fileSize int64) (meta, error) {
 }
 
 // decodeSegment decodes and verifies a whole segment file and returns its
-// metadata, payload (a sub-slice of b) and trailer CRC.
-func decodeSegment(b []byte) (meta, []byte, uint32, error) {
+// metadata, payload (a sub-slice of b) and trailer.
+func decodeSegment(b []byte) (meta, []byte, uint64, error) {
 	m, err := decodeSegmentHead(b, int64(len(b)))
 	if err != nil {
 		return meta{}, nil, 0, err
 	}
-	body, err := checkTrailer(b, "segment")
-	if err != nil {
-		return meta{}, nil, 0, err
+	// decodeSegmentHead checked len(b) == segOverhead + payload length.
+	payloadEnd := len(b) - 8 - trailerLen
+	payload := b[segHeadLen:payloadEnd:payloadEnd]
+	whole, part := sumPayload(b[:segHeadLen], payload)
+	whole.Write(b[payloadEnd : payloadEnd+8])
+	sum := binary.LittleEndian.Uint64(b[len(b)-trailerLen:])
+	if got := whole.Sum64(); got != sum {
+		return meta{}, nil, 0, corruptf("segment: file checksum mismatch (%016x != %016x)", got, sum)
 	}
-	payload := body[segHeadLen : len(body)-4 : len(body)-4]
-	if checksum(payload) != binary.LittleEndian.Uint32(body[len(body)-4:]) {
+	if part != binary.LittleEndian.Uint64(b[payloadEnd:]) {
 		return meta{}, nil, 0, corruptf("segment payload: checksum mismatch")
 	}
-	return m, payload, binary.LittleEndian.Uint32(b[len(body):]), nil
+	return m, payload, sum, nil
 }
 
 // File names.

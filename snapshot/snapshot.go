@@ -60,8 +60,8 @@ type SegmentInfo struct {
 	Kind       filter.Kind // filter backend of the payload
 	Sealed     bool        // the generation was sealed when written
 	Name       string      // segment file name, in the snapshot's directory
-	Size       int64       // segment file size in bytes (payload + 78)
-	Checksum   uint32      // CRC-32C of the segment file (its trailer)
+	Size       int64       // segment file size in bytes (payload + 86)
+	Checksum   uint64      // xxhash64 of the segment file (its trailer)
 	// Reused is set by Write when the segment was taken over from the
 	// previous snapshot rather than written.
 	Reused bool
@@ -118,7 +118,7 @@ type Info struct {
 func (r ref) info() SegmentInfo {
 	return SegmentInfo{
 		ID: r.ID, Shard: r.Shard, Start: r.Start, End: r.End, Count: r.Count,
-		Kind: r.Kind, Sealed: r.Sealed, Name: r.Name, Size: r.Size, Checksum: r.CRC,
+		Kind: r.Kind, Sealed: r.Sealed, Name: r.Name, Size: r.Size, Checksum: r.Sum,
 	}
 }
 
@@ -199,12 +199,12 @@ func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
 		head := segmentHead(m, len(payload))
 		// The tail is computed before any Write, which may modify its input.
 		tail := segmentTail(head, payload)
-		crc := binary.LittleEndian.Uint32(tail[4:])
+		sum := binary.LittleEndian.Uint64(tail[8:])
 		size, err := w.writeFile(name, head, payload, tail)
 		if err != nil {
 			return Info{}, w.abort(err)
 		}
-		refs[i] = ref{meta: m, Name: name, Size: size, CRC: crc}
+		refs[i] = ref{meta: m, Name: name, Size: size, Sum: sum}
 	}
 	if len(w.renamed) > 0 {
 		if err := syncDir(fs, dir); err != nil {
@@ -348,7 +348,7 @@ func segmentIntact(fs vfs.FS, dir string, r ref) bool {
 	if _, err := f.ReadAt(tail[:], r.Size-trailerLen); err != nil {
 		return false
 	}
-	return binary.LittleEndian.Uint32(tail[:]) == r.CRC
+	return binary.LittleEndian.Uint64(tail[:]) == r.Sum
 }
 
 // ensureDir creates dir if it is missing, and makes every directory it
@@ -556,15 +556,15 @@ func readSegment(fs vfs.FS, dir string, r ref) (payload []byte, err error) {
 		}
 		return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
 	}
-	m, payload, crc, err := decodeSegment(b)
+	m, payload, sum, err := decodeSegment(b)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: segment %s: %w", path, err)
 	}
 	if m != r.meta {
 		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("metadata %+v, manifest says %+v", m, r.meta))
 	}
-	if crc != r.CRC {
-		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("file checksum %08x, manifest says %08x", crc, r.CRC))
+	if sum != r.Sum {
+		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("file checksum %016x, manifest says %016x", sum, r.Sum))
 	}
 	return payload, nil
 }
