@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/filter"
@@ -41,8 +43,9 @@ type Generation struct {
 	Kind       filter.Kind // filter backend of the payload
 	// Sealed promises that this filter will never change again: Write may
 	// then reuse the segment the previous snapshot holds for the same
-	// (ID, Shard) with the same metadata instead of writing it again. A
-	// Sealed generation's metadata and payload must be identical in every
+	// (ID, Shard) with the same metadata (Sealed included) instead of
+	// writing it again, so the first snapshot after sealing still writes it.
+	// A Sealed generation's metadata and payload must be identical in every
 	// later Write.
 	Sealed bool
 	// Payload produces the filter bytes. Write calls it at most once, and
@@ -654,4 +657,26 @@ func Latest(fs vfs.FS, dir string) (*Snapshot, error) {
 		return nil, fmt.Errorf("snapshot: no valid snapshot in %s: %w", dir, errors.Join(skipped...))
 	}
 	return nil, fmt.Errorf("%w: no snapshot in %s", ErrNotFound, dir)
+}
+
+// String formats i for people, as `dedup snapshot inspect` prints it: the
+// header, then one line per segment.
+func (i Info) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "snapshot %s\n", i.Path)
+	fmt.Fprintf(&b, "  version %d  seed %#016x  commit seq %d  created %s\n",
+		i.Version, i.Seed, i.CommitSeq, time.Unix(0, i.Created).UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(&b, "  %d segments, %d bytes (manifest %d, options %d)\n",
+		len(i.Segments), i.TotalSize, i.ManifestSize, len(i.Options))
+	for _, s := range i.Segments {
+		sealed := "live"
+		if s.Sealed {
+			sealed = "sealed"
+		}
+		fmt.Fprintf(&b, "  gen %d shard %d  %s .. %s  %d keys  %s  %s  %d bytes  %s\n",
+			s.ID, s.Shard,
+			time.Unix(0, s.Start).UTC().Format(time.RFC3339), time.Unix(0, s.End).UTC().Format(time.RFC3339),
+			s.Count, s.Kind, sealed, s.Size, s.Name)
+	}
+	return b.String()
 }

@@ -173,8 +173,14 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Written, info.Written = 0, 0
-	if fmt.Sprint(in) != fmt.Sprint(info) {
+	if fmt.Sprintf("%#v", in) != fmt.Sprintf("%#v", info) {
 		t.Fatalf("Inspect\n%+v\nWrite\n%+v", in, info)
+	}
+	text := in.String()
+	for _, want := range []string{"version 1", "commit seq 41", "6 segments", "gen 3 shard 1", "blocked", "sealed", "live", "segment-000001-3-1.seg"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("Info.String lacks %q:\n%s", want, text)
+		}
 	}
 
 	// No generations at all is a valid snapshot too.
