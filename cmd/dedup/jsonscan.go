@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -315,6 +316,18 @@ func (s *jsonScanner) str() (escaped bool) {
 	d := s.data
 	i := s.i
 	for {
+		// Eight bytes at a time while none is '"', '\\' or a control
+		// character (SWAR: the classic has-zero-byte and has-less tests).
+		for i+8 <= len(d) {
+			w := binary.LittleEndian.Uint64(d[i:])
+			const lo, hi = 0x0101010101010101, 0x8080808080808080
+			q := w ^ (lo * '"')
+			b := w ^ (lo * '\\')
+			if ((q-lo)&^q|(b-lo)&^b|(w-lo*0x20)&^w)&hi != 0 {
+				break
+			}
+			i += 8
+		}
 		for i < len(d) && strPlain[d[i]] {
 			i++
 		}

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func mustExtractor(t testing.TB, cfg extractorConfig) *extractor {
+	t.Helper()
+	if cfg.maxKey == 0 {
+		cfg.maxKey = 4096
+	}
+	if cfg.maxLine == 0 {
+		cfg.maxLine = 1 << 20
+	}
+	x, err := newExtractor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// checkAgainstEncodingJSON compares the scanner with encoding/json on one
+// line for the top-level member "id".
+func checkAgainstEncodingJSON(t *testing.T, line []byte) {
+	t.Helper()
+	s := newJSONScanner([]jsonPath{{"id"}})
+	ok, notObject := s.scan(line)
+	if !utf8.Valid(line) {
+		return // encoding/json versions differ on invalid UTF-8
+	}
+	valid := json.Valid(line)
+	if ok != valid {
+		t.Fatalf("scan(%q) ok=%v (%s), json.Valid=%v", line, ok, s.err.String(), valid)
+	}
+	if !ok {
+		return
+	}
+	var m map[string]json.RawMessage
+	err := json.Unmarshal(line, &m)
+	if notObject != (err != nil) {
+		t.Fatalf("scan(%q) notObject=%v, Unmarshal into a map: %v", line, notObject, err)
+	}
+	if notObject {
+		return
+	}
+	want, found := m["id"]
+	if found && string(want) == "null" {
+		found = false
+	}
+	got := s.vals[0]
+	if (got != nil) != found || (found && !bytes.Equal(got, want)) {
+		t.Fatalf("scan(%q) id=%q, encoding/json says %q (found %v)", line, got, want, found)
+	}
+}
+
+func TestScanMatchesEncodingJSON(t *testing.T) {
+	for _, line := range []string{
+		`{"id":1}`, `{"id":"1"}`, ` {"id" : [1,2,{"a":null}] } `, `{"id":null}`, `{}`, `{"a":1,"id":2,"id":3}`,
+		`{"i\u0064":"esc"}`, `{"\ud83d\ude00":1,"id":true}`, `{"id":-0.5e+10}`, `{"id":01}`, `{"id":1.}`,
+		`{"id":.5}`, `{"id":-}`, `{"id":1e}`, `{"id":"\x"}`, `{"id":"\u12"}`, `{"id":"a` + "\t" + `"}`,
+		`{"id":tru}`, `{"id":1,}`, `{,}`, `{"id"}`, `{"id":1}}`, `{"id":1} x`, `[1]`, `"s"`, `12`, ``, ` `,
+		`{"id":{"id":1}}`, `{"x":[[[[]]]],"id":"deep"}`, `{"id":"\/\b\f\n\r\t\\\""}`, `{"id":1 2}`,
+		strings.Repeat("[", 20000) + strings.Repeat("]", 20000),
+		`{"a":` + strings.Repeat(`{"a":`, 10001) + `1` + strings.Repeat(`}`, 10002),
+	} {
+		checkAgainstEncodingJSON(t, []byte(line))
+	}
+}
+
+// FuzzExtract feeds arbitrary lines to every key mode: no panic, keys
+// within limits, and the JSON scanner agrees with encoding/json.
+func FuzzExtract(f *testing.F) {
+	for _, name := range []string{"testdata/events.ndjson", "testdata/access.txt"} {
+		fh, err := os.Open(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			f.Add(append([]byte{}, sc.Bytes()...))
+		}
+		fh.Close()
+	}
+	f.Add([]byte(`{"id":"\ud800","user":{"id":[1,{"x":"y"}]},"seq":1e5}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if bytes.IndexByte(line, '\n') >= 0 {
+			return // the reader never passes a newline
+		}
+		checkAgainstEncodingJSON(t, line)
+		for _, cfg := range []extractorConfig{
+			{format: "json", key: "event_id"},
+			{format: "json", key: "user.id,seq"},
+			{format: "lines"},
+			{format: "lines", field: 3, delim: ","},
+			{format: "lines", regex: `id=(\w+)`},
+			{format: "lines", regex: `[a-z]+`},
+		} {
+			cfg.maxKey = 64
+			x := mustExtractor(t, cfg)
+			key, _, r := x.extract(line, nil)
+			if r.code == rejNone {
+				if len(key) == 0 || len(key) > 64 {
+					t.Fatalf("%+v: key of %d bytes accepted", cfg, len(key))
+				}
+			} else {
+				_ = r.describe(x)
+			}
+		}
+	})
+}
+
+func TestCompositeKeysDiffer(t *testing.T) {
+	x := mustExtractor(t, extractorConfig{format: "json", key: "a,b"})
+	keys := map[string]string{}
+	for _, line := range []string{
+		`{"a":"x,y","b":"z"}`, `{"a":"x","b":"y,z"}`, `{"a":1,"b":23}`, `{"a":12,"b":3}`,
+		`{"a":1,"b":"23"}`, `{"a":"1","b":23}`, `{"a":"","b":"\"\""}`, `{"a":"\"\"","b":""}`,
+	} {
+		k, _, r := x.extract([]byte(line), nil)
+		if r.code != rejNone {
+			t.Fatalf("%s: rejected: %s", line, r.describe(x))
+		}
+		if prev, ok := keys[string(k)]; ok {
+			t.Errorf("%s and %s make the same key %q", prev, line, k)
+		}
+		keys[string(k)] = line
+	}
+}
+
+func TestExtractModes(t *testing.T) {
+	cases := []struct {
+		cfg  extractorConfig
+		line string
+		key  string // "" means rejected with code
+		code rejectCode
+	}{
+		{extractorConfig{format: "json", key: "id"}, `{"id":"a"}`, `"a"`, 0},
+		{extractorConfig{format: "json", key: "id"}, `{"id":1}`, `1`, 0},
+		{extractorConfig{format: "json", key: "u.id"}, `{"u":{"id":true}}`, `true`, 0},
+		{extractorConfig{format: "json", key: "u.id"}, `{"u":[1]}`, "", rejMissingKey},
+		{extractorConfig{format: "json", key: "id"}, `{"id":null}`, "", rejMissingKey},
+		{extractorConfig{format: "json", key: "id"}, `{"id":1`, "", rejNotJSON},
+		{extractorConfig{format: "json", key: "id"}, `[1]`, "", rejNotObject},
+		{extractorConfig{format: "json", key: "id"}, `  `, "", rejEmptyLine},
+		{extractorConfig{format: "json", key: "id", maxKey: 3}, `{"id":"abcd"}`, "", rejKeyTooLarge},
+		{extractorConfig{format: "lines"}, "abc\r", "abc", 0},
+		{extractorConfig{format: "lines"}, "", "", rejEmptyKey},
+		{extractorConfig{format: "lines", field: 2, delim: "::"}, "a::b::c", "b", 0},
+		{extractorConfig{format: "lines", field: 3, delim: "::"}, "a::b::c\r", "c", 0},
+		{extractorConfig{format: "lines", field: 4, delim: "::"}, "a::b::c", "", rejMissingField},
+		{extractorConfig{format: "lines", field: 2, delim: ","}, "a,,c", "", rejEmptyKey},
+		{extractorConfig{format: "lines", regex: `id=(\w+)`}, "x id=42 y", "42", 0},
+		{extractorConfig{format: "lines", regex: `id=(\w+)`}, "x id= y", "", rejNoMatch},
+		{extractorConfig{format: "lines", regex: `\d+`}, "ab 123 c", "123", 0},
+		{extractorConfig{format: "lines", regex: `(a)|(b)`}, "b", "", rejNoMatch},
+	}
+	for _, tc := range cases {
+		x := mustExtractor(t, tc.cfg)
+		key, _, r := x.extract([]byte(tc.line), nil)
+		if tc.key != "" {
+			if r.code != rejNone || string(key) != tc.key {
+				t.Errorf("%+v %q: key %q (%s), want %q", tc.cfg, tc.line, key, r.describe(x), tc.key)
+			}
+		} else if r.code != tc.code {
+			t.Errorf("%+v %q: reject %d (%s), want %d", tc.cfg, tc.line, r.code, r.describe(x), tc.code)
+		}
+	}
+}
+
+func TestExtractorUsage(t *testing.T) {
+	for _, cfg := range []extractorConfig{
+		{format: "json"},
+		{format: "json", key: "a,,b"},
+		{format: "json", key: "a..b"},
+		{format: "json", key: "a", field: 1},
+		{format: "lines", key: "a"},
+		{format: "lines", field: 1, regex: "x"},
+		{format: "lines", field: -1},
+		{format: "lines", field: 1, delim: ""},
+		{format: "lines", regex: "("},
+		{format: "xml"},
+	} {
+		if _, err := newExtractor(cfg); err == nil {
+			t.Errorf("%+v: accepted", cfg)
+		}
+	}
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	cp := checkpoint{Inputs: []string{"/a", "/b"}, Out: "/o", Dups: "/d", File: 1, Offset: 99, Line: 7,
+		OutLen: 5, DupsLen: 6, RejectsLen: 0, Counts: counts{Events: 1, Distinct: 2, Duplicates: 3, Rejects: 4, Bytes: 5}}
+	got, err := decodeCheckpoint(cp.encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.sameJob(&cp) || got.File != 1 || got.Offset != 99 || got.Line != 7 || got.OutLen != 5 || got.DupsLen != 6 || got.Counts != cp.Counts {
+		t.Fatalf("round trip: %+v, want %+v", got, cp)
+	}
+	other := cp
+	other.Inputs = []string{"/a"}
+	if got.sameJob(&other) {
+		t.Error("different inputs are the same job")
+	}
+	for _, bad := range []string{"", "xyz", `{"format":"other"}`, `{"format":"dedup-filter/1","line":0}`,
+		`{"format":"dedup-filter/1","inputs":["/a"],"file":2,"line":1}`, `{"format":"dedup-filter/1","offset":-1,"line":1}`} {
+		if _, err := decodeCheckpoint([]byte(bad)); err == nil {
+			t.Errorf("decodeCheckpoint(%q) accepted", bad)
+		}
+	}
+}
+
+// benchLine is a typical clickstream event (~190 bytes).
+const benchLine = `{"event_id":"7c9e6679-7425-40de-944b-e07fc1f90ae7","ts":"2026-11-29T10:00:00.123Z","user":{"id":123456,"country":"DE"},"seq":42,"type":"click","url":"https://example.com/p/1?ref=abc"}`
+
+func BenchmarkExtractJSON(b *testing.B) {
+	line := []byte(benchLine)
+	b.Run("scanner", func(b *testing.B) {
+		x := mustExtractor(b, extractorConfig{format: "json", key: "event_id"})
+		b.SetBytes(int64(len(line)))
+		b.ReportAllocs()
+		cpu0 := cpuTime()
+		for b.Loop() {
+			if _, _, r := x.extract(line, nil); r.code != rejNone {
+				b.Fatal(r)
+			}
+		}
+		reportCPU(b, cpu0, int64(b.N*len(line)))
+	})
+	b.Run("scanner-composite", func(b *testing.B) {
+		x := mustExtractor(b, extractorConfig{format: "json", key: "user.id,seq"})
+		b.SetBytes(int64(len(line)))
+		b.ReportAllocs()
+		var arena []byte
+		cpu0 := cpuTime()
+		for b.Loop() {
+			var r reject
+			if _, arena, r = x.extract(line, arena[:0]); r.code != rejNone {
+				b.Fatal(r)
+			}
+		}
+		reportCPU(b, cpu0, int64(b.N*len(line)))
+	})
+	b.Run("unmarshal-map", func(b *testing.B) {
+		b.SetBytes(int64(len(line)))
+		b.ReportAllocs()
+		cpu0 := cpuTime()
+		defer func() { reportCPU(b, cpu0, int64(b.N*len(line))) }()
+		for b.Loop() {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(line, &m); err != nil || m["event_id"] == nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decoder-tokens", func(b *testing.B) {
+		b.SetBytes(int64(len(line)))
+		b.ReportAllocs()
+		cpu0 := cpuTime()
+		defer func() { reportCPU(b, cpu0, int64(b.N*len(line))) }()
+		for b.Loop() {
+			d := json.NewDecoder(bytes.NewReader(line))
+			found := false
+			depth := 0
+			for {
+				tok, err := d.Token()
+				if err != nil {
+					break
+				}
+				switch tok := tok.(type) {
+				case json.Delim:
+					if tok == '{' || tok == '[' {
+						depth++
+					} else {
+						depth--
+					}
+				case string:
+					if depth == 1 && tok == "event_id" {
+						found = true
+					}
+				}
+			}
+			if !found {
+				b.Fatal("not found")
+			}
+		}
+	})
+}
