@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -175,6 +176,9 @@ type Store struct {
 	floor   uint64 // drop floor as of the last handed-out batch
 
 	broken atomic.Pointer[error]
+	// fatal is set once Pebble reported a fatal error on a Store call: Pebble
+	// may then hold internal locks forever, so Close does not wait for it.
+	fatal atomic.Bool
 
 	// Published state of completed commits.
 	cpMu     sync.Mutex
@@ -249,7 +253,7 @@ func openPebble(dir string, po *pebble.Options) (db *pebble.DB, err error) {
 func (s *Store) init(existing bool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = asFatal(r)
+			err = s.recovered(r)
 		}
 	}()
 	if existing {
@@ -382,16 +386,40 @@ func (s *Store) Close() error {
 	return s.closeDB()
 }
 
-func (s *Store) closeDB() (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = asFatal(r)
-		}
+func (s *Store) closeDB() error {
+	errc := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				errc <- asFatal(r)
+			}
+		}()
+		errc <- s.db.Close()
 	}()
-	if err := s.db.Close(); err != nil {
+	var timeout <-chan time.Time
+	if s.fatal.Load() {
+		timeout = time.After(fatalCloseTimeout)
+	}
+	var err error
+	select {
+	case err = <-errc:
+	case <-timeout:
+		err = fmt.Errorf("%w: Pebble did not close after a fatal error; restart the process to release %q", ErrBroken, s.dir)
+	}
+	if err != nil {
 		return fmt.Errorf("exact: close %q: %w", s.dir, err)
 	}
 	return nil
+}
+
+// fatalCloseTimeout bounds Close after a fatal Pebble error.
+const fatalCloseTimeout = 2 * time.Second
+
+// recovered turns a recovered panic value into the store's broken error.
+func (s *Store) recovered(r any) error {
+	err := asFatal(r)
+	s.fatal.Store(true)
+	return s.fail(err)
 }
 
 // GetMeta returns the metadata value stored under name.
@@ -411,7 +439,7 @@ func (s *Store) SetMeta(name string, value []byte) (err error) {
 	defer s.rw.RUnlock()
 	defer func() {
 		if r := recover(); r != nil {
-			err = s.fail(asFatal(r))
+			err = s.recovered(r)
 		}
 	}()
 	if err := s.db.Set(metaKey(name), value, pebble.Sync); err != nil {
@@ -579,7 +607,7 @@ func (s *Store) TruncateLog(throughSeq uint64) (err error) {
 	defer s.rw.RUnlock()
 	defer func() {
 		if r := recover(); r != nil {
-			err = s.fail(asFatal(r))
+			err = s.recovered(r)
 		}
 	}()
 	end := logEnd
@@ -603,7 +631,7 @@ func (s *Store) Backup(destDir string) (err error) {
 	defer s.rw.RUnlock()
 	defer func() {
 		if r := recover(); r != nil {
-			err = s.fail(asFatal(r))
+			err = s.recovered(r)
 		}
 	}()
 	if err := s.db.Checkpoint(destDir, pebble.WithFlushedWAL()); err != nil {

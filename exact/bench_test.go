@@ -1,0 +1,143 @@
+package exact
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// benchKeys returns n random 16-byte keys.
+func benchKeys(rng *rand.Rand, n int) [][]byte {
+	buf := make([]byte, 16*n)
+	for i := 0; i < len(buf); i += 8 {
+		binary.LittleEndian.PutUint64(buf[i:], rng.Uint64())
+	}
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = buf[16*i : 16*i+16]
+	}
+	return keys
+}
+
+// BenchmarkCommit measures committed keys/s: one iteration is one Commit of
+// batch random 16-byte keys with a checkpoint, on a real directory.
+func BenchmarkCommit(b *testing.B) {
+	for _, m := range []struct {
+		name   string
+		ingest int
+		logs   bool
+	}{
+		{"batch", -1, false},
+		{"ingest", 1, false},
+		{"logonly", -1, true},
+	} {
+		for _, batch := range []int{10_000, 100_000} {
+			b.Run(fmt.Sprintf("%s/keys=%d", m.name, batch), func(b *testing.B) {
+				s := mustOpen(b, b.TempDir(), Options{IngestThreshold: m.ingest, LogOnly: m.logs})
+				defer mustClose(b, s)
+				rng := rand.New(rand.NewPCG(1, 2))
+				keys := benchKeys(rng, batch)
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					for _, k := range keys { // fresh keys every commit
+						binary.LittleEndian.PutUint64(k, rng.Uint64())
+					}
+					bt := s.NewBatch()
+					for _, k := range keys {
+						bt.Add(1, k, binary.LittleEndian.Uint64(k))
+					}
+					bt.SetCheckpoint([]byte(fmt.Sprint(i)))
+					if _, err := bt.Commit(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				el := time.Since(start)
+				b.ReportMetric(float64(b.N*batch)/el.Seconds()/1e6, "Mkeys/s")
+				b.ReportMetric(0, "ns/op")
+				m := s.Metrics()
+				b.ReportMetric(float64(m.ReadAmp()), "readamp")
+			})
+		}
+	}
+}
+
+// BenchmarkPebbleRaw is the baseline: a plain Pebble batch of Sets with
+// default options, synced.
+func BenchmarkPebbleRaw(b *testing.B) {
+	for _, batch := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", batch), func(b *testing.B) {
+			db, err := pebble.Open(b.TempDir(), &pebble.Options{Logger: quietLogger{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			rng := rand.New(rand.NewPCG(1, 2))
+			keys := benchKeys(rng, batch)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				pb := db.NewBatch()
+				for _, k := range keys {
+					binary.LittleEndian.PutUint64(k, rng.Uint64())
+					pb.Set(k, nil, nil)
+				}
+				if err := pb.Commit(pebble.Sync); err != nil {
+					b.Fatal(err)
+				}
+				pb.Close()
+			}
+			el := time.Since(start)
+			b.ReportMetric(float64(b.N*batch)/el.Seconds()/1e6, "Mkeys/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkHas measures point lookups on a store of 1M keys after
+// compactions settle: present keys and absent keys.
+func BenchmarkHas(b *testing.B) {
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			dir := b.TempDir()
+			s := mustOpen(b, dir, Options{IngestThreshold: m.ingest})
+			rng := rand.New(rand.NewPCG(3, 4))
+			var present [][]byte
+			for c := 0; c < 10; c++ {
+				keys := benchKeys(rng, 100_000)
+				bt := s.NewBatch()
+				for _, k := range keys {
+					bt.Add(1, k, 0)
+				}
+				if _, err := bt.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				present = append(present, keys[:1000]...)
+			}
+			mustClose(b, s) // reopen: lookups from sstables, not the memtable
+			s = mustOpen(b, dir, Options{IngestThreshold: m.ingest})
+			defer mustClose(b, s)
+			absent := benchKeys(rng, 10_000)
+			for _, c := range []struct {
+				name string
+				keys [][]byte
+				want bool
+			}{{"present", present, true}, {"absent", absent, false}} {
+				b.Run(c.name, func(b *testing.B) {
+					for i := 0; i < b.N; i++ {
+						ok, err := s.Has(1, c.keys[i%len(c.keys)])
+						if err != nil || ok != c.want {
+							b.Fatalf("Has = %v, %v", ok, err)
+						}
+					}
+				})
+			}
+			b.ReportMetric(float64(s.Metrics().ReadAmp()), "readamp")
+		})
+	}
+}

@@ -1,0 +1,285 @@
+package exact
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+)
+
+// crashBatch commits batch i: keys i*per..i*per+per in generation 1, and
+// checkpoint "cp-i".
+func crashBatch(s *Store, i, per int) (uint64, error) {
+	b := s.NewBatch()
+	for k := i * per; k < i*per+per; k++ {
+		b.Add(1, keyOf(k), hashOf(k))
+	}
+	b.SetCheckpoint([]byte(fmt.Sprintf("cp-%d", i)))
+	return b.Commit()
+}
+
+// verifyCrashed opens a crash clone and checks that every batch < minDone
+// is present, and that the batches present are exactly 0..c where "cp-c" is
+// the checkpoint (all-or-nothing with the checkpoint, and in order).
+func verifyCrashed(t *testing.T, fs vfs.FS, o Options, minDone, total, per int) {
+	t.Helper()
+	o.FS = fs
+	s, err := Open("db", o)
+	if err != nil {
+		t.Fatalf("reopen after crash: %v", err)
+	}
+	defer mustClose(t, s)
+	cp, err := s.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	if cp != nil {
+		if _, err := fmt.Sscanf(string(cp), "cp-%d", &last); err != nil {
+			t.Fatalf("checkpoint %q: %v", cp, err)
+		}
+	}
+	if last < minDone-1 {
+		t.Fatalf("checkpoint %q after crash, but batch %d had committed", cp, minDone-1)
+	}
+	if s.CommitSeq() != uint64(last+1) {
+		t.Fatalf("CommitSeq %d with checkpoint %q", s.CommitSeq(), cp)
+	}
+	for i := 0; i < total; i++ {
+		want := i <= last
+		for k := i * per; k < i*per+per; k++ {
+			ok, err := s.Has(1, keyOf(k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != want {
+				t.Fatalf("batch %d key %d present=%v, checkpoint %q", i, k, ok, cp)
+			}
+		}
+	}
+	n := 0
+	if err := s.ScanLog(0, func(seq, gen, hash uint64) error {
+		if hash != hashOf(n) {
+			return fmt.Errorf("log entry %d (seq %d) hash %x, want %x", n, seq, hash, hashOf(n))
+		}
+		n++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != (last+1)*per {
+		t.Fatalf("log holds %d entries, want %d", n, (last+1)*per)
+	}
+	// The clone is writable and continues the sequence.
+	if seq, err := crashBatch(s, total+1, 1); err != nil || seq != uint64(last+2) {
+		t.Fatalf("commit after crash: seq %d, %v; want %d", seq, err, last+2)
+	}
+}
+
+// TestCrash crash-clones the store after each committed batch (and, in a
+// second phase, while a commit runs in another goroutine) and checks the
+// clone against the contract.
+func TestCrash(t *testing.T) {
+	const total, per = 8, 50
+	for _, m := range modes {
+		for _, pct := range []int{0, 50, 100} {
+			t.Run(m.name+"/unsynced="+strconv.Itoa(pct), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(pct), 7))
+				mem := vfs.NewCrashableMem()
+				o := Options{FS: mem, IngestThreshold: m.ingest, MemTableSize: 1 << 20}
+				s := mustOpen(t, "db", o)
+				for i := 0; i < total; i++ {
+					if _, err := crashBatch(s, i, per); err != nil {
+						t.Fatal(err)
+					}
+					clone := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng})
+					verifyCrashed(t, clone, o, i+1, total, per)
+				}
+				mustClose(t, s)
+			})
+		}
+	}
+}
+
+// TestCrashDuringCommit clones while commits run in another goroutine.
+func TestCrashDuringCommit(t *testing.T) {
+	const total, per = 30, 200
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			mem := vfs.NewCrashableMem()
+			o := Options{FS: mem, IngestThreshold: m.ingest, MemTableSize: 1 << 20}
+			s := mustOpen(t, "db", o)
+			defer mustClose(t, s)
+			var mu sync.Mutex
+			done := 0 // batches whose Commit returned
+			errc := make(chan error, 1)
+			go func() {
+				for i := 0; i < total; i++ {
+					if _, err := crashBatch(s, i, per); err != nil {
+						errc <- err
+						return
+					}
+					mu.Lock()
+					done = i + 1
+					mu.Unlock()
+				}
+				errc <- nil
+			}()
+			for running := true; running; {
+				select {
+				case err := <-errc:
+					if err != nil {
+						t.Fatal(err)
+					}
+					running = false
+				default:
+				}
+				mu.Lock()
+				minDone := done
+				mu.Unlock()
+				clone := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
+				verifyCrashed(t, clone, o, minDone, total, per)
+			}
+		})
+	}
+}
+
+// TestCommitIOError injects an I/O error at the k-th file write operation
+// (MANIFEST excluded) after the first commit, for every k: the failing Commit returns an error
+// (no panic, no exit), the store then reports ErrBroken, and a restart finds
+// every batch whose Commit returned, with the failed batch all-or-nothing.
+func TestCommitIOError(t *testing.T) {
+	const total, per = 4, 20
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			injections := 0
+			for k := int64(0); ; k++ {
+				mem := vfs.NewCrashableMem()
+				var on atomic.Bool
+				var n atomic.Int64
+				inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+					// MANIFEST write errors are fatal to Pebble and, when a
+					// background compaction meets them, to the process.
+					if on.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite &&
+						!strings.Contains(op.Path, "MANIFEST") && n.Add(1)-1 == k {
+						return errorfs.ErrInjected
+					}
+					return nil
+				})
+				o := Options{FS: errorfs.Wrap(mem, inj), IngestThreshold: m.ingest}
+				s := mustOpen(t, "db", o)
+				if _, err := crashBatch(s, 0, per); err != nil {
+					t.Fatal(err)
+				}
+				on.Store(true)
+				committed := 1
+				var cerr error
+				for i := 1; i < total && cerr == nil; i++ {
+					if _, cerr = crashBatch(s, i, per); cerr == nil {
+						committed = i + 1
+					}
+				}
+				on.Store(false)
+				if n.Load() <= k {
+					if cerr != nil {
+						t.Fatalf("k=%d: Commit failed without injection: %v", k, cerr)
+					}
+					mustClose(t, s)
+					break
+				}
+				if cerr == nil {
+					// The error hit a background or non-fatal path.
+					mustClose(t, s)
+					continue
+				}
+				injections++
+				if !errors.Is(cerr, errorfs.ErrInjected) {
+					t.Fatalf("k=%d: Commit error %v does not wrap ErrInjected", k, cerr)
+				}
+				if _, err := crashBatch(s, 9, 1); !errors.Is(err, ErrBroken) {
+					t.Fatalf("k=%d: Commit after failure = %v, want ErrBroken", k, err)
+				}
+				if _, err := s.Has(1, keyOf(0)); !errors.Is(err, ErrBroken) {
+					t.Fatalf("k=%d: Has after failure = %v, want ErrBroken", k, err)
+				}
+				clone := mem.CrashClone(vfs.CrashCloneCfg{})
+				_ = s.Close() // may report the failure again
+				verifyCrashed(t, clone, Options{IngestThreshold: m.ingest}, committed, total, per)
+			}
+			t.Logf("%d failing commits checked", injections)
+			if injections == 0 {
+				t.Fatal("no injected error reached Commit")
+			}
+		})
+	}
+}
+
+// TestBackupWhileCommitting takes a backup while another goroutine commits:
+// the backup opens and holds every batch committed before Backup began.
+func TestBackupWhileCommitting(t *testing.T) {
+	const per = 100
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			o := Options{FS: fs, IngestThreshold: m.ingest, MemTableSize: 1 << 20}
+			s := mustOpen(t, "db", o)
+			defer mustClose(t, s)
+			var done atomic.Int64
+			stop := make(chan struct{})
+			errc := make(chan error, 1)
+			go func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						errc <- nil
+						return
+					default:
+					}
+					if _, err := crashBatch(s, i, per); err != nil {
+						errc <- err
+						return
+					}
+					done.Store(int64(i + 1))
+				}
+			}()
+			for done.Load() < 3 {
+				time.Sleep(time.Millisecond)
+			}
+			before := int(done.Load())
+			if err := s.Backup("backup"); err != nil {
+				t.Fatal(err)
+			}
+			close(stop)
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Backup("backup"); err == nil {
+				t.Fatal("Backup into an existing directory succeeded")
+			}
+			b := mustOpen(t, "backup", Options{FS: fs})
+			defer mustClose(t, b)
+			cp, _ := b.Checkpoint()
+			var last int
+			if _, err := fmt.Sscanf(string(cp), "cp-%d", &last); err != nil || last < before-1 {
+				t.Fatalf("backup checkpoint %q, want >= cp-%d", cp, before-1)
+			}
+			for k := 0; k < (last+1)*per; k++ {
+				if ok, err := b.Has(1, keyOf(k)); !ok || err != nil {
+					t.Fatalf("backup lacks key %d: %v", k, err)
+				}
+			}
+			if ok, _ := b.Has(1, keyOf((last+1)*per)); ok {
+				t.Fatal("backup holds a key of a batch after its checkpoint")
+			}
+		})
+	}
+}
