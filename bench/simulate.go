@@ -1,0 +1,685 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Article holds the inputs and figures of the seed article's "Duplicate
+// suppression window" model (seeds/004): 2,000 requests/s, 2% duplicates,
+// exponential redelivery delay with a two-minute mean, a five-minute window
+// and 64 bytes per key.
+var Article = ArticleFigures{
+	Rate:              2000,
+	DuplicateFraction: 0.02,
+	MeanDelay:         2 * time.Minute,
+	Window:            5 * time.Minute,
+	BytesPerKey:       64,
+	LeakTarget:        100,
+
+	DistinctPerSec:      1960,
+	KeysHeld:            588_000,
+	MemoryMiB:           35.9,
+	DuplicatesPerSec:    40,
+	SuppressedPerSec:    36.72,
+	LeakedPerSec:        3.28,
+	ShareSuppressed:     0.918,
+	LeaksPerMillion:     1642,
+	Window99:            9.2 * 60 * time.Second,
+	WindowTarget:        10.6 * 60 * time.Second,
+	KeysAtWindowTarget:  1_250_000,
+	WindowTargetComment: "a little over ten and a half minutes",
+}
+
+// ArticleFigures are the seed article's model inputs and its results.
+type ArticleFigures struct {
+	Rate              float64       `json:"rate"`
+	DuplicateFraction float64       `json:"duplicate_fraction"`
+	MeanDelay         time.Duration `json:"mean_delay"`
+	Window            time.Duration `json:"window"`
+	BytesPerKey       float64       `json:"bytes_per_key"`
+	LeakTarget        float64       `json:"leak_target_per_million"`
+
+	DistinctPerSec      float64       `json:"distinct_per_sec"`
+	KeysHeld            float64       `json:"keys_held"`
+	MemoryMiB           float64       `json:"memory_mib"`
+	DuplicatesPerSec    float64       `json:"duplicates_per_sec"`
+	SuppressedPerSec    float64       `json:"suppressed_per_sec"`
+	LeakedPerSec        float64       `json:"leaked_per_sec"`
+	ShareSuppressed     float64       `json:"share_suppressed"`
+	LeaksPerMillion     float64       `json:"leaks_per_million"`
+	Window99            time.Duration `json:"window_99"`
+	WindowTarget        time.Duration `json:"window_target"`
+	KeysAtWindowTarget  float64       `json:"keys_at_window_target"`
+	WindowTargetComment string        `json:"-"`
+}
+
+// SimConfig configures the window-model simulation.
+type SimConfig struct {
+	// Stream is the workload at full scale. Default: the article's inputs
+	// (2,000 requests/s, 2% duplicates, exponential delay, mean 2m).
+	Stream StreamConfig `json:"stream"`
+	// Scale multiplies the request rate for the run; counts and rates are
+	// divided by it when reported, so they read at full scale. Default 0.1.
+	Scale float64 `json:"scale"`
+	// Window is the retention window under study. Default 5m.
+	Window time.Duration `json:"window"`
+	// Windows are further windows to tabulate.
+	Windows []time.Duration `json:"windows,omitempty"`
+	// Measure is the virtual time measured after the warm-up. Default 1h
+	// (720,000 requests at the default scale).
+	Measure time.Duration `json:"measure"`
+	// Warmup is the virtual time run before measuring, so the store and
+	// the duplicate flow are in a steady state. Default: twice the longest
+	// window run, and at least 12 mean delays.
+	Warmup time.Duration `json:"warmup"`
+	// SuppressTarget is the share of duplicates the sought window must
+	// suppress. Default 0.99.
+	SuppressTarget float64 `json:"suppress_target"`
+	// LeakTarget is the leaks per million requests the second sought window
+	// must stay under. Default 100.
+	LeakTarget float64 `json:"leak_target"`
+	// Step is the resolution of the window search. Default 6s (0.1 min).
+	Step time.Duration `json:"step"`
+	// BytesPerKey prices the model's store memory. Default 64 (the
+	// article's figure; it ignores index and allocator overhead).
+	BytesPerKey float64 `json:"bytes_per_key"`
+	// Engine is the engine under test; Window and ExpectedRate are set per
+	// run. Default probabilistic mode, blocked filter, FP 1e-4, 16
+	// generations, in memory.
+	Engine EngineConfig `json:"engine"`
+	// AlignRetention sets the engine's Window so that its mean retention
+	// (Window plus half a generation span) equals the model's window, which
+	// keeps every key exactly that long. Default true; see SimConfig docs.
+	AlignRetention *bool `json:"align_retention,omitempty"`
+	// Bimodal configures the bimodal case; Bimodal.Skip leaves it out.
+	Bimodal BimodalConfig `json:"bimodal"`
+	// Parallel is the number of engines run at once. Default 2.
+	Parallel int `json:"parallel"`
+}
+
+// BimodalConfig configures the bimodal case of the simulation: immediate
+// retries plus replays hours later, run through exact mode.
+type BimodalConfig struct {
+	// Skip leaves the bimodal case out.
+	Skip bool `json:"skip,omitempty"`
+	// Stream is the workload at full scale. Default: the article's rate and
+	// duplicate share with a bimodal delay (70% retries, mean 5s; 30%
+	// replays uniform in [1h, 6h]).
+	Stream StreamConfig `json:"stream"`
+	// Scale multiplies the rate for the run. Default 0.00125 (2.5/s).
+	Scale float64 `json:"scale"`
+	// Windows are the short windows shown failing on replays. Default 5m,
+	// 30m.
+	Windows []time.Duration `json:"windows"`
+	// Retention is the long exact-mode retention that catches every replay.
+	// Default ReplayMax + 1h.
+	Retention time.Duration `json:"retention"`
+	// Measure is the measured virtual time after a warm-up of ReplayMax.
+	// Default 6h.
+	Measure time.Duration `json:"measure"`
+}
+
+func (c *SimConfig) ensureDefaults() {
+	s := &c.Stream
+	if s.Rate == 0 {
+		s.Rate = Article.Rate
+	}
+	if s.DuplicateFraction == 0 {
+		s.DuplicateFraction = Article.DuplicateFraction
+	}
+	if s.Delay.Kind == "" {
+		s.Delay.Kind = DelayExponential
+	}
+	if s.Delay.Mean == 0 {
+		s.Delay.Mean = Article.MeanDelay
+	}
+	s.ensureDefaults()
+	if c.Scale == 0 {
+		c.Scale = 0.1
+	}
+	if c.Window == 0 {
+		c.Window = Article.Window
+	}
+	if c.Measure == 0 {
+		c.Measure = time.Hour
+	}
+	if c.SuppressTarget == 0 {
+		c.SuppressTarget = 0.99
+	}
+	if c.LeakTarget == 0 {
+		c.LeakTarget = Article.LeakTarget
+	}
+	if c.Step == 0 {
+		c.Step = 6 * time.Second
+	}
+	if c.BytesPerKey == 0 {
+		c.BytesPerKey = Article.BytesPerKey
+	}
+	e := &c.Engine
+	if e.Filter == "" {
+		e.Filter = "blocked"
+		e.Probabilistic = true
+	}
+	if e.FalsePositiveRate == 0 {
+		e.FalsePositiveRate = 1e-4
+	}
+	if e.Generations == 0 {
+		e.Generations = 16
+	}
+	if c.AlignRetention == nil {
+		t := true
+		c.AlignRetention = &t
+	}
+	if c.Parallel == 0 {
+		c.Parallel = 2
+	}
+	b := &c.Bimodal
+	bs := &b.Stream
+	if bs.Rate == 0 {
+		bs.Rate = Article.Rate
+	}
+	if bs.DuplicateFraction == 0 {
+		bs.DuplicateFraction = Article.DuplicateFraction
+	}
+	if bs.Seed == 0 {
+		bs.Seed = c.Stream.Seed
+	}
+	bs.Delay.Kind = DelayBimodal
+	bs.ensureDefaults()
+	if b.Scale == 0 {
+		b.Scale = 0.00125
+	}
+	if len(b.Windows) == 0 {
+		b.Windows = []time.Duration{5 * time.Minute, 30 * time.Minute}
+	}
+	if b.Retention == 0 {
+		b.Retention = bs.Delay.ReplayMax + time.Hour
+	}
+	if b.Measure == 0 {
+		b.Measure = 6 * time.Hour
+	}
+}
+
+func (c *SimConfig) validate() error {
+	var errs []error
+	if !(c.Scale > 0 && c.Scale <= 1) || !(c.Bimodal.Scale > 0 && c.Bimodal.Scale <= 1) {
+		errs = append(errs, fmt.Errorf("bench: simulate Scale must be in (0, 1], got %v and %v", c.Scale, c.Bimodal.Scale))
+	}
+	if c.Window <= 0 || c.Measure <= 0 || c.Step <= 0 || c.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("bench: simulate Window, Measure and Step must be positive, Warmup not negative"))
+	}
+	if !(c.SuppressTarget > 0 && c.SuppressTarget < 1) {
+		errs = append(errs, fmt.Errorf("bench: simulate SuppressTarget must be in (0, 1), got %v", c.SuppressTarget))
+	}
+	if !(c.LeakTarget > 0) {
+		errs = append(errs, fmt.Errorf("bench: simulate LeakTarget must be positive, got %v", c.LeakTarget))
+	}
+	if c.Parallel < 1 {
+		errs = append(errs, fmt.Errorf("bench: simulate Parallel must be at least 1, got %d", c.Parallel))
+	}
+	return errors.Join(errs...)
+}
+
+// SimRun is one window run through the engine, with counts measured after
+// the warm-up and figures rescaled to full scale.
+type SimRun struct {
+	// Label says why the window was run ("article", "99% search"...).
+	Label string `json:"label"`
+	// Window is the model's retention; EngineWindow the engine's Window
+	// option that gives it (see SimConfig.AlignRetention).
+	Window       time.Duration `json:"window"`
+	EngineWindow time.Duration `json:"engine_window"`
+	Mode         string        `json:"mode"`
+	Filter       string        `json:"filter"`
+
+	// Raw counts in the measured interval, at the run's scale.
+	Requests   uint64 `json:"requests"`
+	Duplicates uint64 `json:"duplicates"`
+	Suppressed uint64 `json:"suppressed"`
+	Leaked     uint64 `json:"leaked"`
+	FalseDrops uint64 `json:"false_drops"`
+	// Replays and ReplaysLeaked count the replay duplicates (bimodal).
+	Replays       uint64 `json:"replays,omitempty"`
+	ReplaysLeaked uint64 `json:"replays_leaked,omitempty"`
+
+	// Full-scale figures.
+	RequestsPerSec   float64 `json:"requests_per_sec"`
+	DuplicatesPerSec float64 `json:"duplicates_per_sec"`
+	SuppressedPerSec float64 `json:"suppressed_per_sec"`
+	LeakedPerSec     float64 `json:"leaked_per_sec"`
+	ShareSuppressed  float64 `json:"share_suppressed"`
+	ShareSE          float64 `json:"share_suppressed_se"`
+	LeaksPerMillion  float64 `json:"leaks_per_million"`
+	LeaksSE          float64 `json:"leaks_per_million_se"`
+	// ReplayShareSuppressed and RetryShareSuppressed split the share
+	// suppressed by delay mode (bimodal only).
+	ReplayShareSuppressed float64 `json:"replay_share_suppressed,omitempty"`
+	RetryShareSuppressed  float64 `json:"retry_share_suppressed,omitempty"`
+	// KeysHeld is the engine's mean count of remembered keys over the
+	// measured interval, rescaled; KeysModel is distinct rate × window.
+	KeysHeld  float64 `json:"keys_held"`
+	KeysModel float64 `json:"keys_model"`
+	// MemoryModel is KeysHeld × BytesPerKey: the article's store memory.
+	MemoryModel float64 `json:"memory_model_bytes"`
+	// FilterBytes is the engine's filter memory, rescaled; DiskBytes its
+	// store size at the end of the run, rescaled (exact mode).
+	FilterBytes float64 `json:"filter_bytes"`
+	DiskBytes   float64 `json:"disk_bytes"`
+	// FalseDropsPerMillion is real events dropped by filter false
+	// positives (probabilistic mode), per million requests.
+	FalseDropsPerMillion float64 `json:"false_drops_per_million"`
+	// Elapsed is the wall time of the run.
+	Elapsed time.Duration `json:"elapsed"`
+}
+
+// DelayStats summarise the measured duplicates' delays.
+type DelayStats struct {
+	Count int           `json:"count"`
+	Mean  time.Duration `json:"mean"`
+	P50   time.Duration `json:"p50"`
+	P90   time.Duration `json:"p90"`
+	P99   time.Duration `json:"p99"`
+	Max   time.Duration `json:"max"`
+}
+
+// SimResult is the outcome of Simulate.
+type SimResult struct {
+	Config  SimConfig      `json:"config"`
+	Article ArticleFigures `json:"article"`
+	Delays  DelayStats     `json:"delays"`
+	// Runs holds every engine run, in order.
+	Runs []SimRun `json:"runs"`
+	// Main is the run at Config.Window.
+	Main SimRun `json:"main"`
+	// Window99 is the smallest window (at Step resolution) whose engine
+	// run suppressed SuppressTarget of duplicates; Run99 that run.
+	Window99 time.Duration `json:"window_99"`
+	Run99    SimRun        `json:"run_99"`
+	// WindowTarget is the smallest window whose engine run leaked fewer
+	// than LeakTarget per million; RunTarget that run.
+	WindowTarget time.Duration `json:"window_target"`
+	RunTarget    SimRun        `json:"run_target"`
+	// Bimodal holds the bimodal case's runs (nil if skipped).
+	Bimodal []SimRun `json:"bimodal,omitempty"`
+	// BimodalDelays summarise the bimodal case's delays.
+	BimodalDelays DelayStats `json:"bimodal_delays"`
+}
+
+// simSpec is one engine in a simulation pass.
+type simSpec struct {
+	label  string
+	window time.Duration
+	engine EngineConfig
+}
+
+// Simulate runs the article's window model through the engine on a
+// virtual clock: for the configured window, then searching the windows that
+// meet SuppressTarget and LeakTarget, then the bimodal case.
+func Simulate(ctx context.Context, cfg SimConfig, progress Progress) (*SimResult, error) {
+	cfg.ensureDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	progress = orNop(progress)
+	mean := cfg.Stream.Delay.Mean
+	if cfg.Stream.Delay.Kind == DelayBimodal {
+		mean = cfg.Stream.Delay.ReplayMax
+	}
+	// Windows the search may reach: the exponential quantiles, with room.
+	reach := max(cfg.Window, expQuantile(mean, cfg.SuppressTarget),
+		expQuantile(mean, 1-cfg.LeakTarget/1e6/cfg.Stream.DuplicateFraction))
+	for _, w := range cfg.Windows {
+		reach = max(reach, w)
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = max(2*reach, 12*mean)
+	}
+	res := &SimResult{Config: cfg, Article: Article}
+	run := func(specs []simSpec, collect bool) ([]SimRun, []time.Duration, error) {
+		return simPass(ctx, cfg, cfg.Stream, cfg.Scale, cfg.Warmup, cfg.Measure, specs, collect, progress)
+	}
+
+	// Pass 1: the configured window(s), collecting the delays.
+	specs := []simSpec{{label: "window", window: cfg.Window, engine: cfg.Engine}}
+	for _, w := range cfg.Windows {
+		specs = append(specs, simSpec{label: "extra", window: w, engine: cfg.Engine})
+	}
+	runs, delays, err := run(specs, true)
+	if err != nil {
+		return nil, err
+	}
+	res.Runs = append(res.Runs, runs...)
+	res.Main = runs[0]
+	res.Delays = delayStats(delays)
+
+	// Candidates from the measured delays, then engine runs, stepping up
+	// until the engine meets the target.
+	slices.Sort(delays)
+	requests := res.Main.Requests
+	c99 := roundUp(quantileSorted(delays, cfg.SuppressTarget), cfg.Step)
+	allowed := int(cfg.LeakTarget * float64(requests) / 1e6) // leaks allowed
+	cT := cfg.Step
+	if n := len(delays); n > allowed {
+		cT = roundUp(delays[n-allowed-1]+1, cfg.Step)
+	}
+	ok99 := func(r SimRun) bool { return r.ShareSuppressed >= cfg.SuppressTarget }
+	okT := func(r SimRun) bool { return r.LeaksPerMillion < cfg.LeakTarget }
+	found99, foundT := false, false
+	for tries := 0; tries < 6 && !(found99 && foundT); tries++ {
+		var specs []simSpec
+		if !found99 {
+			specs = append(specs, simSpec{label: fmt.Sprintf("%g%% search", 100*cfg.SuppressTarget), window: c99, engine: cfg.Engine})
+		}
+		if !foundT {
+			specs = append(specs, simSpec{label: fmt.Sprintf("<%g/M search", cfg.LeakTarget), window: cT, engine: cfg.Engine})
+		}
+		runs, _, err := run(specs, false)
+		if err != nil {
+			return nil, err
+		}
+		res.Runs = append(res.Runs, runs...)
+		i := 0
+		if !found99 {
+			if ok99(runs[i]) {
+				found99, res.Window99, res.Run99 = true, c99, runs[i]
+			} else {
+				c99 += cfg.Step
+			}
+			i++
+		}
+		if !foundT {
+			if okT(runs[i]) {
+				foundT, res.WindowTarget, res.RunTarget = true, cT, runs[i]
+			} else {
+				cT += cfg.Step
+			}
+		}
+	}
+	if !found99 || !foundT {
+		return res, fmt.Errorf("bench: simulate: window search did not converge (99%%: %v, target: %v)", found99, foundT)
+	}
+
+	if !cfg.Bimodal.Skip {
+		b := cfg.Bimodal
+		exact := cfg.Engine
+		exact.Probabilistic = false
+		exact.FalsePositiveRate = 0.01
+		var specs []simSpec
+		for _, w := range b.Windows {
+			specs = append(specs, simSpec{label: "bimodal", window: w, engine: exact})
+		}
+		specs = append(specs, simSpec{label: "bimodal, long retention", window: b.Retention, engine: exact})
+		warm := b.Stream.Delay.ReplayMax + b.Stream.Delay.RetryMean*20
+		runs, delays, err := simPass(ctx, cfg, b.Stream, b.Scale, warm, b.Measure, specs, true, progress)
+		if err != nil {
+			return nil, err
+		}
+		res.Bimodal = runs
+		res.BimodalDelays = delayStats(delays)
+	}
+	return res, nil
+}
+
+func roundUp(d, step time.Duration) time.Duration {
+	return (d + step - 1) / step * step
+}
+
+func quantileSorted(s []time.Duration, q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func delayStats(d []time.Duration) DelayStats {
+	if len(d) == 0 {
+		return DelayStats{}
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	var sum float64
+	for _, x := range s {
+		sum += float64(x)
+	}
+	return DelayStats{
+		Count: len(s),
+		Mean:  time.Duration(sum / float64(len(s))),
+		P50:   quantileSorted(s, 0.5),
+		P90:   quantileSorted(s, 0.9),
+		P99:   quantileSorted(s, 0.99),
+		Max:   s[len(s)-1],
+	}
+}
+
+// simState is one engine's tally in a pass.
+type simState struct {
+	spec   simSpec
+	target *EngineTarget
+	run    SimRun
+	dup    []bool
+	// keys held samples
+	keySum, filterSum float64
+	samples           int
+	err               error
+}
+
+// simPass streams the workload once through one engine per spec, all on
+// one virtual clock, and tallies each.
+func simPass(ctx context.Context, cfg SimConfig, stream StreamConfig, scale float64, warmup, measure time.Duration,
+	specs []simSpec, collect bool, progress Progress) (runs []SimRun, delays []time.Duration, err error) {
+	progress = orNop(progress)
+	stream.Rate *= scale
+	stream.Duration = warmup + measure
+	stream.Events = 0
+	st, err := NewStream(stream)
+	if err != nil {
+		return nil, nil, err
+	}
+	clk := NewVirtualClock(simEpoch)
+	states := make([]*simState, len(specs))
+	minWindow := specs[0].window
+	defer func() {
+		for _, s := range states {
+			if s != nil && s.target != nil {
+				err = errors.Join(err, s.target.Close())
+			}
+		}
+	}()
+	for i, sp := range specs {
+		ec := sp.engine
+		ec.Window = sp.window
+		if *cfg.AlignRetention {
+			g := ec.Generations
+			if g == 0 {
+				g = 8
+			}
+			ec.Window = time.Duration(float64(sp.window) * float64(2*g) / float64(2*g+1))
+		}
+		ec.ExpectedRate = stream.DistinctRate()
+		ec.ManualCommit = true
+		ec.AutoCommit = 0
+		ec.Dir = ""
+		t, err := OpenEngine(ec, clk)
+		if err != nil {
+			return nil, nil, err
+		}
+		states[i] = &simState{spec: sp, target: t, run: SimRun{
+			Label: sp.label, Window: sp.window, EngineWindow: ec.Window,
+			Mode: ec.ModeName(), Filter: ec.Filter,
+		}}
+		minWindow = min(minWindow, sp.window)
+	}
+	// Clock resolution, commit and sampling intervals, in virtual time.
+	tick := min(max(minWindow/2000, time.Millisecond), time.Second)
+	commitEvery := min(max(minWindow/16, 10*time.Millisecond), time.Minute)
+	sampleEvery := max(measure/40, tick) // Stats is costly: sample sparingly
+
+	const maxBatch = 512
+	keys := make([][]byte, 0, maxBatch)
+	truth := make([]Event, 0, maxBatch)
+	var batchAt, lastCommit time.Duration
+	nextSample := warmup
+	total := int64(stream.Rate * stream.Duration.Seconds())
+	progress.Stage(fmt.Sprintf("simulate %d engine(s), %v virtual", len(specs), stream.Duration), total)
+	start := time.Now()
+
+	parallel := func(fn func(s *simState) error) error {
+		sem := make(chan struct{}, cfg.Parallel)
+		var wg sync.WaitGroup
+		for _, s := range states {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				s.err = fn(s)
+			}()
+		}
+		wg.Wait()
+		var errs []error
+		for _, s := range states {
+			errs = append(errs, s.err)
+		}
+		return errors.Join(errs...)
+	}
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		err := parallel(func(s *simState) error {
+			if cap(s.dup) < len(keys) {
+				s.dup = make([]bool, maxBatch)
+			}
+			dup := s.dup[:len(keys)]
+			if err := s.target.Check(keys, time.Time{}, dup); err != nil {
+				return err
+			}
+			r := &s.run
+			for i := range truth {
+				ev := &truth[i]
+				if ev.At < warmup {
+					continue
+				}
+				r.Requests++
+				switch {
+				case ev.Dup && dup[i]:
+					r.Duplicates++
+					r.Suppressed++
+				case ev.Dup:
+					r.Duplicates++
+					r.Leaked++
+				case dup[i]:
+					r.FalseDrops++
+				}
+				if ev.Replay {
+					r.Replays++
+					if !dup[i] {
+						r.ReplaysLeaked++
+					}
+				}
+			}
+			return nil
+		})
+		if collect {
+			for i := range truth {
+				if truth[i].Dup && truth[i].At >= warmup {
+					delays = append(delays, truth[i].Delay)
+				}
+			}
+		}
+		progress.Add(int64(len(keys)))
+		keys, truth = keys[:0], truth[:0]
+		return err
+	}
+
+	var ev Event
+	for n := 0; st.Next(&ev); n++ {
+		if n&4095 == 0 && ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("bench: simulate: %w", ctx.Err())
+		}
+		if len(keys) > 0 && (ev.At-batchAt >= tick || len(keys) == maxBatch) {
+			if err := flush(); err != nil {
+				return nil, nil, err
+			}
+		}
+		if ev.At-lastCommit >= commitEvery {
+			if err := flush(); err != nil {
+				return nil, nil, err
+			}
+			if err := parallel(func(s *simState) error { return s.target.Commit() }); err != nil {
+				return nil, nil, err
+			}
+			lastCommit = ev.At
+		}
+		if ev.At >= nextSample {
+			if err := flush(); err != nil {
+				return nil, nil, err
+			}
+			for _, s := range states {
+				u, err := s.target.Usage()
+				if err != nil {
+					return nil, nil, err
+				}
+				s.keySum += float64(u.Keys)
+				s.filterSum += float64(u.FilterBytes)
+				s.samples++
+			}
+			nextSample += sampleEvery
+		}
+		if len(keys) == 0 {
+			batchAt = ev.At
+			clk.Set(ev.At)
+		}
+		keys = append(keys, ev.Key)
+		truth = append(truth, ev)
+	}
+	if err := flush(); err != nil {
+		return nil, nil, err
+	}
+	elapsed := time.Since(start)
+	secs := measure.Seconds()
+	for _, s := range states {
+		r := &s.run
+		u, err := s.target.Usage()
+		if err != nil {
+			return nil, nil, err
+		}
+		r.Elapsed = elapsed
+		r.RequestsPerSec = float64(r.Requests) / secs / scale
+		r.DuplicatesPerSec = float64(r.Duplicates) / secs / scale
+		r.SuppressedPerSec = float64(r.Suppressed) / secs / scale
+		r.LeakedPerSec = float64(r.Leaked) / secs / scale
+		if r.Duplicates > 0 {
+			p := float64(r.Suppressed) / float64(r.Duplicates)
+			r.ShareSuppressed = p
+			r.ShareSE = math.Sqrt(p * (1 - p) / float64(r.Duplicates))
+		}
+		if r.Replays > 0 {
+			r.ReplayShareSuppressed = 1 - float64(r.ReplaysLeaked)/float64(r.Replays)
+			if retries := r.Duplicates - r.Replays; retries > 0 {
+				r.RetryShareSuppressed = 1 - float64(r.Leaked-r.ReplaysLeaked)/float64(retries)
+			}
+		}
+		if r.Requests > 0 {
+			r.LeaksPerMillion = float64(r.Leaked) / float64(r.Requests) * 1e6
+			r.LeaksSE = math.Sqrt(float64(r.Leaked)) / float64(r.Requests) * 1e6
+			r.FalseDropsPerMillion = float64(r.FalseDrops) / float64(r.Requests) * 1e6
+		}
+		if s.samples > 0 {
+			r.KeysHeld = s.keySum / float64(s.samples) / scale
+			r.FilterBytes = s.filterSum / float64(s.samples) / scale
+		}
+		r.KeysModel = stream.DistinctRate() / scale * s.spec.window.Seconds()
+		r.MemoryModel = r.KeysHeld * cfg.BytesPerKey
+		r.DiskBytes = float64(u.Disk) / scale
+		runs = append(runs, *r)
+	}
+	return runs, delays, nil
+}
