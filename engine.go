@@ -70,6 +70,17 @@ type Engine struct {
 	// clock steps back, new keys still go there, in every shard alike.
 	newestGen atomic.Uint64
 
+	fs      vfs.FS
+	snapDir string
+
+	// commitGate is held by each commit while it runs, and by Snapshot while
+	// it captures the filters: a snapshot holds whole commits.
+	commitGate sync.Mutex
+	// snapMu serialises snapshots (and backups); lastSnapSeq is the commit
+	// sequence of the last snapshot written or restored.
+	snapMu      sync.Mutex
+	lastSnapSeq uint64
+
 	// lifecycle is held shared by Commit and Snapshot, exclusively by Close.
 	lifecycle sync.RWMutex
 	closed    atomic.Bool
@@ -97,15 +108,24 @@ type commitReq struct {
 
 // engineStats are counters outside the shards.
 type engineStats struct {
-	commits       atomic.Uint64
-	commitErrors  atomic.Uint64
-	committedKeys atomic.Uint64
-	commitNanos   atomic.Uint64
-	lastCommitNs  atomic.Int64
-	maxCommitNs   atomic.Int64
-	lastCommitErr atomic.Pointer[string]
-	restoredKeys  uint64
-	restoreNanos  int64
+	commits         atomic.Uint64
+	commitErrors    atomic.Uint64
+	committedKeys   atomic.Uint64
+	commitNanos     atomic.Uint64
+	lastCommitNs    atomic.Int64
+	maxCommitNs     atomic.Int64
+	lastCommitErr   atomic.Pointer[string]
+	restoredKeys    uint64
+	restoreNanos    int64
+	restoredFrom    string
+	restoreProblems []string
+
+	snapshots           atomic.Uint64
+	snapshotErrors      atomic.Uint64
+	lastSnapshotNs      atomic.Int64
+	lastSnapshotWritten atomic.Int64
+	snapshotBytes       atomic.Int64
+	lastSnapshotErr     atomic.Pointer[string]
 }
 
 // shard owns a slice of the hash space: its filters and in-flight keys.
@@ -115,6 +135,9 @@ type shard struct {
 	ring       *rotate.Ring
 	inflight   map[uint64]*pending
 	committing map[uint64]*pending
+	// pendingGens counts the keys in flight per generation: a past
+	// generation with none can never change again (it is sealed).
+	pendingGens map[uint64]int
 
 	observed, news, dups, inflightHits uint64
 	falsePositives, lookups            uint64
@@ -164,6 +187,7 @@ func Open(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("dedup: %w", err)
 		}
 		s.inflight = make(map[uint64]*pending)
+		s.pendingGens = make(map[uint64]int)
 	}
 
 	fs, dir := opts.FS, opts.Dir
@@ -175,6 +199,7 @@ func Open(opts Options) (*Engine, error) {
 	} else if fs == nil {
 		fs = vfs.Default
 	}
+	e.fs, e.snapDir = fs, fs.PathJoin(dir, SnapshotDir)
 	e.store, err = exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic})
 	if err != nil {
 		return nil, fmt.Errorf("dedup: open state %q: %w", opts.Dir, err)
@@ -185,6 +210,10 @@ func Open(opts Options) (*Engine, error) {
 	if opts.AutoCommit > 0 {
 		e.bg.Add(1)
 		go e.autoCommit()
+	}
+	if opts.SnapshotInterval > 0 {
+		e.bg.Add(1)
+		go e.periodicSnapshots()
 	}
 	return e, nil
 }
@@ -232,44 +261,7 @@ func (e *Engine) load() error {
 	}
 	e.checkpoint = cp
 	e.commitSeq = e.store.CommitSeq()
-	return e.rebuild()
-}
-
-// rebuild refills the filters from the store: every key of a live
-// generation in exact mode, the commit log in probabilistic mode.
-func (e *Engine) rebuild() error {
-	start := time.Now()
-	now := e.opts.Now()
-	oldest := e.timing.OldestLive(now)
-	var n uint64
-	add := func(gen, h uint64) error {
-		if gen < oldest {
-			return nil
-		}
-		s := e.shardOf(h)
-		if gen > e.newestGen.Load() {
-			e.newestGen.Store(gen)
-		}
-		if _, err := s.ring.Add(gen, h, now); err != nil {
-			return err
-		}
-		n++
-		return nil
-	}
-	var err error
-	if e.exact {
-		err = e.store.ScanKeys(oldest, func(gen uint64, key []byte) error {
-			return add(gen, e.hash(key))
-		})
-	} else {
-		err = e.store.ScanLog(0, func(_, gen, h uint64) error { return add(gen, h) })
-	}
-	if err != nil {
-		return fmt.Errorf("dedup: rebuild filters: %w", err)
-	}
-	e.stats.restoredKeys = n
-	e.stats.restoreNanos = int64(time.Since(start))
-	return nil
+	return e.restore()
 }
 
 // hash is the seeded 64-bit hash of key: seeded per state directory so that
@@ -469,6 +461,7 @@ func (e *Engine) observeLocked(s *shard, key []byte, h uint64, now time.Time) (V
 		p.key = string(key)
 	}
 	s.inflight[h] = p
+	s.pendingGens[g.ID]++
 	s.news++
 	return New, nil
 }
@@ -486,6 +479,15 @@ func (e *Engine) generationFor(now time.Time) uint64 {
 		if e.newestGen.CompareAndSwap(newest, id) {
 			return id
 		}
+	}
+}
+
+// unpend drops one in-flight key of generation gen from the count.
+func (s *shard) unpend(gen uint64) {
+	if n := s.pendingGens[gen]; n > 1 {
+		s.pendingGens[gen] = n - 1
+	} else {
+		delete(s.pendingGens, gen)
 	}
 }
 
@@ -531,6 +533,7 @@ func (e *Engine) Forget(key []byte) error {
 		default:
 			delete(s.inflight, h)
 		}
+		s.unpend(p.gen)
 		e.inflight.Add(-1)
 		return nil
 	}
@@ -595,6 +598,8 @@ func (e *Engine) commit(checkpoint []byte) error {
 // visible as InFlight (in the shards' committing sets) until the batch is
 // durable and they are in their filters, so no Observe sees a gap.
 func (e *Engine) commitOnce(cp []byte) error {
+	e.commitGate.Lock()
+	defer e.commitGate.Unlock()
 	start := time.Now()
 	now := e.opts.Now()
 	oldest := e.timing.OldestLive(now)
@@ -641,6 +646,7 @@ func (e *Engine) commitOnce(cp []byte) error {
 				if _, aerr := s.ring.Add(p.gen, h, now); aerr != nil && addErr == nil {
 					addErr = aerr
 				}
+				s.unpend(p.gen)
 			}
 		}
 		s.committing = nil
@@ -713,6 +719,12 @@ func (e *Engine) Close() error {
 	var errs []error
 	if e.opts.AutoCommit > 0 {
 		if err := e.commit(nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.opts.SnapshotInterval > 0 {
+		// A fresh snapshot makes the next Open fast.
+		if err := e.snapshot(); err != nil {
 			errs = append(errs, err)
 		}
 	}

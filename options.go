@@ -76,6 +76,17 @@ type Options struct {
 	// filters. 0 disables periodic snapshots; Snapshot still works. Default 0.
 	SnapshotInterval time.Duration
 
+	// AllowEmptyRestore lets a probabilistic-mode Open start with empty
+	// filters when no valid snapshot can be brought up to date (the keys
+	// committed before are then forgotten). Without it such an Open fails
+	// with ErrCorrupt rather than silently forgetting. Exact mode never
+	// needs it: it rebuilds the filters from the store. Default false.
+	AllowEmptyRestore bool
+
+	// Logf receives the engine's rare log lines: restore problems and
+	// rebuild progress. nil discards them. Default nil.
+	Logf func(format string, args ...any)
+
 	// MaxKeySize is the largest key accepted, in bytes. Default 4096.
 	MaxKeySize int
 

@@ -45,6 +45,20 @@ type Stats struct {
 	// and RestoreDuration how long that took.
 	RestoredKeys    uint64
 	RestoreDuration time.Duration
+	// RestoredFrom says where Open found the filters: "fresh", "snapshot",
+	// "store", "log" or "empty". RestoreProblems lists what Open found wrong
+	// on the way (a corrupt snapshot skipped, say).
+	RestoredFrom    string
+	RestoreProblems []string
+	// Snapshots counts snapshots written, SnapshotErrors failed ones (the
+	// last is LastSnapshotError). LastSnapshotDuration is how long the last
+	// one took, LastSnapshotWritten how many bytes it wrote (sealed
+	// generations are not rewritten) and SnapshotBytes its total size.
+	Snapshots, SnapshotErrors uint64
+	LastSnapshotError         string
+	LastSnapshotDuration      time.Duration
+	LastSnapshotWritten       int64
+	SnapshotBytes             int64
 	// DiskBytes is the size of the exact store on disk.
 	DiskBytes uint64
 }
@@ -115,6 +129,16 @@ func (e *Engine) Stats() Stats {
 	}
 	st.RestoredKeys = e.stats.restoredKeys
 	st.RestoreDuration = time.Duration(e.stats.restoreNanos)
+	st.RestoredFrom = e.stats.restoredFrom
+	st.RestoreProblems = append([]string(nil), e.stats.restoreProblems...)
+	st.Snapshots = e.stats.snapshots.Load()
+	st.SnapshotErrors = e.stats.snapshotErrors.Load()
+	if p := e.stats.lastSnapshotErr.Load(); p != nil {
+		st.LastSnapshotError = *p
+	}
+	st.LastSnapshotDuration = time.Duration(e.stats.lastSnapshotNs.Load())
+	st.LastSnapshotWritten = e.stats.lastSnapshotWritten.Load()
+	st.SnapshotBytes = e.stats.snapshotBytes.Load()
 	e.lifecycle.RLock()
 	if !e.closed.Load() {
 		st.DiskBytes = e.store.DiskUsage()

@@ -1,0 +1,322 @@
+package dedup
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/rotate"
+	"github.com/streamdedup/dedup/snapshot"
+)
+
+// metaLogTruncated records the commit sequence through which the commit log
+// has been truncated: a snapshot older than it cannot be brought up to date
+// from the log. It is written before the log is truncated.
+const metaLogTruncated = "log-truncated"
+
+// SnapshotDir is the folder of the state directory that holds snapshots.
+const SnapshotDir = "snapshots"
+
+// Restore sources reported in Stats.RestoredFrom.
+const (
+	RestoredFresh    = "fresh"    // a new state: nothing to restore
+	RestoredSnapshot = "snapshot" // the newest valid snapshot, then the commit log
+	RestoredStore    = "store"    // rebuilt from every key in the exact store
+	RestoredLog      = "log"      // rebuilt from the whole commit log
+	RestoredEmpty    = "empty"    // nothing usable: started empty (AllowEmptyRestore)
+)
+
+// Snapshot writes a snapshot of the filters now, so that Open restores from
+// it instead of rebuilding. Observe is stalled only while each shard's
+// changing generation is copied, and commits while all are; sealed
+// generations already on disk are not written again.
+func (e *Engine) Snapshot() error {
+	e.lifecycle.RLock()
+	defer e.lifecycle.RUnlock()
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.snapshot()
+}
+
+func (e *Engine) snapshot() error {
+	e.snapMu.Lock()
+	defer e.snapMu.Unlock()
+	start := time.Now()
+	info, err := e.writeSnapshot()
+	if err != nil {
+		e.stats.snapshotErrors.Add(1)
+		msg := err.Error()
+		e.stats.lastSnapshotErr.Store(&msg)
+		return err
+	}
+	e.stats.snapshots.Add(1)
+	e.stats.lastSnapshotNs.Store(int64(time.Since(start)))
+	e.stats.lastSnapshotWritten.Store(info.Written)
+	e.stats.snapshotBytes.Store(info.TotalSize)
+	return nil
+}
+
+func (e *Engine) writeSnapshot() (snapshot.Info, error) {
+	now := e.opts.Now()
+	current := max(e.timing.GenerationAt(now), e.newestGen.Load())
+	var gens []snapshot.Generation
+	// The commit gate holds commits off while the filters are captured, so
+	// the snapshot holds exactly the commits through seq.
+	e.commitGate.Lock()
+	e.cpMu.Lock()
+	seq := e.commitSeq
+	e.cpMu.Unlock()
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		s.ring.Advance(now)
+		for _, g := range s.ring.Generations() {
+			f := g.Filter
+			sg := snapshot.Generation{
+				ID: g.ID, Shard: uint32(i), Count: f.Count(), Kind: e.kind,
+				Start: e.timing.Start(g.ID).UnixNano(), End: e.timing.End(g.ID).UnixNano(),
+				// A past generation with no key in flight can never
+				// change again: no new key goes into it.
+				Sealed: g.ID < current && s.pendingGens[g.ID] == 0,
+			}
+			if sg.Sealed {
+				sg.Payload = f.MarshalBinary
+			} else {
+				b, err := f.MarshalBinary()
+				if err != nil {
+					s.mu.Unlock()
+					e.commitGate.Unlock()
+					return snapshot.Info{}, fmt.Errorf("dedup: snapshot: generation %d shard %d: %w", g.ID, i, err)
+				}
+				sg.Payload = func() ([]byte, error) { return b, nil }
+			}
+			gens = append(gens, sg)
+		}
+		s.mu.Unlock()
+	}
+	e.commitGate.Unlock()
+	h := snapshot.Header{Seed: e.seed, Options: e.opts.persisted().encode(), CommitSeq: seq, Created: now.UnixNano()}
+	info, err := snapshot.Write(e.fs, e.snapDir, h, gens)
+	if err != nil {
+		return info, fmt.Errorf("dedup: snapshot: %w", err)
+	}
+	// The snapshot package keeps the previous snapshot as a fallback, so the
+	// log is truncated only through it: either can still be brought up to
+	// date.
+	if prev := e.lastSnapSeq; prev > 0 {
+		if err := e.store.SetMeta(metaLogTruncated, binary.BigEndian.AppendUint64(nil, prev)); err != nil {
+			return info, fmt.Errorf("dedup: snapshot: %w", err)
+		}
+		if err := e.store.TruncateLog(prev); err != nil {
+			return info, fmt.Errorf("dedup: snapshot: truncate log: %w", err)
+		}
+	}
+	e.lastSnapSeq = seq
+	return info, nil
+}
+
+// restore refills the filters after Open: from the newest valid snapshot
+// plus the commit log after it, or, if there is none, from the exact store
+// (exact mode) or the whole log (probabilistic mode, if never truncated).
+func (e *Engine) restore() error {
+	start := time.Now()
+	defer func() { e.stats.restoreNanos = int64(time.Since(start)) }()
+	truncated, err := e.logTruncatedThrough()
+	if err != nil {
+		return err
+	}
+	if e.store.CommitSeq() == 0 && truncated == 0 {
+		e.stats.restoredFrom = RestoredFresh
+		return nil
+	}
+	snap, err := snapshot.Latest(e.fs, e.snapDir)
+	if err == nil {
+		for _, sk := range snap.Skipped {
+			e.problem(fmt.Errorf("%w: skipped snapshot: %v", ErrCorrupt, sk))
+		}
+		err = e.restoreFrom(snap, truncated)
+		if err == nil {
+			e.stats.restoredFrom = RestoredSnapshot
+			e.lastSnapSeq = snap.Header.CommitSeq
+			return nil
+		}
+		e.resetFilters()
+	}
+	if !errors.Is(err, snapshot.ErrNotFound) {
+		e.problem(fmt.Errorf("dedup: snapshot unusable: %w", err))
+	}
+	switch {
+	case e.exact:
+		e.logf("dedup: rebuilding filters from the exact store")
+		e.stats.restoredFrom = RestoredStore
+		return e.rebuild()
+	case truncated == 0:
+		e.stats.restoredFrom = RestoredLog
+		return e.rebuild()
+	case e.opts.AllowEmptyRestore:
+		e.logf("dedup: no usable snapshot: starting with empty filters (AllowEmptyRestore); keys committed before are forgotten")
+		e.stats.restoredFrom = RestoredEmpty
+		return nil
+	}
+	return fmt.Errorf("%w: no usable snapshot, and probabilistic mode cannot rebuild its filters (the commit log was truncated through commit %d): committed keys would be forgotten; set AllowEmptyRestore to start empty (last problem: %v)",
+		ErrCorrupt, truncated, err)
+}
+
+func (e *Engine) logTruncatedThrough() (uint64, error) {
+	v, ok, err := e.store.GetMeta(metaLogTruncated)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("dedup: read log truncation mark: %w", err)
+	case !ok:
+		return 0, nil
+	case len(v) != 8:
+		return 0, fmt.Errorf("%w: log truncation mark of %d bytes", ErrCorrupt, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// restoreFrom loads snap into the (empty) rings and replays the log after it.
+func (e *Engine) restoreFrom(snap *snapshot.Snapshot, truncated uint64) error {
+	h := snap.Header
+	switch {
+	case h.Seed != e.seed:
+		return fmt.Errorf("%w: snapshot %s has another hash seed than the state directory", ErrCorrupt, snap.Path)
+	case string(h.Options) != string(e.opts.persisted().encode()):
+		return fmt.Errorf("%w: snapshot %s was written with other options (%s)", ErrIncompatible, snap.Path, h.Options)
+	case h.CommitSeq > e.store.CommitSeq():
+		return fmt.Errorf("%w: snapshot %s covers commit %d, past the store's last commit %d", ErrCorrupt, snap.Path, h.CommitSeq, e.store.CommitSeq())
+	case h.CommitSeq < truncated:
+		return fmt.Errorf("snapshot %s covers commit %d but the log after it was truncated through %d", snap.Path, h.CommitSeq, truncated)
+	}
+	now := e.opts.Now()
+	oldest := e.timing.OldestLive(now)
+	var n uint64
+	for _, g := range snap.Generations {
+		if int(g.Shard) >= len(e.shards) {
+			return fmt.Errorf("%w: snapshot generation %d names shard %d of %d", ErrCorrupt, g.ID, g.Shard, len(e.shards))
+		}
+		if g.ID < oldest {
+			continue
+		}
+		f, err := filter.Unmarshal(g.Payload)
+		if err != nil {
+			return fmt.Errorf("%w: snapshot generation %d shard %d: %v", ErrCorrupt, g.ID, g.Shard, err)
+		}
+		if f.Kind() != e.kind {
+			return fmt.Errorf("%w: snapshot generation %d holds a %v filter, want %v", ErrCorrupt, g.ID, f.Kind(), e.kind)
+		}
+		if _, err := e.shards[g.Shard].ring.Insert(&rotate.Generation{ID: g.ID, Filter: f}); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		e.raiseNewestGen(g.ID)
+		n += f.Count()
+	}
+	m, err := e.replayLog(h.CommitSeq, now)
+	if err != nil {
+		return err
+	}
+	e.stats.restoredKeys = n + m
+	return nil
+}
+
+// replayLog adds every key committed after seq to the filters.
+func (e *Engine) replayLog(seq uint64, now time.Time) (uint64, error) {
+	oldest := e.timing.OldestLive(now)
+	var n uint64
+	err := e.store.ScanLog(seq, func(_, gen, h uint64) error {
+		if gen < oldest {
+			return nil
+		}
+		e.raiseNewestGen(gen)
+		if _, err := e.shardOf(h).ring.Add(gen, h, now); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("dedup: replay commit log: %w", err)
+	}
+	return n, nil
+}
+
+// rebuild refills the filters from the store: every key of a live
+// generation in exact mode, the whole commit log in probabilistic mode.
+func (e *Engine) rebuild() error {
+	now := e.opts.Now()
+	if !e.exact {
+		n, err := e.replayLog(0, now)
+		e.stats.restoredKeys = n
+		return err
+	}
+	oldest := e.timing.OldestLive(now)
+	var n uint64
+	last := time.Now()
+	err := e.store.ScanKeys(oldest, func(gen uint64, key []byte) error {
+		h := e.hash(key)
+		e.raiseNewestGen(gen)
+		if _, err := e.shardOf(h).ring.Add(gen, h, now); err != nil {
+			return err
+		}
+		n++
+		if n%(1<<20) == 0 && time.Since(last) > 5*time.Second {
+			last = time.Now()
+			e.logf("dedup: rebuilding filters: %d keys so far", n)
+		}
+		return nil
+	})
+	e.stats.restoredKeys = n
+	if err != nil {
+		return fmt.Errorf("dedup: rebuild filters from the store: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) raiseNewestGen(gen uint64) {
+	if gen > e.newestGen.Load() {
+		e.newestGen.Store(gen)
+	}
+}
+
+// resetFilters empties every ring (after a failed restore).
+func (e *Engine) resetFilters() {
+	for i := range e.shards {
+		r, err := rotate.New(e.timing.Config())
+		if err != nil {
+			panic(err) // the same config built e.timing
+		}
+		e.shards[i].ring = r
+	}
+	e.newestGen.Store(0)
+	e.stats.restoredKeys = 0
+}
+
+// problem records a restore problem for Stats and the log.
+func (e *Engine) problem(err error) {
+	e.stats.restoreProblems = append(e.stats.restoreProblems, err.Error())
+	e.logf("%v", err)
+}
+
+func (e *Engine) logf(format string, args ...any) {
+	if e.opts.Logf != nil {
+		e.opts.Logf(format, args...)
+	}
+}
+
+func (e *Engine) periodicSnapshots() {
+	defer e.bg.Done()
+	t := time.NewTicker(e.opts.SnapshotInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			// Errors are counted in Stats; the next tick retries.
+			_ = e.snapshot()
+		}
+	}
+}
