@@ -25,8 +25,9 @@ type checkpoint struct {
 	Rejects string   `json:"rejects,omitempty"`
 
 	// Position: Inputs[File] has been consumed up to byte Offset, which is
-	// the start of its line number Line (1-based). File == len(Inputs)
-	// means every input is done.
+	// the start of its line number Line (1-based). At the end of the last
+	// input, the position stays there (its size), so that a later run
+	// reads what was appended.
 	File   int   `json:"file"`
 	Offset int64 `json:"offset"`
 	Line   int64 `json:"line"`

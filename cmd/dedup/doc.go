@@ -39,7 +39,10 @@
 // their lines are read again, so truncating that output and re-reading
 // writes each distinct event exactly once. The input and the outputs must
 // not be changed by others between runs (a shorter file is an error).
-// With stdin as input the position cannot be resumed; with stdout as
+// The position stays at the end of the last input when it is done, so
+// running the same command after that input grew reads only what was
+// appended (a last line without a newline counts as whole when read). With
+// stdin as input the position cannot be resumed; with stdout as
 // output it cannot be truncated, so a crash may repeat the events written
 // after the last commit (at-least-once).
 //
@@ -55,7 +58,7 @@
 //
 // inputs, out, dups and rejects identify the job ("-" is stdin or stdout);
 // inputs[file] has been consumed up to byte offset, the start of line
-// number line; file == len(inputs) means the job is complete. The lengths
+// number line. The lengths
 // are those of the output files at the commit, and counts the job's
 // counters up to the position.
 package main

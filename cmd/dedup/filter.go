@@ -194,8 +194,9 @@ type filterRun struct {
 	eng   *dedup.Engine
 	start time.Time
 
-	job     checkpoint // identity and position, updated as we go
-	resumed bool
+	job       checkpoint // identity and position, updated as we go
+	resumed   bool
+	resumedAt string // where, for --stats
 
 	out, dups, rejects *output
 	rejectsW           io.Writer // where reject records go
@@ -305,6 +306,9 @@ func (f *filterRun) setup() error {
 		if seekable && cp.sameJob(j) {
 			*j = cp
 			f.resumed = true
+			if j.File < len(c.inputs) {
+				f.resumedAt = fmt.Sprintf("%s byte %d, line %d", c.inputs[j.File], j.Offset, j.Line)
+			}
 		}
 	}
 	f.run0 = j.Counts
@@ -556,7 +560,10 @@ func (f *filterRun) process(b *batch) error {
 			}
 		}
 	}
-	if b.endFile {
+	if b.endFile && b.file < len(j.Inputs)-1 {
+		// On to the next input. The last input keeps its end as the
+		// position, so that a run after it grew reads only what was
+		// appended.
 		j.File, j.Offset, j.Line = b.file+1, 0, 1
 		f.sinceCmt++ // the position moved: commit it
 	}
@@ -687,7 +694,7 @@ func (f *filterRun) printStats() {
 	by := f.pub.bytes.Load()
 	w := f.env.stderr
 	if f.resumed {
-		fmt.Fprintf(w, "resumed         %s line %d\n", displayName(f.cfg.inputs[min(f.run0pos(), len(f.cfg.inputs)-1)]), f.job.Line)
+		fmt.Fprintf(w, "resumed at      %s\n", f.resumedAt)
 	}
 	fmt.Fprintf(w, "events          %d\n", ev)
 	fmt.Fprintf(w, "distinct        %d%s\n", f.pub.distinct.Load(), pct(f.pub.distinct.Load()))
@@ -699,5 +706,3 @@ func (f *filterRun) printStats() {
 	fmt.Fprintf(w, "elapsed         %v\n", el.Round(time.Millisecond))
 	fmt.Fprintf(w, "throughput      %.1f MB/s, %s events/s\n", float64(by)/1e6/el.Seconds(), strconv.FormatFloat(float64(ev)/el.Seconds(), 'f', 0, 64))
 }
-
-func (f *filterRun) run0pos() int { return f.job.File }

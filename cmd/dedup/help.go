@@ -30,8 +30,9 @@ Exactly once, file to file
   moment (kill -9) and run again with the same command, dedup truncates
   the outputs to the committed lengths and resumes the input where the
   commit left it: the output holds every distinct event exactly once.
-  A completed job run again does nothing. A different job (other inputs
-  or outputs) starts from the beginning with the same remembered keys.
+  A completed job run again reads only what was appended to its last
+  input since. A different job (other inputs or outputs) starts from the
+  beginning, with the same remembered keys; so does --from-start.
 
 Examples
   # Distinct events of a stream, keys in memory.

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/streamdedup/dedup"
+)
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func appendFile(t *testing.T, path, data string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResume pins the file-to-file protocol in-process: output past the
+// committed length is truncated, the input resumes at the committed
+// offset, a completed job is a no-op, a shorter output is an error and a
+// different job starts over with the remembered keys.
+func TestResume(t *testing.T) {
+	dir := t.TempDir()
+	in, out, state := filepath.Join(dir, "in"), filepath.Join(dir, "out"), filepath.Join(dir, "state")
+	args := []string{"filter", "--format", "lines", "--state", state, "--in", in, "--out", out}
+	writeFile(t, in, "a\nb\na\n")
+	if code, _, stderr := runCmd(t, "", args...); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if got := readFile(t, out); got != "a\nb\n" {
+		t.Fatalf("out %q", got)
+	}
+	// A crash after writing, before committing, leaves output past the
+	// committed length; the input grew meanwhile.
+	appendFile(t, out, "uncommitted\n")
+	appendFile(t, in, "c\nb\nd\n")
+	code, _, stderr := runCmd(t, "", append(args, "--stats")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if got := readFile(t, out); got != "a\nb\nc\nd\n" {
+		t.Fatalf("after resume: out %q", got)
+	}
+	if !strings.Contains(stderr, "events          3\n") || !strings.Contains(stderr, "resumed") {
+		t.Errorf("resumed run should read 3 events:\n%s", stderr)
+	}
+	// Completed: again is a no-op.
+	if code, _, stderr := runCmd(t, "", args...); code != 0 || readFile(t, out) != "a\nb\nc\nd\n" {
+		t.Fatalf("rerun: exit %d %s, out %q", code, stderr, readFile(t, out))
+	}
+	// --from-start reads everything again: every key is remembered.
+	if code, _, stderr := runCmd(t, "", append(args, "--from-start")...); code != 0 || readFile(t, out) != "" {
+		t.Fatalf("--from-start: exit %d %s, out %q", code, stderr, readFile(t, out))
+	}
+	// A shorter output than committed is an error, not a silent loss.
+	writeFile(t, in, "e\nf\n")
+	if code, _, _ := runCmd(t, "", append(args, "--from-start")...); code != 0 {
+		t.Fatal("setup run failed")
+	}
+	writeFile(t, out, "")
+	appendFile(t, in, "g\n")
+	if code, _, stderr := runCmd(t, "", args...); code != exitRuntime || !strings.Contains(stderr, "committed") {
+		t.Fatalf("shorter output: exit %d: %s", code, stderr)
+	}
+	// Another job (another output) starts from the beginning.
+	out2 := filepath.Join(dir, "out2")
+	if code, _, stderr := runCmd(t, "", "filter", "--format", "lines", "--state", state, "--in", in, "--out", out2); code != 0 {
+		t.Fatalf("new job: exit %d: %s", code, stderr)
+	}
+	if got := readFile(t, out2); got != "g\n" {
+		t.Fatalf("new job: out %q", got)
+	}
+}
+
+func TestStdinToStdout(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "{\"id\":1}\n{\"id\":2}\n{\"id\":1}\nbad\n", "filter", "--key", "id")
+	if code != 0 || stdout != "{\"id\":1}\n{\"id\":2}\n" || !strings.HasPrefix(stderr, "<stdin>:4: not JSON") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+func TestLongLineRejected(t *testing.T) {
+	long := strings.Repeat("x", 10000)
+	code, stdout, stderr := runCmd(t, "a\n"+long+"\nb\n", "filter", "--format", "lines", "--max-line", "5000", "--chunk", "4096")
+	if code != 0 || stdout != "a\nb\n" || !strings.Contains(stderr, "<stdin>:2: line too long") {
+		t.Fatalf("exit %d, stdout %q, stderr %.200q", code, stdout, stderr)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string // in stdout+stderr
+	}{
+		{[]string{"help"}, 0, "Examples"},
+		{[]string{"--help"}, 0, "Commands"},
+		{[]string{"help", "filter"}, 0, "Exit status"},
+		{[]string{"filter", "-h"}, 0, "-commit-every"},
+		{[]string{"stats", "-h"}, 0, "Usage: dedup stats"},
+		{[]string{}, 2, "Usage"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+		{[]string{"filter", "--nope"}, 2, "not defined"},
+		{[]string{"filter", "--key", "id", "--fp", "2"}, 2, "FalsePositiveRate"},
+		{[]string{"filter", "--key", "id", "--out", "x", "--dups", "x"}, 2, "same file"},
+		{[]string{"filter", "--key", "id", "--commit-every", "0"}, 2, "commit-every"},
+		{[]string{"filter", "--key", "id", "/does/not/exist"}, 1, "no such file"},
+		{[]string{"stats"}, 2, "one state directory"},
+		{[]string{"stats", "/does/not/exist"}, 1, "no such file"},
+	} {
+		code, stdout, stderr := runCmd(t, "", tc.args...)
+		if code != tc.code || !strings.Contains(stdout+stderr, tc.out) {
+			t.Errorf("%v: exit %d, want %d with %q:\n%s%s", tc.args, code, tc.code, tc.out, stdout, stderr)
+		}
+	}
+}
+
+func TestStatsCommand(t *testing.T) {
+	dir := t.TempDir()
+	in, state := filepath.Join(dir, "in"), filepath.Join(dir, "state")
+	writeFile(t, in, "a\nb\na\n")
+	if code, _, stderr := runCmd(t, "", "filter", "--format", "lines", "--window", "10m", "--state", state, "--in", in, "--out", filepath.Join(dir, "out")); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCmd(t, "", "stats", "--window", "10m", state)
+	if code != 0 || !strings.Contains(stdout, "position         input 0") || !strings.Contains(stdout, "3 events: 2 distinct, 1 duplicates") {
+		t.Fatalf("exit %d:\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCmd(t, "", "stats", "--json", "--window", "10m", state)
+	var rep statsReport
+	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil || rep.Checkpoint == nil || rep.Engine.FilterKeys != 2 {
+		t.Fatalf("exit %d, %v: %s", code, err, stdout)
+	}
+	if code, _, stderr := runCmd(t, "", "stats", state); code != exitBad || !strings.Contains(stderr, "Window") {
+		t.Fatalf("wrong window: exit %d: %s", code, stderr)
+	}
+}
+
+func TestCollector(t *testing.T) {
+	eng, err := dedup.Open(dedup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if _, err := eng.Observe([]byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(eng, &filterRun{}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			got[mf.GetName()] = c.GetValue()
+		} else {
+			got[mf.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	if len(got) != len(metricDefs) || got["dedup_engine_new_total"] != 1 || got["dedup_engine_inflight_keys"] != 1 {
+		t.Fatalf("metrics: %v", got)
+	}
+}
