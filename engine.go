@@ -248,7 +248,7 @@ func (e *Engine) load() error {
 			return fmt.Errorf("dedup: draw hash seed: %w", err)
 		}
 		e.seed = binary.BigEndian.Uint64(b[:])
-		if err := e.store.SetMeta(metaSeed, b[:]); err != nil {
+		if err := e.store.SetMeta(metaSeed, beUint64(e.seed)); err != nil {
 			return fmt.Errorf("dedup: persist seed: %w", err)
 		}
 		if err := e.store.SetMeta(metaOptions, want.encode()); err != nil {
@@ -263,6 +263,8 @@ func (e *Engine) load() error {
 	e.commitSeq = e.store.CommitSeq()
 	return e.restore()
 }
+
+func beUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
 // hash is the seeded 64-bit hash of key: seeded per state directory so that
 // crafted keys cannot aim at collisions.

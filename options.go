@@ -83,6 +83,11 @@ type Options struct {
 	// needs it: it rebuilds the filters from the store. Default false.
 	AllowEmptyRestore bool
 
+	// IgnoreSnapshots makes Open rebuild the filters from the exact store
+	// (or, in probabilistic mode, the commit log, if it was never truncated)
+	// instead of restoring a snapshot: a repair tool's option. Default false.
+	IgnoreSnapshots bool
+
 	// Logf receives the engine's rare log lines: restore problems and
 	// rebuild progress. nil discards them. Default nil.
 	Logf func(format string, args ...any)

@@ -128,11 +128,15 @@ func (e *Engine) restore() error {
 	if err != nil {
 		return err
 	}
-	if e.store.CommitSeq() == 0 && truncated == 0 {
+	var snap *snapshot.Snapshot
+	err = snapshot.ErrNotFound
+	if !e.opts.IgnoreSnapshots {
+		snap, err = snapshot.Latest(e.fs, e.snapDir)
+	}
+	if errors.Is(err, snapshot.ErrNotFound) && e.store.CommitSeq() == 0 && truncated == 0 {
 		e.stats.restoredFrom = RestoredFresh
 		return nil
 	}
-	snap, err := snapshot.Latest(e.fs, e.snapDir)
 	if err == nil {
 		for _, sk := range snap.Skipped {
 			e.problem(fmt.Errorf("%w: skipped snapshot: %v", ErrCorrupt, sk))
@@ -145,7 +149,7 @@ func (e *Engine) restore() error {
 		}
 		e.resetFilters()
 	}
-	if !errors.Is(err, snapshot.ErrNotFound) {
+	if !errors.Is(err, snapshot.ErrNotFound) && !e.opts.IgnoreSnapshots {
 		e.problem(fmt.Errorf("dedup: snapshot unusable: %w", err))
 	}
 	switch {
