@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -133,8 +132,8 @@ type shard struct {
 	mu         sync.Mutex
 	closed     bool
 	ring       *rotate.Ring
-	inflight   map[uint64]*pending
-	committing map[uint64]*pending
+	inflight   *pendingSet
+	committing *pendingSet // nil unless a commit is writing these keys
 	// pendingGens counts the keys in flight per generation: a past
 	// generation with none can never change again (it is sealed).
 	pendingGens map[uint64]int
@@ -143,14 +142,6 @@ type shard struct {
 	falsePositives, lookups            uint64
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
-}
-
-// pending is a key in flight. Keys sharing a 64-bit hash chain through next
-// (exact mode only; vanishingly rare, but a New must never be wrong).
-type pending struct {
-	gen  uint64
-	key  string // "" in probabilistic mode
-	next *pending
 }
 
 // Open opens (or creates) the engine described by opts.
@@ -186,7 +177,7 @@ func Open(opts Options) (*Engine, error) {
 		if s.ring, err = rotate.New(cfg); err != nil {
 			return nil, fmt.Errorf("dedup: %w", err)
 		}
-		s.inflight = make(map[uint64]*pending)
+		s.inflight = newPendingSet(0)
 		s.pendingGens = make(map[uint64]int)
 	}
 
@@ -367,8 +358,15 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 		}
 		s := &e.shards[si]
 		s.mu.Lock()
-		for _, i := range b.order[lo:hi] {
-			v, err := e.observeLocked(s, keys[i], b.hashes[i], now)
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
+		s.ring.Advance(now)
+		group := b.order[lo:hi]
+		maybe := b.probe(s.ring, group)
+		for j, i := range group {
+			v, err := e.decide(s, keys[i], b.hashes[i], now, maybe[j])
 			if err != nil {
 				s.mu.Unlock()
 				return fmt.Errorf("dedup: batch entry %d: %w", i, err)
@@ -381,6 +379,7 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 }
 
 type batchScratch struct {
+	maybe   []bool
 	hashes  []uint64
 	shardOf []int32
 	order   []int32
@@ -396,12 +395,31 @@ func getBatchScratch(n, shards int) *batchScratch {
 		b = &batchScratch{}
 	}
 	b.hashes = grow(b.hashes, n)
+	b.maybe = grow(b.maybe, n)
 	b.shardOf = grow(b.shardOf, n)
 	b.order = grow(b.order, n)
 	b.start = grow(b.start, shards+1)
 	clear(b.start)
 	b.pos = grow(b.pos, shards)
 	return b
+}
+
+// probe asks every live generation of r about the keys of group at once,
+// generation by generation: the probes of one filter are independent of
+// each other, so the processor overlaps their memory misses, where asking
+// key by key would wait for each miss in turn. Filters do not change while
+// the shard's lock is held, so the answers stay valid for the whole group.
+func (b *batchScratch) probe(r *rotate.Ring, group []int32) []bool {
+	maybe := b.maybe[:len(group)]
+	clear(maybe)
+	gens := r.Generations()
+	for gi := len(gens) - 1; gi >= 0; gi-- {
+		f := gens[gi].Filter
+		for j, i := range group {
+			maybe[j] = maybe[j] || f.Test(b.hashes[i])
+		}
+	}
+	return maybe
 }
 
 func putBatchScratch(b *batchScratch) { batchPool.Put(b) }
@@ -418,52 +436,50 @@ func (e *Engine) observeLocked(s *shard, key []byte, h uint64, now time.Time) (V
 	if s.closed {
 		return 0, ErrClosed
 	}
-	s.observed++
 	s.ring.Advance(now)
-	if s.findPending(h, key, e.exact) {
+	return e.decide(s, key, h, now, s.ring.Contains(h))
+}
+
+// decide gives the verdict for key once the filters have been asked: maybe
+// says whether any live generation may hold h. The shard's lock is held,
+// the ring is advanced to now.
+func (e *Engine) decide(s *shard, key []byte, h uint64, now time.Time, maybe bool) (Verdict, error) {
+	if s.inflight.has(h, key, e.exact) || s.committing.has(h, key, e.exact) {
+		s.observed++
 		s.inflightHits++
 		return InFlight, nil
 	}
-	if e.exact {
+	if maybe {
+		if !e.exact {
+			s.observed++
+			s.dups++
+			return Duplicate, nil
+		}
 		var found bool
 		var err error
-		matched := s.ring.Lookup(h, func(g *rotate.Generation) bool {
+		s.ring.Lookup(h, func(g *rotate.Generation) bool {
 			s.lookups++
 			found, err = e.store.Has(g.ID, key)
 			return err == nil && !found
 		})
 		if err != nil {
-			s.observed--
 			return 0, fmt.Errorf("dedup: store lookup: %w", err)
 		}
 		if found {
+			s.observed++
 			s.dups++
 			return Duplicate, nil
 		}
-		if matched > 0 {
-			s.falsePositives++
-		}
-	} else if s.ring.Contains(h) {
-		s.dups++
-		return Duplicate, nil
+		s.falsePositives++
 	}
 	if e.inflight.Add(1) > int64(e.opts.MaxInFlight) {
 		e.inflight.Add(-1)
-		s.observed--
 		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
 	}
-	g, err := s.ring.Get(e.generationFor(now))
-	if err != nil {
-		e.inflight.Add(-1)
-		s.observed--
-		return 0, fmt.Errorf("dedup: %w", err)
-	}
-	p := &pending{gen: g.ID, next: s.inflight[h]}
-	if e.exact {
-		p.key = string(key)
-	}
-	s.inflight[h] = p
-	s.pendingGens[g.ID]++
+	gen := e.generationFor(now)
+	s.inflight.add(h, key, gen, e.exact)
+	s.pendingGens[gen]++
+	s.observed++
 	s.news++
 	return New, nil
 }
@@ -493,20 +509,6 @@ func (s *shard) unpend(gen uint64) {
 	}
 }
 
-// findPending reports whether key (hash h) is in flight or being committed.
-func (s *shard) findPending(h uint64, key []byte, exact bool) bool {
-	return chainHas(s.inflight[h], key, exact) || chainHas(s.committing[h], key, exact)
-}
-
-func chainHas(p *pending, key []byte, exact bool) bool {
-	for ; p != nil; p = p.next {
-		if !exact || p.key == string(key) {
-			return true
-		}
-	}
-	return false
-}
-
 // Forget releases a key observed New and not yet committed: its processing
 // failed, and its next Observe is New again. It returns ErrNotInFlight if
 // the key is not in flight, including when a Commit that holds it has
@@ -522,24 +524,12 @@ func (e *Engine) Forget(key []byte) error {
 	if s.closed {
 		return ErrClosed
 	}
-	var prev *pending
-	for p := s.inflight[h]; p != nil; prev, p = p, p.next {
-		if e.exact && p.key != string(key) {
-			continue
-		}
-		switch {
-		case prev != nil:
-			prev.next = p.next
-		case p.next != nil:
-			s.inflight[h] = p.next
-		default:
-			delete(s.inflight, h)
-		}
-		s.unpend(p.gen)
+	if gen, ok := s.inflight.remove(h, key, e.exact); ok {
+		s.unpend(gen)
 		e.inflight.Add(-1)
 		return nil
 	}
-	if chainHas(s.committing[h], key, e.exact) {
+	if s.committing.has(h, key, e.exact) {
 		return fmt.Errorf("%w: its commit has begun", ErrNotInFlight)
 	}
 	return ErrNotInFlight
@@ -611,18 +601,17 @@ func (e *Engine) commitOnce(cp []byte) error {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		s.committing, s.inflight = s.inflight, make(map[uint64]*pending, len(s.inflight))
+		s.committing, s.inflight = s.inflight, newPendingSet(s.inflight.n)
 		s.mu.Unlock()
 		// committing is only written by the commit leader: reading it
 		// without the lock is safe.
-		for h, p := range s.committing {
-			for ; p != nil; p = p.next {
-				n++
-				if p.gen >= oldest {
-					batch.Add(p.gen, unsafe.Slice(unsafe.StringData(p.key), len(p.key)), h)
-				}
+		c := s.committing
+		n += c.n
+		c.each(func(h uint64, en pendingEntry) {
+			if en.gen >= oldest {
+				batch.Add(en.gen, c.key(en), h)
 			}
-		}
+		})
 	}
 	batch.DropGenerationsBefore(oldest)
 	if cp != nil {
@@ -633,23 +622,16 @@ func (e *Engine) commitOnce(cp []byte) error {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		for h, p := range s.committing {
-			if err != nil {
-				// Not durable: back in flight, for a later Commit.
-				last := p
-				for last.next != nil {
-					last = last.next
-				}
-				last.next = s.inflight[h]
-				s.inflight[h] = p
-				continue
-			}
-			for ; p != nil; p = p.next {
-				if _, aerr := s.ring.Add(p.gen, h, now); aerr != nil && addErr == nil {
+		if err != nil {
+			// Not durable: back in flight, for a later Commit.
+			s.inflight.merge(s.committing, e.exact)
+		} else {
+			s.committing.each(func(h uint64, en pendingEntry) {
+				if _, aerr := s.ring.Add(en.gen, h, now); aerr != nil && addErr == nil {
 					addErr = aerr
 				}
-				s.unpend(p.gen)
-			}
+				s.unpend(en.gen)
+			})
 		}
 		s.committing = nil
 		s.mu.Unlock()
@@ -734,7 +716,7 @@ func (e *Engine) Close() error {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.closed = true
-		s.inflight = nil
+
 		s.mu.Unlock()
 	}
 	if err := e.store.Close(); err != nil {
