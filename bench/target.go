@@ -3,6 +3,8 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -192,12 +194,45 @@ func (t *EngineTarget) observe(keys [][]byte, out []dedup.Verdict) error {
 // Usage reports the engine's remembered keys, filter memory and disk.
 func (t *EngineTarget) Usage() (Usage, error) {
 	st := t.eng.Stats()
-	return Usage{
+	u := Usage{
 		Keys:         st.FilterKeys + uint64(max(st.InFlightKeys, 0)),
 		FilterBytes:  st.FilterBytes,
 		Disk:         st.DiskBytes,
 		StoreLookups: st.StoreLookups,
-	}, nil
+	}
+	if t.cfg.Dir != "" {
+		// Stats.DiskBytes comes from Pebble's metrics; the directory's
+		// size also counts what they leave out.
+		n, err := dirSize(t.cfg.Dir)
+		if err != nil {
+			return u, err
+		}
+		u.Disk = max(u.Disk, n)
+	}
+	return u, nil
+}
+
+// dirSize sums the sizes of the regular files under dir.
+func dirSize(dir string) (uint64, error) {
+	var n uint64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking (compaction)
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += uint64(fi.Size())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("bench: size of %s: %w", dir, err)
+	}
+	return n, nil
 }
 
 // Close closes the engine.

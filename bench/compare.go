@@ -1,0 +1,491 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// Baseline names accepted in CompareConfig.Baselines.
+const (
+	BaselineRedis  = "redis"
+	BaselinePebble = "pebble"
+	BaselineMap    = "map"
+	BaselineBloom  = "bloom"
+)
+
+// CompareConfig configures a side-by-side run: one stream, replayed as
+// fast as each target takes it, on a virtual clock that follows the
+// stream's timestamps.
+type CompareConfig struct {
+	// Stream is the workload. Default 600,000 events at a nominal 50,000/s
+	// (12s of virtual time), 5% duplicates, exponential delay, mean 1s.
+	Stream StreamConfig `json:"stream"`
+	// Window is every target's retention. Default 5s (virtual; Redis
+	// expires on its real clock).
+	Window time.Duration `json:"window"`
+	// FalsePositiveRate is the filters' target. Default 0.01.
+	FalsePositiveRate float64 `json:"false_positive_rate"`
+	// Modes are the engine modes run: "exact", "probabilistic". Default
+	// both.
+	Modes []string `json:"modes"`
+	// Filters are the engine's backends run. Default bloom, cuckoo,
+	// blocked.
+	Filters []string `json:"filters"`
+	// Baselines are run after the engine: redis, pebble, map, bloom.
+	// Default all.
+	Baselines []string `json:"baselines"`
+	// Batch is the number of events per call. Default 512.
+	Batch int `json:"batch"`
+	// AutoCommit is the engine's commit interval. Default 100ms.
+	AutoCommit time.Duration `json:"auto_commit"`
+	// Dir is where temporary state directories are made ("" = os.TempDir).
+	Dir string `json:"dir,omitempty"`
+	// MemorySweep are the false-positive rates of the memory sweep; none
+	// skips it. Default 0.1, 0.01, 0.001, 0.0001.
+	MemorySweep []float64 `json:"memory_sweep"`
+	// SweepKeys is the number of keys each sweep point holds. Default
+	// 200,000.
+	SweepKeys int `json:"sweep_keys"`
+	// SkipSweep leaves the memory sweep out.
+	SkipSweep bool `json:"skip_sweep,omitempty"`
+}
+
+func (c *CompareConfig) ensureDefaults() {
+	s := &c.Stream
+	if s.Events == 0 && s.Duration == 0 {
+		s.Events = 600_000
+	}
+	if s.Rate == 0 {
+		s.Rate = 50_000
+	}
+	if s.DuplicateFraction == 0 {
+		s.DuplicateFraction = 0.05
+	}
+	if s.Delay.Mean == 0 {
+		s.Delay.Mean = time.Second
+	}
+	s.ensureDefaults()
+	if c.Window == 0 {
+		c.Window = 5 * time.Second
+	}
+	if c.FalsePositiveRate == 0 {
+		c.FalsePositiveRate = 0.01
+	}
+	if c.Modes == nil {
+		c.Modes = []string{"exact", "probabilistic"}
+	}
+	if c.Filters == nil {
+		c.Filters = []string{"bloom", "cuckoo", "blocked"}
+	}
+	if c.Baselines == nil {
+		c.Baselines = []string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom}
+	}
+	if c.Batch == 0 {
+		c.Batch = 512
+	}
+	if c.AutoCommit == 0 {
+		c.AutoCommit = 100 * time.Millisecond
+	}
+	if c.MemorySweep == nil {
+		c.MemorySweep = []float64{0.1, 0.01, 0.001, 0.0001}
+	}
+	if c.SweepKeys == 0 {
+		c.SweepKeys = 200_000
+	}
+}
+
+// CompareRow is one target's outcome.
+type CompareRow struct {
+	Name string `json:"name"`
+	// Skipped explains why the row did not run ("" if it ran).
+	Skipped string `json:"skipped,omitempty"`
+	Events  uint64 `json:"events"`
+	// EventsPerSec is the throughput, Elapsed the time to take the stream.
+	EventsPerSec float64       `json:"events_per_sec"`
+	Elapsed      time.Duration `json:"elapsed"`
+	// Duplicates counts duplicates arriving within the window; DupsMissed
+	// those let through. FalseDrops counts first sightings dropped.
+	Duplicates uint64 `json:"duplicates"`
+	DupsMissed uint64 `json:"dups_missed"`
+	FalseDrops uint64 `json:"false_drops"`
+	// Keys remembered at the end, RAM (Go heap growth after a GC, or the
+	// server's used_memory growth for Redis), off-heap memory the target
+	// reports (Pebble's C-allocated memtables and cache), disk.
+	Keys        uint64  `json:"keys"`
+	RAMBytes    uint64  `json:"ram_bytes"`
+	OffHeap     uint64  `json:"off_heap_bytes"`
+	FilterBytes uint64  `json:"filter_bytes"`
+	DiskBytes   uint64  `json:"disk_bytes"`
+	RAMPerKey   float64 `json:"ram_per_key"`
+	DiskPerKey  float64 `json:"disk_per_key"`
+	// StoreLookups counts exact-store lookups (engine, exact mode).
+	StoreLookups uint64 `json:"store_lookups"`
+	// SpeedRatio is EventsPerSec over the reference row's; RAMRatio is
+	// RAMPerKey over the reference's.
+	SpeedRatio float64 `json:"speed_ratio,omitempty"`
+	RAMRatio   float64 `json:"ram_ratio,omitempty"`
+}
+
+// SweepPoint is one backend at one false-positive target, filled with
+// SweepKeys keys over one window.
+type SweepPoint struct {
+	Backend     string  `json:"backend"`
+	TargetFP    float64 `json:"target_fp"`
+	MeasuredFP  float64 `json:"measured_fp"`
+	Keys        uint64  `json:"keys"`
+	FilterBytes uint64  `json:"filter_bytes"`
+	BytesPerKey float64 `json:"bytes_per_key"`
+}
+
+// CompareResult is the outcome of Compare.
+type CompareResult struct {
+	Config CompareConfig `json:"config"`
+	Rows   []CompareRow  `json:"rows"`
+	// Reference names the row the ratios are relative to.
+	Reference string       `json:"reference"`
+	Sweep     []SweepPoint `json:"sweep,omitempty"`
+}
+
+// recorded is the pre-generated stream every target gets.
+type recorded struct {
+	keys  [][]byte
+	at    []time.Duration
+	dup   []bool
+	inWin []bool // a duplicate within the window
+}
+
+func record(sc StreamConfig, window time.Duration) (*recorded, error) {
+	st, err := NewStream(sc)
+	if err != nil {
+		return nil, err
+	}
+	r := &recorded{}
+	var ev Event
+	for st.Next(&ev) {
+		r.keys = append(r.keys, ev.Key)
+		r.at = append(r.at, ev.At)
+		r.dup = append(r.dup, ev.Dup)
+		r.inWin = append(r.inWin, ev.Dup && ev.Delay < window)
+	}
+	return r, nil
+}
+
+// Compare runs the same stream through the engine in each mode and backend
+// and through each baseline, then the memory sweep.
+func Compare(ctx context.Context, cfg CompareConfig, progress Progress) (*CompareResult, error) {
+	cfg.ensureDefaults()
+	if cfg.Batch < 1 || cfg.Window <= 0 {
+		return nil, errors.New("bench: compare Batch and Window must be positive")
+	}
+	progress = orNop(progress)
+	rec, err := record(cfg.Stream, cfg.Window)
+	if err != nil {
+		return nil, err
+	}
+	res := &CompareResult{Config: cfg}
+	for _, mode := range cfg.Modes {
+		if mode != "exact" && mode != "probabilistic" {
+			return nil, fmt.Errorf("bench: compare mode must be exact or probabilistic, got %q", mode)
+		}
+		for _, f := range cfg.Filters {
+			row, err := compareEngine(ctx, cfg, rec, mode, f, progress)
+			if err != nil {
+				return res, err
+			}
+			res.Rows = append(res.Rows, row)
+		}
+	}
+	for _, b := range cfg.Baselines {
+		row, err := compareBaseline(ctx, cfg, rec, b, progress)
+		if err != nil {
+			return res, err
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	res.setRatios()
+	if !cfg.SkipSweep && len(cfg.MemorySweep) > 0 {
+		if res.Sweep, err = MemorySweep(ctx, cfg.Filters, cfg.MemorySweep, cfg.SweepKeys, progress); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func (r *CompareResult) setRatios() {
+	ref := -1
+	for _, name := range []string{"redis SET NX EX", "pebble alone", "go map + expiry"} {
+		if i := slices.IndexFunc(r.Rows, func(x CompareRow) bool { return x.Name == name && x.Skipped == "" }); i >= 0 {
+			ref = i
+			break
+		}
+	}
+	if ref < 0 {
+		return
+	}
+	r.Reference = r.Rows[ref].Name
+	base := r.Rows[ref]
+	for i := range r.Rows {
+		x := &r.Rows[i]
+		if x.Skipped != "" {
+			continue
+		}
+		if base.EventsPerSec > 0 {
+			x.SpeedRatio = x.EventsPerSec / base.EventsPerSec
+		}
+		if base.RAMPerKey > 0 {
+			x.RAMRatio = x.RAMPerKey / base.RAMPerKey
+		}
+	}
+}
+
+func compareEngine(ctx context.Context, cfg CompareConfig, rec *recorded, mode, filter string, progress Progress) (row CompareRow, err error) {
+	dir, err := os.MkdirTemp(cfg.Dir, "dedupbench-compare-")
+	if err != nil {
+		return row, fmt.Errorf("bench: compare state dir: %w", err)
+	}
+	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	clk := NewVirtualClock(simEpoch)
+	ec := EngineConfig{
+		Probabilistic:     mode == "probabilistic",
+		Filter:            filter,
+		Window:            cfg.Window,
+		ExpectedRate:      cfg.Stream.DistinctRate(),
+		FalsePositiveRate: cfg.FalsePositiveRate,
+		Dir:               dir,
+		AutoCommit:        cfg.AutoCommit,
+	}
+	heap0 := heapAfterGC()
+	t, err := OpenEngine(ec, clk)
+	if err != nil {
+		return row, err
+	}
+	return runTarget(ctx, cfg, rec, t, clk, heap0, progress)
+}
+
+func compareBaseline(ctx context.Context, cfg CompareConfig, rec *recorded, name string, progress Progress) (CompareRow, error) {
+	heap0 := heapAfterGC()
+	var t Target
+	switch name {
+	case BaselineMap:
+		t = NewMapTarget(cfg.Window)
+	case BaselineBloom:
+		t = NewBloomTarget(cfg.Window, cfg.Stream.DistinctRate(), cfg.FalsePositiveRate)
+	case BaselinePebble:
+		p, err := OpenPebbleTarget("", cfg.Window)
+		if err != nil {
+			return CompareRow{}, err
+		}
+		t = p
+	case BaselineRedis:
+		srv, err := StartRedis(ctx)
+		if errors.Is(err, ErrNoRedis) {
+			return CompareRow{Name: "redis SET NX EX", Skipped: "skipped: redis-server not installed"}, nil
+		}
+		if err != nil {
+			return CompareRow{}, err
+		}
+		rt, err := OpenRedisTarget(ctx, srv.Addr, cfg.Window)
+		if err != nil {
+			return CompareRow{}, errors.Join(err, srv.Stop())
+		}
+		row, err := runTarget(ctx, cfg, rec, rt, nil, heap0, progress)
+		return row, errors.Join(err, srv.Stop())
+	default:
+		return CompareRow{}, fmt.Errorf("bench: unknown baseline %q (want redis, pebble, map or bloom)", name)
+	}
+	return runTarget(ctx, cfg, rec, t, nil, heap0, progress)
+}
+
+// runTarget feeds the recorded stream to t, measures it and closes it.
+func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, clk *VirtualClock, heap0 uint64, progress Progress) (row CompareRow, err error) {
+	defer func() { err = errors.Join(err, t.Close()) }()
+	row.Name = t.Name()
+	progress.Stage("compare: "+row.Name, int64(len(rec.keys)))
+	dup := make([]bool, cfg.Batch)
+	start := time.Now()
+	for lo := 0; lo < len(rec.keys); lo += cfg.Batch {
+		if ctx.Err() != nil {
+			return row, fmt.Errorf("bench: compare: %w", ctx.Err())
+		}
+		hi := min(lo+cfg.Batch, len(rec.keys))
+		now := simEpoch.Add(rec.at[lo])
+		if clk != nil {
+			clk.Set(rec.at[lo])
+		}
+		d := dup[:hi-lo]
+		if err := t.Check(rec.keys[lo:hi], now, d); err != nil {
+			return row, fmt.Errorf("bench: compare %s: %w", row.Name, err)
+		}
+		for i, isDup := range d {
+			j := lo + i
+			switch {
+			case rec.inWin[j]:
+				row.Duplicates++
+				if !isDup {
+					row.DupsMissed++
+				}
+			case !rec.dup[j] && isDup:
+				row.FalseDrops++
+			}
+		}
+		progress.Add(int64(hi - lo))
+	}
+	row.Elapsed = time.Since(start)
+	row.Events = uint64(len(rec.keys))
+	row.EventsPerSec = float64(row.Events) / row.Elapsed.Seconds()
+	if et, ok := t.(*EngineTarget); ok {
+		if err := et.Commit(); err != nil {
+			return row, err
+		}
+	}
+	u, err := t.Usage()
+	if err != nil {
+		return row, err
+	}
+	row.Keys, row.OffHeap, row.FilterBytes, row.DiskBytes, row.StoreLookups = u.Keys, u.OffHeap, u.FilterBytes, u.Disk, u.StoreLookups
+	if u.RAM > 0 {
+		row.RAMBytes = u.RAM
+	} else {
+		row.RAMBytes = max(heapAfterGC(), heap0) - heap0
+	}
+	if row.Keys > 0 {
+		row.RAMPerKey = float64(row.RAMBytes+row.OffHeap) / float64(row.Keys)
+		row.DiskPerKey = float64(row.DiskBytes) / float64(row.Keys)
+	}
+	return row, nil
+}
+
+func heapAfterGC() uint64 {
+	// Twice: finalizers run after the first collection.
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// MemorySweep measures, for each backend and false-positive target, the
+// filter bytes per key and the false-positive rate met: a probabilistic
+// in-memory engine takes keys distinct keys over one window, then as many
+// fresh keys again probe it. A bits-and-blooms filter sized directly is
+// added as backend "bits-and-blooms direct" for reference.
+func MemorySweep(ctx context.Context, filters []string, fps []float64, keys int, progress Progress) ([]SweepPoint, error) {
+	progress = orNop(progress)
+	progress.Stage("memory sweep", int64(len(filters)*len(fps)*2*keys))
+	const window = 100 * time.Second
+	var out []SweepPoint
+	sc := StreamConfig{Seed: 7, Rate: float64(keys) / window.Seconds(), DuplicateFraction: 1e-9, Keys: KeysUUID, Events: int64(2 * keys)}
+	for _, f := range filters {
+		for _, fp := range fps {
+			if ctx.Err() != nil {
+				return out, fmt.Errorf("bench: memory sweep: %w", ctx.Err())
+			}
+			p, err := sweepPoint(sc, f, fp, keys, window)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, p)
+			progress.Add(int64(2 * keys))
+		}
+	}
+	for _, fp := range fps {
+		bf := bloom.NewWithEstimates(uint(keys), fp)
+		out = append(out, SweepPoint{
+			Backend: "bits-and-blooms direct", TargetFP: fp, MeasuredFP: bloom.EstimateFalsePositiveRate(bf.Cap(), bf.K(), uint(keys)),
+			Keys: uint64(keys), FilterBytes: uint64(bf.Cap() / 8), BytesPerKey: float64(bf.Cap()) / 8 / float64(keys),
+		})
+	}
+	return out, nil
+}
+
+func sweepPoint(sc StreamConfig, filter string, fp float64, keys int, window time.Duration) (p SweepPoint, err error) {
+	clk := NewVirtualClock(simEpoch)
+	t, err := OpenEngine(EngineConfig{
+		Probabilistic: true, Filter: filter, Window: window, ExpectedRate: sc.Rate,
+		FalsePositiveRate: fp, Shards: 1, ManualCommit: true,
+	}, clk)
+	if err != nil {
+		return p, err
+	}
+	defer func() { err = errors.Join(err, t.Close()) }()
+	st, err := NewStream(sc)
+	if err != nil {
+		return p, err
+	}
+	const batch = 1024
+	ks := make([][]byte, 0, batch)
+	dup := make([]bool, batch)
+	var ev Event
+	var probes, falsePos uint64
+	n := 0
+	flush := func(probe bool) error {
+		if len(ks) == 0 {
+			return nil
+		}
+		if err := t.Check(ks, time.Time{}, dup[:len(ks)]); err != nil {
+			return err
+		}
+		if probe {
+			for _, d := range dup[:len(ks)] {
+				probes++
+				if d {
+					falsePos++
+				}
+			}
+		}
+		ks = ks[:0]
+		return nil
+	}
+	for st.Next(&ev) {
+		probe := n >= keys
+		if n == keys {
+			if err := flush(false); err != nil {
+				return p, err
+			}
+			// Probes stay in flight: they never reach the filters, so
+			// every probe meets the filters at their designed fill.
+			if err := t.Commit(); err != nil {
+				return p, err
+			}
+			u, err := t.Usage()
+			if err != nil {
+				return p, err
+			}
+			p.Keys, p.FilterBytes = u.Keys, u.FilterBytes
+		}
+		if len(ks) == 0 {
+			// Probes all run at the end of the window, against every key.
+			clk.Set(min(ev.At, window-time.Millisecond))
+		}
+		ks = append(ks, ev.Key)
+		n++
+		if len(ks) == batch {
+			if err := flush(probe); err != nil {
+				return p, err
+			}
+			if !probe {
+				if err := t.Commit(); err != nil {
+					return p, err
+				}
+			}
+		}
+	}
+	if err := flush(true); err != nil {
+		return p, err
+	}
+	p.Backend, p.TargetFP = filter, fp
+	if probes > 0 {
+		p.MeasuredFP = float64(falsePos) / float64(probes)
+	}
+	if p.Keys > 0 {
+		p.BytesPerKey = float64(p.FilterBytes) / float64(p.Keys)
+	}
+	return p, nil
+}
