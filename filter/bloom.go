@@ -66,6 +66,7 @@ func newBloom(capacity uint64, fp float64) *bloomFilter {
 		// bitset.New swallows an allocation panic and returns an empty set.
 		panic(fmt.Sprintf("filter: cannot allocate a %d-bit bloom filter", m))
 	}
+	adviseHuge(bf.BitSet().Words())
 	return bloomFrom(bf, capacity, 0)
 }
 

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package filter
+
+func adviseHuge(w []uint64) {}
