@@ -523,6 +523,9 @@ func (f *filterRun) process(b *batch) error {
 		for ; li <= last; li++ {
 			ln := b.lines[li]
 			line := b.buf[ln.start:ln.end]
+			if int64(ln.end) < ln.next && int(ln.next) <= len(b.buf) {
+				line = b.buf[ln.start : ln.end+1] // with its newline: one copy
+			}
 			if ri < len(b.rejects) && int(b.rejects[ri].line) == li {
 				if c.strict {
 					return f.strictStop(b, li)
@@ -596,14 +599,17 @@ func (f *filterRun) publish() {
 	f.pub.bytes.Store(cn.Bytes - f.run0.Bytes)
 }
 
+// writeLine writes line, which ends with its newline or gets one.
 func (f *filterRun) writeLine(o *output, line []byte) error {
 	if err := o.write(line); err != nil {
 		return fmt.Errorf("write %s: %w", o.name, err)
 	}
-	if err := o.w.WriteByte('\n'); err != nil {
-		return fmt.Errorf("write %s: %w", o.name, err)
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		if err := o.w.WriteByte('\n'); err != nil {
+			return fmt.Errorf("write %s: %w", o.name, err)
+		}
+		o.n++
 	}
-	o.n++
 	return nil
 }
 
