@@ -34,6 +34,7 @@ type Batch struct {
 	s      *Store
 	arena  []byte // raw key bytes
 	ents   []ent
+	tmp    []ent // sort scratch
 	hashes []uint64
 	runs   []run
 	cp     []byte
@@ -137,7 +138,7 @@ func (b *Batch) Close() {
 	b.err = nil
 	b.done = true
 	b.s = nil
-	if cap(b.arena)+24*cap(b.ents)+8*cap(b.hashes) > keep {
+	if cap(b.arena)+24*(cap(b.ents)+cap(b.tmp))+8*cap(b.hashes) > keep {
 		return
 	}
 	batchPool.Put(b)
@@ -289,18 +290,79 @@ func (b *Batch) commitBatch(seq, floor uint64) (err error) {
 
 // sortKeys sorts the batch's keys by (gen, key) and removes duplicates.
 func (b *Batch) sortKeys() {
-	slices.SortFunc(b.ents, func(x, y ent) int {
-		if c := cmp.Compare(x.gen, y.gen); c != 0 {
-			return c
+	b.tmp = radixSort(b.ents, b.tmp)
+	// Keys with equal (gen, prefix) are ordered by their full bytes.
+	for i := 0; i < len(b.ents); {
+		j := i + 1
+		for j < len(b.ents) && b.ents[j].gen == b.ents[i].gen && b.ents[j].prefix == b.ents[i].prefix {
+			j++
 		}
-		if c := cmp.Compare(x.prefix, y.prefix); c != 0 {
-			return c
+		if j-i > 1 {
+			slices.SortFunc(b.ents[i:j], func(x, y ent) int { return bytes.Compare(b.key(&x), b.key(&y)) })
 		}
-		return bytes.Compare(b.key(&x), b.key(&y))
-	})
+		i = j
+	}
 	b.ents = slices.CompactFunc(b.ents, func(x, y ent) bool {
 		return x.gen == y.gen && x.prefix == y.prefix && bytes.Equal(b.key(&x), b.key(&y))
 	})
+}
+
+// radixSort sorts ents by (gen, prefix) with an LSD radix sort on bytes,
+// skipping the bytes that are equal in every entry (the generation, mostly).
+// tmp is scratch space, returned for reuse.
+func radixSort(ents, tmp []ent) []ent {
+	if len(ents) < 256 {
+		slices.SortFunc(ents, func(x, y ent) int {
+			if c := cmp.Compare(x.gen, y.gen); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.prefix, y.prefix)
+		})
+		return tmp
+	}
+	tmp = slices.Grow(tmp[:0], len(ents))[:len(ents)]
+	// Which bits vary at all?
+	var genOr, genAnd, preOr, preAnd uint64 = 0, ^uint64(0), 0, ^uint64(0)
+	for i := range ents {
+		genOr |= ents[i].gen
+		genAnd &= ents[i].gen
+		preOr |= ents[i].prefix
+		preAnd &= ents[i].prefix
+	}
+	src, dst := ents, tmp
+	pass := func(key func(*ent) uint64, shift uint) {
+		var count [256]int
+		for i := range src {
+			count[byte(key(&src[i])>>shift)]++
+		}
+		sum := 0
+		for d, c := range count {
+			count[d] = sum
+			sum += c
+		}
+		for i := range src {
+			d := byte(key(&src[i]) >> shift)
+			dst[count[d]] = src[i]
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	prefix := func(e *ent) uint64 { return e.prefix }
+	gen := func(e *ent) uint64 { return e.gen }
+	for shift := uint(0); shift < 64; shift += 8 {
+		if byte((preOr^preAnd)>>shift) != 0 {
+			pass(prefix, shift)
+		}
+	}
+	for shift := uint(0); shift < 64; shift += 8 {
+		if byte((genOr^genAnd)>>shift) != 0 {
+			pass(gen, shift)
+		}
+	}
+	if &src[0] != &ents[0] {
+		copy(ents, src)
+	}
+	return tmp
 }
 
 // commitIngest writes the batch as one sstable and ingests it.

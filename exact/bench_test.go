@@ -122,6 +122,12 @@ func BenchmarkHas(b *testing.B) {
 			mustClose(b, s) // reopen: lookups from sstables, not the memtable
 			s = mustOpen(b, dir, Options{IngestThreshold: m.ingest})
 			defer mustClose(b, s)
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+				if s.Metrics().Compact.NumInProgress == 0 {
+					break // measure lookups, not lookups racing compactions
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 			absent := benchKeys(rng, 10_000)
 			for _, c := range []struct {
 				name string

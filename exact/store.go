@@ -56,11 +56,16 @@ type Options struct {
 	// larger than half of it bypasses the memtable as a flushable batch.
 	// Default 64 MiB.
 	MemTableSize uint64
-	// CacheSize is the size of Pebble's block cache in bytes. Default 64 MiB.
+	// CacheSize is the size of Pebble's block cache in bytes, on top of the
+	// memory of two memtables (Pebble charges memtables to its cache).
+	// Default 64 MiB.
 	CacheSize int64
 	// IngestThreshold is the number of keys from which a commit is written as
-	// one sorted sstable ingested into Pebble instead of a WAL batch; negative
-	// disables ingestion. Default 0, which means DefaultIngestThreshold.
+	// one sorted sstable ingested into Pebble instead of a WAL batch; 0 or
+	// negative never ingests. Ingestion costs less CPU per key at 100k-key
+	// commits but stacks one L0 sublevel per commit (read amplification 20-120
+	// measured under sustained load, against 2-5 for WAL batches), which
+	// slows Has and can stall writes; use it for bulk loads. Default 0.
 	IngestThreshold int
 	// BloomBitsPerKey sizes the Bloom filters of the sstables, which keep Has
 	// of absent keys off the disk. Default 10 (about 1% false positives).
@@ -72,9 +77,6 @@ type Options struct {
 	// stalls writes until compactions catch up. Default 64.
 	L0StopWritesThreshold int
 }
-
-// DefaultIngestThreshold is the default Options.IngestThreshold.
-const DefaultIngestThreshold = 1 << 62
 
 func (o *Options) ensureDefaults() {
 	if o.FS == nil {
@@ -89,9 +91,7 @@ func (o *Options) ensureDefaults() {
 	if o.CacheSize == 0 {
 		o.CacheSize = 64 << 20
 	}
-	if o.IngestThreshold == 0 {
-		o.IngestThreshold = DefaultIngestThreshold
-	} else if o.IngestThreshold < 0 {
+	if o.IngestThreshold <= 0 {
 		o.IngestThreshold = 1<<63 - 1
 	}
 	if o.BloomBitsPerKey == 0 {
@@ -135,7 +135,6 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 		Logger:                      lg,
 		MemTableSize:                o.MemTableSize,
 		MemTableStopWritesThreshold: 4,
-		CacheSize:                   o.CacheSize,
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       o.L0StopWritesThreshold,
 		LBaseMaxBytes:               256 << 20,
@@ -147,8 +146,7 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, c }
 	for i := range po.Levels {
 		l := &po.Levels[i]
-		l.BlockSize = 16 << 10
-		l.IndexBlockSize = 256 << 10
+		l.BlockSize = 4 << 10
 		l.FilterPolicy = bloom.FilterPolicy(o.BloomBitsPerKey)
 		l.FilterType = pebble.TableFilter
 	}
@@ -228,8 +226,14 @@ func Open(dir string, opts Options) (*Store, error) {
 	lg := &fatalLogger{Logger: opts.Logger}
 	po := opts.pebbleOptions(lg)
 	po.FormatMajorVersion = fmv
+	// Pebble charges its memtables to the block cache: a cache no larger
+	// than the memtables caches no block at all (measured: every Has then
+	// decompressed its index block, ~200 us). Size it on top of two
+	// memtables.
+	po.Cache = pebble.NewCache(opts.CacheSize + 2*int64(opts.MemTableSize))
 	db, err := openPebble(dir, po)
 	if err != nil {
+		po.Cache.Unref()
 		return nil, fmt.Errorf("exact: open %q: %w", dir, err)
 	}
 	s := &Store{db: db, fs: fs, dir: dir, opts: opts, lg: lg, popts: po}
@@ -403,6 +407,7 @@ func (s *Store) closeDB() error {
 	var err error
 	select {
 	case err = <-errc:
+		s.popts.Cache.Unref()
 	case <-timeout:
 		err = fmt.Errorf("%w: Pebble did not close after a fatal error; restart the process to release %q", ErrBroken, s.dir)
 	}

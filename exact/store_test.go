@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -363,4 +365,36 @@ func TestLogRecordCorrupt(t *testing.T) {
 		}
 	}
 	_ = binary.LittleEndian
+}
+
+func TestSortKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 100, 5000} {
+		b := &Batch{s: &Store{}}
+		var want []string
+		for i := 0; i < n; i++ {
+			gen := uint64(rng.IntN(3)) << (8 * uint(rng.IntN(3)))
+			var key []byte
+			switch rng.IntN(3) {
+			case 0:
+				key = []byte(fmt.Sprintf("k%d", rng.IntN(n+1))) // short, duplicates
+			case 1:
+				key = []byte(fmt.Sprintf("common-prefix-%d", rng.IntN(1000)))
+			default:
+				key = binary.BigEndian.AppendUint64(nil, rng.Uint64())
+			}
+			b.Add(gen, key, 0)
+			want = append(want, fmt.Sprintf("%020d/%x", gen, key))
+		}
+		slices.Sort(want)
+		want = slices.Compact(want)
+		b.sortKeys()
+		var got []string
+		for i := range b.ents {
+			got = append(got, fmt.Sprintf("%020d/%x", b.ents[i].gen, b.key(&b.ents[i])))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("n=%d: sortKeys order differs", n)
+		}
+	}
 }
