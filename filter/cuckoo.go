@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"sync/atomic"
 
 	metro "github.com/dgryski/go-metro"
 	cuckoo "github.com/seiflotfy/cuckoofilter"
@@ -78,6 +79,7 @@ type cuckooFilter struct {
 	n     uint64
 	cap   uint64
 	buf   [8]byte      // h as the library's []byte key, without allocating
+	busy  atomic.Bool  // buf in use: a concurrent reader allocates its own
 	hist  *[256]uint64 // fingerprint histogram of the table; nil until inserts
 	lossy [4]uint64    // fingerprint values a failed insert lost
 	nLost int          // popcount of lossy
@@ -96,15 +98,32 @@ func cuckooBytes(capacity uint64, fp float64) float64 {
 	return math.Max(minCuckooSlots, math.Exp2(math.Ceil(math.Log2(need))))
 }
 
-func (f *cuckooFilter) key(h uint64) []byte {
-	binary.LittleEndian.PutUint64(f.buf[:], h)
-	return f.buf[:]
+// key returns h as the library's 8-byte key: in the filter's scratch buffer
+// (no allocation) unless another reader holds it. Call done(own) after use.
+// This keeps Test safe for concurrent readers, as the package promises.
+func (f *cuckooFilter) key(h uint64) (b []byte, own bool) {
+	if f.busy.CompareAndSwap(false, true) {
+		b, own = f.buf[:], true
+	} else {
+		b = make([]byte, 8)
+	}
+	binary.LittleEndian.PutUint64(b, h)
+	return b, own
+}
+
+func (f *cuckooFilter) done(own bool) {
+	if own {
+		f.busy.Store(false)
+	}
 }
 
 // fingerprint returns the library's fingerprint of h (metro hash with its
 // seed 1337, then %255+1).
 func (f *cuckooFilter) fingerprint(h uint64) byte {
-	return byte(metro.Hash64(f.key(h), 1337)%cuckooFPValues + 1)
+	b, own := f.key(h)
+	fp := byte(metro.Hash64(b, 1337)%cuckooFPValues + 1)
+	f.done(own)
+	return fp
 }
 
 func (f *cuckooFilter) lost(h uint64) bool {
@@ -116,7 +135,10 @@ func (f *cuckooFilter) lost(h uint64) bool {
 }
 
 func (f *cuckooFilter) test(h uint64) bool {
-	return f.cf.Lookup(f.key(h)) || (f.nLost > 0 || f.all) && f.lost(h)
+	b, own := f.key(h)
+	found := f.cf.Lookup(b)
+	f.done(own)
+	return found || (f.nLost > 0 || f.all) && f.lost(h)
 }
 
 func (f *cuckooFilter) testOrAdd(h uint64) bool {
@@ -128,7 +150,10 @@ func (f *cuckooFilter) testOrAdd(h uint64) bool {
 	}
 	f.hist[f.fingerprint(h)]++
 	f.n++
-	if !f.cf.Insert(f.key(h)) {
+	b, own := f.key(h)
+	ok := f.cf.Insert(b)
+	f.done(own)
+	if !ok {
 		f.recoverLoss()
 	}
 	return false

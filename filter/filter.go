@@ -22,7 +22,11 @@
 // Unmarshal(MarshalBinary()) restores one. EstimateBytes gives the table
 // memory New will allocate.
 //
-// Filters are not safe for concurrent use; dedup serialises access per shard.
+// Concurrency: the read methods (Test, Count, Capacity, SizeBytes, FPRate,
+// Kind, MarshalBinary) may run concurrently with each other; Add and
+// TestOrAdd need exclusive access (dedup serialises them per shard). So a
+// sealed filter, which no one adds to any more, may be marshalled outside
+// the shard lock while Observe keeps testing it.
 //
 // Hash bits. Each backend takes its positions from h itself, so the caller
 // may pick shards from any bijective remix of h (dedup uses the splitmix64

@@ -1,7 +1,9 @@
 package filter
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -418,5 +420,48 @@ func TestErrorsWrap(t *testing.T) {
 	_, err := Unmarshal([]byte("nope"))
 	if !errors.Is(err, ErrCorrupt) || !strings.HasPrefix(err.Error(), "filter: ") {
 		t.Errorf("Unmarshal(junk) = %v", err)
+	}
+}
+
+// TestConcurrentReaders runs Test, FPRate and MarshalBinary from several
+// goroutines at once on a filter no one adds to (run it with -race): the
+// read methods must be safe together.
+func TestConcurrentReaders(t *testing.T) {
+	for _, kind := range Kinds {
+		f := mustNew(t, kind, 5000, 0.01)
+		next := hashes(21, allShards)
+		keys := make([]uint64, 8000) // grown: two links
+		for i := range keys {
+			keys[i] = next()
+			f.Add(keys[i])
+		}
+		want, err := f.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 4)
+		for g := range 4 {
+			go func() {
+				for i, h := range keys {
+					if !f.Test(h) {
+						errs <- fmt.Errorf("%v: reader %d: key %d lost", kind, g, i)
+						return
+					}
+					if i%2000 == 0 {
+						_ = f.FPRate()
+						if b, err := f.MarshalBinary(); err != nil || !bytes.Equal(b, want) {
+							errs <- fmt.Errorf("%v: reader %d: MarshalBinary changed: %v", kind, g, err)
+							return
+						}
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
 	}
 }
