@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func tinyCompare(baselines []string) CompareConfig {
+	return CompareConfig{
+		Stream:      StreamConfig{Events: 20000, Rate: 5000},
+		Window:      2 * time.Second,
+		Baselines:   baselines,
+		Dir:         "",
+		MemorySweep: []float64{0.01, 0.001},
+		SweepKeys:   5000,
+	}
+}
+
+// TestCompareTiny runs every engine configuration and the in-process
+// baselines on a tiny stream and checks the ground truth: no duplicate
+// inside the window is missed, exact mode drops no real event.
+func TestCompareTiny(t *testing.T) {
+	cfg := tinyCompare([]string{BaselinePebble, BaselineMap, BaselineBloom})
+	cfg.Dir = t.TempDir()
+	res, err := Compare(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 9 {
+		t.Fatalf("%d rows, want 6 engine + 3 baselines", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.Events != 20000 || r.Duplicates == 0 || r.Keys == 0 {
+			t.Errorf("%s: events %d, duplicates %d, keys %d", r.Name, r.Events, r.Duplicates, r.Keys)
+		}
+		if r.DupsMissed != 0 {
+			t.Errorf("%s missed %d duplicates inside the window", r.Name, r.DupsMissed)
+		}
+		if strings.Contains(r.Name, "exact") || r.Name == "pebble alone" || r.Name == "go map + expiry" {
+			if r.FalseDrops != 0 {
+				t.Errorf("%s dropped %d real events", r.Name, r.FalseDrops)
+			}
+		}
+	}
+	if res.Reference != "pebble alone" {
+		t.Errorf("reference %q", res.Reference)
+	}
+	if len(res.Sweep) != 4*2 {
+		t.Errorf("%d sweep points, want 8", len(res.Sweep))
+	}
+	var buf bytes.Buffer
+	if err := res.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "engine exact/blocked") {
+		t.Errorf("table lacks the engine row:\n%s", buf.String())
+	}
+	if _, err := PlotMemory(res.Sweep, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCompareRedis runs the Redis baseline against a real redis-server.
+func TestCompareRedis(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not on PATH (apt-get install redis-server): Redis baseline not tested")
+	}
+	cfg := tinyCompare([]string{BaselineRedis})
+	cfg.Modes, cfg.SkipSweep = []string{}, true
+	res, err := Compare(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Rows[0]
+	if r.Skipped != "" || r.DupsMissed != 0 || r.FalseDrops != 0 || r.Keys == 0 || r.RAMBytes == 0 {
+		t.Errorf("redis row: %+v", r)
+	}
+}
+
+func TestLoadTiny(t *testing.T) {
+	cfg := LoadConfig{Rates: []float64{2000, 5000}, Duration: 1500 * time.Millisecond, Dir: t.TempDir(),
+		Interval: 500 * time.Millisecond}
+	res, err := Load(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 2 {
+		t.Fatalf("%d steps", len(res.Steps))
+	}
+	for _, s := range res.Steps {
+		if s.Events == 0 || s.Batches == 0 || s.P50 <= 0 || s.P999 < s.P50 || len(s.Samples) == 0 || s.Keys == 0 {
+			t.Errorf("step %+v", s)
+		}
+		if s.DupsMissed != 0 || s.FalseDrops != 0 {
+			t.Errorf("rate %.0f: %d missed, %d false drops in exact mode", s.Target, s.DupsMissed, s.FalseDrops)
+		}
+	}
+	var buf bytes.Buffer
+	if err := res.WriteText(&buf, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PlotLoad(res, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+}

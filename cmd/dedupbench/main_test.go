@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCommands runs every subcommand at a tiny scale, as CI does.
+func TestCommands(t *testing.T) {
+	plots := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"headline", []string{"--events", "5000", "--baselines", "map,bloom,pebble", "--sweep-keys", "2000", "--dir", t.TempDir()}, "engine exact/blocked"},
+		{"compare-json", []string{"compare", "--json", "--events", "5000", "--modes", "probabilistic", "--filters", "blocked", "--baselines", "map", "--no-sweep"}, `"events_per_sec"`},
+		{"compare-plot", []string{"compare", "--events", "3000", "--modes", "exact", "--filters", "bloom", "--baselines", "", "--sweep", "0.01,0.001", "--sweep-keys", "2000", "--plot", plots}, "bytes/key"},
+		{"simulate", []string{"simulate", "--scale", "0.005", "--measure", "20m", "--bimodal-scale", "0.0003", "--replay-min", "20m", "--replay-max", "1h"}, "leaks per million requests"},
+		{"load", []string{"load", "--rate", "1000:3000:2", "--duration", "1s", "--series", "--plot", plots, "--dir", t.TempDir()}, "achieved/s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if err := run(context.Background(), tc.args, &out, &errb); err != nil {
+				t.Fatalf("%v\nstderr: %s", err, errb.String())
+			}
+			if !strings.Contains(out.String(), tc.want) {
+				t.Fatalf("output lacks %q:\n%s", tc.want, out.String())
+			}
+			if strings.Contains(strings.Join(tc.args, " "), "--json") && !json.Valid(out.Bytes()) {
+				t.Fatalf("invalid JSON:\n%s", out.String())
+			}
+		})
+	}
+	for _, f := range []string{"memory_per_key.svg", "memory_per_key.png", "load_throughput.svg", "load_latency.png"} {
+		if fi, err := os.Stat(filepath.Join(plots, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("chart %s: %v", f, err)
+		}
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"frobnicate"},
+		{"simulate", "--mode", "fuzzy"},
+		{"compare", "--baselines", "memcached", "--events", "100", "--no-sweep", "--modes", ""},
+		{"load", "--rate", "abc"},
+	} {
+		var out, errb bytes.Buffer
+		if err := run(context.Background(), args, &out, &errb); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}
