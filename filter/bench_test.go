@@ -22,6 +22,10 @@ import (
 // (~1 ns). Iterations are independent, so the CPU overlaps the cache misses
 // of consecutive ops: these are throughput figures, not single-op latency.
 //
+// Each configuration's children share the filter its parent built: do not
+// use -count > 1 (the second TestOrAdd run would push the filter past
+// capacity); repeat the whole command instead.
+//
 //	go test -run '^$' -bench BenchmarkFilter -benchtime=500000x ./filter
 func BenchmarkFilter(b *testing.B) {
 	for _, kind := range Kinds {

@@ -128,8 +128,12 @@ func corrupt(format string, args ...any) error {
 }
 
 // Unmarshal decodes a filter encoded by MarshalBinary. Truncated, altered or
-// foreign bytes return an error wrapping ErrCorrupt. The result does not
-// alias data.
+// foreign bytes return an error wrapping ErrCorrupt, never a panic; it
+// allocates at most about len(data) bytes. The result does not alias data.
+//
+// Bytes that pass the checksum and every range check are trusted: the
+// parameters they carry (capacity, fp) shape the links the filter chains
+// when it grows later.
 func Unmarshal(data []byte) (Filter, error) {
 	if len(data) < headerLen+trailerLen {
 		return nil, corrupt("%d bytes, shorter than header and checksum", len(data))

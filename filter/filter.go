@@ -109,22 +109,31 @@ type Filter interface {
 	// Test reports whether h may have been added (true may be a false
 	// positive; false is definite).
 	Test(h uint64) bool
-	// Add inserts h. It never drops a previously added hash.
+	// Add inserts h. It never drops a previously added hash. A hash that
+	// already tests true is not inserted again (it is held already), so
+	// repeats do not fill the filter.
 	Add(h uint64)
 	// TestOrAdd reports whether h may have been added, then adds it: the
-	// check and the insert are one call.
+	// check and the insert are one call (one pass over the block for the
+	// blocked backend).
 	TestOrAdd(h uint64) bool
-	// Count returns the number of Add/TestOrAdd calls that inserted (an
-	// estimate of distinct hashes held).
+	// Count returns the number of Add/TestOrAdd calls that inserted: the
+	// distinct hashes held, less those that were false positives when
+	// added (they test true without being inserted).
 	Count() uint64
-	// Capacity returns how many hashes the filter holds before it grows.
+	// Capacity returns how many hashes the filter holds before it grows:
+	// the sum over its links (at least the capacity given to New).
 	Capacity() uint64
-	// SizeBytes returns the memory held by the filter's tables.
+	// SizeBytes returns the memory held by the filter's tables (all links).
 	SizeBytes() uint64
-	// FPRate estimates the false-positive rate at the current fill.
+	// FPRate estimates the false-positive rate at the current fill:
+	// 1 - prod(1 - rate of each link), each from its backend's own model.
+	// At most the fp given to New.
 	FPRate() float64
 	// Kind returns the backend.
 	Kind() Kind
-	// MarshalBinary encodes the filter and every parameter that shapes it.
+	// MarshalBinary encodes the filter and every parameter that shapes it
+	// (format in encoding.go), checksummed. It allocates the whole encoding:
+	// about SizeBytes plus a few dozen bytes per link.
 	MarshalBinary() ([]byte, error)
 }
