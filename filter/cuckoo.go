@@ -80,7 +80,7 @@ type cuckooFilter struct {
 	cap   uint64
 	buf   [8]byte      // h as the library's []byte key, without allocating
 	busy  atomic.Bool  // buf in use: a concurrent reader allocates its own
-	hist  *[256]uint64 // fingerprint histogram of the table; nil until inserts
+	hist  *[256]uint64 // fingerprint histogram of the table; nil in old links
 	lossy [4]uint64    // fingerprint values a failed insert lost
 	nLost int          // popcount of lossy
 	all   bool         // the loss could not be pinned down: answer maybe

@@ -175,7 +175,7 @@ func Unmarshal(data []byte) (Filter, error) {
 		if ln < 16 || ln > uint64(len(rest)) {
 			return nil, corrupt("link %d: length %d, %d bytes left", i, ln, len(rest))
 		}
-		l, err := decodeLink(kind, rest[:ln])
+		l, err := decodeLink(kind, rest[:ln], i == int(nl)-1)
 		if err != nil {
 			return nil, corrupt("%s link %d: %v", kind, i, err)
 		}
@@ -189,7 +189,8 @@ func Unmarshal(data []byte) (Filter, error) {
 }
 
 // decodeLink decodes one link from b (count, capacity, kind-specific body).
-func decodeLink(kind Kind, b []byte) (link, error) {
+// The newest link is the one that takes inserts.
+func decodeLink(kind Kind, b []byte, newest bool) (link, error) {
 	n := binary.LittleEndian.Uint64(b)
 	capacity := binary.LittleEndian.Uint64(b[8:])
 	b = b[16:]
@@ -250,6 +251,13 @@ func decodeLink(kind Kind, b []byte) (link, error) {
 			return nil, fmt.Errorf("count %d, table holds %d", n, held)
 		}
 		f.cf = cf
+		if newest { // the histogram the loss recovery needs, from the bytes at hand
+			f.hist = new([256]uint64)
+			for _, v := range b {
+				f.hist[v]++
+			}
+			f.hist[0] = 0
+		}
 		return f, nil
 
 	case Blocked:

@@ -465,3 +465,29 @@ func TestConcurrentReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestCuckooDecodedHistogram: the newest decoded cuckoo link carries the
+// fingerprint histogram its loss recovery relies on.
+func TestCuckooDecodedHistogram(t *testing.T) {
+	f := mustNew(t, Cuckoo, 1000, 0.05)
+	next := hashes(23, allShards)
+	for range 1500 {
+		f.Add(next())
+	}
+	b, err := f.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := g.(*chain).links
+	last := links[len(links)-1].(*cuckooFilter)
+	if last.hist == nil || *last.hist != *last.histogram() {
+		t.Fatal("decoded newest link: histogram missing or wrong")
+	}
+	if want := f.links[len(f.links)-1].(*cuckooFilter).hist; *want != *last.hist {
+		t.Fatal("decoded histogram differs from the original's")
+	}
+}
