@@ -254,8 +254,12 @@ func (f *filterRun) run() (err error) {
 		return err
 	}
 	f.closers = append(f.closers, stopMetrics)
+	srcs, err := f.openSources()
+	if err != nil {
+		return err
+	}
 	stopProgress := f.startProgress()
-	err = f.loop()
+	err = f.loop(srcs)
 	stopProgress()
 	if c.stats {
 		f.printStats()
@@ -391,20 +395,17 @@ func (f *filterRun) openOutput(name string, committed int64) (*output, error) {
 	return o, nil
 }
 
-// loop runs the reader and feeds its batches through the engine.
-func (f *filterRun) loop() error {
+// openSources opens the inputs still to read, at the job's position, and
+// sums their sizes (-1 if unknown) for the progress bar.
+func (f *filterRun) openSources() ([]source, error) {
 	c := f.cfg
 	j := &f.job
-	if j.File >= len(j.Inputs) {
-		return nil // the job is complete
-	}
-	// Open the inputs still to read.
 	var srcs []source
 	f.totalSize = 0
 	for i := j.File; i < len(c.inputs); i++ {
 		r, closeFn, fi, err := openInput(c.inputs[i], f.env.stdin)
 		if err != nil {
-			return fmt.Errorf("open input: %w", err)
+			return nil, fmt.Errorf("open input: %w", err)
 		}
 		f.closers = append(f.closers, closeFn)
 		src := source{name: c.inputs[i], r: r, line: 1}
@@ -415,10 +416,10 @@ func (f *filterRun) loop() error {
 		}
 		if i == j.File && f.resumed {
 			if fi == nil || fi.Size() < j.Offset {
-				return fmt.Errorf("input %s is shorter than the committed offset %d: it was changed since; use --from-start", c.inputs[i], j.Offset)
+				return nil, fmt.Errorf("input %s is shorter than the committed offset %d: it was changed since; use --from-start", c.inputs[i], j.Offset)
 			}
 			if _, err := r.(io.Seeker).Seek(j.Offset, io.SeekStart); err != nil {
-				return fmt.Errorf("seek input %s: %w", c.inputs[i], err)
+				return nil, fmt.Errorf("seek input %s: %w", c.inputs[i], err)
 			}
 			src.off, src.line = j.Offset, j.Line
 			if f.totalSize >= 0 {
@@ -427,7 +428,16 @@ func (f *filterRun) loop() error {
 		}
 		srcs = append(srcs, src)
 	}
+	return srcs, nil
+}
 
+// loop runs the reader over srcs and feeds its batches through the engine.
+func (f *filterRun) loop(srcs []source) error {
+	c := f.cfg
+	j := &f.job
+	if len(srcs) == 0 {
+		return nil // the job is complete
+	}
 	const nbatch = 4
 	full := make(chan *batch, nbatch-1)
 	free := make(chan *batch, nbatch)

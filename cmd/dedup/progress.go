@@ -33,12 +33,11 @@ func (f *filterRun) startProgress() (stop func()) {
 		progressbar.OptionSetWriter(f.env.stderr),
 		progressbar.OptionShowBytes(true),
 		progressbar.OptionSetWidth(20),
-		progressbar.OptionThrottle(progressEvery),
+		progressbar.OptionThrottle(progressEvery/2),
 		progressbar.OptionSetPredictTime(f.totalSize > 0),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionShowDescriptionAtLineEnd(),
 		progressbar.OptionSpinnerType(14),
-		progressbar.OptionFullWidth(),
 	)
 	quit := make(chan struct{})
 	done := make(chan struct{})
