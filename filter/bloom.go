@@ -112,19 +112,22 @@ func (f *bloomFilter) test(h uint64) bool {
 func (f *bloomFilter) testOrAdd(h uint64) bool {
 	x, step := bloomProbes(h)
 	w := f.words
-	present := true
+	// Branch-free: the k loads are independent, so the CPU keeps them all
+	// in flight instead of serialising on a mispredicted "bit set?" branch.
+	missing := uint64(0)
 	for range f.k {
 		p, _ := bits.Mul64(x, f.m)
-		if bit := uint64(1) << (p & 63); w[p>>6]&bit == 0 {
-			w[p>>6] |= bit
-			present = false
-		}
+		bit := uint64(1) << (p & 63)
+		old := w[p>>6]
+		missing |= ^old & bit
+		w[p>>6] = old | bit
 		x += step
 	}
-	if !present {
+	if missing != 0 {
 		f.n++
+		return false
 	}
-	return present
+	return true
 }
 
 func (f *bloomFilter) count() uint64     { return f.n }
