@@ -86,18 +86,18 @@ func (r *SimResult) WriteText(w io.Writer) error {
 		m.Mode, m.Filter, c.Engine.FalsePositiveRate, c.Engine.Generations, m.EngineWindow.Round(time.Millisecond), m.Window)
 	d := r.Delays
 	rows := [][]string{
-		{"requests/s", human(a.Rate), fmt.Sprintf("%.0f", m.RequestsPerSec), ""},
-		{"distinct keys/s (insert rate)", human(a.DistinctPerSec), fmt.Sprintf("%.0f", m.RequestsPerSec-m.DuplicatesPerSec), ""},
+		{"requests/s", fmt.Sprintf("%.0f", a.Rate), fmt.Sprintf("%.0f", m.RequestsPerSec), ""},
+		{"distinct keys/s (insert rate)", fmt.Sprintf("%.0f (shown as 2k/s)", a.DistinctPerSec), fmt.Sprintf("%.0f", m.RequestsPerSec-m.DuplicatesPerSec), ""},
 		{"duplicates/s", fmt.Sprintf("%.0f", a.DuplicatesPerSec), fmt.Sprintf("%.1f", m.DuplicatesPerSec), ""},
 		{"delay mean / p50 / p99", "2m / - / -", fmt.Sprintf("%.1fs / %.1fs / %.1fs", d.Mean.Seconds(), d.P50.Seconds(), d.P99.Seconds()), fmt.Sprintf("%d duplicates", d.Count)},
-		{"keys held in steady state", human(a.KeysHeld), human(m.KeysHeld), fmt.Sprintf("engine FilterKeys; model %s", human(m.KeysModel))},
+		{"keys held in steady state", fmt.Sprintf("%.0f", a.KeysHeld), fmt.Sprintf("%.0f", m.KeysHeld), fmt.Sprintf("engine FilterKeys; model %s", human(m.KeysModel))},
 		{"store memory at 64 B/key", fmt.Sprintf("%.1f MiB", a.MemoryMiB), mib(m.MemoryModel), "engine filters: " + mib(m.FilterBytes)},
 		{"duplicates suppressed/s", fmt.Sprintf("%.2f", a.SuppressedPerSec), fmt.Sprintf("%.2f", m.SuppressedPerSec), ""},
 		{"duplicates after expiry/s", fmt.Sprintf("%.2f", a.LeakedPerSec), fmt.Sprintf("%.2f", m.LeakedPerSec), ""},
 		{"share suppressed", fmt.Sprintf("%.3f", a.ShareSuppressed), fmt.Sprintf("%.3f", m.ShareSuppressed), fmt.Sprintf("±%.3f (1 SE)", m.ShareSE)},
-		{"leaks per million requests", human(a.LeaksPerMillion), fmt.Sprintf("%.0f", m.LeaksPerMillion), fmt.Sprintf("±%.0f (1 SE)", m.LeaksSE)},
+		{"leaks per million requests", fmt.Sprintf("%.0f", a.LeaksPerMillion), fmt.Sprintf("%.0f", m.LeaksPerMillion), fmt.Sprintf("±%.0f (1 SE)", m.LeaksSE)},
 		{fmt.Sprintf("window suppressing %g%%", 100*c.SuppressTarget), minutes(a.Window99), minutes(r.Window99), fmt.Sprintf("engine there: %.4f suppressed", r.Run99.ShareSuppressed)},
-		{fmt.Sprintf("window for < %g leaks/M", c.LeakTarget), "~" + minutes(a.WindowTarget), minutes(r.WindowTarget), fmt.Sprintf("engine there: %.0f/M", r.RunTarget.LeaksPerMillion)},
+		{fmt.Sprintf("window for < %g leaks/M", c.LeakTarget), "~" + minutes(a.WindowTarget), minutes(r.WindowTarget), fmt.Sprintf("engine there: %.1f/M", r.RunTarget.LeaksPerMillion)},
 		{"keys held at that window", "~" + human(a.KeysAtWindowTarget), human(r.RunTarget.KeysHeld), mib(r.RunTarget.MemoryModel) + " at 64 B/key"},
 		{"false drops per million (FP)", "-", fmt.Sprintf("%.0f", m.FalseDropsPerMillion), "probabilistic mode only"},
 	}

@@ -256,7 +256,7 @@ func runCompare(ctx context.Context, name string, args []string, stdout, stderr 
 	fs := newFlagSet(name, stderr)
 	c.bind(fs)
 	bindStream(fs, &cfg.Stream)
-	fs.Int64Var(&cfg.Stream.Events, "events", 600_000, "events in the stream")
+	fs.Int64Var(&cfg.Stream.Events, "events", 400_000, "events in the stream")
 	fs.Float64Var(&cfg.Stream.Rate, "rate", 50_000, "nominal events per second of the stream's virtual clock")
 	fs.DurationVar(&cfg.Window, "window", 5*time.Second, "retention window of every target")
 	fs.Float64Var(&cfg.FalsePositiveRate, "fp", 0.01, "false-positive target of the filters")
