@@ -491,3 +491,43 @@ func TestCuckooDecodedHistogram(t *testing.T) {
 		t.Fatal("decoded histogram differs from the original's")
 	}
 }
+
+// TestBlockedPaths checks the unrolled k = 8 path and the general one
+// against a reference of the layout (bit j in word j%8 at (lo*salt_j)>>26),
+// and each k's measured FP against blockedFP.
+func TestBlockedPaths(t *testing.T) {
+	const nb, keys, probes = 2048, 40_000, 400_000
+	for _, k := range []int{1, 5, 8, 9, 16, 24, 32} {
+		f := &blocked{words: alignedWords(nb * blockWords), nblocks: nb, k: k, cap: 1 << 40}
+		ref := make([]uint64, nb*blockWords)
+		next := hashes(uint64(k), allShards)
+		for range keys {
+			h := next()
+			f.testOrAdd(h)
+			i := ((h >> 32) * nb) >> 32
+			for j := range k {
+				ref[i*8+uint64(j%8)] |= 1 << ((uint32(h) * blockSalts[j]) >> 26)
+			}
+			if !f.test(h) {
+				t.Fatalf("k %d: %#x lost", k, h)
+			}
+		}
+		for i := range ref {
+			if ref[i] != f.words[i] {
+				t.Fatalf("k %d: word %d is %#x, reference %#x", k, i, f.words[i], ref[i])
+			}
+		}
+		out := hashes(uint64(k)+1<<40, allShards)
+		pos := 0
+		for range probes {
+			if f.test(out()) {
+				pos++
+			}
+		}
+		got, est := float64(pos)/probes, f.fpRate()
+		sigma := math.Sqrt(est * (1 - est) / probes)
+		if got > est*1.2+3*sigma || got < est*0.8-3*sigma {
+			t.Errorf("k %d: measured FP %.5f, estimate %.5f", k, got, est)
+		}
+	}
+}
