@@ -131,7 +131,7 @@ type words []string
 
 func (w *words) String() string { return strings.Join(*w, ",") }
 func (w *words) Set(s string) error {
-	*w = nil
+	*w = []string{} // "" selects none, not the default
 	for _, x := range strings.Split(s, ",") {
 		if x = strings.TrimSpace(x); x != "" {
 			*w = append(*w, x)
@@ -264,7 +264,7 @@ func runCompare(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.Var((*words)(&cfg.Filters), "filters", "engine backends: bloom,cuckoo,blocked")
 	fs.Var((*words)(&cfg.Baselines), "baselines", "baselines: redis,pebble,map,bloom (empty: none)")
 	fs.IntVar(&cfg.Batch, "batch", 512, "events per call")
-	fs.DurationVar(&cfg.AutoCommit, "autocommit", 100*time.Millisecond, "engine AutoCommit interval")
+	fs.DurationVar(&cfg.CommitEvery, "commit-every", 100*time.Millisecond, "engine commit interval, on the stream's virtual clock")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
 	fs.Var((*floats)(&cfg.MemorySweep), "sweep", "false-positive rates of the memory sweep")
 	fs.IntVar(&cfg.SweepKeys, "sweep-keys", 200_000, "keys per memory-sweep point")
