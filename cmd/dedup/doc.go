@@ -4,12 +4,44 @@
 //
 // Usage:
 //
-//	dedup filter [flags] [FILE...]   the stream filter
-//	dedup stats [flags] DIR          what a state directory holds
-//	dedup help [command]
+//	dedup filter [flags] [FILE...]     the stream filter
+//	dedup stats [flags] DIR            what a state directory holds
+//	dedup snapshot inspect [flags] PATH  generations, counts, fill, FP, sizes of a snapshot
+//	dedup snapshot verify [flags] PATH   check every checksum and filter (exit 0 valid, 1 invalid)
+//	dedup snapshot rebuild DIR         rebuild an exact state's filters from its store, snapshot them
+//	dedup backup DIR DEST              consistent copy of a state into a new directory
+//	dedup restore SRC DIR              install a backup (or a probabilistic state's lone snapshot)
+//	dedup help [command [subcommand]]
 //
-// Run `dedup help filter` for the flags and examples. Exit statuses: 0
-// success, 1 runtime error, 2 bad usage or a bad line under --strict.
+// Run `dedup help <command>` for the flags and examples. Exit statuses: 0
+// success; 1 runtime error (I/O, a state directory missing, damaged or in
+// use by another process, an invalid snapshot under `snapshot verify`); 2
+// bad usage, flags that contradict the state directory, or a bad line
+// under --strict.
+//
+// # State directory
+//
+// A state directory persists the options that shape it (window,
+// generations, shards, filter, probabilistic mode). The commands read them
+// with dedup.StateOptions: `dedup filter --state DIR` adopts each one whose
+// flag was not given (flag.Visit) and refuses, with exit status 2, a flag
+// given with another value; stats, backup and rebuild need no flag at all.
+// The engine holds Pebble's LOCK file on the directory, so one process uses
+// a state at a time; a command that finds it held says so.
+//
+// # Snapshots
+//
+// With --state, `dedup filter` passes --snapshot-interval (1m) to the
+// engine, which snapshots the filters into DIR/snapshots periodically and
+// at Close (with 0, the command snapshots once at the end of the run), so
+// a restart loads them instead of rebuilding from the store. Problems the
+// engine meets restoring them are logged on stderr ("dedup: engine: ...").
+// `dedup snapshot inspect` and `verify` take a manifest file, a snapshots
+// folder or a state directory; they read files only and work on a state in
+// use. verify reads every segment through snapshot.Read (all checksums)
+// and decodes every payload with filter.Unmarshal, checking its kind and
+// count against the manifest; inspect does the same to report capacity,
+// fill and estimated false-positive rates (--quick: headers only).
 //
 // # Keys
 //

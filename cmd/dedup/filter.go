@@ -38,6 +38,10 @@ type filterConfig struct {
 	fromStart      bool
 	chunk          int
 	keys           extractorConfig
+	// snapshotInterval is the period of filter snapshots with --state.
+	snapshotInterval time.Duration
+	// explicit holds the names of the flags given on the command line.
+	explicit map[string]bool
 }
 
 // groupSize is the number of keys per ObserveBatch.
@@ -77,6 +81,7 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
 	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from the start (committed keys still count)")
 	fs.IntVar(&c.chunk, "chunk", 1<<20, "read `BYTES` per batch")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "with --state: snapshot the filters every `DURATION` and at the end, so a restart loads them instead of rebuilding (0: only at the end)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), filterHelpHead)
 		fs.PrintDefaults()
@@ -94,6 +99,7 @@ func runFilter(e *env, args []string) error {
 		}
 		return usageErr(err)
 	}
+	c.explicit = explicitFlags(fs)
 	c.inputs = append(c.inputs, pos...)
 	if len(c.inputs) == 0 {
 		c.inputs = stringList{"-"}
@@ -119,6 +125,8 @@ func (c *filterConfig) validate() error {
 		return fmt.Errorf("--max-line %d: must be in [1, %d]", c.keys.maxLine, 1<<29)
 	case c.keys.maxKey < 1:
 		return fmt.Errorf("--max-key %d: must be at least 1", c.keys.maxKey)
+	case c.snapshotInterval < 0:
+		return fmt.Errorf("--snapshot-interval %v: must not be negative", c.snapshotInterval)
 	case c.chunk < 4096 || c.chunk > 1<<28:
 		return fmt.Errorf("--chunk %d: must be in [4096, %d]", c.chunk, 1<<28)
 	case c.progress != "auto" && c.progress != "always" && c.progress != "never":
@@ -229,9 +237,20 @@ func (f *filterRun) run() (err error) {
 		MaxInFlight:       max(1<<20, c.commitEvery+groupSize),
 		MaxKeySize:        c.keys.maxKey,
 	}
+	if c.state != "" {
+		// An existing state keeps its shape: adopt what the flags leave
+		// unsaid, refuse what they contradict.
+		if err := adoptState(c.state, c.explicit, &opts); err != nil {
+			return err
+		}
+		opts.SnapshotInterval = c.snapshotInterval // Close writes a last one too
+		opts.Logf = engineLog(f.env)
+	}
 	if f.eng, err = dedup.Open(opts); err != nil {
-		if errors.Is(err, dedup.ErrInvalidOptions) || errors.Is(err, dedup.ErrIncompatible) {
-			return usageErr(err)
+		err = openErr(c.state, err)
+		var xe *exitError
+		if errors.As(err, &xe) {
+			return err
 		}
 		return fmt.Errorf("open state: %w", err)
 	}
@@ -240,6 +259,14 @@ func (f *filterRun) run() (err error) {
 		for i := len(f.closers) - 1; i >= 0; i-- {
 			if cerr := f.closers[i](); cerr != nil && err == nil {
 				err = cerr
+			}
+		}
+		// With periodic snapshots Close writes a last one. Without, write
+		// it here, after a run that ended well (or was interrupted, its
+		// state committed), so that the next start loads it.
+		if f.durable && opts.SnapshotInterval == 0 && (err == nil || errors.Is(err, errInterrupted)) {
+			if serr := f.eng.Snapshot(); serr != nil {
+				err = errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
 			}
 		}
 		if cerr := f.eng.Close(); cerr != nil && err == nil {
@@ -431,6 +458,9 @@ func (f *filterRun) openSources() ([]source, error) {
 	return srcs, nil
 }
 
+// errInterrupted ends a run stopped by SIGINT or SIGTERM, after a commit.
+var errInterrupted = errors.New("interrupted; state committed, run the same command again to resume")
+
 // loop runs the reader over srcs and feeds its batches through the engine.
 func (f *filterRun) loop(srcs []source) error {
 	c := f.cfg
@@ -480,7 +510,7 @@ func (f *filterRun) loop(srcs []source) error {
 				if err := f.commit(); err != nil {
 					return err
 				}
-				return errors.New("interrupted; state committed, run the same command again to resume")
+				return errInterrupted
 			}
 		}
 		if !ok {
@@ -496,7 +526,7 @@ func (f *filterRun) loop(srcs []source) error {
 			if err := f.commit(); err != nil {
 				return err
 			}
-			return errors.New("interrupted; state committed, run the same command again to resume")
+			return errInterrupted
 		default:
 		}
 	}

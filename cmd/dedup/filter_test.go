@@ -133,6 +133,24 @@ func TestUsage(t *testing.T) {
 		{[]string{"filter", "--key", "id", "/does/not/exist"}, 1, "no such file"},
 		{[]string{"stats"}, 2, "one state directory"},
 		{[]string{"stats", "/does/not/exist"}, 1, "no such file"},
+		{[]string{"help", "snapshot"}, 0, "inspect PATH"},
+		{[]string{"help", "snapshot", "verify"}, 0, "Exit status"},
+		{[]string{"help", "backup"}, 0, "Usage: dedup backup"},
+		{[]string{"help", "restore"}, 0, "refuses a DIR"},
+		{[]string{"snapshot", "-h"}, 0, "rebuild DIR"},
+		{[]string{"snapshot", "inspect", "-h"}, 0, "-quick"},
+		{[]string{"snapshot", "rebuild", "-h"}, 0, "Usage: dedup snapshot rebuild"},
+		{[]string{"backup", "-h"}, 0, "Usage: dedup backup"},
+		{[]string{"restore", "--help"}, 0, "Usage: dedup restore"},
+		{[]string{"snapshot"}, 2, "want a subcommand"},
+		{[]string{"snapshot", "frob"}, 2, "unknown subcommand"},
+		{[]string{"snapshot", "inspect"}, 2, "want one PATH"},
+		{[]string{"snapshot", "verify", "/does/not/exist"}, 1, "no such file"},
+		{[]string{"snapshot", "rebuild", "/does/not/exist"}, 1, "not a state directory"},
+		{[]string{"backup", "x"}, 2, "want a state directory and a destination"},
+		{[]string{"backup", "/does/not/exist", "/tmp/nope"}, 1, "not a state directory"},
+		{[]string{"restore", "/does/not/exist", "/tmp/nope"}, 1, "no such file"},
+		{[]string{"filter", "--key", "id", "--snapshot-interval", "-1s"}, 2, "snapshot-interval"},
 	} {
 		code, stdout, stderr := runCmd(t, "", tc.args...)
 		if code != tc.code || !strings.Contains(stdout+stderr, tc.out) {
@@ -157,7 +175,12 @@ func TestStatsCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil || rep.Checkpoint == nil || rep.Engine.FilterKeys != 2 {
 		t.Fatalf("exit %d, %v: %s", code, err, stdout)
 	}
-	if code, _, stderr := runCmd(t, "", "stats", state); code != exitBad || !strings.Contains(stderr, "Window") {
+	// The options come from the state: no flag needed; a contradicting
+	// one is bad usage naming it.
+	if code, stdout, stderr := runCmd(t, "", "stats", state); code != 0 || !strings.Contains(stdout, "window 10m0s") {
+		t.Fatalf("stats without flags: exit %d: %s%s", code, stdout, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", "stats", "--window", "1h", state); code != exitBad || !strings.Contains(stderr, "--window=1h0m0s contradicts") {
 		t.Fatalf("wrong window: exit %d: %s", code, stderr)
 	}
 }

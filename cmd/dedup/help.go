@@ -34,6 +34,17 @@ Exactly once, file to file
   input since. A different job (other inputs or outputs) starts from the
   beginning, with the same remembered keys; so does --from-start.
 
+State directory
+  --state DIR keeps the keys in DIR. A new DIR takes its shape from
+  --window, --generations, --shards, --filter and --probabilistic; an
+  existing one keeps its own: a flag left out is adopted from DIR, and a
+  flag given with another value is an error (exit status 2) naming it.
+  --rate, --fp and the commit flags may change from run to run. The
+  filters are snapshotted every --snapshot-interval and at the end of the
+  run, so a restart loads them instead of rebuilding them from the store.
+  Problems met restoring them (a damaged snapshot skipped, say) are logged
+  on stderr as "dedup: engine: ...". A DIR is used by one process at a time.
+
 Examples
   # Distinct events of a stream, keys in memory.
   cat events.ndjson | dedup filter --key event_id > distinct.ndjson
@@ -63,14 +74,166 @@ Exit status
 
 const statsHelpHead = `Usage: dedup stats [flags] DIR
 
-Prints what the state directory DIR holds: its generations, keys, filter
-memory, disk size, and the last committed position of 'dedup filter'.
-Pass the options the directory was created with (--window, --filter,
---probabilistic, --generations, --shards) if they differ from the defaults.
+Prints what the state directory DIR holds: its options, generations, keys,
+filter memory, disk size, where the filters were restored from (and any
+problem met), the newest snapshot, and the last committed position of
+'dedup filter'. The options are read from DIR: no flag is needed. The
+flags --window, --filter, --probabilistic, --generations and --shards only
+check: given, they fail with exit status 2 if DIR says otherwise.
 
-Example
+DIR must not be in use by another process (a running 'dedup filter
+--state DIR'): Pebble's lock on the store refuses a second opener.
+
+Examples
   dedup stats ./state
-  dedup stats --json --window 24h ./state | jq .checkpoint
+  dedup stats --json ./state | jq .checkpoint
+  dedup stats --json ./state | jq '.snapshot, .engine.RestoredFrom'
 
 Flags
+`
+
+const statsHelpTail = `
+Exit status
+  0  printed
+  1  DIR is missing, not a state directory, in use, or fails to open
+  2  bad usage, or a check flag that contradicts DIR
+`
+
+const snapshotHelp = `Usage: dedup snapshot <inspect|verify|rebuild> [flags] PATH
+
+A state directory keeps snapshots of its filters in DIR/snapshots (a
+manifest, snapshot-NNNNNN.manifest, and one segment file per generation
+and shard), so that a restart loads the filters instead of rebuilding them.
+
+  inspect PATH   generations, spans, key counts, fill, estimated false-positive
+                 rate and sizes of the newest snapshot
+  verify PATH    check every checksum and decode every filter;
+                 exit status 0 valid, 1 invalid
+  rebuild DIR    rebuild the filters of an exact-mode state from its store
+                 and write a fresh snapshot (repairs a damaged or lost one)
+
+PATH is a manifest file, a snapshots folder, or a state directory.
+
+Examples
+  dedup snapshot inspect ./state
+  dedup snapshot inspect --json ./state/snapshots | jq .estimated_fp_rate
+  dedup snapshot verify ./state || dedup snapshot rebuild ./state
+
+Run 'dedup snapshot <subcommand> -h' for its flags.
+`
+
+const inspectHelpHead = `Usage: dedup snapshot inspect [flags] PATH
+
+Prints the newest snapshot at PATH (a manifest file, a snapshots folder, or
+a state directory): the commit it covers, its options and size, and per
+generation its span, whether it is sealed, its keys, file size, fill
+(keys / capacity) and estimated false-positive rate. The fill and FP come
+from decoding every filter, which reads (and so verifies) every payload;
+--quick reads only the manifest and segment headers. The overall
+"estimated FP" is the rate a new key meets across all generations.
+Inspecting a snapshot does not open the state: it works on a state in use.
+
+Examples
+  dedup snapshot inspect ./state
+  dedup snapshot inspect --segments ./state/snapshots/snapshot-000042.manifest
+  dedup snapshot inspect --json ./state | jq '.generations[] | {id, keys, fill}'
+
+Flags
+`
+
+const inspectHelpTail = `
+Exit status
+  0  printed
+  1  no snapshot at PATH, or the newest one is damaged (see verify)
+  2  bad usage
+`
+
+const verifyHelpHead = `Usage: dedup snapshot verify [flags] PATH
+
+Verifies the snapshots at PATH (a manifest file, a snapshots folder, or a
+state directory: every snapshot in it, usually the newest and the one
+kept before it): the manifest's checksums, each segment's size, metadata
+and checksums, and that each payload decodes to the filter the manifest
+describes. Prints "ok" or "INVALID" and the reason, naming the file, per
+snapshot.
+
+A damaged newest snapshot does not lose keys: an exact-mode state falls
+back to the previous snapshot or rebuilds from its store on the next start;
+'dedup snapshot rebuild DIR' writes a good one now.
+
+Examples
+  dedup snapshot verify ./state
+  dedup snapshot verify --newest ./state && echo restart will be fast
+
+Flags
+`
+
+const verifyHelpTail = `
+Exit status
+  0  every snapshot verified is valid
+  1  a snapshot is invalid (reasons on stdout), or there is none at PATH
+  2  bad usage
+`
+
+const rebuildHelp = `Usage: dedup snapshot rebuild DIR
+
+Rebuilds the filters of the exact-mode state directory DIR from every key
+in its store, ignoring its snapshots, and writes a fresh snapshot: the
+repair for a snapshot that is damaged or was deleted. Prints the keys
+restored and the time taken. A probabilistic state has no store to rebuild
+from: restore a good snapshot of it instead ('dedup restore').
+DIR must not be in use by another process.
+
+Example
+  dedup snapshot rebuild ./state
+
+Exit status
+  0  rebuilt, snapshot written
+  1  DIR is missing, not a state, probabilistic, in use, or an I/O error
+  2  bad usage
+`
+
+const backupHelp = `Usage: dedup backup DIR DEST
+
+Writes a consistent copy of the state directory DIR into DEST, a directory
+that must not exist yet: a fresh snapshot of the filters and a Pebble
+checkpoint of the store (hard links where the file system allows, so it is
+fast and small on the same disk). The copy holds every committed key and
+the last committed checkpoint of 'dedup filter'.
+
+DIR must not be in use by another process: stop the 'dedup filter' that
+holds it (it commits on SIGINT/SIGTERM), back up, then start it again. A
+program that embeds the engine backs up a live state with Engine.Backup.
+
+Examples
+  dedup backup ./state /backups/state-2025-01-31
+  dedup restore /backups/state-2025-01-31 ./state.new
+
+Exit status
+  0  backed up
+  1  DIR is missing, not a state, in use; DEST exists; or an I/O error
+  2  bad usage
+`
+
+const restoreHelp = `Usage: dedup restore SRC DIR
+
+Installs SRC into DIR, a new or empty state directory, after verifying it:
+SRC is a backup written by 'dedup backup', or, for a probabilistic state, a
+lone snapshot folder (the snapshots folder of a state, or a copy of it).
+The backup is checked on a scratch copy (its snapshot verified, the state
+opened) before DIR is filled; SRC is never modified. It refuses a DIR that
+holds anything. Prints the options, keys and checkpoint installed.
+
+Then run 'dedup filter --state DIR ...' as before: the flags that shape
+the state are adopted from it, and the keys committed before the backup
+are duplicates there.
+
+Examples
+  dedup restore /backups/state-2025-01-31 ./state
+  dedup restore ./old-state/snapshots ./state     # probabilistic only
+
+Exit status
+  0  restored
+  1  SRC is not a valid backup, DIR is not empty, or an I/O error
+  2  bad usage
 `

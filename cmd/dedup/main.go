@@ -27,8 +27,7 @@ type env struct {
 	sigs <-chan os.Signal
 }
 
-// command is one subcommand. Later subcommands (snapshot, backup,
-// restore) are added to commands.
+// command is one subcommand.
 type command struct {
 	name    string
 	summary string
@@ -41,6 +40,9 @@ func init() {
 	commands = []command{
 		{"filter", "pass each distinct event through once (the stream filter)", runFilter},
 		{"stats", "print what a state directory holds", runStats},
+		{"snapshot", "inspect, verify or rebuild the filter snapshots of a state", runSnapshot},
+		{"backup", "copy a state directory consistently into a new directory", runBackup},
+		{"restore", "install a backup (or a lone snapshot) into a new state directory", runRestore},
 		{"help", "print help for dedup or a command", runHelp},
 	}
 }
@@ -100,7 +102,8 @@ func status(e *env, err error) int {
 	if errors.As(err, &xe) {
 		code = xe.code
 	}
-	fmt.Fprintf(e.stderr, "dedup: %v\n", err)
+	// The engine's errors begin with "dedup: " already.
+	fmt.Fprintf(e.stderr, "dedup: %s\n", strings.TrimPrefix(err.Error(), "dedup: "))
 	return code
 }
 
@@ -114,18 +117,37 @@ func runHelp(e *env, args []string) error {
 		fmt.Fprint(e.stdout, mainHelp())
 		return nil
 	}
+	var fs *flag.FlagSet
 	switch args[0] {
 	case "filter":
-		fs, _ := newFilterFlags(e)
-		fs.SetOutput(e.stdout)
-		fs.Usage()
+		fs, _ = newFilterFlags(e)
 	case "stats":
-		fs, _ := newStatsFlags(e)
-		fs.SetOutput(e.stdout)
-		fs.Usage()
+		fs, _ = newStatsFlags(e)
+	case "backup":
+		fs = newBackupFlags(e)
+	case "restore":
+		fs = newRestoreFlags(e)
+	case "snapshot":
+		if len(args) == 1 {
+			fmt.Fprint(e.stdout, snapshotHelp)
+			return nil
+		}
+		for _, s := range snapshotSubs {
+			if s.name == args[1] {
+				fs = s.flags(e)
+			}
+		}
+		if fs == nil {
+			return usagef("help: unknown command %q", strings.Join(args, " "))
+		}
+	case "help":
+		fmt.Fprint(e.stdout, mainHelp())
+		return nil
 	default:
 		return usagef("help: unknown command %q", args[0])
 	}
+	fs.SetOutput(e.stdout)
+	fs.Usage()
 	return nil
 }
 
@@ -150,13 +172,27 @@ Examples:
   # Exactly once, file to file, resumable after a crash: run it again.
   dedup filter --state ./state --key user.id,seq --in events.ndjson --out distinct.ndjson
 
-  # What does the state directory hold?
+  # What does the state directory hold? (no need to repeat its flags)
   dedup stats ./state
+
+  # Resume later: the state's window, filter and mode are adopted from it.
+  dedup filter --state ./state --key user.id,seq --in more.ndjson --out more.distinct.ndjson
+
+  # Snapshots: what they hold, whether they are sound, a fresh one from the store.
+  dedup snapshot inspect ./state
+  dedup snapshot verify ./state
+  dedup snapshot rebuild ./state
+
+  # Back up a state (not in use), and restore it into a new directory.
+  dedup backup ./state /backups/state-1
+  dedup restore /backups/state-1 ./state2
 
 Run 'dedup help <command>' (or 'dedup <command> -h') for the flags.
 
-Exit status: 0 success; 1 runtime error (I/O, state directory);
-2 bad usage, or a bad input line under --strict.
+Exit status: 0 success; 1 runtime error (I/O, state directory, a state in
+use by another process, an invalid snapshot for 'snapshot verify'); 2 bad
+usage, options that contradict the state directory, or a bad input line
+under --strict.
 `)
 	return b.String()
 }

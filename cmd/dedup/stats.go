@@ -2,13 +2,15 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/snapshot"
 )
 
 // statsConfig is what the flags of `dedup stats` say.
@@ -21,43 +23,95 @@ type statsConfig struct {
 	generations   int
 	shards        int
 	json          bool
+	explicit      map[string]bool
 }
 
 func newStatsFlags(e *env) (*flag.FlagSet, *statsConfig) {
 	c := &statsConfig{}
 	fs := flag.NewFlagSet("dedup stats", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	fs.DurationVar(&c.window, "window", time.Hour, "the --window the directory was created with")
-	fs.Float64Var(&c.rate, "rate", 10000, "the --rate the directory was created with")
-	fs.Float64Var(&c.fp, "fp", 0.01, "the --fp the directory was created with")
-	fs.StringVar(&c.filter, "filter", "blocked", "the --filter the directory was created with")
-	fs.BoolVar(&c.probabilistic, "probabilistic", false, "the directory was created with --probabilistic")
-	fs.IntVar(&c.generations, "generations", 8, "the --generations the directory was created with")
-	fs.IntVar(&c.shards, "shards", 16, "the --shards the directory was created with")
+	fs.Float64Var(&c.rate, "rate", 10000, "expected distinct keys per `SECOND` (sizes a new generation; not persisted)")
+	fs.Float64Var(&c.fp, "fp", 0.01, "pre-filter false-positive `RATE` (sizes a new generation; not persisted)")
+	fs.DurationVar(&c.window, "window", time.Hour, "check: fail unless the state was created with this window (default: adopt the state's)")
+	fs.StringVar(&c.filter, "filter", "blocked", "check: fail unless the state uses this filter (default: adopt)")
+	fs.BoolVar(&c.probabilistic, "probabilistic", false, "check: fail unless the state's mode is this (default: adopt)")
+	fs.IntVar(&c.generations, "generations", 8, "check: fail unless the state has this many generations (default: adopt)")
+	fs.IntVar(&c.shards, "shards", 16, "check: fail unless the state has this many shards (default: adopt)")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), statsHelpHead); fs.PrintDefaults() }
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), statsHelpHead)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), statsHelpTail)
+	}
 	return fs, c
 }
 
 // statsReport is what `dedup stats` prints.
 type statsReport struct {
-	Dir        string      `json:"dir"`
-	Checkpoint *checkpoint `json:"checkpoint,omitempty"`
+	Dir string `json:"dir"`
+	// DirBytes is the size of every file in the state directory.
+	DirBytes uint64 `json:"dir_bytes"`
+	// Options are the state's persisted options.
+	Options    stateOptionsJSON `json:"options"`
+	Checkpoint *checkpoint      `json:"checkpoint,omitempty"`
 	// ForeignCheckpoint is set when another client committed the
 	// checkpoint: its size in bytes.
-	ForeignCheckpoint int         `json:"foreign_checkpoint,omitempty"`
-	Engine            dedup.Stats `json:"engine"`
+	ForeignCheckpoint int `json:"foreign_checkpoint,omitempty"`
+	// Snapshot describes the newest snapshot on disk, nil if none.
+	Snapshot *snapshotSummary `json:"snapshot,omitempty"`
+	Engine   dedup.Stats      `json:"engine"`
+}
+
+// stateOptionsJSON is the persisted options of a state, for JSON.
+type stateOptionsJSON struct {
+	Window        string `json:"window"`
+	Generations   int    `json:"generations"`
+	Shards        int    `json:"shards"`
+	Filter        string `json:"filter"`
+	Probabilistic bool   `json:"probabilistic"`
+}
+
+func optionsJSON(o dedup.Options) stateOptionsJSON {
+	return stateOptionsJSON{Window: o.Window.String(), Generations: o.Generations, Shards: o.Shards,
+		Filter: o.Filter, Probabilistic: o.Probabilistic}
+}
+
+// snapshotSummary is the newest snapshot of a state, from its manifest.
+type snapshotSummary struct {
+	Manifest  string    `json:"manifest"`
+	Bytes     int64     `json:"bytes"`
+	Segments  int       `json:"segments"`
+	CommitSeq uint64    `json:"commit_seq"`
+	Created   time.Time `json:"created"`
+	// Error is set when the newest manifest does not check out.
+	Error string `json:"error,omitempty"`
+}
+
+// newestSnapshot summarises the newest snapshot of the state dir, nil if
+// it has none.
+func newestSnapshot(dir string) *snapshotSummary {
+	ms, err := findManifests(filepath.Join(dir, dedup.SnapshotDir))
+	if err != nil {
+		return nil
+	}
+	s := &snapshotSummary{Manifest: ms[0]}
+	info, err := snapshot.Inspect(vfs.Default, ms[0])
+	if err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	s.Bytes, s.Segments, s.CommitSeq = info.TotalSize, len(info.Segments), info.CommitSeq
+	s.Created = time.Unix(0, info.Created).UTC()
+	return s
 }
 
 func runStats(e *env, args []string) error {
 	fs, c := newStatsFlags(e)
-	pos, err := parseInterspersed(fs, args)
+	pos, err := flagArgs(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageErr(err)
+		return err
 	}
+	c.explicit = explicitFlags(fs)
 	if len(pos) != 1 {
 		return usagef("stats: want one state directory, got %d arguments", len(pos))
 	}
@@ -70,7 +124,11 @@ func runStats(e *env, args []string) error {
 	if len(ents) == 0 {
 		return fmt.Errorf("stats: %s is empty, not a state directory", dir)
 	}
-	eng, err := dedup.Open(dedup.Options{
+	have, err := dedup.StateOptions(dir)
+	if err != nil {
+		return fmt.Errorf("stats: %w", stateErr(dir, err))
+	}
+	opts := dedup.Options{
 		Dir:               dir,
 		Window:            c.window,
 		ExpectedRate:      c.rate,
@@ -79,14 +137,15 @@ func runStats(e *env, args []string) error {
 		Probabilistic:     c.probabilistic,
 		Generations:       c.generations,
 		Shards:            c.shards,
-	})
-	if err != nil {
-		if errors.Is(err, dedup.ErrIncompatible) || errors.Is(err, dedup.ErrInvalidOptions) {
-			return usagef("stats: %w (pass the options the directory was created with)", err)
-		}
-		return fmt.Errorf("stats: %w", err)
 	}
-	rep := statsReport{Dir: dir, Engine: eng.Stats()}
+	if err := adoptOptions(dir, have, c.explicit, &opts); err != nil {
+		return err
+	}
+	eng, err := dedup.Open(opts)
+	if err != nil {
+		return fmt.Errorf("stats: %w", openErr(dir, err))
+	}
+	rep := statsReport{Dir: dir, Options: optionsJSON(have), Engine: eng.Stats()}
 	if raw := eng.Checkpoint(); raw != nil {
 		if cp, err := decodeCheckpoint(raw); err == nil {
 			rep.Checkpoint = &cp
@@ -97,6 +156,8 @@ func runStats(e *env, args []string) error {
 	if err := eng.Close(); err != nil {
 		return fmt.Errorf("stats: close: %w", err)
 	}
+	rep.Snapshot = newestSnapshot(dir)
+	rep.DirBytes, _ = dirSize(dir)
 	if c.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -109,9 +170,27 @@ func runStats(e *env, args []string) error {
 func printStatsReport(e *env, r *statsReport) {
 	w := e.stdout
 	st := &r.Engine
+	o := r.Options
+	mode := "exact"
+	if o.Probabilistic {
+		mode = "probabilistic"
+	}
 	fmt.Fprintf(w, "state directory  %s\n", r.Dir)
-	fmt.Fprintf(w, "disk             %s\n", humanBytes(st.DiskBytes))
-	fmt.Fprintf(w, "keys             %d in the filters (%d restored in %v)\n", st.FilterKeys, st.RestoredKeys, st.RestoreDuration.Round(time.Millisecond))
+	fmt.Fprintf(w, "options          window %s, %d generations, %d shards, %s filter, %s\n", o.Window, o.Generations, o.Shards, o.Filter, mode)
+	fmt.Fprintf(w, "disk             %s in all, %s of it the store\n", humanBytes(r.DirBytes), humanBytes(st.DiskBytes))
+	fmt.Fprintf(w, "keys             %d in the filters (%d restored from %s in %v)\n", st.FilterKeys, st.RestoredKeys, st.RestoredFrom, st.RestoreDuration.Round(time.Millisecond))
+	for _, p := range st.RestoreProblems {
+		fmt.Fprintf(w, "restore problem  %s\n", p)
+	}
+	switch s := r.Snapshot; {
+	case s == nil:
+		fmt.Fprintf(w, "snapshot         none\n")
+	case s.Error != "":
+		fmt.Fprintf(w, "snapshot         %s: DAMAGED: %s\n", s.Manifest, s.Error)
+	default:
+		fmt.Fprintf(w, "snapshot         %s, %s in %d segments, commit %d, created %s\n", s.Manifest,
+			humanBytes(uint64(s.Bytes)), s.Segments, s.CommitSeq, s.Created.Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "filter memory    %s, estimated FP rate %.4g\n", humanBytes(st.FilterBytes), st.EstimatedFPRate)
 	fmt.Fprintf(w, "generations      %d live\n", len(st.GenerationStats))
 	for _, g := range st.GenerationStats {

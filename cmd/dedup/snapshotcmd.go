@@ -1,0 +1,418 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/snapshot"
+)
+
+// snapshotSubs are the subcommands of `dedup snapshot`.
+var snapshotSubs = []struct {
+	name    string
+	summary string
+	flags   func(e *env) *flag.FlagSet
+	run     func(e *env, args []string) error
+}{
+	{"inspect", "print the generations, spans, counts, fill, estimated FP and sizes of a snapshot", func(e *env) *flag.FlagSet { fs, _ := newInspectFlags(e); return fs }, runInspect},
+	{"verify", "check every checksum and decode every filter (exit 0 valid, 1 invalid)", func(e *env) *flag.FlagSet { fs, _ := newVerifyFlags(e); return fs }, runVerify},
+	{"rebuild", "rebuild an exact state's filters from its store and write a fresh snapshot", newRebuildFlags, runRebuild},
+}
+
+func runSnapshot(e *env, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, snapshotHelp)
+		return usagef("snapshot: want a subcommand: inspect, verify or rebuild")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(e.stdout, snapshotHelp)
+		return nil
+	}
+	for _, s := range snapshotSubs {
+		if s.name == args[0] {
+			return s.run(e, args[1:])
+		}
+	}
+	return usagef("snapshot: unknown subcommand %q (want inspect, verify or rebuild)", args[0])
+}
+
+// inspectConfig is what the flags of `dedup snapshot inspect` say.
+type inspectConfig struct {
+	json     bool
+	segments bool
+	quick    bool
+}
+
+func newInspectFlags(e *env) (*flag.FlagSet, *inspectConfig) {
+	c := &inspectConfig{}
+	fs := flag.NewFlagSet("dedup snapshot inspect", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.BoolVar(&c.json, "json", false, "print JSON (every segment included)")
+	fs.BoolVar(&c.segments, "segments", false, "also print one line per segment (generation and shard)")
+	fs.BoolVar(&c.quick, "quick", false, "read the manifest and segment headers only: no fill, capacity or FP (which need every payload decoded)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), inspectHelpHead)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), inspectHelpTail)
+	}
+	return fs, c
+}
+
+// segmentReport is one segment (one generation of one shard).
+type segmentReport struct {
+	Generation uint64    `json:"generation"`
+	Shard      uint32    `json:"shard"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	Kind       string    `json:"kind"`
+	Sealed     bool      `json:"sealed"`
+	Keys       uint64    `json:"keys"`
+	File       string    `json:"file"`
+	FileBytes  int64     `json:"file_bytes"`
+	// From the decoded filter (absent with --quick).
+	Capacity    uint64  `json:"capacity,omitempty"`
+	MemoryBytes uint64  `json:"memory_bytes,omitempty"`
+	Fill        float64 `json:"fill,omitempty"`
+	FPRate      float64 `json:"fp_rate,omitempty"`
+}
+
+// generationReport is one generation, summed over its shards.
+type generationReport struct {
+	ID        uint64    `json:"id"`
+	Start     time.Time `json:"start"`
+	End       time.Time `json:"end"`
+	Shards    int       `json:"shards"`
+	Sealed    bool      `json:"sealed"` // every shard's segment sealed
+	Keys      uint64    `json:"keys"`
+	FileBytes int64     `json:"file_bytes"`
+	// From the decoded filters: sums, fill = keys/capacity, and the mean
+	// FP rate over shards.
+	Capacity    uint64  `json:"capacity,omitempty"`
+	MemoryBytes uint64  `json:"memory_bytes,omitempty"`
+	Fill        float64 `json:"fill,omitempty"`
+	FPRate      float64 `json:"fp_rate,omitempty"`
+}
+
+// inspectReport is what `dedup snapshot inspect` prints.
+type inspectReport struct {
+	Manifest      string          `json:"manifest"`
+	Version       uint32          `json:"version"`
+	CommitSeq     uint64          `json:"commit_seq"`
+	Created       time.Time       `json:"created"`
+	Options       json.RawMessage `json:"options,omitempty"`
+	ManifestBytes int64           `json:"manifest_bytes"`
+	TotalBytes    int64           `json:"total_bytes"`
+	Keys          uint64          `json:"keys"`
+	// Decoded says the payloads were read, verified and decoded: the
+	// fields below and the per-generation capacity, fill and FP are set.
+	Decoded     bool   `json:"decoded"`
+	Capacity    uint64 `json:"capacity,omitempty"`
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	// EstimatedFPRate is the false-positive rate a new key meets across
+	// the generations (1 - prod(1 - fp) per shard, averaged over shards).
+	EstimatedFPRate float64            `json:"estimated_fp_rate,omitempty"`
+	Generations     []generationReport `json:"generations"`
+	Segments        []segmentReport    `json:"segments"`
+}
+
+func runInspect(e *env, args []string) error {
+	fs, c := newInspectFlags(e)
+	pos, err := flagArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("snapshot inspect: want one PATH (a manifest, a snapshots folder or a state directory), got %d arguments", len(pos))
+	}
+	ms, err := findManifests(pos[0])
+	if err != nil {
+		return fmt.Errorf("snapshot inspect: %w", err)
+	}
+	rep, err := inspect(ms[0], !c.quick)
+	if err != nil {
+		return fmt.Errorf("snapshot inspect: %w (run 'dedup snapshot verify %s' to check every snapshot there)", err, pos[0])
+	}
+	if c.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printInspect(e, rep, c.segments)
+	return nil
+}
+
+// inspect summarises the snapshot whose manifest is path; with decode it
+// reads every payload (verifying it) and decodes its filter.
+func inspect(path string, decode bool) (*inspectReport, error) {
+	info, err := snapshot.Inspect(vfs.Default, path)
+	if err != nil {
+		return nil, err
+	}
+	rep := &inspectReport{
+		Manifest: path, Version: info.Version, CommitSeq: info.CommitSeq,
+		Created: time.Unix(0, info.Created).UTC(), ManifestBytes: info.ManifestSize, TotalBytes: info.TotalSize,
+	}
+	if json.Valid(info.Options) {
+		rep.Options = json.RawMessage(info.Options)
+	}
+	for _, s := range info.Segments {
+		rep.Segments = append(rep.Segments, segmentReport{
+			Generation: s.ID, Shard: s.Shard, Start: time.Unix(0, s.Start).UTC(), End: time.Unix(0, s.End).UTC(),
+			Kind: s.Kind.String(), Sealed: s.Sealed, Keys: s.Count, File: s.Name, FileBytes: s.Size,
+		})
+		rep.Keys += s.Count
+	}
+	if decode {
+		snap, err := snapshot.Read(vfs.Default, path)
+		if err != nil {
+			return nil, err
+		}
+		if len(snap.Generations) != len(rep.Segments) {
+			return nil, fmt.Errorf("%s changed while read (%d segments, then %d)", path, len(rep.Segments), len(snap.Generations))
+		}
+		for i := range snap.Generations {
+			g := &snap.Generations[i]
+			f, err := decodeSegment(g)
+			g.Payload = nil
+			if err != nil {
+				return nil, err
+			}
+			s := &rep.Segments[i]
+			s.Capacity, s.MemoryBytes, s.FPRate = f.Capacity(), f.SizeBytes(), f.FPRate()
+			if s.Capacity > 0 {
+				s.Fill = float64(f.Count()) / float64(s.Capacity)
+			}
+		}
+		rep.Decoded = true
+	}
+	summarise(rep)
+	return rep, nil
+}
+
+// decodeSegment decodes g's filter and checks it against the manifest.
+func decodeSegment(g *snapshot.GenerationInfo) (filter.Filter, error) {
+	f, err := filter.Unmarshal(g.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("segment %s (generation %d shard %d): filter does not decode: %w", g.Name, g.ID, g.Shard, err)
+	}
+	if f.Kind() != g.Kind {
+		return nil, fmt.Errorf("segment %s (generation %d shard %d): holds a %s filter, manifest says %s", g.Name, g.ID, g.Shard, f.Kind(), g.Kind)
+	}
+	if f.Count() != g.Count {
+		return nil, fmt.Errorf("segment %s (generation %d shard %d): filter holds %d keys, manifest says %d", g.Name, g.ID, g.Shard, f.Count(), g.Count)
+	}
+	return f, nil
+}
+
+// summarise fills the per-generation and overall figures of rep from its
+// segments.
+func summarise(rep *inspectReport) {
+	byID := map[uint64]*generationReport{}
+	var ids []uint64
+	shardMiss := map[uint32]float64{}
+	for _, s := range rep.Segments {
+		g := byID[s.Generation]
+		if g == nil {
+			g = &generationReport{ID: s.Generation, Start: s.Start, End: s.End, Sealed: true}
+			byID[s.Generation] = g
+			ids = append(ids, s.Generation)
+		}
+		g.Shards++
+		g.Sealed = g.Sealed && s.Sealed
+		g.Keys += s.Keys
+		g.FileBytes += s.FileBytes
+		g.Capacity += s.Capacity
+		g.MemoryBytes += s.MemoryBytes
+		g.FPRate += s.FPRate
+		rep.Capacity += s.Capacity
+		rep.MemoryBytes += s.MemoryBytes
+		if _, ok := shardMiss[s.Shard]; !ok {
+			shardMiss[s.Shard] = 1
+		}
+		shardMiss[s.Shard] *= 1 - s.FPRate
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		g := byID[id]
+		g.FPRate /= float64(g.Shards)
+		if g.Capacity > 0 {
+			g.Fill = float64(g.Keys) / float64(g.Capacity)
+		}
+		rep.Generations = append(rep.Generations, *g)
+	}
+	if len(shardMiss) > 0 {
+		var fp float64
+		for _, miss := range shardMiss {
+			fp += 1 - miss
+		}
+		rep.EstimatedFPRate = fp / float64(len(shardMiss))
+	}
+}
+
+func printInspect(e *env, r *inspectReport, segments bool) {
+	w := e.stdout
+	fmt.Fprintf(w, "snapshot     %s\n", r.Manifest)
+	fmt.Fprintf(w, "format       version %d, covers commit %d, created %s\n", r.Version, r.CommitSeq, r.Created.Format(time.RFC3339))
+	var o struct {
+		Window        time.Duration `json:"window"`
+		Generations   int           `json:"generations"`
+		Shards        int           `json:"shards"`
+		Filter        string        `json:"filter"`
+		Probabilistic bool          `json:"probabilistic"`
+	}
+	if r.Options != nil && json.Unmarshal(r.Options, &o) == nil && o.Window > 0 {
+		fmt.Fprintf(w, "options      %s\n", describeOptions(dedup.Options{Window: o.Window, Generations: o.Generations,
+			Shards: o.Shards, Filter: o.Filter, Probabilistic: o.Probabilistic}))
+	} else if r.Options != nil {
+		fmt.Fprintf(w, "options      %s\n", r.Options)
+	}
+	fmt.Fprintf(w, "size         %s on disk (%d segments, manifest %d B)\n", humanBytes(uint64(r.TotalBytes)), len(r.Segments), r.ManifestBytes)
+	if r.Decoded {
+		fmt.Fprintf(w, "keys         %d, capacity %d, fill %.3g%%, filter memory %s\n", r.Keys, r.Capacity, 100*ratio(r.Keys, r.Capacity), humanBytes(r.MemoryBytes))
+		fmt.Fprintf(w, "estimated FP %.4g (a new key, across the generations)\n", r.EstimatedFPRate)
+	} else {
+		fmt.Fprintf(w, "keys         %d (--quick: payloads not decoded)\n", r.Keys)
+	}
+	fmt.Fprintf(w, "generations  %d\n", len(r.Generations))
+	for _, g := range r.Generations {
+		state := "live"
+		if g.Sealed {
+			state = "sealed"
+		}
+		fmt.Fprintf(w, "  gen %-6d %s .. %s  %-6s %10d keys  %10s", g.ID, g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), state, g.Keys, humanBytes(uint64(g.FileBytes)))
+		if r.Decoded {
+			fmt.Fprintf(w, "  fill %.3g%%  fp %.4g", 100*g.Fill, g.FPRate)
+		}
+		fmt.Fprintln(w)
+	}
+	if segments {
+		fmt.Fprintf(w, "segments\n")
+		for _, s := range r.Segments {
+			fmt.Fprintf(w, "  gen %-6d shard %-4d %-7s %10d keys  %10s", s.Generation, s.Shard, s.Kind, s.Keys, humanBytes(uint64(s.FileBytes)))
+			if r.Decoded {
+				fmt.Fprintf(w, "  cap %d  fill %.3g%%  fp %.4g", s.Capacity, 100*s.Fill, s.FPRate)
+			}
+			fmt.Fprintf(w, "  %s\n", s.File)
+		}
+	}
+}
+
+func ratio(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// verifyConfig is what the flags of `dedup snapshot verify` say.
+type verifyConfig struct {
+	newest bool
+}
+
+func newVerifyFlags(e *env) (*flag.FlagSet, *verifyConfig) {
+	c := &verifyConfig{}
+	fs := flag.NewFlagSet("dedup snapshot verify", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.BoolVar(&c.newest, "newest", false, "in a folder, verify only the newest snapshot (the one a restart loads) instead of every one")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), verifyHelpHead)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), verifyHelpTail)
+	}
+	return fs, c
+}
+
+// errInvalid is the exit status 1 of a snapshot that does not verify; the
+// reasons were printed already.
+var errInvalid = errors.New("snapshot verify: invalid")
+
+func runVerify(e *env, args []string) error {
+	fs, c := newVerifyFlags(e)
+	pos, err := flagArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("snapshot verify: want one PATH (a manifest, a snapshots folder or a state directory), got %d arguments", len(pos))
+	}
+	ms, err := findManifests(pos[0])
+	if err != nil {
+		return fmt.Errorf("snapshot verify: %w", err)
+	}
+	if c.newest {
+		ms = ms[:1]
+	}
+	bad := 0
+	for _, m := range ms {
+		n, size, err := verify(m)
+		if err != nil {
+			bad++
+			fmt.Fprintf(e.stdout, "INVALID %s: %v\n", m, err)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "ok      %s: %d segments, %s, every checksum and filter good\n", m, n, humanBytes(uint64(size)))
+	}
+	if bad > 0 {
+		return fmt.Errorf("%w: %d of %d snapshots", errInvalid, bad, len(ms))
+	}
+	return nil
+}
+
+// verify checks the snapshot whose manifest is path: every checksum (of
+// the manifest and of every segment) and every filter decoding.
+func verify(path string) (segments int, size int64, err error) {
+	// Read checks what Verify does, and hands over the payloads.
+	snap, err := snapshot.Read(vfs.Default, path)
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := range snap.Generations {
+		g := &snap.Generations[i]
+		size += g.Size
+		_, err := decodeSegment(g)
+		g.Payload = nil
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return len(snap.Generations), size, nil
+}
+
+func newRebuildFlags(e *env) *flag.FlagSet {
+	fs := flag.NewFlagSet("dedup snapshot rebuild", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), rebuildHelp) }
+	return fs
+}
+
+func runRebuild(e *env, args []string) error {
+	fs := newRebuildFlags(e)
+	pos, err := flagArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("snapshot rebuild: want one state directory, got %d arguments", len(pos))
+	}
+	dir := pos[0]
+	if !isState(dir) {
+		return fmt.Errorf("snapshot rebuild: %s is missing or empty, not a state directory", dir)
+	}
+	start := time.Now()
+	st, err := dedup.RebuildSnapshot(dir)
+	if err != nil {
+		return fmt.Errorf("snapshot rebuild: %w", stateErr(dir, err))
+	}
+	fmt.Fprintf(e.stdout, "rebuilt %s from its store: %d keys restored in %v; snapshot written (%s) in %v; %v in all\n",
+		dir, st.RestoredKeys, st.RestoreDuration.Round(time.Millisecond), humanBytes(uint64(st.SnapshotBytes)),
+		st.LastSnapshotDuration.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	return nil
+}
