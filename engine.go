@@ -351,6 +351,7 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 		pos[si]++
 	}
 	now := e.opts.Now()
+	gen := e.generationFor(now)
 	for si := range e.shards {
 		lo, hi := b.start[si], b.start[si+1]
 		if lo == hi {
@@ -365,14 +366,18 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 		s.ring.Advance(now)
 		group := b.order[lo:hi]
 		maybe := b.probe(s.ring, group)
+		a := admit{gen: gen}
+		e.reserve(&a, len(group))
 		for j, i := range group {
-			v, err := e.decide(s, keys[i], b.hashes[i], now, maybe[j])
+			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], &a)
 			if err != nil {
+				e.finish(s, &a)
 				s.mu.Unlock()
 				return fmt.Errorf("dedup: batch entry %d: %w", i, err)
 			}
 			out[i] = v
 		}
+		e.finish(s, &a)
 		s.mu.Unlock()
 	}
 	return nil
@@ -437,13 +442,46 @@ func (e *Engine) observeLocked(s *shard, key []byte, h uint64, now time.Time) (V
 		return 0, ErrClosed
 	}
 	s.ring.Advance(now)
-	return e.decide(s, key, h, now, s.ring.Contains(h))
+	a := admit{gen: e.generationFor(now)}
+	v, err := e.decide(s, key, h, s.ring.Contains(h), &a)
+	e.finish(s, &a)
+	return v, err
+}
+
+// admit carries, through a group of decide calls under one shard lock, the
+// generation new keys go into and the in-flight slots reserved for them,
+// so that the shared counters are touched once per group, not per key.
+type admit struct {
+	gen      uint64
+	reserved int64 // slots of MaxInFlight reserved and not yet used
+	news     int   // keys admitted into gen
+}
+
+// reserve tries to reserve n in-flight slots at once; without them decide
+// checks the limit key by key.
+func (e *Engine) reserve(a *admit, n int) {
+	if e.inflight.Add(int64(n)) > int64(e.opts.MaxInFlight) {
+		e.inflight.Add(-int64(n))
+		return
+	}
+	a.reserved = int64(n)
+}
+
+// finish settles a group: counts its new keys against their generation and
+// returns unused reserved slots. The shard's lock is held.
+func (e *Engine) finish(s *shard, a *admit) {
+	if a.news > 0 {
+		s.pendingGens[a.gen] += a.news
+	}
+	if a.reserved > 0 {
+		e.inflight.Add(-a.reserved)
+	}
 }
 
 // decide gives the verdict for key once the filters have been asked: maybe
 // says whether any live generation may hold h. The shard's lock is held,
-// the ring is advanced to now.
-func (e *Engine) decide(s *shard, key []byte, h uint64, now time.Time, maybe bool) (Verdict, error) {
+// the ring is advanced; a New key goes into a.gen.
+func (e *Engine) decide(s *shard, key []byte, h uint64, maybe bool, a *admit) (Verdict, error) {
 	if s.inflight.has(h, key, e.exact) || s.committing.has(h, key, e.exact) {
 		s.observed++
 		s.inflightHits++
@@ -472,13 +510,14 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, now time.Time, maybe boo
 		}
 		s.falsePositives++
 	}
-	if e.inflight.Add(1) > int64(e.opts.MaxInFlight) {
+	if a.reserved > 0 {
+		a.reserved--
+	} else if e.inflight.Add(1) > int64(e.opts.MaxInFlight) {
 		e.inflight.Add(-1)
 		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
 	}
-	gen := e.generationFor(now)
-	s.inflight.add(h, key, gen, e.exact)
-	s.pendingGens[gen]++
+	s.inflight.add(h, key, a.gen, e.exact)
+	a.news++
 	s.observed++
 	s.news++
 	return New, nil
@@ -596,7 +635,6 @@ func (e *Engine) commitOnce(cp []byte) error {
 	now := e.opts.Now()
 	oldest := e.timing.OldestLive(now)
 	batch := e.store.NewBatch()
-	defer batch.Close()
 	n := 0
 	for i := range e.shards {
 		s := &e.shards[i]
@@ -613,7 +651,11 @@ func (e *Engine) commitOnce(cp []byte) error {
 			}
 		})
 	}
-	batch.DropGenerationsBefore(oldest)
+	// A range delete only when a generation has expired since the last
+	// one: each tombstone costs every later lookup until compacted away.
+	if oldest > e.store.DroppedBefore() {
+		batch.DropGenerationsBefore(oldest)
+	}
 	if cp != nil {
 		batch.SetCheckpoint(cp)
 	}

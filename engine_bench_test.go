@@ -50,9 +50,24 @@ func BenchmarkObserve(b *testing.B) {
 	}
 }
 
+// BenchmarkObserveGenerations shows the price of generations: a new key
+// is tested against every live one.
+func BenchmarkObserveGenerations(b *testing.B) {
+	for _, gens := range []int{2, 4, 8, 16} {
+		b.Run(fmt.Sprintf("gens=%d", gens), func(b *testing.B) {
+			benchObserveOpts(b, Options{Probabilistic: true, Generations: gens}, 1024)
+		})
+	}
+}
+
 func benchObserve(b *testing.B, prob bool, kind string, batch int) {
-	o := Options{Filter: kind, Probabilistic: prob, ExpectedRate: 1e6, Window: 10 * time.Second,
-		AutoCommit: 100 * time.Millisecond, MaxInFlight: 1 << 24}
+	benchObserveOpts(b, Options{Filter: kind, Probabilistic: prob}, batch)
+}
+
+func benchObserveOpts(b *testing.B, o Options, batch int) {
+	prob := o.Probabilistic
+	o.ExpectedRate, o.Window = 1e6, 10*time.Second
+	o.AutoCommit, o.MaxInFlight = 100*time.Millisecond, 1<<24
 	if !prob {
 		o.Dir = b.TempDir()
 	}

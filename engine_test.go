@@ -407,3 +407,33 @@ func TestCheckpointCopy(t *testing.T) {
 		t.Fatal("Checkpoint returned the engine's own slice")
 	}
 }
+
+// TestRegressionBatchReusedAfterCommit pins a bug where commitOnce closed
+// its store batch after Commit had already returned it to the pool, so two
+// engines committing at once wiped each other's batches.
+func TestRegressionBatchReusedAfterCommit(t *testing.T) {
+	engines := []*Engine{openT(t, Options{Shards: 2}), openT(t, Options{Shards: 2})}
+	var wg sync.WaitGroup
+	for w, e := range engines {
+		wg.Add(1)
+		go func(w int, e *Engine) {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				key := []byte(fmt.Sprintf("%d-%d", w, i))
+				if v, err := e.Observe(key); err != nil || v != New {
+					t.Errorf("Observe: %v %v", v, err)
+					return
+				}
+				if err := e.Commit([]byte(fmt.Sprint(i))); err != nil {
+					t.Errorf("Commit: %v", err)
+					return
+				}
+				if v, err := e.Observe(key); err != nil || v != Duplicate {
+					t.Errorf("after commit: %v %v", v, err)
+					return
+				}
+			}
+		}(w, e)
+	}
+	wg.Wait()
+}

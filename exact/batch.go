@@ -46,7 +46,9 @@ type Batch struct {
 
 var batchPool = sync.Pool{New: func() any { return new(Batch) }}
 
-// NewBatch returns an empty batch. Release it with Commit or Close.
+// NewBatch returns an empty batch. Release it with Commit or Close, once:
+// batches are pooled, so a batch must not be touched (not even Closed)
+// after Commit or Close returns.
 func (s *Store) NewBatch() *Batch {
 	b := batchPool.Get().(*Batch)
 	b.s = s
