@@ -1,0 +1,538 @@
+package dedup
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/streamdedup/dedup/internal/testclock"
+)
+
+var relFaultsMax = flag.Int("faults.max", 0, "if positive, try only the first n operations of each scenario in TestFaultInjection")
+
+// relInjector fails the n-th operation it sees while armed. In sticky mode
+// (a full disk) every write from the n-th on fails until it is disarmed.
+type relInjector struct {
+	mu     sync.Mutex
+	armed  bool
+	writes bool // count (and fail) write operations only
+	sticky bool
+	target int
+	seen   int
+	fired  int
+	err    error
+	ops    []string // the operations that failed, for messages
+	// flushed is set once a background flush has begun: from then on no
+	// fault is injected into pebble.Open (see relCaller).
+	flushed bool
+}
+
+func (in *relInjector) MaybeError(op errorfs.Op) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.armed {
+		return nil
+	}
+	bg, opening := relCaller()
+	if bg {
+		if op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, ".sst") {
+			in.flushed = true
+		}
+		return nil
+	}
+	if (opening && in.flushed) || (in.writes && op.Kind.ReadOrWrite() != errorfs.OpIsWrite) {
+		return nil
+	}
+	i := in.seen
+	in.seen++
+	if i == in.target || (in.sticky && i > in.target) {
+		in.fired++
+		if len(in.ops) < 4 {
+			in.ops = append(in.ops, fmt.Sprintf("#%d %v %s", i, op.Kind, op.Path))
+		}
+		return in.err
+	}
+	return nil
+}
+
+// relCaller reports whether the caller runs in one of Pebble's background
+// flushes or compactions (bg), and whether it runs inside pebble.Open
+// (opening). Two known bugs make faults there kill the test process, so
+// none is injected (see TestFaultKnownProcessKillers):
+//   - Pebble treats a failed MANIFEST write as fatal, and exact turns a
+//     fatal error on a background goroutine into a panic;
+//   - a pebble.Open that fails after its background flush of the replayed
+//     WAL has begun leaves a table-stats goroutine running on a closed file
+//     cache, which panics (integer divide by zero).
+func relCaller() (bg, opening bool) {
+	var pcs [128]uintptr
+	n := runtime.Callers(3, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		switch {
+		case strings.Contains(f.Function, "pebble/v2.(*DB).flush"), strings.Contains(f.Function, "pebble/v2.(*DB).compact"),
+			strings.Contains(f.Function, "pebble/v2.(*DB).collectTableStats"):
+			bg = true
+		case strings.HasSuffix(f.Function, "pebble/v2.Open"):
+			opening = true
+		}
+		if !more {
+			return bg, opening
+		}
+	}
+}
+
+func (in *relInjector) String() string { return "relInjector" }
+
+func (in *relInjector) arm(target int) {
+	in.mu.Lock()
+	in.armed, in.target, in.seen, in.fired, in.ops, in.flushed = true, target, 0, 0, nil, false
+	in.mu.Unlock()
+}
+
+// disarm stops injecting and reports how many faults fired and how many
+// operations were counted.
+func (in *relInjector) disarm() (fired, seen int, ops []string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.armed = false
+	return in.fired, in.seen, in.ops
+}
+
+// relENOSPC is a full disk as the OS reports it.
+func relENOSPC(path string) error {
+	return &fs.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+}
+
+type relFaultKind struct {
+	name   string
+	err    error
+	writes bool
+	sticky bool
+	is     func(error) bool
+}
+
+var relFaultKinds = []relFaultKind{
+	{name: "EIO", err: errorfs.ErrInjected, is: func(err error) bool { return errors.Is(err, errorfs.ErrInjected) }},
+	{name: "ENOSPC", err: relENOSPC("disk"), writes: true, sticky: true, is: func(err error) bool { return errors.Is(err, syscall.ENOSPC) }},
+}
+
+// relFaultState is a small state with keys committed ("a" keys, checkpoint
+// "1") and keys in flight ("b" keys).
+type relFaultState struct {
+	mem   *vfs.MemFS
+	inj   *relInjector
+	clk   *testclock.Clock
+	opts  Options
+	e     *Engine
+	aKeys []string
+	bKeys []string
+}
+
+const relFaultW = time.Minute
+
+func relFaultSetup(t *testing.T, inj *relInjector, prob, rotate bool) *relFaultState {
+	t.Helper()
+	s := &relFaultState{mem: vfs.NewCrashableMem(), inj: inj, clk: testclock.New(t0)}
+	s.opts = Options{Dir: "/f", FS: errorfs.Wrap(s.mem, inj), Probabilistic: prob, Now: s.clk.Now,
+		Window: relFaultW, Generations: 4, Shards: 2, ExpectedRate: 20}
+	var err error
+	if s.e, err = Open(s.opts); err != nil {
+		t.Fatal(err)
+	}
+	for g := 0; g < 3; g++ { // three generations of committed keys
+		for i := 0; i < 10; i++ {
+			k := fmt.Sprintf("a%d-%d", g, i)
+			mustObserve(t, s.e, k, New)
+			s.aKeys = append(s.aKeys, k)
+		}
+		mustCommit(t, s.e, "")
+		s.clk.Advance(relFaultW / 4)
+	}
+	mustCommit(t, s.e, "1")
+	if err := s.e.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if rotate {
+		// Past every generation: the next Commit range-deletes them all.
+		s.clk.Advance(3 * relFaultW)
+	}
+	for i := 0; i < 20; i++ {
+		k := fmt.Sprintf("b-%d", i)
+		mustObserve(t, s.e, k, New)
+		s.bKeys = append(s.bKeys, k)
+	}
+	return s
+}
+
+// verify opens the state on fs without faults and checks what Commit
+// promised: the "a" keys are there (or expired, after a rotation), the
+// checkpoint is one of allowed, and the "b" keys are there exactly when the
+// checkpoint says their commit is.
+func (s *relFaultState) verify(t *testing.T, what string, fs vfs.FS, rotated bool, allowed ...string) string {
+	t.Helper()
+	o := s.opts
+	o.FS = fs
+	e, err := Open(o)
+	if err != nil {
+		t.Fatalf("%s: reopen: %v", what, err)
+	}
+	defer func() { _ = e.Close() }()
+	cp := string(e.Checkpoint())
+	ok := false
+	for _, a := range allowed {
+		ok = ok || cp == a
+	}
+	if !ok {
+		t.Fatalf("%s: Checkpoint %q, want one of %q", what, cp, allowed)
+	}
+	wantA := Duplicate
+	if rotated {
+		wantA = New
+	}
+	for _, k := range s.aKeys {
+		if v, err := e.Observe([]byte(k)); err != nil || v != wantA {
+			t.Fatalf("%s: committed key %q: %v, %v; want %v", what, k, v, err, wantA)
+		}
+	}
+	wantB := New
+	if cp != "1" {
+		wantB = Duplicate
+	}
+	for _, k := range s.bKeys {
+		if v, err := e.Observe([]byte(k)); err != nil || v != wantB {
+			t.Fatalf("%s: key %q of the commit of checkpoint %q: %v, %v; want %v (checkpoint %q)", what, k, "2", v, err, wantB, cp)
+		}
+	}
+	return cp
+}
+
+// TestFaultInjection injects an I/O error (EIO, once) or a full disk
+// (ENOSPC, every write from then on) at the n-th file-system operation, for
+// every n, of a Commit, of a Commit that rotates (range-deletes every
+// expired generation), of a Snapshot and of an Open. Each time:
+//   - the error reaches the caller, wrapping the injected cause;
+//   - what the call reported as committed survives a crash at that moment
+//     (a CrashClone keeping no unsynced data), and a failed Commit is atomic;
+//   - with the fault cleared the engine either keeps working (no wrong
+//     verdict, a retried Commit succeeds) or refuses every call with an
+//     error, never a wrong verdict or a panic;
+//   - Close and Open on the same files recover everything committed.
+func TestFaultInjection(t *testing.T) {
+	scenarios := []string{"commit", "rotate", "snapshot", "open"}
+	for _, fk := range relFaultKinds {
+		for _, prob := range []bool{false, true} {
+			for _, sc := range scenarios {
+				t.Run(fmt.Sprintf("%s/%s/prob=%v", fk.name, sc, prob), func(t *testing.T) {
+					t.Parallel()
+					var broken, refused, n int
+					for n = 0; *relFaultsMax <= 0 || n < *relFaultsMax; n++ {
+						res, done := relFaultAt(t, fk, sc, prob, n)
+						if done {
+							break
+						}
+						switch res {
+						case "broken":
+							broken++
+						case "refused":
+							refused++
+						}
+					}
+					t.Logf("%d operations; after the fault cleared: %d broken (refused until reopened), %d refused open", n, broken, refused)
+				})
+			}
+		}
+	}
+}
+
+// relFaultAt runs one scenario with the fault at operation n. done reports
+// that n is past the last operation of the call under test.
+func relFaultAt(t *testing.T, fk relFaultKind, sc string, prob bool, n int) (result string, done bool) {
+	inj := &relInjector{err: fk.err, writes: fk.writes, sticky: fk.sticky}
+	rotated := sc == "rotate"
+	s := relFaultSetup(t, inj, prob, rotated)
+	what := fmt.Sprintf("%s %s prob=%v n=%d", fk.name, sc, prob, n)
+	defer func() {
+		if s.e != nil {
+			_ = s.e.Close()
+		}
+	}()
+
+	if sc == "open" {
+		mustCommit(t, s.e, "2")
+		if err := s.e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s.e = nil
+		inj.arm(n)
+		e, err := Open(s.opts)
+		fired, _, ops := inj.disarm()
+		if fired == 0 {
+			if err != nil {
+				t.Fatalf("%s: Open without a fault: %v", what, err)
+			}
+			_ = e.Close()
+			return "", true
+		}
+		if err != nil {
+			switch {
+			case fk.is(err):
+			case errors.Is(err, ErrNotOurs):
+				// Known bug, pinned by TestFaultOpenIOErrorIsNotOurs.
+			default:
+				t.Errorf("%s: Open error does not wrap the injected fault (%v): %v", what, ops, err)
+			}
+			result = "refused"
+		} else {
+			// Open coped with the fault: it must have lost nothing.
+			s.e = e
+			for _, k := range append(append([]string{}, s.aKeys...), s.bKeys...) {
+				if v, err := e.Observe([]byte(k)); err != nil || v != Duplicate {
+					t.Fatalf("%s: Open survived a fault (%v) but committed key %q is %v, %v", what, ops, k, v, err)
+				}
+			}
+			if cp := string(e.Checkpoint()); cp != "2" {
+				t.Fatalf("%s: Open survived a fault (%v) with Checkpoint %q", what, ops, cp)
+			}
+			_ = e.Close()
+			s.e = nil
+		}
+		s.verify(t, what+": clean reopen", s.mem, false, "2")
+		return result, false
+	}
+
+	inj.arm(n)
+	var err error
+	if sc == "snapshot" {
+		err = s.e.Snapshot()
+	} else {
+		err = s.e.Commit([]byte("2"))
+	}
+	fired, _, ops := inj.disarm()
+	if fired == 0 {
+		if err != nil {
+			t.Fatalf("%s: no fault, yet: %v", what, err)
+		}
+		return "", true
+	}
+	if err != nil && !fk.is(err) {
+		t.Errorf("%s: error does not wrap the injected fault (%v): %v", what, ops, err)
+	}
+	committed := err == nil && sc != "snapshot"
+	if sc == "snapshot" {
+		committed = false
+	}
+	// A crash right now keeps what the call promised.
+	crash := s.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	switch {
+	case committed:
+		s.verify(t, what+": crash after Commit returned", crash, rotated, "2")
+	case sc == "snapshot":
+		s.verify(t, what+": crash after Snapshot failed", crash, rotated, "1")
+	default:
+		// A failed commit may or may not have reached the disk, but
+		// atomically (verify checks the keys match the checkpoint).
+		s.verify(t, what+": crash after Commit failed", crash, rotated, "1", "2")
+	}
+
+	// The fault has cleared: the engine keeps working, or refuses.
+	result = "working"
+	wantA := Duplicate
+	if rotated {
+		wantA = New
+	}
+	for _, k := range s.aKeys {
+		v, err := s.e.Observe([]byte(k))
+		if err != nil {
+			result = "broken"
+			continue
+		}
+		if v != wantA {
+			t.Fatalf("%s: after the fault, committed key %q is %v, want %v", what, k, v, wantA)
+		}
+		if v == New { // expired: release it again
+			if err := s.e.Forget([]byte(k)); err != nil {
+				t.Fatalf("%s: Forget(%q): %v", what, k, err)
+			}
+		}
+	}
+	wantB := InFlight // a failed commit puts its keys back in flight
+	if committed {
+		wantB = Duplicate
+	}
+	for _, k := range s.bKeys {
+		v, err := s.e.Observe([]byte(k))
+		if err != nil {
+			result = "broken"
+			continue
+		}
+		if v != wantB {
+			t.Fatalf("%s: after the fault, key %q is %v, want %v", what, k, v, wantB)
+		}
+	}
+	cerr := s.e.Commit([]byte("3"))
+	if cerr != nil {
+		result = "broken"
+		// Refusing is fine, but every later commit must refuse too
+		// rather than pretend.
+		if err := s.e.Commit([]byte("4")); err == nil {
+			t.Fatalf("%s: Commit failed after the fault cleared (%v), then the next one succeeded", what, cerr)
+		}
+	} else {
+		for _, k := range s.bKeys {
+			if v, err := s.e.Observe([]byte(k)); err != nil || v != Duplicate {
+				t.Fatalf("%s: after a successful retry, %q is %v, %v", what, k, v, err)
+			}
+		}
+		if cp := string(s.e.Checkpoint()); cp != "3" {
+			t.Fatalf("%s: Checkpoint %q after the retry", what, cp)
+		}
+	}
+	if result == "working" && sc != "snapshot" {
+		if err := s.e.Snapshot(); err != nil {
+			t.Fatalf("%s: Snapshot after the fault cleared: %v", what, err)
+		}
+	}
+	_ = s.e.Close() // may report the earlier failure
+	s.e = nil
+	if cerr == nil {
+		s.verify(t, what+": reopen", s.mem, rotated, "3")
+	} else if committed {
+		s.verify(t, what+": reopen", s.mem, rotated, "2")
+	} else {
+		s.verify(t, what+": reopen", s.mem, rotated, "1", "2")
+	}
+	return result, false
+}
+
+// TestFaultOpenIOErrorIsNotOurs: an I/O error while Open inspects the state
+// directory must surface as that error, not as ErrNotOurs ("holds files
+// that are not an exact store"), which tells the operator the directory
+// belongs to another program.
+func TestFaultOpenIOErrorIsNotOurs(t *testing.T) {
+	t.Skip("known bug: exact.Open (exact/store.go, the pebble.Peek check) reports any Peek error as ErrNotOurs")
+	for _, kind := range []errorfs.OpKind{errorfs.OpList, errorfs.OpOpen, errorfs.OpFileRead, errorfs.OpStat, errorfs.OpOpenDir} {
+		mem := vfs.NewMem()
+		var on atomic.Bool
+		inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if on.Load() && op.Kind == kind && !strings.HasSuffix(op.Path, "LOCK") {
+				return errorfs.ErrInjected
+			}
+			return nil
+		})
+		o := Options{Dir: "/f", FS: errorfs.Wrap(mem, inj)}
+		e, err := Open(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustObserve(t, e, "k", New)
+		mustCommit(t, e, "1")
+		_ = e.Close()
+		on.Store(true)
+		if _, err = Open(o); err == nil {
+			continue // this operation kind is not used by Open
+		}
+		if errors.Is(err, ErrNotOurs) || !errors.Is(err, errorfs.ErrInjected) {
+			t.Errorf("%v error during Open: %v; want the injected error, not ErrNotOurs", kind, err)
+		}
+	}
+}
+
+// relKillerEnv makes TestFaultKnownProcessKillers' child run a scenario.
+const relKillerEnv = "DEDUP_RELIABILITY_KILLER"
+
+// TestFaultKnownProcessKillersChild is the child of
+// TestFaultKnownProcessKillers: it builds a state with a commit log to
+// replay, then opens it with a fault in the given place and waits a moment
+// for background goroutines. It prints OK if the process survived.
+func TestFaultKnownProcessKillersChild(t *testing.T) {
+	scenario := os.Getenv(relKillerEnv)
+	if scenario == "" {
+		return
+	}
+	mem := vfs.NewMem()
+	var on atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !on.Load() {
+			return nil
+		}
+		bg, opening := relCaller()
+		switch scenario {
+		case "background-manifest":
+			// A MANIFEST write of the flush of the replayed WAL.
+			if bg && strings.Contains(op.Path, "MANIFEST") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+				return errorfs.ErrInjected
+			}
+		case "open-after-flush":
+			// pebble.Open creating its new WAL, once the flush has begun.
+			if opening && op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, ".log") {
+				return errorfs.ErrInjected
+			}
+		}
+		return nil
+	})
+	o := Options{Dir: "/k", FS: errorfs.Wrap(mem, inj), Shards: 2}
+	for i := 0; i < 20; i++ {
+		e, err := Open(o)
+		if err != nil {
+			fmt.Println("setup:", err)
+			os.Exit(2)
+		}
+		for j := 0; j < 50; j++ {
+			_, _ = e.Observe(fmt.Appendf(nil, "%d-%d", i, j))
+		}
+		_ = e.Commit([]byte("1"))
+		_ = e.Close()
+		on.Store(true)
+		if e, err := Open(o); err == nil {
+			time.Sleep(50 * time.Millisecond)
+			_, _ = e.Observe([]byte("x"))
+			_ = e.Close()
+		}
+		time.Sleep(100 * time.Millisecond) // background goroutines run
+		on.Store(false)
+	}
+	fmt.Println("OK")
+	os.Exit(0)
+}
+
+// TestFaultKnownProcessKillers: an I/O error must never kill the process.
+// Two do (each reproduced in a child process):
+//   - background-manifest: a failed MANIFEST write in Pebble's background
+//     flush (Open flushes the replayed WAL) is fatal to Pebble, and exact's
+//     fatalLogger (exact/logger.go, Fatalf) panics on that background
+//     goroutine, where nothing recovers it;
+//   - open-after-flush: when pebble.Open fails after that flush has begun
+//     (creating the new WAL fails), Pebble's table-stats goroutine keeps
+//     running on the closed file cache and panics (integer divide by zero
+//     in fileCacheKey.Shard) - a Pebble v2.1.7 bug exact cannot catch.
+func TestFaultKnownProcessKillers(t *testing.T) {
+	t.Skip("known bug: I/O errors in Pebble's background flush, or in pebble.Open after it, panic the process (exact/logger.go Fatalf; Pebble table stats after a failed Open)")
+	for _, sc := range []string{"background-manifest", "open-after-flush"} {
+		t.Run(sc, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestFaultKnownProcessKillersChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), relKillerEnv+"="+sc)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "OK") {
+				first := string(out)
+				if i := strings.Index(first, "\ngoroutine "); i > 0 {
+					first = first[:i]
+				}
+				t.Fatalf("the child died (%v):\n%s", err, first)
+			}
+		})
+	}
+}
