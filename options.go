@@ -51,9 +51,11 @@ type Options struct {
 	// is set. Default false (exact mode).
 	Probabilistic bool
 
-	// Generations is the number of generations the window is cut into. More
-	// generations expire keys closer to Window but test more filters per
-	// key. Default 8.
+	// Generations is the number of generations the window is cut into. A
+	// key is remembered for at least Window and at most Window +
+	// Window/Generations, and a new key is tested against up to
+	// Generations+1 filters (one cache miss each), so more generations
+	// expire keys closer to Window but cost more per key. Default 4.
 	Generations int
 
 	// Shards is the number of independently locked shards. More shards mean
@@ -121,7 +123,7 @@ func (o *Options) EnsureDefaults() *Options {
 		o.Filter = filter.Blocked.String()
 	}
 	if o.Generations == 0 {
-		o.Generations = 8
+		o.Generations = 4
 	}
 	if o.Shards == 0 {
 		o.Shards = 16

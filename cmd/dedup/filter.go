@@ -71,7 +71,7 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.Float64Var(&c.fp, "fp", 0.01, "pre-filter false-positive `RATE`")
 	fs.StringVar(&c.filter, "filter", "blocked", "pre-filter: blocked, bloom or cuckoo")
 	fs.BoolVar(&c.probabilistic, "probabilistic", false, "no exact store: a filter hit is a duplicate (drops about --fp of new events, faster)")
-	fs.IntVar(&c.generations, "generations", 8, "generations the window is cut into")
+	fs.IntVar(&c.generations, "generations", 4, "generations the window is cut into")
 	fs.IntVar(&c.shards, "shards", 16, "engine shards")
 	fs.IntVar(&c.commitEvery, "commit-every", 100000, "commit after `N` events")
 	fs.DurationVar(&c.commitInterval, "commit-interval", time.Second, "commit at least every `DURATION`")

@@ -35,7 +35,7 @@ func newStatsFlags(e *env) (*flag.FlagSet, *statsConfig) {
 	fs.DurationVar(&c.window, "window", time.Hour, "check: fail unless the state was created with this window (default: adopt the state's)")
 	fs.StringVar(&c.filter, "filter", "blocked", "check: fail unless the state uses this filter (default: adopt)")
 	fs.BoolVar(&c.probabilistic, "probabilistic", false, "check: fail unless the state's mode is this (default: adopt)")
-	fs.IntVar(&c.generations, "generations", 8, "check: fail unless the state has this many generations (default: adopt)")
+	fs.IntVar(&c.generations, "generations", 4, "check: fail unless the state has this many generations (default: adopt)")
 	fs.IntVar(&c.shards, "shards", 16, "check: fail unless the state has this many shards (default: adopt)")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	fs.Usage = func() {
