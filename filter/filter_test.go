@@ -146,7 +146,7 @@ func TestNewValidation(t *testing.T) {
 func TestNoFalseNegatives(t *testing.T) {
 	const fp = 0.01
 	capacity, inserts := 300_000, 3_000_000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		capacity, inserts = 30_000, 300_000
 	}
 	for _, kind := range Kinds {
@@ -212,10 +212,10 @@ func TestNoFalseNegatives(t *testing.T) {
 // measurement. The upper bound says the filter keeps its promise; the lower
 // one that the estimate (and so the sizing) is honest, not padded.
 func TestFalsePositiveRate(t *testing.T) {
-	const (
-		capacity = 100_000
-		probes   = 1_000_000
-	)
+	capacity, probes := uint64(100_000), 1_000_000
+	if raceEnabled {
+		capacity, probes = 20_000, 200_000
+	}
 	type tc struct {
 		kind Kind
 		fp   float64
@@ -251,8 +251,8 @@ func TestFalsePositiveRate(t *testing.T) {
 					pos++
 				}
 			}
-			got := float64(pos) / probes
-			sigma := math.Sqrt(est * (1 - est) / probes)
+			got := float64(pos) / float64(probes)
+			sigma := math.Sqrt(est * (1 - est) / float64(probes))
 			lo, hi := est*0.8-3*sigma, est*1.2+3*sigma
 			if got > hi || got < lo {
 				t.Errorf("measured FP %.6f outside [%.6f, %.6f] around estimate %.6f (%d links, %d keys)", got, lo, hi, est, len(f.links), f.Count())
