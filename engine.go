@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -55,12 +56,16 @@ const (
 // Engine answers, for a stream of keys, whether each was seen within the
 // window. All methods are safe for concurrent use.
 type Engine struct {
-	opts   Options
-	kind   filter.Kind
-	exact  bool // exact mode: filter hits are resolved by the store
-	seed   uint64
-	shards []shard
-	store  *exact.Store
+	opts  Options
+	kind  filter.Kind
+	exact bool // exact mode: filter hits are resolved by the store
+	// logCommits: commits write keys (exact mode) or their hashes (the
+	// probabilistic log) to the store. An in-memory probabilistic engine
+	// never reopens, so its commits write only the checkpoint.
+	logCommits bool
+	seed       uint64
+	shards     []shard
+	store      *exact.Store
 	// timing is a ring with no filters, used for generation arithmetic.
 	timing *rotate.Ring
 
@@ -152,15 +157,15 @@ func Open(opts Options) (*Engine, error) {
 	}
 	kind, _ := filter.ParseKind(opts.Filter)
 	e := &Engine{
-		opts:   opts,
-		kind:   kind,
-		exact:  !opts.Probabilistic,
-		shards: make([]shard, opts.Shards),
-		stop:   make(chan struct{}),
+		opts:       opts,
+		kind:       kind,
+		exact:      !opts.Probabilistic,
+		logCommits: !opts.Probabilistic || opts.Dir != "",
+		shards:     make([]shard, opts.Shards),
+		stop:       make(chan struct{}),
 	}
 	span := opts.Window / time.Duration(opts.Generations)
-	capacity := uint64(opts.ExpectedRate*span.Seconds()/float64(opts.Shards)) + 1
-	capacity = max(capacity, 64)
+	capacity := shardCapacity(opts.ExpectedRate*span.Seconds(), opts.Shards)
 	cfg := rotate.Config{
 		Window:            opts.Window,
 		Generations:       opts.Generations,
@@ -256,6 +261,15 @@ func (e *Engine) load() error {
 }
 
 func beUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// shardCapacity sizes one shard's generation for perGen keys spread over
+// shards. The keys a shard receives vary binomially around the mean; a
+// shard that passes its capacity by one key chains a filter twice as large,
+// so the capacity includes four standard deviations of headroom.
+func shardCapacity(perGen float64, shards int) uint64 {
+	mean := perGen / float64(shards)
+	return uint64(mean+4*math.Sqrt(mean)) + 64
+}
 
 // hash is the seeded 64-bit hash of key: seeded per state directory so that
 // crafted keys cannot aim at collisions.
@@ -645,6 +659,9 @@ func (e *Engine) commitOnce(cp []byte) error {
 		// without the lock is safe.
 		c := s.committing
 		n += c.n
+		if !e.logCommits {
+			continue
+		}
 		c.each(func(h uint64, en pendingEntry) {
 			if en.gen >= oldest {
 				batch.Add(en.gen, c.key(en), h)

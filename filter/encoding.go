@@ -21,7 +21,7 @@ import (
 //	  [7]     0
 //	  [8:16]  capacity given to New (link 0's nominal capacity)
 //	  [16:24] fp given to New, float64 bits
-//	  [24:32] target tightening ratio (0.5), float64 bits
+//	  [24:32] target tightening ratio r in (0, 1) (New writes 0.25), float64 bits
 //	  [32:36] number of links, 1..64
 //	  [36:40] 0
 //	then per link, oldest first:
@@ -58,7 +58,7 @@ func (c *chain) MarshalBinary() ([]byte, error) {
 	b = append(b, formatVersion, byte(c.kind), growth, 0)
 	b = binary.LittleEndian.AppendUint64(b, c.cap0)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.fp))
-	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(tighten))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.r))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(c.links)))
 	b = binary.LittleEndian.AppendUint32(b, 0)
 	for _, l := range c.links {
@@ -157,14 +157,15 @@ func Unmarshal(data []byte) (Filter, error) {
 	if data[6] != growth || data[7] != 0 {
 		return nil, corrupt("growth %d, want %d", data[6], growth)
 	}
-	if r := math.Float64frombits(binary.LittleEndian.Uint64(data[24:])); r != tighten {
-		return nil, corrupt("tightening ratio %g, want %g", r, tighten)
+	r := math.Float64frombits(binary.LittleEndian.Uint64(data[24:]))
+	if !(r > 0 && r < 1) {
+		return nil, corrupt("tightening ratio %g, want one in (0, 1)", r)
 	}
 	nl := binary.LittleEndian.Uint32(data[32:])
 	if nl < 1 || nl > maxLinks || binary.LittleEndian.Uint32(data[36:]) != 0 {
 		return nil, corrupt("link count %d", nl)
 	}
-	c := &chain{kind: kind, cap0: cap0, fp: fp, links: make([]link, 0, nl)}
+	c := &chain{kind: kind, cap0: cap0, fp: fp, r: r, links: make([]link, 0, nl)}
 	rest := body[headerLen:]
 	for i := range int(nl) {
 		if len(rest) < 8 {
