@@ -70,6 +70,8 @@ type Engine struct {
 	timing *rotate.Ring
 
 	inflight atomic.Int64 // keys in flight (not committed), all shards
+	// epoch numbers the spans between Barriers; keys observed New carry it.
+	epoch atomic.Uint64
 	// newestGen is the highest generation any key has gone into: after the
 	// clock steps back, new keys still go there, in every shard alike.
 	newestGen atomic.Uint64
@@ -104,10 +106,17 @@ type Engine struct {
 	bg   sync.WaitGroup
 }
 
+// epochSet is the keys in flight of one epoch of one shard.
+type epochSet struct {
+	epoch uint64
+	set   *pendingSet
+}
+
 type commitReq struct {
-	cp   []byte
-	err  error
-	done chan struct{}
+	limit uint64 // commit the keys of epochs <= limit
+	cp    []byte
+	err   error
+	done  chan struct{}
 }
 
 // engineStats are counters outside the shards.
@@ -134,11 +143,16 @@ type engineStats struct {
 
 // shard owns a slice of the hash space: its filters and in-flight keys.
 type shard struct {
-	mu         sync.Mutex
-	closed     bool
-	ring       *rotate.Ring
+	mu     sync.Mutex
+	closed bool
+	ring   *rotate.Ring
+	// inflight holds the keys observed New in epoch (see Barrier); older
+	// those of earlier epochs not yet committed, oldest first; committing
+	// those a commit is writing (nil otherwise). All answer InFlight.
 	inflight   *pendingSet
-	committing *pendingSet // nil unless a commit is writing these keys
+	epoch      uint64
+	older      []epochSet
+	committing []epochSet
 	// pendingGens counts the keys in flight per generation: a past
 	// generation with none can never change again (it is sealed).
 	pendingGens map[uint64]int
@@ -378,6 +392,7 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 			return ErrClosed
 		}
 		s.ring.Advance(now)
+		s.rollEpoch(e.epoch.Load())
 		group := b.order[lo:hi]
 		maybe := b.probe(s.ring, group)
 		a := admit{gen: gen}
@@ -456,6 +471,7 @@ func (e *Engine) observeLocked(s *shard, key []byte, h uint64, now time.Time) (V
 		return 0, ErrClosed
 	}
 	s.ring.Advance(now)
+	s.rollEpoch(e.epoch.Load())
 	a := admit{gen: e.generationFor(now)}
 	v, err := e.decide(s, key, h, s.ring.Contains(h), &a)
 	e.finish(s, &a)
@@ -496,7 +512,7 @@ func (e *Engine) finish(s *shard, a *admit) {
 // says whether any live generation may hold h. The shard's lock is held,
 // the ring is advanced; a New key goes into a.gen.
 func (e *Engine) decide(s *shard, key []byte, h uint64, maybe bool, a *admit) (Verdict, error) {
-	if s.inflight.has(h, key, e.exact) || s.committing.has(h, key, e.exact) {
+	if s.pending(h, key, e.exact) {
 		s.observed++
 		s.inflightHits++
 		return InFlight, nil
@@ -553,6 +569,48 @@ func (e *Engine) generationFor(now time.Time) uint64 {
 	}
 }
 
+// rollEpoch starts epoch cur in s: the keys in flight of the previous
+// epoch move to older. The shard's lock is held.
+func (s *shard) rollEpoch(cur uint64) {
+	if cur == s.epoch {
+		return
+	}
+	if s.inflight.n > 0 {
+		s.older = append(s.older, epochSet{s.epoch, s.inflight})
+		s.inflight = newPendingSet(s.inflight.n)
+	}
+	s.epoch = cur
+}
+
+// pending reports whether key (hash h) is in flight or being committed.
+func (s *shard) pending(h uint64, key []byte, exact bool) bool {
+	return s.inflight.has(h, key, exact) || hasIn(s.older, h, key, exact) || hasIn(s.committing, h, key, exact)
+}
+
+func hasIn(sets []epochSet, h uint64, key []byte, exact bool) bool {
+	for _, es := range sets {
+		if es.set.has(h, key, exact) {
+			return true
+		}
+	}
+	return false
+}
+
+// takeThrough removes and returns the sets of epochs <= limit.
+func (s *shard) takeThrough(limit uint64) []epochSet {
+	i := 0
+	for i < len(s.older) && s.older[i].epoch <= limit {
+		i++
+	}
+	taken := append([]epochSet(nil), s.older[:i]...)
+	s.older = append(s.older[:0], s.older[i:]...)
+	if s.epoch <= limit && s.inflight.n > 0 {
+		taken = append(taken, epochSet{s.epoch, s.inflight})
+		s.inflight = newPendingSet(s.inflight.n)
+	}
+	return taken
+}
+
 // unpend drops one in-flight key of generation gen from the count.
 func (s *shard) unpend(gen uint64) {
 	if n := s.pendingGens[gen]; n > 1 {
@@ -577,12 +635,16 @@ func (e *Engine) Forget(key []byte) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if gen, ok := s.inflight.remove(h, key, e.exact); ok {
+	gen, ok := s.inflight.remove(h, key, e.exact)
+	for i := 0; !ok && i < len(s.older); i++ {
+		gen, ok = s.older[i].set.remove(h, key, e.exact)
+	}
+	if ok {
 		s.unpend(gen)
 		e.inflight.Add(-1)
 		return nil
 	}
-	if s.committing.has(h, key, e.exact) {
+	if hasIn(s.committing, h, key, e.exact) {
 		return fmt.Errorf("%w: its commit has begun", ErrNotInFlight)
 	}
 	return ErrNotInFlight
@@ -599,13 +661,41 @@ func (e *Engine) Commit(checkpoint []byte) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	return e.commit(checkpoint)
+	return e.commit(math.MaxUint64, checkpoint)
+}
+
+// Barrier is a point in an engine's stream of New verdicts; see
+// Engine.Barrier.
+type Barrier uint64
+
+// Barrier marks the keys observed New so far: CommitThrough(b, cp) makes
+// exactly those durable (with cp), while keys observed after Barrier
+// returned stay in flight. A consumer can so keep observing the next
+// events while the previous ones commit:
+//
+//	b := e.Barrier()           // everything up to offset X is observed
+//	go e.CommitThrough(b, X)   // commits those keys, with X
+//	... observe the events after X meanwhile ...
+//
+// Keys whose Observe runs concurrently with Barrier fall on either side.
+func (e *Engine) Barrier() Barrier { return Barrier(e.epoch.Add(1) - 1) }
+
+// CommitThrough is Commit restricted to the keys observed New before
+// barrier b (see Barrier): they become durable together with checkpoint;
+// keys observed after b stay in flight. Concurrent commits share one write.
+func (e *Engine) CommitThrough(b Barrier, checkpoint []byte) error {
+	e.lifecycle.RLock()
+	defer e.lifecycle.RUnlock()
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.commit(uint64(b), checkpoint)
 }
 
 // commit queues a commit request; the first caller to find no leader
 // becomes it and commits for every request queued meanwhile.
-func (e *Engine) commit(checkpoint []byte) error {
-	req := &commitReq{done: make(chan struct{})}
+func (e *Engine) commit(limit uint64, checkpoint []byte) error {
+	req := &commitReq{limit: limit, done: make(chan struct{})}
 	if checkpoint != nil {
 		req.cp = append([]byte{}, checkpoint...)
 	}
@@ -621,13 +711,26 @@ func (e *Engine) commit(checkpoint []byte) error {
 		group := e.cqueue
 		e.cqueue = nil
 		e.cmu.Unlock()
+		// One write for the group, through its furthest barrier, with the
+		// checkpoint that goes with that barrier (the last one given).
+		var limit uint64
 		var cp []byte
 		for _, r := range group {
-			if r.cp != nil {
+			limit = max(limit, r.limit)
+		}
+		for _, r := range group {
+			if r.cp != nil && r.limit == limit {
 				cp = r.cp
 			}
 		}
-		err := e.commitOnce(cp)
+		if cp == nil {
+			for _, r := range group {
+				if r.cp != nil {
+					cp = r.cp
+				}
+			}
+		}
+		err := e.commitOnce(limit, cp)
 		for _, r := range group {
 			r.err = err
 			close(r.done)
@@ -642,7 +745,7 @@ func (e *Engine) commit(checkpoint []byte) error {
 // commitOnce writes the keys in flight and cp in one batch. Keys stay
 // visible as InFlight (in the shards' committing sets) until the batch is
 // durable and they are in their filters, so no Observe sees a gap.
-func (e *Engine) commitOnce(cp []byte) error {
+func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 	e.commitGate.Lock()
 	defer e.commitGate.Unlock()
 	start := time.Now()
@@ -653,20 +756,23 @@ func (e *Engine) commitOnce(cp []byte) error {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		s.committing, s.inflight = s.inflight, newPendingSet(s.inflight.n)
+		s.rollEpoch(e.epoch.Load())
+		s.committing = s.takeThrough(limit)
 		s.mu.Unlock()
 		// committing is only written by the commit leader: reading it
 		// without the lock is safe.
-		c := s.committing
-		n += c.n
-		if !e.logCommits {
-			continue
-		}
-		c.each(func(h uint64, en pendingEntry) {
-			if en.gen >= oldest {
-				batch.Add(en.gen, c.key(en), h)
+		for _, es := range s.committing {
+			c := es.set
+			n += c.n
+			if !e.logCommits {
+				continue
 			}
-		})
+			c.each(func(h uint64, en pendingEntry) {
+				if en.gen >= oldest {
+					batch.Add(en.gen, c.key(en), h)
+				}
+			})
+		}
 	}
 	// A range delete only when a generation has expired since the last
 	// one: each tombstone costs every later lookup until compacted away.
@@ -683,14 +789,16 @@ func (e *Engine) commitOnce(cp []byte) error {
 		s.mu.Lock()
 		if err != nil {
 			// Not durable: back in flight, for a later Commit.
-			s.inflight.merge(s.committing, e.exact)
+			s.older = append(s.committing, s.older...)
 		} else {
-			s.committing.each(func(h uint64, en pendingEntry) {
-				if _, aerr := s.ring.Add(en.gen, h, now); aerr != nil && addErr == nil {
-					addErr = aerr
-				}
-				s.unpend(en.gen)
-			})
+			for _, es := range s.committing {
+				es.set.each(func(h uint64, en pendingEntry) {
+					if _, aerr := s.ring.Add(en.gen, h, now); aerr != nil && addErr == nil {
+						addErr = aerr
+					}
+					s.unpend(en.gen)
+				})
+			}
 		}
 		s.committing = nil
 		s.mu.Unlock()
@@ -743,7 +851,7 @@ func (e *Engine) autoCommit() {
 		case <-t.C:
 			// Errors are counted in Stats; the keys stay in flight and
 			// the next tick retries them.
-			_ = e.commit(nil)
+			_ = e.commit(math.MaxUint64, nil)
 		}
 	}
 }
@@ -761,7 +869,7 @@ func (e *Engine) Close() error {
 	defer e.lifecycle.Unlock()
 	var errs []error
 	if e.opts.AutoCommit > 0 {
-		if err := e.commit(nil); err != nil {
+		if err := e.commit(math.MaxUint64, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -437,3 +437,102 @@ func TestRegressionBatchReusedAfterCommit(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestBarrier: CommitThrough commits exactly the keys observed New before
+// the barrier, with the checkpoint; later keys stay in flight (and are New
+// again after a restart), Forget works on either side, and a plain Commit
+// still commits everything.
+func TestBarrier(t *testing.T) {
+	for _, prob := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
+			o := Options{Dir: t.TempDir(), Probabilistic: prob, Shards: 4}
+			e := openT(t, o)
+			for _, k := range []string{"a", "b", "gone"} {
+				mustObserve(t, e, k, New)
+			}
+			b1 := e.Barrier()
+			mustObserve(t, e, "c", New)
+			mustObserve(t, e, "a", InFlight)
+			if err := e.Forget([]byte("gone")); err != nil { // an older epoch
+				t.Fatal(err)
+			}
+			b2 := e.Barrier()
+			mustObserve(t, e, "d", New)
+			if err := e.CommitThrough(b1, []byte("1")); err != nil {
+				t.Fatal(err)
+			}
+			mustObserve(t, e, "a", Duplicate)
+			mustObserve(t, e, "b", Duplicate)
+			mustObserve(t, e, "c", InFlight)
+			mustObserve(t, e, "d", InFlight)
+			if st := e.Stats(); st.InFlightKeys != 2 {
+				t.Fatalf("InFlightKeys = %d, want 2 (c, d)", st.InFlightKeys)
+			}
+			if err := e.CommitThrough(b2, []byte("2")); err != nil {
+				t.Fatal(err)
+			}
+			mustObserve(t, e, "c", Duplicate)
+			mustObserve(t, e, "d", InFlight)
+			if err := e.Close(); err != nil { // drops d, as a crash would
+				t.Fatal(err)
+			}
+			e = openT(t, o)
+			if got := string(e.Checkpoint()); got != "2" {
+				t.Fatalf("checkpoint %q", got)
+			}
+			for _, k := range []string{"a", "b", "c"} {
+				mustObserve(t, e, k, Duplicate)
+			}
+			mustObserve(t, e, "d", New)
+			mustObserve(t, e, "gone", New)
+			mustCommit(t, e, "3") // everything
+			mustObserve(t, e, "d", Duplicate)
+		})
+	}
+}
+
+// TestBarrierPipelined commits batch i in the background while batch i+1
+// is observed, as the dedup command does: every key of a committed batch is
+// Duplicate, and at the end nothing is left in flight.
+func TestBarrierPipelined(t *testing.T) {
+	e := openT(t, Options{Shards: 4})
+	errs := make(chan error, 1)
+	var pending sync.WaitGroup
+	const batches, per = 50, 200
+	for i := 0; i < batches; i++ {
+		for j := 0; j < per; j++ {
+			mustObserve(t, e, fmt.Sprintf("%d-%d", i, j), New)
+			if i > 0 && j%7 == 0 {
+				// Repeats of the previous batch: in flight or committed.
+				v, err := e.Observe([]byte(fmt.Sprintf("%d-%d", i-1, j)))
+				if err != nil || (v != InFlight && v != Duplicate) {
+					t.Fatalf("repeat: %v %v", v, err)
+				}
+			}
+		}
+		b := e.Barrier()
+		pending.Wait() // one commit in the background at a time
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+		pending.Add(1)
+		go func(i int) {
+			defer pending.Done()
+			if err := e.CommitThrough(b, []byte(fmt.Sprint(i))); err != nil {
+				errs <- err
+			}
+		}(i)
+	}
+	pending.Wait()
+	if got := string(e.Checkpoint()); got != fmt.Sprint(batches-1) {
+		t.Fatalf("checkpoint %q", got)
+	}
+	if st := e.Stats(); st.InFlightKeys != 0 || st.CommittedKeys != batches*per {
+		t.Fatalf("in flight %d, committed %d", st.InFlightKeys, st.CommittedKeys)
+	}
+	for i := 0; i < batches; i++ {
+		mustObserve(t, e, fmt.Sprintf("%d-0", i), Duplicate)
+	}
+}

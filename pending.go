@@ -112,14 +112,3 @@ func (p *pendingSet) each(fn func(h uint64, en pendingEntry)) {
 		}
 	}
 }
-
-// merge adds every key of q (which holds none of p's keys).
-func (p *pendingSet) merge(q *pendingSet, exact bool) {
-	q.each(func(h uint64, en pendingEntry) {
-		var key []byte
-		if exact {
-			key = q.key(en)
-		}
-		p.add(h, key, en.gen, exact)
-	})
-}
