@@ -178,18 +178,13 @@ func (o *output) write(p []byte) error {
 	return err
 }
 
-// flush writes the buffer out and, if durable, fsyncs the file.
-func (o *output) flush(durable bool) error {
+// flush writes the buffer out to the file (the commit fsyncs it).
+func (o *output) flush() error {
 	if o == nil {
 		return nil
 	}
 	if err := o.w.Flush(); err != nil {
 		return fmt.Errorf("write %s: %w", o.name, err)
-	}
-	if durable && o.sync {
-		if err := o.f.Sync(); err != nil {
-			return fmt.Errorf("fsync %s: %w", o.name, err)
-		}
 	}
 	return nil
 }
@@ -213,7 +208,8 @@ type filterRun struct {
 	run0      counts // job counters at the start of this run
 	sinceCmt  int    // events since the last commit
 	lastCmt   time.Time
-	durable   bool // a state directory: fsync outputs before commits
+	durable   bool       // a state directory: fsync outputs before commits
+	cmtDone   chan error // the commit running in the background, nil if none
 	verdicts  []dedup.Verdict
 	totalSize int64 // input bytes to read in this run, -1 if unknown
 
@@ -256,6 +252,9 @@ func (f *filterRun) run() (err error) {
 	}
 	f.durable = c.state != ""
 	defer func() {
+		if werr := f.waitCommit(); werr != nil && err == nil {
+			err = werr
+		}
 		for i := len(f.closers) - 1; i >= 0; i-- {
 			if cerr := f.closers[i](); cerr != nil && err == nil {
 				err = cerr
@@ -377,7 +376,7 @@ func (f *filterRun) openOutput(name string, committed int64) (*output, error) {
 		return nil, nil
 	case "-":
 		o := &output{name: "<stdout>", w: bufio.NewWriterSize(f.env.stdout, bufSize)}
-		f.closers = append(f.closers, func() error { return o.flush(false) })
+		f.closers = append(f.closers, func() error { return o.flush() })
 		return o, nil
 	}
 	var fl *os.File
@@ -418,7 +417,7 @@ func (f *filterRun) openOutput(name string, committed int64) (*output, error) {
 	if f.resumed {
 		o.n = committed
 	}
-	f.closers = append(f.closers, func() error { return o.flush(false) })
+	f.closers = append(f.closers, func() error { return o.flush() })
 	return o, nil
 }
 
@@ -494,7 +493,7 @@ func (f *filterRun) loop(srcs []source) error {
 		case b, ok = <-full:
 		default:
 			// Nothing queued: let the output reach its reader now.
-			if err := f.flushAll(false); err != nil {
+			if err := f.flushAll(); err != nil {
 				return err
 			}
 			select {
@@ -507,14 +506,14 @@ func (f *filterRun) loop(srcs []source) error {
 				}
 				continue
 			case <-f.env.sigs:
-				if err := f.commit(); err != nil {
+				if err := f.commitSync(); err != nil {
 					return err
 				}
 				return errInterrupted
 			}
 		}
 		if !ok {
-			return f.commit()
+			return f.commitSync()
 		}
 		err := f.process(b)
 		free <- b
@@ -523,7 +522,7 @@ func (f *filterRun) loop(srcs []source) error {
 		}
 		select {
 		case <-f.env.sigs:
-			if err := f.commit(); err != nil {
+			if err := f.commitSync(); err != nil {
 				return err
 			}
 			return errInterrupted
@@ -611,7 +610,7 @@ func (f *filterRun) process(b *batch) error {
 		f.sinceCmt++ // the position moved: commit it
 	}
 	if b.err != nil {
-		return errors.Join(b.err, f.commit())
+		return errors.Join(b.err, f.commitSync())
 	}
 	return nil
 }
@@ -681,7 +680,7 @@ func (f *filterRun) writeReject(b *batch, li int, r reject) error {
 func (f *filterRun) strictStop(b *batch, li int) error {
 	f.advance(b, li)
 	f.sinceCmt++
-	cerr := f.commit()
+	cerr := f.commitSync()
 	var r reject
 	for _, ra := range b.rejects {
 		if int(ra.line) == li {
@@ -692,9 +691,9 @@ func (f *filterRun) strictStop(b *batch, li int) error {
 	return errors.Join(&exitError{code: exitBad, err: err}, cerr)
 }
 
-func (f *filterRun) flushAll(durable bool) error {
+func (f *filterRun) flushAll() error {
 	for _, o := range []*output{f.out, f.dups, f.rejects} {
-		if err := o.flush(durable); err != nil {
+		if err := o.flush(); err != nil {
 			return err
 		}
 	}
@@ -704,8 +703,15 @@ func (f *filterRun) flushAll(durable bool) error {
 // commit is the do-then-mark step: the outputs are written and fsynced up
 // to the current position first, then the engine commits the keys observed
 // so far together with that position and those lengths.
+//
+// It runs in the background so that reading and observing go on: here the
+// outputs are flushed to the operating system and a Barrier marks the keys
+// observed so far; a goroutine then fsyncs the outputs (which covers at
+// least the lengths recorded here) and commits exactly the keys before the
+// barrier (CommitThrough) with the checkpoint. At most one commit runs at a
+// time; commitSync waits for it.
 func (f *filterRun) commit() error {
-	if err := f.flushAll(f.durable); err != nil {
+	if err := f.flushAll(); err != nil {
 		return err
 	}
 	j := &f.job
@@ -718,11 +724,54 @@ func (f *filterRun) commit() error {
 	if f.rejects != nil {
 		j.RejectsLen = f.rejects.n
 	}
-	if err := f.eng.Commit(j.encode()); err != nil {
-		return fmt.Errorf("commit: %w", err)
+	cp := j.encode()
+	b := f.eng.Barrier()
+	if err := f.waitCommit(); err != nil {
+		return err
 	}
+	done := make(chan error, 1)
+	f.cmtDone = done
+	go func() {
+		err := f.syncOutputs()
+		if err == nil {
+			if err = f.eng.CommitThrough(b, cp); err != nil {
+				err = fmt.Errorf("commit: %w", err)
+			}
+		}
+		done <- err
+	}()
 	f.sinceCmt = 0
 	f.lastCmt = time.Now()
+	return nil
+}
+
+// waitCommit waits for the commit running in the background, if any.
+func (f *filterRun) waitCommit() error {
+	if f.cmtDone == nil {
+		return nil
+	}
+	err := <-f.cmtDone
+	f.cmtDone = nil
+	return err
+}
+
+// commitSync commits and waits until it is durable.
+func (f *filterRun) commitSync() error {
+	return errors.Join(f.commit(), f.waitCommit())
+}
+
+// syncOutputs fsyncs the outputs of a state-keeping run.
+func (f *filterRun) syncOutputs() error {
+	if !f.durable {
+		return nil
+	}
+	for _, o := range []*output{f.out, f.dups, f.rejects} {
+		if o != nil && o.sync {
+			if err := o.f.Sync(); err != nil {
+				return fmt.Errorf("fsync %s: %w", o.name, err)
+			}
+		}
+	}
 	return nil
 }
 
