@@ -175,6 +175,9 @@ func relProcessCrash(t *testing.T, prob bool, rounds int) {
 			}
 			for c := 0; c <= last; c++ {
 				for k := 0; k < relChildKeys(c); k++ {
+					if rr < round && (k+c)%5 != round%5 {
+						continue // earlier rounds were checked in full: a sample
+					}
 					key := relChildKey(rr, c, k)
 					if v, err := e.Observe([]byte(key)); err != nil || v != Duplicate {
 						t.Fatalf("round %d: key %s of commit %d:%d (checkpoint %q, reported %d): %v, %v; want Duplicate",
