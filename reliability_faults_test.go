@@ -290,8 +290,6 @@ func relFaultAt(t *testing.T, fk relFaultKind, sc string, prob bool, n int) (res
 		if err != nil {
 			switch {
 			case fk.is(err):
-			case errors.Is(err, ErrNotOurs):
-				// Known bug, pinned by TestFaultOpenIOErrorIsNotOurs.
 			default:
 				t.Errorf("%s: Open error does not wrap the injected fault (%v): %v", what, ops, err)
 			}
@@ -423,7 +421,6 @@ func relFaultAt(t *testing.T, fk relFaultKind, sc string, prob bool, n int) (res
 // that are not an exact store"), which tells the operator the directory
 // belongs to another program.
 func TestFaultOpenIOErrorIsNotOurs(t *testing.T) {
-	t.Skip("known bug: exact.Open (exact/store.go, the pebble.Peek check) reports any Peek error as ErrNotOurs")
 	for _, kind := range []errorfs.OpKind{errorfs.OpList, errorfs.OpOpen, errorfs.OpFileRead, errorfs.OpStat, errorfs.OpOpenDir} {
 		mem := vfs.NewMem()
 		var on atomic.Bool

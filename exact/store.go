@@ -224,7 +224,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	fmv := pebble.FormatNewest
 	if len(ls) > 0 {
 		desc, err := pebble.Peek(dir, fs)
-		if err != nil || !desc.Exists {
+		if err != nil {
+			return nil, fmt.Errorf("exact: inspect %q: %w", dir, err)
+		}
+		if !desc.Exists {
 			return nil, fmt.Errorf("%w: %q", ErrNotOurs, dir)
 		}
 		existing = true
