@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/sysmem"
 	"github.com/streamdedup/dedup/rotate"
 )
 
@@ -187,6 +188,9 @@ func Open(opts Options) (*Engine, error) {
 		Capacity:          capacity,
 		FalsePositiveRate: opts.FalsePositiveRate,
 	}
+	if err := checkMemory(kind, cfg, opts); err != nil {
+		return nil, err
+	}
 	var err error
 	if e.timing, err = rotate.New(cfg); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
@@ -275,6 +279,22 @@ func (e *Engine) load() error {
 }
 
 func beUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// checkMemory refuses options whose filters would not fit in the machine's
+// memory (generations+1 generations of every shard at their sized capacity),
+// rather than dying out of memory at the first Observe.
+func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) error {
+	per, err := filter.EstimateBytes(kind, cfg.Capacity, cfg.FalsePositiveRate/float64(cfg.Generations+1))
+	if err != nil {
+		return fmt.Errorf("%w: ExpectedRate %v over Window %v: %v", ErrInvalidOptions, opts.ExpectedRate, opts.Window, err)
+	}
+	need := float64(per) * float64(opts.Shards) * float64(cfg.Generations+1)
+	if total := sysmem.Total(); total > 0 && need > float64(total) {
+		return fmt.Errorf("%w: ExpectedRate %v keys/s over Window %v needs about %.1f GiB of %s filters, more than this machine's %.1f GiB of memory",
+			ErrInvalidOptions, opts.ExpectedRate, opts.Window, need/(1<<30), kind, float64(total)/(1<<30))
+	}
+	return nil
+}
 
 // shardCapacity sizes one shard's generation for perGen keys spread over
 // shards. The keys a shard receives vary binomially around the mean; a

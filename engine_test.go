@@ -536,3 +536,13 @@ func TestBarrierPipelined(t *testing.T) {
 		mustObserve(t, e, fmt.Sprintf("%d-0", i), Duplicate)
 	}
 }
+
+// TestRegressionHugeRateRefused pins a bug where an ExpectedRate whose
+// filters cannot fit in memory passed validation and killed the process at
+// the first Observe.
+func TestRegressionHugeRateRefused(t *testing.T) {
+	_, err := Open(Options{ExpectedRate: 1e9, Window: time.Hour})
+	if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "ExpectedRate") {
+		t.Fatalf("Open with filters larger than memory: %v", err)
+	}
+}
