@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -228,6 +229,10 @@ func Open(opts Options) (*Engine, error) {
 	if opts.SnapshotInterval > 0 {
 		e.bg.Add(1)
 		go e.periodicSnapshots()
+	}
+	if e.exact && opts.Dir != "" {
+		e.bg.Add(1)
+		go e.reclaimExpired(max(span/2, time.Second))
 	}
 	return e, nil
 }
@@ -872,6 +877,31 @@ func (e *Engine) autoCommit() {
 			// Errors are counted in Stats; the keys stay in flight and
 			// the next tick retries them.
 			_ = e.commit(math.MaxUint64, nil)
+		}
+	}
+}
+
+// reclaimExpired gives the disk space of expired generations back (their
+// keys are range-deleted by the commit that expires them, but stay on disk
+// until compacted), checking every interval; Close cancels it.
+func (e *Engine) reclaimExpired(interval time.Duration) {
+	defer e.bg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-e.stop
+		cancel()
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			if err := e.store.Reclaim(ctx); err != nil && ctx.Err() == nil {
+				e.logf("dedup: reclaim expired generations: %v", err)
+			}
 		}
 	}
 }

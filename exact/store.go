@@ -2,6 +2,7 @@ package exact
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -180,6 +181,9 @@ type Store struct {
 	mu      sync.Mutex
 	nextSeq uint64 // last seq handed out
 	floor   uint64 // drop floor as of the last handed-out batch
+
+	// compactedFloor is the drop floor through which Reclaim compacted.
+	compactedFloor atomic.Uint64
 
 	broken atomic.Pointer[error]
 	// fatal is set once Pebble reported a fatal error on a Store call: Pebble
@@ -540,6 +544,38 @@ func (s *Store) publish(seq uint64, cp []byte, floor uint64) {
 			break
 		}
 	}
+}
+
+// Reclaim compacts the keys of expired generations (below the drop floor,
+// already hidden by a range delete) so that their disk space comes back:
+// Pebble compacts a level only when it outgrows its target, so a range that
+// receives no more writes keeps its dead keys. It does nothing if the floor
+// has not risen since the last Reclaim; the engine calls it from the
+// background about once per generation span. It is a compaction like
+// Pebble's own: a write failure inside it breaks the store as one in a
+// background compaction would (see ErrBroken). ctx cancels it.
+func (s *Store) Reclaim(ctx context.Context) (err error) {
+	floor := s.pubFloor.Load()
+	if s.opts.LogOnly || floor <= s.compactedFloor.Load() {
+		return nil
+	}
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(fatalPanic); !ok {
+				r = fatalPanic{err: fmt.Errorf("exact: reclaim expired generations: %v", r)}
+			}
+			err = s.recovered(r)
+		}
+	}()
+	if err := s.db.Compact(ctx, genPrefix(0), genPrefix(floor), false); err != nil {
+		return fmt.Errorf("exact: reclaim generations below %d: %w", floor, err)
+	}
+	s.compactedFloor.Store(floor)
+	return nil
 }
 
 // ScanKeys calls fn for every stored key of generations >= fromGen, in
