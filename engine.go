@@ -104,8 +104,11 @@ type Engine struct {
 
 	stats engineStats
 
-	stop chan struct{}
-	bg   sync.WaitGroup
+	// bgCtx is cancelled by Close; background loops (AutoCommit, periodic
+	// snapshots, reclaiming expired generations) run in bg.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 // epochSet is the keys in flight of one epoch of one shard.
@@ -178,7 +181,6 @@ func Open(opts Options) (*Engine, error) {
 		exact:      !opts.Probabilistic,
 		logCommits: !opts.Probabilistic || opts.Dir != "",
 		shards:     make([]shard, opts.Shards),
-		stop:       make(chan struct{}),
 	}
 	span := opts.Window / time.Duration(opts.Generations)
 	capacity := shardCapacity(opts.ExpectedRate*span.Seconds(), opts.Shards)
@@ -222,17 +224,23 @@ func Open(opts Options) (*Engine, error) {
 	if err := e.load(); err != nil {
 		return nil, errors.Join(err, e.store.Close())
 	}
+	e.bgCtx, e.bgCancel = context.WithCancel(context.Background())
+	// Errors of background work are counted in Stats (commits, snapshots)
+	// or logged (reclaim); the next tick retries.
 	if opts.AutoCommit > 0 {
-		e.bg.Add(1)
-		go e.autoCommit()
+		e.every(opts.AutoCommit, func() { _ = e.commit(math.MaxUint64, nil) })
 	}
 	if opts.SnapshotInterval > 0 {
-		e.bg.Add(1)
-		go e.periodicSnapshots()
+		e.every(opts.SnapshotInterval, func() { _ = e.snapshot() })
 	}
 	if e.exact && opts.Dir != "" {
-		e.bg.Add(1)
-		go e.reclaimExpired(max(span/2, time.Second))
+		// Expired generations are range-deleted by the commit that expires
+		// them but stay on disk until compacted: give their space back.
+		e.every(max(span/2, time.Second), func() {
+			if err := e.store.Reclaim(e.bgCtx); err != nil && e.bgCtx.Err() == nil {
+				e.logf("dedup: reclaim expired generations: %v", err)
+			}
+		})
 	}
 	return e, nil
 }
@@ -865,45 +873,22 @@ func (e *Engine) Checkpoint() []byte {
 	return append([]byte{}, e.checkpoint...)
 }
 
-func (e *Engine) autoCommit() {
-	defer e.bg.Done()
-	t := time.NewTicker(e.opts.AutoCommit)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-			// Errors are counted in Stats; the keys stay in flight and
-			// the next tick retries them.
-			_ = e.commit(math.MaxUint64, nil)
-		}
-	}
-}
-
-// reclaimExpired gives the disk space of expired generations back (their
-// keys are range-deleted by the commit that expires them, but stay on disk
-// until compacted), checking every interval; Close cancels it.
-func (e *Engine) reclaimExpired(interval time.Duration) {
-	defer e.bg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// every runs fn at each tick of interval until Close.
+func (e *Engine) every(interval time.Duration, fn func()) {
+	e.bg.Add(1)
 	go func() {
-		<-e.stop
-		cancel()
-	}()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-			if err := e.store.Reclaim(ctx); err != nil && ctx.Err() == nil {
-				e.logf("dedup: reclaim expired generations: %v", err)
+		defer e.bg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-e.bgCtx.Done():
+				return
+			case <-t.C:
+				fn()
 			}
 		}
-	}
+	}()
 }
 
 // Close stops background work and closes the state. Under AutoCommit it
@@ -913,7 +898,7 @@ func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	close(e.stop)
+	e.bgCancel()
 	e.bg.Wait()
 	e.lifecycle.Lock()
 	defer e.lifecycle.Unlock()

@@ -309,18 +309,3 @@ func (e *Engine) logf(format string, args ...any) {
 		e.opts.Logf(format, args...)
 	}
 }
-
-func (e *Engine) periodicSnapshots() {
-	defer e.bg.Done()
-	t := time.NewTicker(e.opts.SnapshotInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case <-t.C:
-			// Errors are counted in Stats; the next tick retries.
-			_ = e.snapshot()
-		}
-	}
-}
