@@ -113,8 +113,9 @@ func TestKill9ExactlyOnce(t *testing.T) {
 		wait := make(chan error, 1)
 		go func() { wait <- cmd.Wait() }()
 		// Each run resumes where the last left off, so later rounds have
-		// less to do: kill within the first half of a whole run's time.
-		delay := whole/50 + time.Duration(r.Int64N(int64(whole/2)))
+		// less to do (and a loaded machine runs slower than the timing
+		// run): kill within the first fifth of a whole run's time.
+		delay := whole/50 + time.Duration(r.Int64N(int64(whole/5)))
 		select {
 		case err := <-wait:
 			if err != nil {
@@ -146,7 +147,7 @@ func TestKill9ExactlyOnce(t *testing.T) {
 		}
 	}
 	t.Logf("%d events, killed %d times", n, killed)
-	if killed < max(1, rounds/2) && !testing.Short() {
+	if killed < min(3, rounds) {
 		t.Errorf("only %d of %d rounds were killed mid-run: the input is too small for this machine", killed, rounds)
 	}
 	compareFile(t, out, wantOut)
