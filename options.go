@@ -75,7 +75,10 @@ type Options struct {
 
 	// SnapshotInterval, when positive, writes a filter snapshot at this
 	// interval so that Open restarts from it instead of rebuilding the
-	// filters. 0 disables periodic snapshots; Snapshot still works. Default 0.
+	// filters, and truncates the commit log that the snapshot covers. 0
+	// disables periodic snapshots; Snapshot still works. A probabilistic
+	// state on disk without snapshots keeps a log entry (8 bytes) per
+	// committed key forever: give it an interval. Default 0.
 	SnapshotInterval time.Duration
 
 	// AllowEmptyRestore lets a probabilistic-mode Open start with empty
