@@ -233,9 +233,10 @@ func Open(opts Options) (*Engine, error) {
 	if opts.SnapshotInterval > 0 {
 		e.every(opts.SnapshotInterval, func() { _ = e.snapshot() })
 	}
-	if e.exact && opts.Dir != "" {
+	if e.exact {
 		// Expired generations are range-deleted by the commit that expires
-		// them but stay on disk until compacted: give their space back.
+		// them but stay on disk (or in memory, Dir "") until compacted:
+		// give their space back.
 		e.every(max(span/2, time.Second), func() {
 			if err := e.store.Reclaim(e.bgCtx); err != nil && e.bgCtx.Err() == nil {
 				e.logf("dedup: reclaim expired generations: %v", err)
