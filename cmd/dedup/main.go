@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/streamdedup/dedup"
 )
 
 // Exit statuses.
@@ -46,6 +48,10 @@ func init() {
 		{"help", "print help for dedup or a command", runHelp},
 	}
 }
+
+// engineDefaults are the engine's option defaults: the flags that mirror
+// options show them, so the command never drifts from the library.
+var engineDefaults = *(&dedup.Options{}).EnsureDefaults()
 
 // exitError carries an exit status.
 type exitError struct {
