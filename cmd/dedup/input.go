@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/streamdedup/dedup"
 )
 
 // lineRef locates one line in a batch's buffer: buf[start:end] is the
@@ -36,6 +38,10 @@ type batch struct {
 	arena     []byte // composite keys
 	endFile   bool   // the input is exhausted after this batch
 	err       error  // read error after the lines of this batch
+
+	// Filled by the engine goroutine (filterRun.observe) for the writer.
+	verdicts []dedup.Verdict // verdicts[k] is the verdict of keys[k]
+	marks    []mark          // commit points and stops, in line order
 }
 
 func (b *batch) reset() {
@@ -47,6 +53,8 @@ func (b *batch) reset() {
 	b.rejects = b.rejects[:0]
 	b.arena = b.arena[:0]
 	b.endFile, b.err = false, nil
+	b.verdicts = b.verdicts[:0]
+	b.marks = b.marks[:0]
 }
 
 // source is one input to read.
