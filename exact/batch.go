@@ -265,7 +265,7 @@ func (b *Batch) commitBatch(seq, floor uint64) (err error) {
 				err = s.recovered(r)
 			}
 		}()
-		if s.broken.Load() != nil {
+		if s.brokenErr() != nil {
 			err = ErrBroken
 			return
 		}
@@ -386,7 +386,7 @@ func (b *Batch) commitIngest(seq, floor uint64) (err error) {
 	if werr != nil {
 		return werr
 	}
-	if s.broken.Load() != nil {
+	if s.brokenErr() != nil {
 		return ErrBroken
 	}
 	// A WAL batch handed to Pebble before this one may still wait for its

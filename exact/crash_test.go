@@ -3,11 +3,13 @@ package exact
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,10 +169,9 @@ func TestCommitIOError(t *testing.T) {
 				var on atomic.Bool
 				var n atomic.Int64
 				inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-					// MANIFEST write errors are fatal to Pebble and, when a
-					// background compaction meets them, to the process.
-					if on.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite &&
-						!strings.Contains(op.Path, "MANIFEST") && n.Add(1)-1 == k {
+					// Every write counts, MANIFEST writes (fatal to Pebble)
+					// and those of background flushes included.
+					if on.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && n.Add(1)-1 == k {
 						return errorfs.ErrInjected
 					}
 					return nil
@@ -221,6 +222,54 @@ func TestCommitIOError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFlushError fails every sstable write from some point on, as a full
+// disk does while recycled WAL files still take writes: Pebble's flushes
+// then fail (and are retried for ever), and once the memtables are full
+// its writes stall. Commits must fail with the cause instead of hanging,
+// and closing and reopening must recover every committed batch.
+func TestFlushError(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var on atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if on.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.HasSuffix(op.Path, ".sst") {
+			return &fs.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})
+	o := Options{FS: errorfs.Wrap(mem, inj), MemTableSize: 1 << 20}
+	s := mustOpen(t, "db", o)
+	const per = 2000 // ~100 KB of memtable per batch
+	on.Store(true)
+	done := make(chan struct{})
+	var committed int
+	var cerr error
+	go func() {
+		defer close(done)
+		for i := 0; i < 1000 && cerr == nil; i++ {
+			if _, cerr = crashBatch(s, i, per); cerr == nil {
+				committed = i + 1
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // 1000 batches are 100 memtables
+		t.Fatalf("Commit hangs after %d batches while sstable writes fail", committed)
+	}
+	on.Store(false)
+	t.Logf("%d batches committed before: %v", committed, cerr)
+	if !errors.Is(cerr, syscall.ENOSPC) || !errors.Is(cerr, ErrBroken) {
+		t.Fatalf("after %d batches: Commit error %v, want ErrBroken wrapping ENOSPC", committed, cerr)
+	}
+	if _, err := s.Has(1, keyOf(0)); !errors.Is(err, ErrBroken) {
+		t.Fatalf("Has after the failure = %v, want ErrBroken", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after a failed flush: %v", err)
+	}
+	verifyCrashed(t, mem, Options{}, committed, committed+1, per)
 }
 
 // TestBackupWhileCommitting takes a backup while another goroutine commits:

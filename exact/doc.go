@@ -61,10 +61,15 @@
 //
 // # Fatal Pebble errors
 //
-// Pebble treats a failed MANIFEST write as fatal. The Store turns it into an
-// error (wrapping ErrBroken) when it happens inside a Store call; Close then
-// gives up after two seconds if Pebble stays wedged, and the process should
-// restart to release the directory. When it happens in a Pebble background
-// goroutine (a flush or compaction), it panics there and ends the process,
-// as Pebble intends.
+// Pebble treats a failed MANIFEST write as fatal, and its default logger
+// exits the process. The Store never lets it: inside a Store call the
+// fatal error is returned (wrapping ErrBroken); in one of Pebble's
+// background goroutines (a flush or compaction) it breaks the Store, so
+// that every later call returns ErrBroken wrapping it, and that goroutine
+// ends. A failed flush breaks the Store too: Pebble would retry it for ever
+// and stall writes once its memtables are full, so commits would hang;
+// closing and reopening the Store recovers from it. Pebble then stays wedged: Close gives up after two seconds, an
+// Open waiting for the failed flush returns the error, and the directory
+// stays locked until the process exits. What was committed is on disk; the
+// next process opens it as after a crash.
 package exact

@@ -2,6 +2,9 @@ package exact
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -27,11 +30,32 @@ func (e *fatalError) Unwrap() error { return e.cause }
 
 // fatalLogger forwards to Logger, except Fatalf: Pebble calls it when it
 // cannot continue (a failed WAL or MANIFEST write, for instance) and the
-// default implementation exits the process. fatalLogger panics with a
-// fatalPanic instead, which the Store call that triggered it recovers into
-// an error (see Store.recovered).
+// default implementation exits the process. Pebble's own stance is that
+// the process must die; an embedded dedup engine must not take its host
+// down with it, and nothing it committed needs the process to die (every
+// commit is in the fsynced WAL before it returns). So fatalLogger:
+//   - on a goroutine running a Store call, panics with a fatalPanic, which
+//     that call recovers into an error (see Store.recovered);
+//   - on one of Pebble's background goroutines (flush, compaction), where
+//     nothing could recover a panic, records the error, which breaks the
+//     Store (every later call returns ErrBroken wrapping it), and ends that
+//     goroutine with runtime.Goexit. Its deferred calls run, so it releases
+//     Pebble's mutexes; the flush or compaction it was running never
+//     finishes, so Pebble cannot close cleanly: Close gives up after
+//     fatalCloseTimeout, an Open waiting for that flush returns the error
+//     (see openPebble), and the directory is released when the process
+//     exits. The state on disk is what the last synced WAL and MANIFEST
+//     say, as after a crash, and the next Open recovers it.
 type fatalLogger struct {
 	pebble.Logger
+	// bg is the first failure of Pebble's background work (see
+	// failBackground); fatal is closed when it is set.
+	bg    atomic.Pointer[error]
+	fatal chan struct{}
+}
+
+func newFatalLogger(l pebble.Logger) *fatalLogger {
+	return &fatalLogger{Logger: l, fatal: make(chan struct{})}
 }
 
 func (l *fatalLogger) Fatalf(format string, args ...any) {
@@ -43,7 +67,50 @@ func (l *fatalLogger) Fatalf(format string, args ...any) {
 		}
 	}
 	l.Logger.Errorf("%v", err)
-	panic(fatalPanic{err})
+	if onStoreCall() {
+		panic(fatalPanic{err})
+	}
+	l.failBackground(err)
+	runtime.Goexit()
+}
+
+// failBackground records a failure of Pebble's background work after which
+// the store cannot go on: a fatal error, or a failed flush (Pebble retries
+// a flush at once and for ever, and writes stall once the memtables it
+// cannot flush fill up, so commits would hang instead of failing). The
+// first failure wins; it breaks the Store.
+func (l *fatalLogger) failBackground(err error) {
+	if l.bg.CompareAndSwap(nil, &err) {
+		close(l.fatal)
+	}
+}
+
+// background returns the failure recorded by failBackground, nil if none
+// happened.
+func (l *fatalLogger) background() error {
+	if p := l.bg.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// onStoreCall reports whether the calling goroutine runs code of this
+// package (a Store call, Open or Close) below Fatalf, which recovers a
+// fatalPanic. It walks the stack; Fatalf is rare enough for that.
+func onStoreCall() bool {
+	const self = "github.com/streamdedup/dedup/exact."
+	var pcs [256]uintptr
+	n := runtime.Callers(3, pcs[:]) // above Fatalf
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, self) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // asFatal returns the error carried by a recovered fatalPanic; any other

@@ -46,9 +46,9 @@ type Options struct {
 	// vfs.NewMem(). Default vfs.Default.
 	FS vfs.FS
 	// Logger receives Pebble's informational and error messages. Pebble's
-	// fatal messages are turned into errors (see ErrBroken) when they happen
-	// on a Store call, and into a panic when they happen in a background
-	// goroutine. Default: discard.
+	// fatal messages never end the process: they are turned into errors
+	// (see ErrBroken), whether they happen on a Store call or in one of
+	// Pebble's background goroutines. Default: discard.
 	Logger pebble.Logger
 	// LogOnly keeps no per-key entries: Add only logs the hash, Has returns
 	// ErrLogOnly. For the engine's probabilistic mode. Default false.
@@ -150,6 +150,24 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 		FormatMajorVersion:        pebble.FormatNewest,
 		BytesPerSync:              1 << 20,
 		WALBytesPerSync:           1 << 20,
+		// Table statistics only steer Pebble's own reclamation of deleted
+		// ranges (delete-only compaction hints); expired generations are
+		// reclaimed by Reclaim, an explicit compaction of their range.
+		// And Pebble v2.1.7 leaves the statistics goroutine running when
+		// Open fails after its first flush has begun, on a closed table
+		// cache, where it panics and takes the process down
+		// (TestFaultBackground/open-after-flush).
+		DisableTableStats: true,
+	}
+	po.EventListener = &pebble.EventListener{
+		FlushEnd: func(info pebble.FlushInfo) {
+			// Pebble also reports a flush that wrote no table (every key
+			// deleted) with an unexported error; its own metamorphic test
+			// tells it by its text too.
+			if info.Err != nil && info.Err.Error() != "pebble: empty table" {
+				lg.failBackground(fmt.Errorf("exact: flush: %w", info.Err))
+			}
+		},
 	}
 	c := o.CompactionConcurrency
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, c }
@@ -186,8 +204,9 @@ type Store struct {
 	compactedFloor atomic.Uint64
 
 	broken atomic.Pointer[error]
-	// fatal is set once Pebble reported a fatal error on a Store call: Pebble
-	// may then hold internal locks forever, so Close does not wait for it.
+	// fatal is set once Pebble reported a fatal error on a Store call (see
+	// lg.background for one on a background goroutine): Pebble may then
+	// hold internal locks forever, so Close does not wait for it.
 	fatal atomic.Bool
 
 	// Published state of completed commits.
@@ -238,7 +257,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		// Do not ratchet a foreign store before the marker is checked.
 		fmv = desc.FormatMajorVersion
 	}
-	lg := &fatalLogger{Logger: opts.Logger}
+	lg := newFatalLogger(opts.Logger)
 	po := opts.pebbleOptions(lg)
 	po.FormatMajorVersion = fmv
 	// Pebble charges its memtables to the block cache: a cache no larger
@@ -246,7 +265,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	// decompressed its index block, ~200 us). Size it on top of two
 	// memtables.
 	po.Cache = pebble.NewCache(opts.CacheSize + 2*int64(opts.MemTableSize))
-	db, err := openPebble(dir, po)
+	db, err := openPebble(dir, po, lg)
 	if err != nil {
 		po.Cache.Unref()
 		return nil, fmt.Errorf("exact: open %q: %w", dir, err)
@@ -260,13 +279,37 @@ func Open(dir string, opts Options) (*Store, error) {
 }
 
 // openPebble is pebble.Open with fatal log messages turned into errors.
-func openPebble(dir string, po *pebble.Options) (db *pebble.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = asFatal(r)
-		}
+// pebble.Open waits for the flush of the WAL it replayed; when that flush
+// fails fatally (lg ends its goroutine, see fatalLogger), the wait never
+// ends, so openPebble returns the error and leaves the Open behind: the
+// directory stays locked until the process exits.
+func openPebble(dir string, po *pebble.Options, lg *fatalLogger) (*pebble.DB, error) {
+	type result struct {
+		db  *pebble.DB
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() {
+			if p := recover(); p != nil {
+				r.err = asFatal(p)
+			}
+			res <- r
+		}()
+		r.db, r.err = pebble.Open(dir, po)
 	}()
-	return pebble.Open(dir, po)
+	select {
+	case r := <-res:
+		return r.db, r.err
+	case <-lg.fatal:
+		go func() {
+			if r := <-res; r.err == nil {
+				_ = r.db.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%w (restart the process to release the directory)", lg.background())
+	}
 }
 
 func (s *Store) init(existing bool) (err error) {
@@ -380,11 +423,21 @@ func (s *Store) acquire() error {
 		s.rw.RUnlock()
 		return ErrClosed
 	}
-	if p := s.broken.Load(); p != nil {
+	if err := s.brokenErr(); err != nil {
 		s.rw.RUnlock()
-		return fmt.Errorf("%w: %w", ErrBroken, *p)
+		return fmt.Errorf("%w: %w", ErrBroken, err)
 	}
 	return nil
+}
+
+// brokenErr returns why the store is broken: the first failed write, or a
+// failure of Pebble's background work (see fatalLogger.failBackground).
+// Nil if it is not.
+func (s *Store) brokenErr() error {
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	return s.lg.background()
 }
 
 // fail marks the store broken by err (first cause wins) and returns err.
@@ -416,7 +469,7 @@ func (s *Store) closeDB() error {
 		errc <- s.db.Close()
 	}()
 	var timeout <-chan time.Time
-	if s.fatal.Load() {
+	if s.fatal.Load() || s.lg.background() != nil {
 		timeout = time.After(fatalCloseTimeout)
 	}
 	var err error
