@@ -158,6 +158,13 @@ type shard struct {
 	epoch      uint64
 	older      []epochSet
 	committing []epochSet
+	// spare holds committed sets for reuse, so that their tables are not
+	// allocated (and collected) anew at every epoch.
+	spare []*pendingSet
+	// recent holds, in exact mode, the sets of the last recentCommits
+	// commits, oldest first: keys known durable, so that a duplicate of
+	// one answers without a store lookup (see recentlyCommitted).
+	recent []*pendingSet
 	// pendingGens counts the keys in flight per generation: a past
 	// generation with none can never change again (it is sealed).
 	pendingGens map[uint64]int
@@ -557,6 +564,11 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe bool, a *admit) (V
 			s.dups++
 			return Duplicate, nil
 		}
+		if s.recentlyCommitted(h, key) {
+			s.observed++
+			s.dups++
+			return Duplicate, nil
+		}
 		var found bool
 		var err error
 		s.ring.Lookup(h, func(g *rotate.Generation) bool {
@@ -611,9 +623,32 @@ func (s *shard) rollEpoch(cur uint64) {
 	}
 	if s.inflight.n > 0 {
 		s.older = append(s.older, epochSet{s.epoch, s.inflight})
-		s.inflight = newPendingSet(s.inflight.n)
+		s.inflight = s.newSet(s.inflight.n)
 	}
 	s.epoch = cur
+}
+
+// newSet returns an empty in-flight set sized for hint keys, a spare one if
+// any. The shard's lock is held.
+func (s *shard) newSet(hint int) *pendingSet {
+	if n := len(s.spare); n > 0 {
+		p := s.spare[n-1]
+		s.spare = s.spare[:n-1]
+		p.init(hint)
+		return p
+	}
+	return newPendingSet(hint)
+}
+
+// maxSpare bounds the spare sets a shard keeps.
+const maxSpare = 2
+
+// recycle keeps p, which nothing refers to any more, for reuse, unless its
+// arena is large. The shard's lock is held.
+func (s *shard) recycle(p *pendingSet) {
+	if len(s.spare) < maxSpare && cap(p.arena) <= 4<<20 {
+		s.spare = append(s.spare, p)
+	}
 }
 
 // pending reports whether key (hash h) is in flight or being committed.
@@ -640,18 +675,96 @@ func (s *shard) takeThrough(limit uint64) []epochSet {
 	s.older = append(s.older[:0], s.older[i:]...)
 	if s.epoch <= limit && s.inflight.n > 0 {
 		taken = append(taken, epochSet{s.epoch, s.inflight})
-		s.inflight = newPendingSet(s.inflight.n)
+		s.inflight = s.newSet(s.inflight.n)
 	}
 	return taken
 }
 
 // unpend drops one in-flight key of generation gen from the count.
-func (s *shard) unpend(gen uint64) {
-	if n := s.pendingGens[gen]; n > 1 {
-		s.pendingGens[gen] = n - 1
+func (s *shard) unpend(gen uint64) { s.unpendN(gen, 1) }
+
+// unpendN drops n in-flight keys of generation gen from the count.
+func (s *shard) unpendN(gen uint64, n int) {
+	if c := s.pendingGens[gen]; c > n {
+		s.pendingGens[gen] = c - n
 	} else {
 		delete(s.pendingGens, gen)
 	}
+}
+
+// addCommitted puts the keys of the committing sets, now durable, into
+// their generations' filters (those still live at now), and keeps the sets
+// (exact mode: for recentlyCommitted, then for reuse). It is Ring.Add key by key, with the generation looked up once
+// per run of keys of one generation. The shard's lock is held.
+func (s *shard) addCommitted(now time.Time, exact bool) error {
+	var firstErr error
+	oldest := s.ring.OldestLive(now)
+	for _, es := range s.committing {
+		var f filter.Filter
+		gen, run := uint64(0), 0
+		flush := func() {
+			if run > 0 {
+				s.unpendN(gen, run)
+			}
+		}
+		es.set.each(func(h uint64, en pendingEntry) {
+			if run == 0 || en.gen != gen {
+				flush()
+				gen, run, f = en.gen, 0, nil
+				if gen >= oldest {
+					g, err := s.ring.Get(gen)
+					if err != nil {
+						if firstErr == nil {
+							firstErr = err
+						}
+					} else {
+						f = g.Filter
+					}
+				}
+			}
+			run++
+			if f != nil {
+				f.Add(h)
+			}
+		})
+		flush()
+		if exact {
+			s.recent = append(s.recent, es.set)
+			if len(s.recent) > recentCommits {
+				s.recycle(s.recent[0])
+				s.recent = append(s.recent[:0], s.recent[1:]...)
+			}
+		} else {
+			s.recycle(es.set)
+		}
+	}
+	return firstErr
+}
+
+// recentCommits is how many commits' keys a shard keeps in exact mode to
+// answer their duplicates from memory. Duplicates come mostly soon after
+// their first event: with commits every 100k events, those of the last two
+// commits are about half of the duplicates a store lookup would resolve
+// (each ~2 us), for about 100 bytes per key kept.
+const recentCommits = 2
+
+// recentlyCommitted reports whether key (hash h) was committed by one of
+// the shard's last commits into a generation still live: a Duplicate, with
+// no store lookup. The shard's lock is held.
+func (s *shard) recentlyCommitted(h uint64, key []byte) bool {
+	for i := len(s.recent) - 1; i >= 0; i-- {
+		gen, ok := s.recent[i].lookup(h, key)
+		if !ok {
+			continue
+		}
+		for _, g := range s.ring.Generations() {
+			if g.ID == gen {
+				return true
+			}
+		}
+		return false // expired: its store range is dropped, or will be
+	}
+	return false
 }
 
 // Forget releases a key observed New and not yet committed: its processing
@@ -825,13 +938,8 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 			// Not durable: back in flight, for a later Commit.
 			s.older = append(s.committing, s.older...)
 		} else {
-			for _, es := range s.committing {
-				es.set.each(func(h uint64, en pendingEntry) {
-					if _, aerr := s.ring.Add(en.gen, h, now); aerr != nil && addErr == nil {
-						addErr = aerr
-					}
-					s.unpend(en.gen)
-				})
+			if aerr := s.addCommitted(now, e.exact); aerr != nil && addErr == nil {
+				addErr = aerr
 			}
 		}
 		s.committing = nil

@@ -1,0 +1,158 @@
+package dedup
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/streamdedup/dedup/internal/testclock"
+)
+
+// TestPendingSetModel checks the open-addressing in-flight set against a
+// map over random adds, lookups and removals, with hashes drawn from a
+// small range so that probe runs overlap, wrap around the table and are cut
+// by removals, with keys sharing a hash (exact mode) and with hash 0.
+func TestPendingSetModel(t *testing.T) {
+	for _, exact := range []bool{true, false} {
+		for seed := range uint64(20) {
+			t.Run(fmt.Sprintf("exact=%v/seed=%d", exact, seed), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(seed, 7))
+				type k struct {
+					h   uint64
+					key string
+				}
+				model := map[k]uint64{} // key -> gen
+				heldHash := map[uint64]int{}
+				p := newPendingSet(r.IntN(100))
+				// Hashes share their slot bits often: few distinct values
+				// in bits 20.., and 0 now and then.
+				draw := func() k {
+					h := uint64(r.IntN(300)) << 20
+					if r.IntN(50) == 0 {
+						h = 0
+					}
+					key := fmt.Sprint(r.IntN(3)) // up to 3 keys per hash
+					if !exact {
+						key = ""
+					}
+					return k{h, key}
+				}
+				for op := range 20000 {
+					x := draw()
+					_, want := model[x]
+					if !exact {
+						want = heldHash[x.h] > 0
+					}
+					if got := p.has(x.h, []byte(x.key), exact); got != want {
+						t.Fatalf("op %d: has(%#x, %q) = %v, want %v", op, x.h, x.key, got, want)
+					}
+					switch r.IntN(3) {
+					case 0, 1:
+						if !want {
+							gen := uint64(r.IntN(5))
+							p.add(x.h, []byte(x.key), gen, exact)
+							model[x] = gen
+							heldHash[x.h]++
+						}
+					case 2:
+						gen, ok := p.remove(x.h, []byte(x.key), exact)
+						if ok != want {
+							t.Fatalf("op %d: remove(%#x, %q) ok = %v, want %v", op, x.h, x.key, ok, want)
+						}
+						if ok {
+							if exact && gen != model[x] {
+								t.Fatalf("op %d: remove(%#x, %q) gen %d, want %d", op, x.h, x.key, gen, model[x])
+							}
+							if !exact {
+								// Any key of that hash: the model drops one of them.
+								for mk := range model {
+									if mk.h == x.h && model[mk] == gen {
+										x = mk
+										break
+									}
+								}
+							}
+							delete(model, x)
+							heldHash[x.h]--
+						}
+					}
+					if p.n != len(model) {
+						t.Fatalf("op %d: n = %d, want %d", op, p.n, len(model))
+					}
+				}
+				seen := map[k]bool{}
+				p.each(func(h uint64, en pendingEntry) {
+					x := k{h, string(p.key(en))}
+					if exact {
+						if gen, ok := model[x]; !ok || gen != en.gen || seen[x] {
+							t.Fatalf("each: unexpected %#x %q gen %d", h, x.key, en.gen)
+						}
+					}
+					seen[x] = true
+				})
+				if exact && len(seen) != len(model) {
+					t.Fatalf("each visited %d keys, want %d", len(seen), len(model))
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPendingSet measures the in-flight set's lookups of keys not
+// held (the common case: every new key) and its adds.
+func BenchmarkPendingSet(b *testing.B) {
+	const n = 8192
+	r := rand.New(rand.NewPCG(1, 2))
+	hs := make([]uint64, 1<<16)
+	for i := range hs {
+		hs[i] = r.Uint64()
+	}
+	key := []byte("0123456789abcdef")
+	b.Run("miss", func(b *testing.B) {
+		p := newPendingSet(n)
+		for _, h := range hs[:n] {
+			p.add(h, key, 1, true)
+		}
+		i := 0
+		for b.Loop() {
+			if p.has(hs[n+i&(len(hs)-n-1)], key, true) {
+				b.Fatal("hit")
+			}
+			i++
+		}
+	})
+	b.Run("add", func(b *testing.B) {
+		p := newPendingSet(0)
+		i := 0
+		for b.Loop() {
+			if i%n == 0 {
+				p.init(n)
+			}
+			p.add(hs[i%len(hs)], key, 1, true)
+			i++
+		}
+	})
+}
+
+// TestRecentCommitsAnswerDuplicates pins the exact-mode shortcut: a
+// duplicate of a key of one of the last commits is answered from memory,
+// an older one by the store, and either way it is a Duplicate.
+func TestRecentCommitsAnswerDuplicates(t *testing.T) {
+	// One shard: every commit holds keys of the shard of "a".
+	e := openT(t, Options{Window: time.Minute, Shards: 1, Now: testclock.New(t0).Now})
+	mustObserve(t, e, "a", New)
+	mustCommit(t, e, "")
+	mustObserve(t, e, "a", Duplicate)
+	if n := e.Stats().StoreLookups; n != 0 {
+		t.Fatalf("StoreLookups = %d after a duplicate of the last commit, want 0", n)
+	}
+	for i := range recentCommits {
+		mustObserve(t, e, fmt.Sprint("b", i), New)
+		mustCommit(t, e, "")
+	}
+	mustObserve(t, e, "a", Duplicate)
+	if n := e.Stats().StoreLookups; n != 1 {
+		t.Fatalf("StoreLookups = %d after a duplicate of an older commit, want 1", n)
+	}
+}
