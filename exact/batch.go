@@ -293,20 +293,51 @@ func (b *Batch) commitBatch(seq, floor uint64) (err error) {
 // sortKeys sorts the batch's keys by (gen, key) and removes duplicates.
 func (b *Batch) sortKeys() {
 	b.tmp = radixSort(b.ents, b.tmp)
-	// Keys with equal (gen, prefix) are ordered by their full bytes.
-	for i := 0; i < len(b.ents); {
+	b.refine(b.ents, 8)
+	b.ents = slices.CompactFunc(b.ents, func(x, y ent) bool {
+		return x.gen == y.gen && bytes.Equal(b.key(&x), b.key(&y))
+	})
+}
+
+// refineCmp is the run length under which refine compares keys instead of
+// radix-sorting them on their next bytes.
+const refineCmp = 32
+
+// refine orders the runs of ents that radixSort left equal in (gen,
+// prefix), prefix holding key bytes [depth-8, depth): a long run is
+// radix-sorted again on the next eight bytes, and so on (keys sharing a
+// long prefix, such as UUID-like keys of consecutive events, would
+// otherwise fall to a comparison sort of whole runs); a short one, or one
+// whose keys end before depth, is sorted by comparing keys. It overwrites
+// prefix.
+func (b *Batch) refine(ents []ent, depth int) {
+	for i := 0; i < len(ents); {
 		j := i + 1
-		for j < len(b.ents) && b.ents[j].gen == b.ents[i].gen && b.ents[j].prefix == b.ents[i].prefix {
+		for j < len(ents) && ents[j].gen == ents[i].gen && ents[j].prefix == ents[i].prefix {
 			j++
 		}
 		if j-i > 1 {
-			slices.SortFunc(b.ents[i:j], func(x, y ent) int { return bytes.Compare(b.key(&x), b.key(&y)) })
+			run := ents[i:j]
+			longest := 0
+			for k := range run {
+				longest = max(longest, int(run[k].n))
+			}
+			if len(run) < refineCmp || longest <= depth {
+				slices.SortFunc(run, func(x, y ent) int { return bytes.Compare(b.key(&x), b.key(&y)) })
+			} else {
+				for k := range run {
+					var p [8]byte
+					if key := b.key(&run[k]); len(key) > depth {
+						copy(p[:], key[depth:])
+					}
+					run[k].prefix = binary.BigEndian.Uint64(p[:])
+				}
+				b.tmp = radixSort(run, b.tmp)
+				b.refine(run, depth+8)
+			}
 		}
 		i = j
 	}
-	b.ents = slices.CompactFunc(b.ents, func(x, y ent) bool {
-		return x.gen == y.gen && x.prefix == y.prefix && bytes.Equal(b.key(&x), b.key(&y))
-	})
 }
 
 // radixSort sorts ents by (gen, prefix) with an LSD radix sort on bytes,

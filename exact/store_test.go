@@ -369,17 +369,25 @@ func TestLogRecordCorrupt(t *testing.T) {
 
 func TestSortKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{0, 1, 100, 5000} {
+	for _, n := range []int{0, 1, 100, 5000, 50000} {
 		b := &Batch{s: &Store{}}
 		var want []string
 		for i := 0; i < n; i++ {
 			gen := uint64(rng.IntN(3)) << (8 * uint(rng.IntN(3)))
 			var key []byte
-			switch rng.IntN(3) {
+			switch rng.IntN(5) {
 			case 0:
 				key = []byte(fmt.Sprintf("k%d", rng.IntN(n+1))) // short, duplicates
 			case 1:
 				key = []byte(fmt.Sprintf("common-prefix-%d", rng.IntN(1000)))
+			case 2:
+				// UUID-like keys of consecutive events: long runs share
+				// 24 bytes, then differ (refine's radix passes).
+				key = []byte(fmt.Sprintf("%08x-7425-40de-944b-%012x", i>>10, rng.IntN(n+1)))
+			case 3:
+				// Zero bytes past a short common start: keys that end
+				// before the bytes refine looks at.
+				key = append([]byte("ab"), make([]byte, rng.IntN(20))...)
 			default:
 				key = binary.BigEndian.AppendUint64(nil, rng.Uint64())
 			}
