@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -494,7 +495,8 @@ func (f *filterRun) loop(srcs []source) error {
 	for range nbatch {
 		free <- &batch{}
 	}
-	rd := &reader{srcs: srcs, first: j.File, x: f.x, chunk: c.chunk, full: full, free: free, done: done}
+	rd := &reader{srcs: srcs, first: j.File, x: f.x, chunk: c.chunk, full: full, free: free, done: done,
+		workers: min(runtime.GOMAXPROCS(0), 4)}
 	go rd.run()
 	defer func() {
 		close(done)

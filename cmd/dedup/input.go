@@ -42,6 +42,8 @@ type batch struct {
 	// Filled by the engine goroutine (filterRun.observe) for the writer.
 	verdicts []dedup.Verdict // verdicts[k] is the verdict of keys[k]
 	marks    []mark          // commit points and stops, in line order
+
+	ready chan struct{} // with reader workers: the lines are cut
 }
 
 func (b *batch) reset() {
@@ -68,26 +70,90 @@ type source struct {
 
 // reader cuts inputs into batches of whole lines and extracts their keys.
 // It runs in its own goroutine (run), so that parsing overlaps with the
-// engine and the writes.
+// engine and the writes. With workers > 1, the lines of each batch are cut
+// and their keys extracted by that many goroutines, one batch each, and the
+// batches still reach full in input order: key extraction, the heaviest
+// part, then spreads over the cores the engine and the writer leave idle.
 type reader struct {
-	srcs  []source
-	first int // index of srcs[0] among all inputs
-	x     *extractor
-	chunk int // bytes read per batch
-	full  chan<- *batch
-	free  <-chan *batch
-	done  <-chan struct{}
-	carry []byte // partial line carried to the next batch
+	srcs    []source
+	first   int // index of srcs[0] among all inputs
+	x       *extractor
+	chunk   int // bytes read per batch
+	workers int // goroutines extracting keys; 0 or 1: the reader itself
+	full    chan<- *batch
+	free    <-chan *batch
+	done    <-chan struct{}
+	carry   []byte // partial line carried to the next batch
+
+	jobs  chan *batch // batches to cut, for the workers
+	order chan *batch // every batch, in input order, for forward
 }
 
 // run reads every source and closes full at the end. A read error is
 // delivered in the last batch.
 func (rd *reader) run() {
-	defer close(rd.full)
+	if rd.workers > 1 {
+		rd.jobs = make(chan *batch, 16)
+		rd.order = make(chan *batch, 16)
+		for range rd.workers {
+			go rd.work(rd.x.clone())
+		}
+		go rd.forward()
+		defer close(rd.order)
+		defer close(rd.jobs)
+	} else {
+		defer close(rd.full)
+	}
 	for i := range rd.srcs {
 		if !rd.readSource(rd.first+i, &rd.srcs[i]) {
 			return
 		}
+	}
+}
+
+// work cuts the lines of the batches it receives, with its own extractor.
+func (rd *reader) work(x *extractor) {
+	for b := range rd.jobs {
+		cutLines(b, x)
+		b.ready <- struct{}{}
+	}
+}
+
+// forward hands the batches on to full in input order, each once cut, and
+// closes full after the last.
+func (rd *reader) forward() {
+	defer close(rd.full)
+	for b := range rd.order {
+		<-b.ready
+		select {
+		case rd.full <- b:
+		case <-rd.done:
+		}
+	}
+}
+
+// emit delivers b, whose lines are to be cut if cut; false when the run is
+// abandoned.
+func (rd *reader) emit(b *batch, cut bool) bool {
+	if rd.workers <= 1 {
+		if cut {
+			cutLines(b, rd.x)
+		}
+		return rd.put(b)
+	}
+	if b.ready == nil {
+		b.ready = make(chan struct{}, 1)
+	}
+	if cut {
+		rd.jobs <- b
+	} else {
+		b.ready <- struct{}{}
+	}
+	select {
+	case rd.order <- b:
+		return true
+	case <-rd.done:
+		return false
 	}
 }
 
@@ -164,7 +230,7 @@ func (rd *reader) readSource(file int, src *source) bool {
 			lineNo++
 			b.endFile = eof && rerr == nil
 			b.err = rerr
-			if !rd.put(b) || rerr != nil {
+			if !rd.emit(b, false) || rerr != nil {
 				return false
 			}
 			if eof {
@@ -174,12 +240,14 @@ func (rd *reader) readSource(file int, src *source) bool {
 		}
 		rd.carry = append(rd.carry, b.buf[cut:]...)
 		b.buf = b.buf[:cut]
-		rd.cutLines(b)
 		off += int64(cut)
-		lineNo += int64(len(b.lines))
+		lineNo += int64(bytes.Count(b.buf, newline))
+		if cut > 0 && b.buf[cut-1] != '\n' {
+			lineNo++ // a last line without newline
+		}
 		b.endFile = eof && rerr == nil
 		b.err = rerr
-		if !rd.put(b) || rerr != nil {
+		if !rd.emit(b, true) || rerr != nil {
 			return false
 		}
 		if eof {
@@ -230,8 +298,10 @@ func (rd *reader) skipLine(src *source, b *batch) (skipResult, error) {
 	return res, nil
 }
 
-// cutLines splits b.buf into lines and extracts their keys.
-func (rd *reader) cutLines(b *batch) {
+var newline = []byte{'\n'}
+
+// cutLines splits b.buf into lines and extracts their keys with x.
+func cutLines(b *batch, x *extractor) {
 	buf := b.buf
 	for start := 0; start < len(buf); {
 		end := bytes.IndexByte(buf[start:], '\n')
@@ -246,10 +316,10 @@ func (rd *reader) cutLines(b *batch) {
 		b.lines = append(b.lines, lineRef{start: int32(start), end: int32(end), next: int64(next)})
 		var key []byte
 		var r reject
-		if end-start > rd.x.maxLine {
+		if end-start > x.maxLine {
 			r = reject{code: rejLineTooLong, size: end - start}
 		} else {
-			key, b.arena, r = rd.x.extract(buf[start:end], b.arena)
+			key, b.arena, r = x.extract(buf[start:end], b.arena)
 		}
 		if r.code != rejNone {
 			b.rejects = append(b.rejects, rejectAt{line: li, r: r})

@@ -10,8 +10,9 @@ import (
 	"testing/iotest"
 )
 
-// TestReaderBatches cuts random inputs with small chunks and slow readers
-// and checks every line, offset and line number, and over-long lines.
+// TestReaderBatches cuts random inputs with small chunks and slow readers,
+// with and without extraction workers, and checks every line, offset and
+// line number, and over-long lines.
 func TestReaderBatches(t *testing.T) {
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 3))
@@ -43,7 +44,9 @@ func TestReaderBatches(t *testing.T) {
 		for range 3 {
 			free <- &batch{}
 		}
-		rd := &reader{srcs: []source{{name: "t", r: src, line: 1}}, x: x, chunk: 16 + int(seed), full: full, free: free, done: make(chan struct{})}
+		// Up to three workers extract keys: batches keep their order.
+		rd := &reader{srcs: []source{{name: "t", r: src, line: 1}}, x: x, chunk: 16 + int(seed), full: full, free: free, done: make(chan struct{}),
+			workers: 1 + int(seed%4)}
 		go rd.run()
 		li, off := 0, int64(0)
 		ended := false
@@ -110,7 +113,7 @@ func TestReaderError(t *testing.T) {
 	for range 4 {
 		free <- &batch{}
 	}
-	rd := &reader{srcs: []source{{name: "t", r: errReader{strings.NewReader("a\nb\nc")}, line: 1}}, x: x, chunk: 4096, full: full, free: free, done: make(chan struct{})}
+	rd := &reader{srcs: []source{{name: "t", r: errReader{strings.NewReader("a\nb\nc")}, line: 1}}, x: x, chunk: 4096, full: full, free: free, done: make(chan struct{}), workers: 2}
 	go rd.run()
 	var lines int
 	var err error

@@ -88,6 +88,16 @@ type extractor struct {
 	maxLine int
 }
 
+// clone returns an extractor like x with its own scanner state, for
+// another goroutine.
+func (x *extractor) clone() *extractor {
+	c := *x
+	if x.scan != nil {
+		c.scan = newJSONScanner(x.paths)
+	}
+	return &c
+}
+
 // extractorConfig is what the flags say about keys.
 type extractorConfig struct {
 	format  string // "json" or "lines"
