@@ -147,7 +147,7 @@ func TestRecentCommitsAnswerDuplicates(t *testing.T) {
 	if n := e.Stats().StoreLookups; n != 0 {
 		t.Fatalf("StoreLookups = %d after a duplicate of the last commit, want 0", n)
 	}
-	for i := range recentCommits {
+	for i := range recentSets {
 		mustObserve(t, e, fmt.Sprint("b", i), New)
 		mustCommit(t, e, "")
 	}
