@@ -546,3 +546,22 @@ func TestRegressionHugeRateRefused(t *testing.T) {
 		t.Fatalf("Open with filters larger than memory: %v", err)
 	}
 }
+
+// TestStatsAfterQuiet: Stats reports the generations live at the clock's
+// now, even on shards nothing has touched since their generations expired.
+func TestStatsAfterQuiet(t *testing.T) {
+	clk := testclock.New(t0)
+	e := openT(t, Options{Now: clk.Now, Window: time.Minute, Generations: 4, Shards: 4, ExpectedRate: 100})
+	for i := 0; i < 100; i++ {
+		mustObserve(t, e, fmt.Sprint(i), New)
+	}
+	mustCommit(t, e, "")
+	if st := e.Stats(); st.Generations == 0 || st.FilterKeys != 100 {
+		t.Fatalf("after the commit: %d generations, %d filter keys; want some, 100", st.Generations, st.FilterKeys)
+	}
+	clk.Advance(2 * time.Minute) // past W + W/N: everything expired
+	if st := e.Stats(); st.Generations != 0 || st.FilterKeys != 0 || st.FilterBytes != 0 || len(st.GenerationStats) != 0 {
+		t.Fatalf("after the window: %d generations, %d filter keys, %d bytes, %d per generation; want none",
+			st.Generations, st.FilterKeys, st.FilterBytes, len(st.GenerationStats))
+	}
+}

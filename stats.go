@@ -74,15 +74,20 @@ type GenerationStats struct {
 	FPRate float64
 }
 
-// Stats returns the engine's counters. It takes each shard's lock briefly.
+// Stats returns the engine's counters, and the generations live at the
+// engine's clock now. It takes each shard's lock briefly.
 func (e *Engine) Stats() Stats {
 	var st Stats
 	gens := map[uint64]*GenerationStats{}
 	var order []uint64
 	var fpSum float64
+	now := e.opts.Now()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
+		// A shard's ring drops expired generations when it is next used;
+		// report the generations live now, as that use would leave them.
+		s.ring.Advance(now)
 		st.Observed += s.observed
 		st.New += s.news
 		st.Duplicate += s.dups
