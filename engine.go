@@ -436,10 +436,14 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 		s.rollEpoch(e.epoch.Load())
 		group := b.order[lo:hi]
 		maybe := b.probe(s.ring, group)
+		pend := b.probePending(s, group, keys, e.exact)
 		a := admit{gen: gen}
 		e.reserve(&a, len(group))
 		for j, i := range group {
-			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], &a)
+			// A key first observed earlier in this group is in s.inflight
+			// since the pending probe: ask that set again.
+			pending := pend[j] || s.inflight.has(b.hashes[i], keys[i], e.exact)
+			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], pending, &a)
 			if err != nil {
 				e.finish(s, &a)
 				s.mu.Unlock()
@@ -455,6 +459,7 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 
 type batchScratch struct {
 	maybe   []bool
+	pend    []bool
 	hashes  []uint64
 	shardOf []int32
 	order   []int32
@@ -471,6 +476,7 @@ func getBatchScratch(n, shards int) *batchScratch {
 	}
 	b.hashes = grow(b.hashes, n)
 	b.maybe = grow(b.maybe, n)
+	b.pend = grow(b.pend, n)
 	b.shardOf = grow(b.shardOf, n)
 	b.order = grow(b.order, n)
 	b.start = grow(b.start, shards+1)
@@ -497,6 +503,33 @@ func (b *batchScratch) probe(r *rotate.Ring, group []int32) []bool {
 	return maybe
 }
 
+// probePending reports, for each key of group, whether it is in flight
+// or being committed in s, set by set for the same reason as probe: the
+// lookups of one set are independent, so their cache misses overlap. The
+// sets other than s.inflight do not change while the shard's lock is held.
+func (b *batchScratch) probePending(s *shard, group []int32, keys [][]byte, exact bool) []bool {
+	pend := b.pend[:len(group)]
+	clear(pend)
+	ask := func(p *pendingSet) {
+		if p == nil || p.n == 0 {
+			return
+		}
+		for j, i := range group {
+			if !pend[j] {
+				pend[j] = p.has(b.hashes[i], keys[i], exact)
+			}
+		}
+	}
+	ask(s.inflight)
+	for _, es := range s.older {
+		ask(es.set)
+	}
+	for _, es := range s.committing {
+		ask(es.set)
+	}
+	return pend
+}
+
 func putBatchScratch(b *batchScratch) { batchPool.Put(b) }
 
 func grow[T any](s []T, n int) []T {
@@ -514,7 +547,7 @@ func (e *Engine) observeLocked(s *shard, key []byte, h uint64, now time.Time) (V
 	s.ring.Advance(now)
 	s.rollEpoch(e.epoch.Load())
 	a := admit{gen: e.generationFor(now)}
-	v, err := e.decide(s, key, h, s.ring.Contains(h), &a)
+	v, err := e.decide(s, key, h, s.ring.Contains(h), s.pending(h, key, e.exact), &a)
 	e.finish(s, &a)
 	return v, err
 }
@@ -549,11 +582,12 @@ func (e *Engine) finish(s *shard, a *admit) {
 	}
 }
 
-// decide gives the verdict for key once the filters have been asked: maybe
-// says whether any live generation may hold h. The shard's lock is held,
-// the ring is advanced; a New key goes into a.gen.
-func (e *Engine) decide(s *shard, key []byte, h uint64, maybe bool, a *admit) (Verdict, error) {
-	if s.pending(h, key, e.exact) {
+// decide gives the verdict for key once the filters and the in-flight
+// sets have been asked: maybe says whether any live generation may hold h,
+// pending whether the key is in flight or being committed. The shard's
+// lock is held, the ring is advanced; a New key goes into a.gen.
+func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, pending bool, a *admit) (Verdict, error) {
+	if pending {
 		s.observed++
 		s.inflightHits++
 		return InFlight, nil
