@@ -136,16 +136,17 @@ func (s *jsonScanner) fail(msg string) {
 	}
 }
 
-// ws skips JSON whitespace.
+// ws skips JSON whitespace. Most NDJSON has none between tokens: the
+// first byte, past ' ', ends it.
 func (s *jsonScanner) ws() {
-	for s.i < len(s.data) {
-		switch s.data[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
+	d, i := s.data, s.i
+	if i < len(d) && d[i] > ' ' {
+		return
 	}
+	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
+		i++
+	}
+	s.i = i
 }
 
 // value scans one value at s.i. want, when non-nil, names the members to
