@@ -272,6 +272,66 @@ func TestFlushError(t *testing.T) {
 	verifyCrashed(t, mem, Options{}, committed, committed+1, per)
 }
 
+// TestHasReadError fails random reads (one in 4, seeded) while Has
+// looks up every stored key of a store larger than its block cache: each
+// Has must report the key present or return the error, never absent, since
+// an absent committed key would be a second New for it. Once the faults
+// stop every key is found again: a failed read breaks nothing.
+func TestHasReadError(t *testing.T) {
+	mem := vfs.NewMem()
+	var on atomic.Bool
+	rng := rand.New(rand.NewPCG(7, 8))
+	var mu sync.Mutex
+	var fired int
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !on.Load() || op.Kind.ReadOrWrite() != errorfs.OpIsRead {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.IntN(4) == 0 {
+			fired++
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	o := Options{FS: errorfs.Wrap(mem, inj), MemTableSize: 1 << 20, CacheSize: 1}
+	s := mustOpen(t, "db", o)
+	const batches, per = 20, 5000 // ~10 MB of sstables against a 2 MB cache
+	for i := 0; i < batches; i++ {
+		if _, err := crashBatch(s, i, per); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClose(t, s)
+	s = mustOpen(t, "db", o) // the keys are in sstables now
+	defer mustClose(t, s)
+	on.Store(true)
+	var errs int
+	for k := 0; k < batches*per; k++ {
+		ok, err := s.Has(1, keyOf(k))
+		switch {
+		case err != nil:
+			errs++
+			if !errors.Is(err, errorfs.ErrInjected) {
+				t.Fatalf("key %d: Has error does not wrap the fault: %v", k, err)
+			}
+		case !ok:
+			t.Fatalf("key %d: reported absent while reads fail", k)
+		}
+	}
+	on.Store(false)
+	t.Logf("%d read faults, %d of %d lookups failed", fired, errs, batches*per)
+	if errs == 0 {
+		t.Fatal("no read fault reached Has")
+	}
+	for k := 0; k < batches*per; k++ {
+		if ok, err := s.Has(1, keyOf(k)); err != nil || !ok {
+			t.Fatalf("key %d after the faults: %v, %v", k, ok, err)
+		}
+	}
+}
+
 // TestBackupWhileCommitting takes a backup while another goroutine commits:
 // the backup opens and holds every batch committed before Backup began.
 func TestBackupWhileCommitting(t *testing.T) {
