@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -321,18 +322,25 @@ func (s *jsonScanner) str() (escaped bool) {
 	for {
 		// Eight bytes at a time while none is '"', '\\' or a control
 		// character (SWAR: the classic has-zero-byte and has-less tests).
+		// The lowest flagged byte is exact (a borrow only runs upwards from
+		// a true match): jump to it.
+		found := false
 		for i+8 <= len(d) {
 			w := binary.LittleEndian.Uint64(d[i:])
 			const lo, hi = 0x0101010101010101, 0x8080808080808080
 			q := w ^ (lo * '"')
 			b := w ^ (lo * '\\')
-			if ((q-lo)&^q|(b-lo)&^b|(w-lo*0x20)&^w)&hi != 0 {
+			if m := ((q-lo)&^q | (b-lo)&^b | (w-lo*0x20)&^w) & hi; m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				found = true
 				break
 			}
 			i += 8
 		}
-		for i < len(d) && strPlain[d[i]] {
-			i++
+		if !found {
+			for i < len(d) && strPlain[d[i]] {
+				i++
+			}
 		}
 		if i >= len(d) {
 			s.i = i

@@ -71,6 +71,16 @@ func TestScanMatchesEncodingJSON(t *testing.T) {
 	} {
 		checkAgainstEncodingJSON(t, []byte(line))
 	}
+	// A quote, an escape or a control character at every offset of the
+	// scanner's 8-byte words, with data after the string or not.
+	for n := range 20 {
+		for _, special := range []string{`"`, `\n`, `\u0041`, "\t", `\`, "\x00"} {
+			body := strings.Repeat("x", n) + special + strings.Repeat("y", n%9)
+			checkAgainstEncodingJSON(t, []byte(`{"id":"`+body+`"}`))
+			checkAgainstEncodingJSON(t, []byte(`{"id":"`+body+`","z":[`+strings.Repeat("1,", n)+`2]}`))
+			checkAgainstEncodingJSON(t, []byte(`{"`+body+`":1,"id":"`+body))
+		}
+	}
 }
 
 // FuzzExtract feeds arbitrary lines to every key mode: no panic, keys
