@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
@@ -328,12 +327,7 @@ func shardCapacity(perGen float64, shards int) uint64 {
 
 // hash is the seeded 64-bit hash of key: seeded per state directory so that
 // crafted keys cannot aim at collisions.
-func (e *Engine) hash(key []byte) uint64 {
-	var d xxhash.Digest
-	d.ResetWithSeed(e.seed)
-	_, _ = d.Write(key) // never fails
-	return d.Sum64()
-}
+func (e *Engine) hash(key []byte) uint64 { return xxh64(key, e.seed) }
 
 // shardIndex picks the shard from a remix of h, so that the shard and the
 // filter positions (taken from h itself) are independent.
