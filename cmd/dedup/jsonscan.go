@@ -20,8 +20,9 @@ import (
 // runs at ~750 MB/s (one field; ~630 for user.id,seq) without allocating,
 // and validates the whole line, so a line it accepts is valid JSON per
 // RFC 8259 (like encoding/json's Valid, it does not check UTF-8). In the
-// whole command's profile it is ~20% of the CPU, on the reader goroutine,
-// and the engine's ObserveBatch and Commit the rest.
+// whole command's profile (probabilistic mode) it is about a third of the
+// CPU, spread over the reader's extraction workers, and the engine's
+// ObserveBatch and Commit most of the rest.
 
 // maxDepth bounds the nesting of a line, as encoding/json does.
 const maxDepth = 10000
