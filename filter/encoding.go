@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cespare/xxhash/v2"
@@ -110,14 +111,36 @@ func linkBodyLen(l link) int {
 	panic("filter: unknown link type")
 }
 
+// littleEndian reports whether this machine stores words as the encoding
+// does, so that they copy as bytes.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// wordBytes is the memory of w as bytes.
+func wordBytes(w []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), 8*len(w))
+}
+
+// appendWords appends w, little-endian. On a little-endian machine that is
+// one copy of w's memory: word by word, it was most of the CPU of a
+// snapshot (0.14 s for the 170 MB of filters of BenchmarkFilter, in the
+// dedup command's serial Close).
 func appendWords(b []byte, w []uint64) []byte {
+	if littleEndian {
+		return append(b, wordBytes(w)...)
+	}
 	for _, x := range w {
 		b = binary.LittleEndian.AppendUint64(b, x)
 	}
 	return b
 }
 
+// readWords fills dst from src, little-endian; src holds at least
+// 8*len(dst) bytes.
 func readWords(dst []uint64, src []byte) {
+	if littleEndian {
+		copy(wordBytes(dst), src[:8*len(dst)])
+		return
+	}
 	for i := range dst {
 		dst[i] = binary.LittleEndian.Uint64(src[8*i:])
 	}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -104,10 +105,13 @@ func crashAt(t *testing.T, sc crashScenario, k int, cfg vfs.CrashCloneCfg) bool 
 	var crashed *vfs.MemFS
 	var crashOp errorfs.Op
 	n := 0
+	var mu sync.Mutex // Write writes segments concurrently
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if op.Kind.ReadOrWrite() != errorfs.OpIsWrite {
 			return nil
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		if crashed != nil {
 			return errorfs.ErrInjected // the machine is down
 		}
@@ -119,6 +123,8 @@ func crashAt(t *testing.T, sc crashScenario, k int, cfg vfs.CrashCloneCfg) bool 
 		return nil
 	})
 	_, err := Write(errorfs.Wrap(mem, inj), testDir, header(uint64(len(sc.before)+1)), gens(sc.last, nil))
+	mu.Lock()
+	defer mu.Unlock()
 	if crashed == nil {
 		if err != nil {
 			t.Fatalf("Write without a crash: %v", err)
@@ -168,10 +174,13 @@ func TestErrorAtEveryOp(t *testing.T) {
 					} else {
 						// Disk full: the k-th write of data fails.
 						n, hit := 0, false
+						var mu sync.Mutex // Write writes segments concurrently
 						inj = errorfs.InjectorFunc(func(op errorfs.Op) error {
 							if op.Kind != errorfs.OpFileWrite {
 								return nil
 							}
+							mu.Lock()
+							defer mu.Unlock()
 							n++
 							if n-1 == k {
 								hit = true
@@ -180,7 +189,7 @@ func TestErrorAtEveryOp(t *testing.T) {
 							return nil
 						})
 						want = syscall.ENOSPC
-						fired = func() bool { return hit }
+						fired = func() bool { mu.Lock(); defer mu.Unlock(); return hit }
 					}
 					info, err := Write(errorfs.Wrap(mem, inj), testDir, header(uint64(len(sc.before)+1)), gens(sc.last, nil))
 					if !fired() {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -188,26 +190,40 @@ func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
 	w := &writer{fs: fs, dir: dir}
 	refs := make([]ref, len(gens))
 	reused := make([]bool, len(gens))
+	var todo []int // the generations to write
 	for i, g := range gens {
 		m := meta{ID: g.ID, Shard: g.Shard, Start: g.Start, End: g.End, Count: g.Count, Kind: g.Kind, Sealed: g.Sealed}
 		if r, ok := prevRefs[[2]uint64{g.ID, uint64(g.Shard)}]; ok && g.Sealed && r.meta == m && segmentIntact(fs, dir, r) {
 			refs[i], reused[i] = r, true
 			continue
 		}
-		payload, err := g.Payload()
-		if err != nil {
-			return Info{}, w.abort(fmt.Errorf("snapshot: write: payload of generation %d shard %d: %w", g.ID, g.Shard, err))
-		}
-		name := segmentName(seq, g.ID, g.Shard)
-		head := segmentHead(m, len(payload))
-		// The tail is computed before any Write, which may modify its input.
-		tail := segmentTail(head, payload)
-		sum := binary.LittleEndian.Uint64(tail[8:])
-		size, err := w.writeFile(name, head, payload, tail)
+		refs[i].meta = m
+		todo = append(todo, i)
+	}
+	// A few segments are written at once, so that one's encoding, write
+	// and fsync overlap the others': one after the other, the 16 segments
+	// of the dedup command's final snapshot took 0.34 s (BenchmarkFilter).
+	errs := make([]error, len(todo))
+	var next atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range min(writeWorkers, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := int(next.Add(1) - 1); j < len(todo) && !failed.Load(); j = int(next.Add(1) - 1) {
+				i := todo[j]
+				if errs[j] = w.writeSegment(seq, gens[i], &refs[i]); errs[j] != nil {
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return Info{}, w.abort(err)
 		}
-		refs[i] = ref{meta: m, Name: name, Size: size, Sum: sum}
 	}
 	if len(w.renamed) > 0 {
 		if err := syncDir(fs, dir); err != nil {
@@ -253,12 +269,38 @@ func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
 	return info, nil
 }
 
+// writeWorkers is the number of segments Write writes at once.
+const writeWorkers = 4
+
 // writer writes the files of one Write and takes them back on failure.
+// writeFile and writeSegment are safe for concurrent use.
 type writer struct {
 	fs      vfs.FS
 	dir     string
+	mu      sync.Mutex
 	renamed []string // files renamed into place by this Write
 	written int64
+}
+
+// writeSegment writes generation g's segment and completes r, whose meta
+// is set.
+func (w *writer) writeSegment(seq uint64, g Generation, r *ref) error {
+	payload, err := g.Payload()
+	if err != nil {
+		return fmt.Errorf("snapshot: write: payload of generation %d shard %d: %w", g.ID, g.Shard, err)
+	}
+	name := segmentName(seq, g.ID, g.Shard)
+	head := segmentHead(r.meta, len(payload))
+	// The tail and the sum are taken before any Write, which may modify
+	// its input (Pebble's MemFS does, in invariants builds).
+	tail := segmentTail(head, payload)
+	sum := binary.LittleEndian.Uint64(tail[8:])
+	size, err := w.writeFile(name, head, payload, tail)
+	if err != nil {
+		return err
+	}
+	r.Name, r.Size, r.Sum = name, size, sum
+	return nil
 }
 
 // writeFile writes parts to name.tmp, syncs it, and renames it to name.
@@ -297,8 +339,10 @@ func (w *writer) writeFile(name string, parts ...[]byte) (size int64, err error)
 	if err := w.fs.Rename(tmp, final); err != nil {
 		return size, fmt.Errorf("snapshot: rename %s: %w", tmp, err)
 	}
+	w.mu.Lock()
 	w.renamed = append(w.renamed, final)
 	w.written += size
+	w.mu.Unlock()
 	return size, nil
 }
 

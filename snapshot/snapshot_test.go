@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -34,8 +35,11 @@ func payloadOf(id uint64, shard uint32, count uint64, size int) []byte {
 	return b
 }
 
-// calls counts Payload calls per (ID, Shard).
+// calls counts Payload calls per (ID, Shard). Write calls Payload from
+// several goroutines: callsMu guards every calls map.
 type calls map[[2]uint64]int
+
+var callsMu sync.Mutex
 
 func gens(specs []spec, c calls) []Generation {
 	var out []Generation
@@ -48,7 +52,9 @@ func gens(specs []spec, c calls) []Generation {
 				Count: s.Count, Kind: filter.Blocked, Sealed: s.Sealed,
 				Payload: func() ([]byte, error) {
 					if c != nil {
+						callsMu.Lock()
 						c[[2]uint64{s.ID, uint64(sh)}]++
+						callsMu.Unlock()
 					}
 					return payloadOf(s.ID, sh, s.Count, s.Size), nil
 				},
