@@ -490,12 +490,30 @@ func (b *batchScratch) probe(r *rotate.Ring, group []int32) []bool {
 	gens := r.Generations()
 	for gi := len(gens) - 1; gi >= 0; gi-- {
 		f := gens[gi].Filter
+		pf, _ := f.(filter.Prefetcher)
+		if pf == nil || len(group) <= prefetchAhead {
+			for j, i := range group {
+				maybe[j] = maybe[j] || f.Test(b.hashes[i])
+			}
+			continue
+		}
+		for _, i := range group[:prefetchAhead] {
+			pf.Prefetch(b.hashes[i])
+		}
 		for j, i := range group {
+			if k := j + prefetchAhead; k < len(group) {
+				pf.Prefetch(b.hashes[group[k]])
+			}
 			maybe[j] = maybe[j] || f.Test(b.hashes[i])
 		}
 	}
 	return maybe
 }
+
+// prefetchAhead is how many filter operations ahead probe and the commit's
+// inserts prefetch (filter.Prefetcher): enough misses in flight to cover
+// DRAM latency, few enough that the lines are still cached when used.
+const prefetchAhead = 8
 
 // probePending reports, for each key of group, whether it is in flight
 // or being committed in s, set by set for the same reason as probe: the
@@ -735,10 +753,11 @@ func (s *shard) addCommitted(now time.Time, exact bool, nshards int) error {
 				s.unpendN(gen, run)
 			}
 		}
-		es.set.each(func(h uint64, en pendingEntry) {
+		var pf filter.Prefetcher
+		add := func(h uint64, en pendingEntry) {
 			if run == 0 || en.gen != gen {
 				flush()
-				gen, run, f = en.gen, 0, nil
+				gen, run, f, pf = en.gen, 0, nil, nil
 				if gen >= oldest {
 					g, err := s.ring.Get(gen)
 					if err != nil {
@@ -747,6 +766,7 @@ func (s *shard) addCommitted(now time.Time, exact bool, nshards int) error {
 						}
 					} else {
 						f = g.Filter
+						pf, _ = f.(filter.Prefetcher)
 					}
 				}
 			}
@@ -754,7 +774,19 @@ func (s *shard) addCommitted(now time.Time, exact bool, nshards int) error {
 			if f != nil {
 				f.Add(h)
 			}
-		})
+		}
+		ents := es.set.ents
+		for j, en := range ents {
+			// Prefetch the key that comes prefetchAhead later, if it goes
+			// to the same filter (runs of one generation are long).
+			if k := j + prefetchAhead; pf != nil && k < len(ents) && ents[k].gen == gen {
+				pf.Prefetch(ents[k].h)
+			}
+			add(en.h, en)
+		}
+		for _, en := range es.set.zero {
+			add(0, en)
+		}
 		flush()
 		if exact {
 			s.remember(es.set, recentKeys/nshards)

@@ -100,6 +100,12 @@ func (f *blocked) block(h uint64) *[blockWords]uint64 {
 	return (*[blockWords]uint64)(f.words[i*blockWords : i*blockWords+blockWords])
 }
 
+// prefetch starts loading the block of h.
+func (f *blocked) prefetch(h uint64) {
+	i := ((h >> 32) * f.nblocks) >> 32
+	prefetch(unsafe.Pointer(&f.words[i*blockWords]))
+}
+
 // The k = 8 paths (what 1% and 0.1% targets choose) are unrolled into
 // shifts on locals: building a mask array costs twice as much per miss
 // lookup (measured) and shortens how far the CPU runs ahead into the next

@@ -199,6 +199,14 @@ func (c *chain) TestOrAdd(h uint64) bool {
 // fills with duplicates.
 func (c *chain) Add(h uint64) { c.TestOrAdd(h) }
 
+// Prefetch implements Prefetcher for the blocked backend (its newest link:
+// the one inserts go to and tests ask first); other backends do nothing.
+func (c *chain) Prefetch(h uint64) {
+	if b, ok := c.links[len(c.links)-1].(*blocked); ok {
+		b.prefetch(h)
+	}
+}
+
 func (c *chain) Count() uint64 {
 	var n uint64
 	for _, l := range c.links {

@@ -531,3 +531,41 @@ func TestBlockedPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefetch: Prefetch is a hint: for any hash, on every backend and on a
+// chain that has grown links, it changes no answer and no count.
+func TestPrefetch(t *testing.T) {
+	for _, kind := range []Kind{Bloom, Cuckoo, Blocked} {
+		f, err := New(kind, 1000, 0.01)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(0); i < 3000; i++ { // past capacity: the chain grows
+			f.Add(i * 0x9e3779b97f4a7c15)
+		}
+		pf, ok := f.(Prefetcher)
+		if !ok {
+			t.Fatalf("%v: not a Prefetcher", kind)
+		}
+		probes := []uint64{0, 1, 1 << 63, ^uint64(0)}
+		for i := uint64(0); i < 2000; i++ {
+			probes = append(probes, i*0xbf58476d1ce4e5b9)
+		}
+		before := make([]bool, len(probes))
+		for i, h := range probes {
+			before[i] = f.Test(h)
+		}
+		n := f.Count()
+		for _, h := range probes {
+			pf.Prefetch(h)
+		}
+		for i, h := range probes {
+			if f.Test(h) != before[i] {
+				t.Fatalf("%v: Test(%#x) changed after Prefetch", kind, h)
+			}
+		}
+		if f.Count() != n {
+			t.Fatalf("%v: Count %d -> %d after Prefetch", kind, n, f.Count())
+		}
+	}
+}
