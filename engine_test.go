@@ -565,3 +565,58 @@ func TestStatsAfterQuiet(t *testing.T) {
 			st.Generations, st.FilterKeys, st.FilterBytes, len(st.GenerationStats))
 	}
 }
+
+// TestObserveBatchLarge drives ObserveBatch with large batches (every
+// shard's group holds many keys), repeats within and across batches, and
+// commits between them, against a plain model: a key's first sighting is
+// New (or, probabilistic, a rare false-positive Duplicate), later ones
+// InFlight until a commit, Duplicate after.
+func TestObserveBatchLarge(t *testing.T) {
+	for _, prob := range []bool{false, true} {
+		t.Run(fmt.Sprintf("probabilistic=%v", prob), func(t *testing.T) {
+			clk := testclock.New(t0)
+			e := openT(t, Options{Dir: t.TempDir(), Probabilistic: prob, Now: clk.Now, Window: time.Hour, ExpectedRate: 1000})
+			r := rand.New(rand.NewPCG(5, 6))
+			const pool, batch = 20000, 1536
+			state := make(map[int]Verdict) // New: in flight; Duplicate: committed
+			keys := make([][]byte, batch)
+			idx := make([]int, batch)
+			out := make([]Verdict, batch)
+			var fps int
+			for round := 0; round < 30; round++ {
+				for j := range keys {
+					idx[j] = r.IntN(pool)
+					keys[j] = fmt.Appendf(nil, "key-%d", idx[j])
+				}
+				if err := e.ObserveBatch(keys, out); err != nil {
+					t.Fatal(err)
+				}
+				for j, k := range idx {
+					want, seen := state[k]
+					switch {
+					case !seen && out[j] == New:
+						state[k] = New
+					case !seen && prob && out[j] == Duplicate:
+						fps++
+						state[k] = Duplicate // the engine holds it as seen
+					case seen && want == New && out[j] == InFlight:
+					case seen && want == Duplicate && out[j] == Duplicate:
+					default:
+						t.Fatalf("round %d: key %d (model: seen=%v %v) got %v", round, k, seen, want, out[j])
+					}
+				}
+				if round%3 == 2 {
+					mustCommit(t, e, fmt.Sprint(round))
+					for k, v := range state {
+						if v == New {
+							state[k] = Duplicate
+						}
+					}
+				}
+			}
+			if fps > pool/50 {
+				t.Fatalf("%d false positives among %d keys, over 2%% at a 1%% target", fps, len(state))
+			}
+		})
+	}
+}
