@@ -72,51 +72,43 @@ func (p *pendingSet) slot(h uint64) uint64 { return (h >> 20) & p.mask }
 // has reports whether key (hash h) is held. Without exact, the hash alone
 // decides. A nil set holds nothing.
 func (p *pendingSet) has(h uint64, key []byte, exact bool) bool {
-	if p == nil || p.n == 0 {
-		return false
-	}
-	if h == 0 {
-		for _, en := range p.zero {
-			if !exact || string(p.key(en)) == string(key) {
-				return true
-			}
-		}
-		return false
-	}
-	hashes := p.hashes
-	for i := p.slot(h); ; i = (i + 1) & p.mask {
-		switch hashes[i] {
-		case 0:
-			return false
-		case h:
-			if !exact || string(p.key(p.ents[p.idx[i]])) == string(key) {
-				return true
-			}
-		}
-	}
+	_, ok := p.find(h, key, exact)
+	return ok
 }
 
 // lookup returns the generation of key (hash h), exact mode. A nil set
 // holds nothing.
 func (p *pendingSet) lookup(h uint64, key []byte) (gen uint64, ok bool) {
+	en, ok := p.find(h, key, true)
+	return en.gen, ok
+}
+
+// find returns the entry of key (hash h). Without exact, the hash alone
+// decides, and the entry returned is empty: a hit then reads nothing but
+// the probe array. A nil set holds nothing.
+func (p *pendingSet) find(h uint64, key []byte, exact bool) (pendingEntry, bool) {
 	if p == nil || p.n == 0 {
-		return 0, false
+		return pendingEntry{}, false
 	}
 	if h == 0 {
 		for _, en := range p.zero {
-			if string(p.key(en)) == string(key) {
-				return en.gen, true
+			if !exact || string(p.key(en)) == string(key) {
+				return en, true
 			}
 		}
-		return 0, false
+		return pendingEntry{}, false
 	}
+	hashes := p.hashes
 	for i := p.slot(h); ; i = (i + 1) & p.mask {
-		switch p.hashes[i] {
+		switch hashes[i] {
 		case 0:
-			return 0, false
+			return pendingEntry{}, false
 		case h:
+			if !exact {
+				return pendingEntry{}, true
+			}
 			if en := p.ents[p.idx[i]]; string(p.key(en)) == string(key) {
-				return en.gen, true
+				return en, true
 			}
 		}
 	}
