@@ -66,10 +66,12 @@
 // fatal error is returned (wrapping ErrBroken); in one of Pebble's
 // background goroutines (a flush or compaction) it breaks the Store, so
 // that every later call returns ErrBroken wrapping it, and that goroutine
-// ends. A failed flush breaks the Store too: Pebble would retry it for ever
-// and stall writes once its memtables are full, so commits would hang;
-// closing and reopening the Store recovers from it. Pebble then stays wedged: Close gives up after two seconds, an
-// Open waiting for the failed flush returns the error, and the directory
-// stays locked until the process exits. What was committed is on disk; the
-// next process opens it as after a crash.
+// ends. Pebble then stays wedged: Close gives up after two seconds, an Open
+// waiting for the failed flush returns the error, and the directory stays
+// locked until the process exits. What was committed is on disk; the next
+// process opens it as after a crash.
+//
+// A failed flush breaks the Store too: Pebble would retry it for ever and
+// stall writes once its memtables are full, so commits would hang. There
+// Pebble is not wedged: closing and reopening the Store recovers.
 package exact
