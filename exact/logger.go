@@ -2,6 +2,7 @@ package exact
 
 import (
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -98,7 +99,7 @@ func (l *fatalLogger) background() error {
 // package (a Store call, Open or Close) below Fatalf, which recovers a
 // fatalPanic. It walks the stack; Fatalf is rare enough for that.
 func onStoreCall() bool {
-	const self = "github.com/streamdedup/dedup/exact."
+	self := selfPrefix
 	var pcs [256]uintptr
 	n := runtime.Callers(3, pcs[:]) // above Fatalf
 	frames := runtime.CallersFrames(pcs[:n])
@@ -112,6 +113,14 @@ func onStoreCall() bool {
 		}
 	}
 }
+
+// selfPrefix is this package's prefix in function names
+// ("github.com/streamdedup/dedup/exact."), read from a function of it so
+// that it follows the module path.
+var selfPrefix = func() string {
+	name := runtime.FuncForPC(reflect.ValueOf(newFatalLogger).Pointer()).Name()
+	return name[:strings.LastIndex(name, ".")+1]
+}()
 
 // asFatal returns the error carried by a recovered fatalPanic; any other
 // panic value is re-raised.

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -404,5 +406,19 @@ func TestSortKeys(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("n=%d: sortKeys order differs", n)
 		}
+	}
+}
+
+// TestSelfPrefix: the prefix fatalLogger looks for on the stack names this
+// package, so that a fatal error on a Store call is returned, not taken for
+// one on a background goroutine.
+func TestSelfPrefix(t *testing.T) {
+	if !strings.HasSuffix(selfPrefix, "/exact.") {
+		t.Fatalf("selfPrefix = %q", selfPrefix)
+	}
+	var pcs [1]uintptr
+	runtime.Callers(1, pcs[:])
+	if f, _ := runtime.CallersFrames(pcs[:]).Next(); !strings.HasPrefix(f.Function, selfPrefix) {
+		t.Fatalf("%q does not start with %q", f.Function, selfPrefix)
 	}
 }
