@@ -166,7 +166,7 @@ func TestErrorAtEveryOp(t *testing.T) {
 					before := listDir(t, mem, testDir)
 					var inj errorfs.Injector
 					var want error
-					fired := func() bool { return false }
+					var fired func() bool
 					if mode == "ErrInjected" {
 						idx := errorfs.OnIndex(int32(k))
 						inj, want = idx, errorfs.ErrInjected
