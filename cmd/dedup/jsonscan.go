@@ -186,15 +186,26 @@ func (s *jsonScanner) literal(lit string) {
 	s.fail("invalid literal")
 }
 
-func (s *jsonScanner) object(want *pathNode, depth int) {
+// enter steps into an object or array at depth: past its opening bracket
+// and the whitespace after it. It reports whether there are members to
+// scan: false if the nesting is too deep (a failure) or if closer follows
+// at once (an empty container, consumed).
+func (s *jsonScanner) enter(depth int, closer byte) bool {
 	if depth > maxDepth {
 		s.fail("nesting too deep")
-		return
+		return false
 	}
-	s.i++ // '{'
+	s.i++ // '{' or '['
 	s.ws()
-	if s.i < len(s.data) && s.data[s.i] == '}' {
+	if s.i < len(s.data) && s.data[s.i] == closer {
 		s.i++
+		return false
+	}
+	return true
+}
+
+func (s *jsonScanner) object(want *pathNode, depth int) {
+	if !s.enter(depth, '}') {
 		return
 	}
 	for {
@@ -272,14 +283,7 @@ func (n *pathNode) match(name []byte, escaped bool) *pathMember {
 }
 
 func (s *jsonScanner) array(depth int) {
-	if depth > maxDepth {
-		s.fail("nesting too deep")
-		return
-	}
-	s.i++ // '['
-	s.ws()
-	if s.i < len(s.data) && s.data[s.i] == ']' {
-		s.i++
+	if !s.enter(depth, ']') {
 		return
 	}
 	for {
