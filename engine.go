@@ -526,7 +526,13 @@ func (b *batchScratch) probePending(s *shard, group []int32, keys [][]byte, exac
 		if p == nil || p.n == 0 {
 			return
 		}
+		for _, i := range group[:min(prefetchAhead, len(group))] {
+			p.prefetch(b.hashes[i])
+		}
 		for j, i := range group {
+			if k := j + prefetchAhead; k < len(group) {
+				p.prefetch(b.hashes[group[k]])
+			}
 			if !pend[j] {
 				pend[j] = p.has(b.hashes[i], keys[i], exact)
 			}

@@ -1,5 +1,11 @@
 package dedup
 
+import (
+	"unsafe"
+
+	"github.com/streamdedup/dedup/internal/prefetch"
+)
+
 // pendingSet holds one shard's keys in flight (or being committed), keyed
 // by hash. In exact mode the key bytes are appended to an arena, so a New
 // key costs no allocation of its own, and keys that share a 64-bit hash
@@ -68,6 +74,11 @@ func (p *pendingSet) key(en pendingEntry) []byte { return p.arena[en.off : en.of
 // the low bits of h feed the filters' in-block positions, the shard index
 // its remix: take the slot from the middle bits, away from both ends.
 func (p *pendingSet) slot(h uint64) uint64 { return (h >> 20) & p.mask }
+
+// prefetch starts loading the home slot of hash h (see internal/prefetch).
+func (p *pendingSet) prefetch(h uint64) {
+	prefetch.Addr(unsafe.Pointer(&p.hashes[p.slot(h)]))
+}
 
 // has reports whether key (hash h) is held. Without exact, the hash alone
 // decides. A nil set holds nothing.

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"unsafe"
+
+	"github.com/streamdedup/dedup/internal/prefetch"
 )
 
 // The blocked backend is a split-block Bloom filter (Putze, Sanders and
@@ -103,7 +105,7 @@ func (f *blocked) block(h uint64) *[blockWords]uint64 {
 // prefetch starts loading the block of h.
 func (f *blocked) prefetch(h uint64) {
 	i := ((h >> 32) * f.nblocks) >> 32
-	prefetch(unsafe.Pointer(&f.words[i*blockWords]))
+	prefetch.Addr(unsafe.Pointer(&f.words[i*blockWords]))
 }
 
 // The k = 8 paths (what 1% and 0.1% targets choose) are unrolled into
