@@ -34,7 +34,7 @@ func (e *Engine) Backup(dest string) error {
 	// until the store's checkpoint is taken.
 	e.snapMu.Lock()
 	defer e.snapMu.Unlock()
-	if _, err := e.writeSnapshot(); err != nil {
+	if _, err := e.writeSnapshot(false); err != nil {
 		return fmt.Errorf("dedup: backup: %w", err)
 	}
 	snap, err := snapshot.Latest(e.fs, e.snapDir)

@@ -237,7 +237,7 @@ func Open(opts Options) (*Engine, error) {
 		e.every(opts.AutoCommit, func() { _ = e.commit(math.MaxUint64, nil) })
 	}
 	if opts.SnapshotInterval > 0 {
-		e.every(opts.SnapshotInterval, func() { _ = e.snapshot() })
+		e.every(opts.SnapshotInterval, func() { _ = e.snapshot(false) })
 	}
 	if e.exact {
 		// Expired generations are range-deleted by the commit that expires
@@ -1104,7 +1104,7 @@ func (e *Engine) Close() error {
 	}
 	if e.opts.SnapshotInterval > 0 {
 		// A fresh snapshot makes the next Open fast.
-		if err := e.snapshot(); err != nil {
+		if err := e.snapshot(true); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -38,14 +38,17 @@ func (e *Engine) Snapshot() error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	return e.snapshot()
+	return e.snapshot(false)
 }
 
-func (e *Engine) snapshot() error {
+// snapshot writes a snapshot. closing says the caller is Close, which
+// holds the lifecycle lock exclusively: no commit can change a filter any
+// more.
+func (e *Engine) snapshot(closing bool) error {
 	e.snapMu.Lock()
 	defer e.snapMu.Unlock()
 	start := time.Now()
-	info, err := e.writeSnapshot()
+	info, err := e.writeSnapshot(closing)
 	if err != nil {
 		e.stats.snapshotErrors.Add(1)
 		msg := err.Error()
@@ -59,7 +62,7 @@ func (e *Engine) snapshot() error {
 	return nil
 }
 
-func (e *Engine) writeSnapshot() (snapshot.Info, error) {
+func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 	now := e.opts.Now()
 	current := max(e.timing.GenerationAt(now), e.newestGen.Load())
 	var gens []snapshot.Generation
@@ -82,7 +85,12 @@ func (e *Engine) writeSnapshot() (snapshot.Info, error) {
 				// change again: no new key goes into it.
 				Sealed: g.ID < current && s.pendingGens[g.ID] == 0,
 			}
-			if sg.Sealed {
+			// A filter that cannot change is encoded by the snapshot's
+			// writers, in parallel, when they reach it; the others are
+			// copied now, under the lock. At Close that is every filter:
+			// copying 157 MiB here, serially, took 0.15 s of the dedup
+			// command's 0.37 s final snapshot (BenchmarkFilter).
+			if sg.Sealed || closing {
 				sg.Payload = f.MarshalBinary
 			} else {
 				b, err := f.MarshalBinary()
