@@ -85,13 +85,15 @@ func (e *jsonError) String() string {
 }
 
 // jsonScanner scans one line. It is reused across lines.
+//
+// Its steps take the index where they start and return the index past
+// what they scanned, or -1 after recording a failure with fail: the
+// position stays in a register instead of a field written back at every
+// byte.
 type jsonScanner struct {
 	root *pathNode
-	data []byte
-	i    int
 	vals [][]byte // raw value per path, nil if absent
 	err  jsonError
-	bad  bool
 }
 
 func newJSONScanner(paths []jsonPath) *jsonScanner {
@@ -104,163 +106,136 @@ func newJSONScanner(paths []jsonPath) *jsonScanner {
 // one wins, as with encoding/json. It reports false on a syntax error,
 // described by s.err; notObject reports a valid line that is not an object.
 func (s *jsonScanner) scan(line []byte) (ok, notObject bool) {
-	s.data, s.i, s.bad = line, 0, false
 	clear(s.vals)
-	s.ws()
-	if s.i < len(s.data) && s.data[s.i] != '{' {
-		s.value(nil, 0)
-		if s.bad {
-			return false, false
-		}
-		s.ws()
-		if s.i != len(s.data) {
-			s.fail("unexpected data after the value")
-			return false, false
-		}
-		return true, true
+	d := line
+	i := ws(d, 0)
+	want, what := s.root, "unexpected data after the object"
+	if i < len(d) && d[i] != '{' {
+		want, what = nil, "unexpected data after the value"
 	}
-	s.value(s.root, 0)
-	if s.bad {
+	if i = s.value(d, i, want, 0); i < 0 {
 		return false, false
 	}
-	s.ws()
-	if s.i != len(s.data) {
-		s.fail("unexpected data after the object")
+	if i = ws(d, i); i != len(d) {
+		s.fail(i, what)
 		return false, false
 	}
-	return true, false
+	return true, want == nil
 }
 
-func (s *jsonScanner) fail(msg string) {
-	if !s.bad {
-		s.bad = true
-		s.err = jsonError{at: s.i, msg: msg}
-	}
+// fail records a syntax error at byte at and returns -1.
+func (s *jsonScanner) fail(at int, msg string) int {
+	s.err = jsonError{at: at, msg: msg}
+	return -1
 }
 
-// ws skips JSON whitespace. Most NDJSON has none between tokens: the
-// first byte, past ' ', ends it.
-func (s *jsonScanner) ws() {
-	d, i := s.data, s.i
+// ws skips JSON whitespace from i. Most NDJSON has none between tokens:
+// the first byte, past ' ', ends it.
+func ws(d []byte, i int) int {
 	if i < len(d) && d[i] > ' ' {
-		return
+		return i
 	}
 	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
 		i++
 	}
-	s.i = i
+	return i
 }
 
-// value scans one value at s.i. want, when non-nil, names the members to
+// value scans one value at i. want, when non-nil, names the members to
 // record if the value is an object.
-func (s *jsonScanner) value(want *pathNode, depth int) {
-	if s.i >= len(s.data) {
-		s.fail("unexpected end of line")
-		return
+func (s *jsonScanner) value(d []byte, i int, want *pathNode, depth int) int {
+	if i >= len(d) {
+		return s.fail(i, "unexpected end of line")
 	}
-	switch c := s.data[s.i]; {
-	case c == '{':
-		s.object(want, depth+1)
-	case c == '[':
-		s.array(depth + 1)
+	switch c := d[i]; {
 	case c == '"':
-		s.str()
+		i, _ = s.str(d, i)
+		return i
+	case c == '{':
+		return s.object(d, i, want, depth+1)
 	case c == '-' || (c >= '0' && c <= '9'):
-		s.number()
+		return s.number(d, i)
+	case c == '[':
+		return s.array(d, i, depth+1)
 	case c == 't':
-		s.literal("true")
+		return s.literal(d, i, "true")
 	case c == 'f':
-		s.literal("false")
+		return s.literal(d, i, "false")
 	case c == 'n':
-		s.literal("null")
+		return s.literal(d, i, "null")
 	default:
-		s.fail("unexpected character " + strconv.QuoteRune(rune(c)))
+		return s.fail(i, "unexpected character "+strconv.QuoteRune(rune(c)))
 	}
 }
 
-func (s *jsonScanner) literal(lit string) {
-	if len(s.data)-s.i >= len(lit) && string(s.data[s.i:s.i+len(lit)]) == lit {
-		s.i += len(lit)
-		return
+func (s *jsonScanner) literal(d []byte, i int, lit string) int {
+	if len(d)-i >= len(lit) && string(d[i:i+len(lit)]) == lit {
+		return i + len(lit)
 	}
-	s.fail("invalid literal")
+	return s.fail(i, "invalid literal")
 }
 
-// enter steps into an object or array at depth: past its opening bracket
-// and the whitespace after it. It reports whether there are members to
-// scan: false if the nesting is too deep (a failure) or if closer follows
-// at once (an empty container, consumed).
-func (s *jsonScanner) enter(depth int, closer byte) bool {
+// enter steps into an object or array at depth, whose opening bracket is
+// at i: past it and the whitespace after it. more reports whether there
+// are members to scan: false if the nesting is too deep (a failure, i -1)
+// or if closer follows at once (an empty container, consumed).
+func (s *jsonScanner) enter(d []byte, i, depth int, closer byte) (next int, more bool) {
 	if depth > maxDepth {
-		s.fail("nesting too deep")
-		return false
+		return s.fail(i, "nesting too deep"), false
 	}
-	s.i++ // '{' or '['
-	s.ws()
-	if s.i < len(s.data) && s.data[s.i] == closer {
-		s.i++
-		return false
+	i = ws(d, i+1)
+	if i < len(d) && d[i] == closer {
+		return i + 1, false
 	}
-	return true
+	return i, true
 }
 
-func (s *jsonScanner) object(want *pathNode, depth int) {
-	if !s.enter(depth, '}') {
-		return
+func (s *jsonScanner) object(d []byte, i int, want *pathNode, depth int) int {
+	i, more := s.enter(d, i, depth, '}')
+	if !more {
+		return i
 	}
 	for {
-		if s.i >= len(s.data) || s.data[s.i] != '"' {
-			s.fail("expected a member name")
-			return
+		if i >= len(d) || d[i] != '"' {
+			return s.fail(i, "expected a member name")
 		}
-		nameStart := s.i + 1
-		escaped := s.str()
-		if s.bad {
-			return
+		nameStart := i + 1
+		var escaped bool
+		if i, escaped = s.str(d, i); i < 0 {
+			return i
 		}
-		name := s.data[nameStart : s.i-1]
 		var m *pathMember
 		if want != nil {
-			m = want.match(name, escaped)
+			m = want.match(d[nameStart:i-1], escaped)
 		}
-		s.ws()
-		if s.i >= len(s.data) || s.data[s.i] != ':' {
-			s.fail("expected ':'")
-			return
+		if i = ws(d, i); i >= len(d) || d[i] != ':' {
+			return s.fail(i, "expected ':'")
 		}
-		s.i++
-		s.ws()
-		start := s.i
+		start := ws(d, i+1)
 		var child *pathNode
 		if m != nil {
 			child = m.child
 		}
-		s.value(child, depth)
-		if s.bad {
-			return
+		if i = s.value(d, start, child, depth); i < 0 {
+			return i
 		}
 		if m != nil && m.field >= 0 {
-			v := s.data[start:s.i]
+			v := d[start:i]
 			if string(v) == "null" {
 				v = nil
 			}
 			s.vals[m.field] = v
 		}
-		s.ws()
-		if s.i >= len(s.data) {
-			s.fail("unexpected end of line in an object")
-			return
+		if i = ws(d, i); i >= len(d) {
+			return s.fail(i, "unexpected end of line in an object")
 		}
-		switch s.data[s.i] {
+		switch d[i] {
 		case ',':
-			s.i++
-			s.ws()
+			i = ws(d, i+1)
 		case '}':
-			s.i++
-			return
+			return i + 1
 		default:
-			s.fail("expected ',' or '}'")
-			return
+			return s.fail(i, "expected ',' or '}'")
 		}
 	}
 }
@@ -282,30 +257,25 @@ func (n *pathNode) match(name []byte, escaped bool) *pathMember {
 	return nil
 }
 
-func (s *jsonScanner) array(depth int) {
-	if !s.enter(depth, ']') {
-		return
+func (s *jsonScanner) array(d []byte, i, depth int) int {
+	i, more := s.enter(d, i, depth, ']')
+	if !more {
+		return i
 	}
 	for {
-		s.value(nil, depth)
-		if s.bad {
-			return
+		if i = s.value(d, i, nil, depth); i < 0 {
+			return i
 		}
-		s.ws()
-		if s.i >= len(s.data) {
-			s.fail("unexpected end of line in an array")
-			return
+		if i = ws(d, i); i >= len(d) {
+			return s.fail(i, "unexpected end of line in an array")
 		}
-		switch s.data[s.i] {
+		switch d[i] {
 		case ',':
-			s.i++
-			s.ws()
+			i = ws(d, i+1)
 		case ']':
-			s.i++
-			return
+			return i + 1
 		default:
-			s.fail("expected ',' or ']'")
-			return
+			return s.fail(i, "expected ',' or ']'")
 		}
 	}
 }
@@ -318,12 +288,10 @@ var strPlain = func() (t [256]bool) {
 	return t
 }()
 
-// str scans a string starting at its opening quote and reports whether it
-// held an escape.
-func (s *jsonScanner) str() (escaped bool) {
-	s.i++ // '"'
-	d := s.data
-	i := s.i
+// str scans a string starting at its opening quote at i and reports
+// whether it held an escape.
+func (s *jsonScanner) str(d []byte, i int) (next int, escaped bool) {
+	i++ // '"'
 	for {
 		// Eight bytes at a time while none is '"', '\\' or a control
 		// character (SWAR: the classic has-zero-byte and has-less tests).
@@ -348,41 +316,30 @@ func (s *jsonScanner) str() (escaped bool) {
 			}
 		}
 		if i >= len(d) {
-			s.i = i
-			s.fail("unexpected end of line in a string")
-			return escaped
+			return s.fail(i, "unexpected end of line in a string"), escaped
 		}
 		switch d[i] {
 		case '"':
-			s.i = i + 1
-			return escaped
+			return i + 1, escaped
 		case '\\':
 			escaped = true
 			i++
 			if i >= len(d) {
-				s.i = i
-				s.fail("unexpected end of line in a string")
-				return escaped
+				return s.fail(i, "unexpected end of line in a string"), escaped
 			}
 			switch d[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i++
 			case 'u':
 				if len(d)-i < 5 || !isHex(d[i+1]) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) {
-					s.i = i
-					s.fail("invalid \\u escape")
-					return escaped
+					return s.fail(i, "invalid \\u escape"), escaped
 				}
 				i += 5
 			default:
-				s.i = i
-				s.fail("invalid escape")
-				return escaped
+				return s.fail(i, "invalid escape"), escaped
 			}
 		default: // control character
-			s.i = i
-			s.fail("control character in a string")
-			return escaped
+			return s.fail(i, "control character in a string"), escaped
 		}
 	}
 }
@@ -393,9 +350,7 @@ func isHex(c byte) bool {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-func (s *jsonScanner) number() {
-	d := s.data
-	i := s.i
+func (s *jsonScanner) number(d []byte, i int) int {
 	if d[i] == '-' {
 		i++
 	}
@@ -407,16 +362,12 @@ func (s *jsonScanner) number() {
 			i++
 		}
 	default:
-		s.i = i
-		s.fail("invalid number")
-		return
+		return s.fail(i, "invalid number")
 	}
 	if i < len(d) && d[i] == '.' {
 		i++
 		if i >= len(d) || !isDigit(d[i]) {
-			s.i = i
-			s.fail("invalid number")
-			return
+			return s.fail(i, "invalid number")
 		}
 		for i < len(d) && isDigit(d[i]) {
 			i++
@@ -428,15 +379,13 @@ func (s *jsonScanner) number() {
 			i++
 		}
 		if i >= len(d) || !isDigit(d[i]) {
-			s.i = i
-			s.fail("invalid number")
-			return
+			return s.fail(i, "invalid number")
 		}
 		for i < len(d) && isDigit(d[i]) {
 			i++
 		}
 	}
-	s.i = i
+	return i
 }
 
 // unquoteJSON decodes the escapes of a string body already validated by
