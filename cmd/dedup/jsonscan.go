@@ -288,22 +288,48 @@ var strPlain = func() (t [256]bool) {
 	return t
 }()
 
+// swarSpecial flags, in the high bit of each byte of w, the bytes that
+// end a plain run in a string: '"', '\\' or a control character (SWAR:
+// the classic has-zero-byte and has-less tests). The lowest flagged byte is
+// exact (a borrow only runs upwards from a true match).
+func swarSpecial(w uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := w ^ (lo * '"')
+	b := w ^ (lo * '\\')
+	return ((q-lo)&^q | (b-lo)&^b | (w-lo*0x20)&^w) & hi
+}
+
 // str scans a string starting at its opening quote at i and reports
 // whether it held an escape.
+//
+// The common string, without escapes, is read eight bytes at a time to
+// its closing quote. The words may run past the line into its slice's
+// capacity, which in a batch holds the newline and the next lines: a
+// flagged byte at or past len(d) means the line ended inside the string.
 func (s *jsonScanner) str(d []byte, i int) (next int, escaped bool) {
 	i++ // '"'
+	for full := d[:cap(d)]; i+8 <= len(full); i += 8 {
+		w := binary.LittleEndian.Uint64(full[i:])
+		if m := swarSpecial(w); m != 0 {
+			k := bits.TrailingZeros64(m) &^ 7 // the flagged byte's first bit
+			if i += k >> 3; i < len(d) && byte(w>>k) == '"' {
+				return i + 1, false
+			}
+			break
+		}
+	}
+	return s.strRest(d, min(i, len(d)))
+}
+
+// strRest goes on with a string from i, where an escape, a control
+// character or the end of the line is, or fewer than eight bytes are left.
+func (s *jsonScanner) strRest(d []byte, i int) (next int, escaped bool) {
 	for {
-		// Eight bytes at a time while none is '"', '\\' or a control
-		// character (SWAR: the classic has-zero-byte and has-less tests).
-		// The lowest flagged byte is exact (a borrow only runs upwards from
-		// a true match): jump to it.
+		// Eight bytes at a time while none is flagged, then jump to the
+		// flagged one.
 		found := false
 		for i+8 <= len(d) {
-			w := binary.LittleEndian.Uint64(d[i:])
-			const lo, hi = 0x0101010101010101, 0x8080808080808080
-			q := w ^ (lo * '"')
-			b := w ^ (lo * '\\')
-			if m := ((q-lo)&^q | (b-lo)&^b | (w-lo*0x20)&^w) & hi; m != 0 {
+			if m := swarSpecial(binary.LittleEndian.Uint64(d[i:])); m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
 				found = true
 				break
