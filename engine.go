@@ -675,21 +675,23 @@ func (s *shard) rollEpoch(cur uint64) {
 	}
 	if s.inflight.n > 0 {
 		s.older = append(s.older, epochSet{s.epoch, s.inflight})
-		s.inflight = s.newSet(s.inflight.n)
+		s.inflight = s.newSet(s.inflight)
 	}
 	s.epoch = cur
 }
 
-// newSet returns an empty in-flight set sized for hint keys, a spare one if
-// any. The shard's lock is held.
-func (s *shard) newSet(hint int) *pendingSet {
+// newSet returns an empty in-flight set, a spare one if any, sized for as
+// many keys as like, the set it follows. The shard's lock is held.
+func (s *shard) newSet(like *pendingSet) *pendingSet {
+	var p *pendingSet
 	if n := len(s.spare); n > 0 {
-		p := s.spare[n-1]
+		p = s.spare[n-1]
 		s.spare = s.spare[:n-1]
-		p.init(hint)
-		return p
+	} else {
+		p = &pendingSet{}
 	}
-	return newPendingSet(hint)
+	p.init(like.n, len(like.arena))
+	return p
 }
 
 // maxSpare bounds the spare sets a shard keeps.
@@ -727,7 +729,7 @@ func (s *shard) takeThrough(limit uint64) []epochSet {
 	s.older = append(s.older[:0], s.older[i:]...)
 	if s.epoch <= limit && s.inflight.n > 0 {
 		taken = append(taken, epochSet{s.epoch, s.inflight})
-		s.inflight = s.newSet(s.inflight.n)
+		s.inflight = s.newSet(s.inflight)
 	}
 	return taken
 }

@@ -127,7 +127,7 @@ func BenchmarkPendingSet(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			if i%n == 0 {
-				p.init(n)
+				p.init(n, n*len(key))
 			}
 			p.add(hs[i%len(hs)], key, 1, true)
 			i++
