@@ -93,7 +93,11 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. :9090) at /metrics")
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
 	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from the start (committed keys still count)")
-	fs.IntVar(&c.chunk, "chunk", 1<<20, "read `BYTES` per batch")
+	// 256 KiB: a batch read, scanned and written again stays in the
+	// caches between its passes; against 1 MiB the whole command used
+	// x1.11 less CPU (probabilistic; x1.07 exact), 512 KiB and 128 KiB
+	// were both slower (BenchmarkFilter, alternating runs).
+	fs.IntVar(&c.chunk, "chunk", 256<<10, "read `BYTES` per batch")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "with --state: snapshot the filters every `DURATION` and at the end, so a restart loads them instead of rebuilding (0: only at the end)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), filterHelpHead)
