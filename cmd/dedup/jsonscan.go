@@ -34,7 +34,14 @@ type jsonPath []string
 // an object at this level.
 type pathNode struct {
 	members []pathMember
+	// lens has bit n set if a member name of n bytes (n < 64; bit 63 for
+	// all longer ones) is wanted: most member names of a line are not,
+	// and their length alone says so without a call to match.
+	lens uint64
 }
+
+// lenBit is the bit of lens for a name of n bytes.
+func lenBit(n int) uint64 { return 1 << min(n, 63) }
 
 type pathMember struct {
 	name  string
@@ -58,6 +65,7 @@ func newPathTrie(paths []jsonPath) *pathNode {
 			}
 			if m == nil {
 				n.members = append(n.members, pathMember{name: name, field: -1})
+				n.lens |= lenBit(len(name))
 				m = &n.members[len(n.members)-1]
 			}
 			if d == len(p)-1 {
@@ -205,7 +213,8 @@ func (s *jsonScanner) object(d []byte, i int, want *pathNode, depth int) int {
 			return i
 		}
 		var m *pathMember
-		if want != nil {
+		// An escaped name may be longer than what it decodes to.
+		if want != nil && (escaped || want.lens&lenBit(i-1-nameStart) != 0) {
 			m = want.match(d[nameStart:i-1], escaped)
 		}
 		if i = ws(d, i); i >= len(d) || d[i] != ':' {
