@@ -59,6 +59,26 @@ func checkAgainstEncodingJSON(t *testing.T, line []byte) {
 	}
 }
 
+// checkPastTheLine scans line as a batch holds it, with bytes after it in
+// its slice's capacity (which the string scan reads ahead into), and wants
+// the same result as on the bare line: for each of a newline, a quote (it
+// must not close a string the line left open) and plain bytes after it.
+func checkPastTheLine(t *testing.T, line []byte) {
+	t.Helper()
+	bare := newJSONScanner([]jsonPath{{"id"}})
+	ok, notObject := bare.scan(bytes.Clone(line))
+	for _, after := range []string{"\n{\"id\":1}\n", `"}`, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"} {
+		// Room for the scanner's words to run on past the line.
+		buf := append(append(make([]byte, 0, len(line)+len(after)+64), line...), after...)
+		s := newJSONScanner([]jsonPath{{"id"}})
+		ok2, notObject2 := s.scan(buf[:len(line)])
+		if ok2 != ok || notObject2 != notObject || s.err != bare.err || !bytes.Equal(s.vals[0], bare.vals[0]) {
+			t.Fatalf("scan(%q) followed by %q in its capacity: ok=%v notObject=%v err=%q id=%q, alone: ok=%v notObject=%v err=%q id=%q",
+				line, after, ok2, notObject2, s.err.String(), s.vals[0], ok, notObject, bare.err.String(), bare.vals[0])
+		}
+	}
+}
+
 func TestScanMatchesEncodingJSON(t *testing.T) {
 	for _, line := range []string{
 		`{"id":1}`, `{"id":"1"}`, ` {"id" : [1,2,{"a":null}] } `, `{"id":null}`, `{}`, `{"a":1,"id":2,"id":3}`,
@@ -66,19 +86,26 @@ func TestScanMatchesEncodingJSON(t *testing.T) {
 		`{"id":.5}`, `{"id":-}`, `{"id":1e}`, `{"id":"\x"}`, `{"id":"\u12"}`, `{"id":"a` + "\t" + `"}`,
 		`{"id":tru}`, `{"id":1,}`, `{,}`, `{"id"}`, `{"id":1}}`, `{"id":1} x`, `[1]`, `"s"`, `12`, ``, ` `,
 		`{"id":{"id":1}}`, `{"x":[[[[]]]],"id":"deep"}`, `{"id":"\/\b\f\n\r\t\\\""}`, `{"id":1 2}`,
+		`{"a":1,"id":"xxxx`, `{"id":"` + strings.Repeat("x", 20), `{"` + strings.Repeat("x", 12), `"abc`,
 		strings.Repeat("[", 20000) + strings.Repeat("]", 20000),
 		`{"a":` + strings.Repeat(`{"a":`, 10001) + `1` + strings.Repeat(`}`, 10002),
 	} {
 		checkAgainstEncodingJSON(t, []byte(line))
+		checkPastTheLine(t, []byte(line))
 	}
 	// A quote, an escape or a control character at every offset of the
 	// scanner's 8-byte words, with data after the string or not.
 	for n := range 20 {
 		for _, special := range []string{`"`, `\n`, `\u0041`, "\t", `\`, "\x00"} {
 			body := strings.Repeat("x", n) + special + strings.Repeat("y", n%9)
-			checkAgainstEncodingJSON(t, []byte(`{"id":"`+body+`"}`))
-			checkAgainstEncodingJSON(t, []byte(`{"id":"`+body+`","z":[`+strings.Repeat("1,", n)+`2]}`))
-			checkAgainstEncodingJSON(t, []byte(`{"`+body+`":1,"id":"`+body))
+			for _, line := range []string{
+				`{"id":"` + body + `"}`,
+				`{"id":"` + body + `","z":[` + strings.Repeat("1,", n) + `2]}`,
+				`{"` + body + `":1,"id":"` + body,
+			} {
+				checkAgainstEncodingJSON(t, []byte(line))
+				checkPastTheLine(t, []byte(line))
+			}
 		}
 	}
 }
@@ -103,6 +130,7 @@ func FuzzExtract(f *testing.F) {
 			return // the reader never passes a newline
 		}
 		checkAgainstEncodingJSON(t, line)
+		checkPastTheLine(t, line)
 		for _, cfg := range []extractorConfig{
 			{format: "json", key: "event_id"},
 			{format: "json", key: "user.id,seq"},
