@@ -168,7 +168,7 @@ func BenchmarkReadExtract(b *testing.B) {
 		for range 4 {
 			free <- &batch{}
 		}
-		rd := &reader{srcs: []source{{name: in, r: f, line: 1}}, x: x, chunk: 1 << 20, full: full, free: free, done: make(chan struct{})}
+		rd := &reader{srcs: []source{{name: in, r: f, line: 1}}, x: x, chunk: defaultChunk, full: full, free: free, done: make(chan struct{})}
 		go rd.run()
 		keys := 0
 		for bt := range full {
