@@ -491,17 +491,13 @@ func (b *batchScratch) probe(r *rotate.Ring, group []int32) []bool {
 	for gi := len(gens) - 1; gi >= 0; gi-- {
 		f := gens[gi].Filter
 		pf, _ := f.(filter.Prefetcher)
-		if pf == nil || len(group) <= prefetchAhead {
-			for j, i := range group {
-				maybe[j] = maybe[j] || f.Test(b.hashes[i])
+		if pf != nil {
+			for _, i := range group[:min(prefetchAhead, len(group))] {
+				pf.Prefetch(b.hashes[i])
 			}
-			continue
-		}
-		for _, i := range group[:prefetchAhead] {
-			pf.Prefetch(b.hashes[i])
 		}
 		for j, i := range group {
-			if k := j + prefetchAhead; k < len(group) {
+			if k := j + prefetchAhead; pf != nil && k < len(group) {
 				pf.Prefetch(b.hashes[group[k]])
 			}
 			maybe[j] = maybe[j] || f.Test(b.hashes[i])
@@ -748,8 +744,9 @@ func (s *shard) unpendN(gen uint64, n int) {
 
 // addCommitted puts the keys of the committing sets, now durable, into
 // their generations' filters (those still live at now), and keeps the sets
-// (exact mode: for recentlyCommitted, then for reuse). It is Ring.Add key by key, with the generation looked up once
-// per run of keys of one generation. The shard's lock is held.
+// (exact mode: for recentlyCommitted, then for reuse). It is Ring.Add key
+// by key, with the generation looked up once per run of keys of one
+// generation. The shard's lock is held.
 func (s *shard) addCommitted(now time.Time, exact bool, nshards int) error {
 	var firstErr error
 	oldest := s.ring.OldestLive(now)
