@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -505,24 +504,4 @@ func hex4(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
-}
-
-// parsePaths splits "user.id,seq" into paths. Member names containing '.'
-// or ',' cannot be named.
-func parsePaths(spec string) ([]jsonPath, error) {
-	var paths []jsonPath
-	for _, f := range strings.Split(spec, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			return nil, errorf("--key %q: empty field", spec)
-		}
-		p := jsonPath(strings.Split(f, "."))
-		for _, name := range p {
-			if name == "" {
-				return nil, errorf("--key %q: empty member name in %q", spec, f)
-			}
-		}
-		paths = append(paths, p)
-	}
-	return paths, nil
 }

@@ -157,6 +157,26 @@ func newExtractor(cfg extractorConfig) (*extractor, error) {
 	return x, nil
 }
 
+// parsePaths splits "user.id,seq" into paths. Member names containing '.'
+// or ',' cannot be named.
+func parsePaths(spec string) ([]jsonPath, error) {
+	var paths []jsonPath
+	for _, f := range strings.Split(spec, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			return nil, errorf("--key %q: empty field", spec)
+		}
+		p := jsonPath(strings.Split(f, "."))
+		for _, name := range p {
+			if name == "" {
+				return nil, errorf("--key %q: empty member name in %q", spec, f)
+			}
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
 // extract returns the key of line (without its newline). The key aliases
 // line, or arena when it has several fields; the grown arena is returned.
 // A rejected line has r.code != rejNone.

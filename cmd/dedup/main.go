@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/streamdedup/dedup"
 )
@@ -72,6 +74,14 @@ func main() {
 	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, stderrTTY: isTerminal(os.Stderr)}
 	e.sigs = notifySignals()
 	os.Exit(run(e, os.Args[1:]))
+}
+
+// notifySignals delivers SIGINT and SIGTERM: the run commits what it has
+// written and stops.
+func notifySignals() <-chan os.Signal {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return c
 }
 
 // run dispatches args to a subcommand and returns the exit status.

@@ -2,21 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 )
-
-// notifySignals delivers SIGINT and SIGTERM: the run commits what it has
-// written and stops.
-func notifySignals() <-chan os.Signal {
-	c := make(chan os.Signal, 1)
-	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
-	return c
-}
 
 // progressEvery is how often the progress bar is refreshed.
 const progressEvery = 250 * time.Millisecond
