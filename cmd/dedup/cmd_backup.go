@@ -9,21 +9,14 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-func newBackupFlags(e *env) *flag.FlagSet {
-	fs := flag.NewFlagSet("dedup backup", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), backupHelp) }
-	return fs
-}
+// newBackupFlags is the flag set of `dedup backup`: no flags.
+func newBackupFlags(e *env) *flag.FlagSet { return newFlags(e, "dedup backup", backupHelp, "") }
 
 func runBackup(e *env, args []string) error {
 	fs := newBackupFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 2, "a state directory and a destination")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 2 {
-		return usagef("backup: want a state directory and a destination, got %d arguments", len(pos))
 	}
 	dir, dest := pos[0], pos[1]
 	if !isState(dir) {
@@ -58,21 +51,14 @@ func runBackup(e *env, args []string) error {
 	return nil
 }
 
-func newRestoreFlags(e *env) *flag.FlagSet {
-	fs := flag.NewFlagSet("dedup restore", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), restoreHelp) }
-	return fs
-}
+// newRestoreFlags is the flag set of `dedup restore`: no flags.
+func newRestoreFlags(e *env) *flag.FlagSet { return newFlags(e, "dedup restore", restoreHelp, "") }
 
 func runRestore(e *env, args []string) error {
 	fs := newRestoreFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 2, "a backup (or snapshot folder) and a new state directory")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 2 {
-		return usagef("restore: want a backup (or snapshot folder) and a new state directory, got %d arguments", len(pos))
 	}
 	src, dir := pos[0], pos[1]
 	if _, err := os.Stat(src); err != nil {

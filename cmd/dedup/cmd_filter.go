@@ -19,13 +19,7 @@ type filterConfig struct {
 	dups           string
 	rejects        string
 	state          string
-	window         time.Duration
-	rate           float64
-	fp             float64
-	filter         string
-	probabilistic  bool
-	generations    int
-	shards         int
+	engine         engineFlags
 	commitEvery    int
 	commitInterval time.Duration
 	strict         bool
@@ -48,8 +42,7 @@ const defaultChunk = 256 << 10
 
 func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	c := &filterConfig{}
-	fs := flag.NewFlagSet("dedup filter", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlags(e, "dedup filter", filterHelpHead, filterHelpTail)
 	fs.Var(&c.inputs, "in", "input `FILE` (repeatable; positional arguments too; - or none is stdin)")
 	fs.StringVar(&c.out, "out", "-", "write distinct events to `FILE` (- is stdout)")
 	fs.StringVar(&c.dups, "dups", "", "write duplicate events to `FILE`")
@@ -62,13 +55,7 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.StringVar(&c.keys.regex, "regex", "", "lines: key is the first group (or the match) of `RE`")
 	fs.IntVar(&c.keys.maxKey, "max-key", 4096, "reject keys over `N` bytes")
 	fs.IntVar(&c.keys.maxLine, "max-line", 16<<20, "reject lines over `N` bytes")
-	fs.DurationVar(&c.window, "window", engineDefaults.Window, "remember keys for `DURATION`")
-	fs.Float64Var(&c.rate, "rate", engineDefaults.ExpectedRate, "expected distinct keys per `SECOND` (filter sizing)")
-	fs.Float64Var(&c.fp, "fp", engineDefaults.FalsePositiveRate, "pre-filter false-positive `RATE`")
-	fs.StringVar(&c.filter, "filter", engineDefaults.Filter, "pre-filter: blocked, bloom or cuckoo")
-	fs.BoolVar(&c.probabilistic, "probabilistic", false, "no exact store: a filter hit is a duplicate (drops about --fp of new events, faster)")
-	fs.IntVar(&c.generations, "generations", engineDefaults.Generations, "generations the window is cut into")
-	fs.IntVar(&c.shards, "shards", engineDefaults.Shards, "engine shards")
+	c.engine.register(fs, tuneUsage)
 	fs.IntVar(&c.commitEvery, "commit-every", 100000, "commit after `N` events")
 	fs.DurationVar(&c.commitInterval, "commit-interval", time.Second, "commit at least every `DURATION`")
 	fs.BoolVar(&c.strict, "strict", false, "stop with exit status 2 at the first rejected line")
@@ -78,22 +65,14 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from the start (committed keys still count)")
 	fs.IntVar(&c.chunk, "chunk", defaultChunk, "read `BYTES` per batch")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "with --state: snapshot the filters every `DURATION` and at the end, so a restart loads them instead of rebuilding (0: only at the end)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), filterHelpHead)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), filterHelpTail)
-	}
 	return fs, c
 }
 
 func runFilter(e *env, args []string) error {
 	fs, c := newFilterFlags(e)
-	pos, err := parseInterspersed(fs, args)
+	pos, err := flagArgs(fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageErr(err)
+		return err
 	}
 	c.explicit = explicitFlags(fs)
 	c.inputs = append(c.inputs, pos...)
@@ -192,18 +171,9 @@ type filterRun struct {
 
 func (f *filterRun) run() (err error) {
 	c := f.cfg
-	opts := dedup.Options{
-		Dir:               c.state,
-		Window:            c.window,
-		ExpectedRate:      c.rate,
-		FalsePositiveRate: c.fp,
-		Filter:            c.filter,
-		Probabilistic:     c.probabilistic,
-		Generations:       c.generations,
-		Shards:            c.shards,
-		MaxInFlight:       maxInFlight(c),
-		MaxKeySize:        c.keys.maxKey,
-	}
+	opts := c.engine.options(c.state)
+	opts.MaxInFlight = maxInFlight(c)
+	opts.MaxKeySize = c.keys.maxKey
 	if c.state != "" {
 		// An existing state keeps its shape: adopt what the flags leave
 		// unsaid, refuse what they contradict.

@@ -15,16 +15,15 @@ import (
 )
 
 // snapshotSubs are the subcommands of `dedup snapshot`.
-var snapshotSubs = []struct {
-	name    string
-	summary string
-	flags   func(e *env) *flag.FlagSet
-	run     func(e *env, args []string) error
-}{
-	{"inspect", "print the generations, spans, counts, fill, estimated FP and sizes of a snapshot", func(e *env) *flag.FlagSet { fs, _ := newInspectFlags(e); return fs }, runInspect},
-	{"verify", "check every checksum and decode every filter (exit 0 valid, 1 invalid)", func(e *env) *flag.FlagSet { fs, _ := newVerifyFlags(e); return fs }, runVerify},
-	{"rebuild", "rebuild an exact state's filters from its store and write a fresh snapshot", newRebuildFlags, runRebuild},
+var snapshotSubs = []command{
+	{"inspect", "print the generations, spans, counts, fill, estimated FP and sizes of a snapshot", runInspect, flagSetOf(newInspectFlags), nil},
+	{"verify", "check every checksum and decode every filter (exit 0 valid, 1 invalid)", runVerify, flagSetOf(newVerifyFlags), nil},
+	{"rebuild", "rebuild an exact state's filters from its store and write a fresh snapshot", runRebuild, newRebuildFlags, nil},
 }
+
+// newSnapshotFlags is the flag set of `dedup snapshot` itself, which has
+// no flags: its Usage lists the subcommands.
+func newSnapshotFlags(e *env) *flag.FlagSet { return newFlags(e, "dedup snapshot", snapshotHelp, "") }
 
 func runSnapshot(e *env, args []string) error {
 	if len(args) == 0 {
@@ -36,10 +35,8 @@ func runSnapshot(e *env, args []string) error {
 		fmt.Fprint(e.stdout, snapshotHelp)
 		return nil
 	}
-	for _, s := range snapshotSubs {
-		if s.name == args[0] {
-			return s.run(e, args[1:])
-		}
+	if s := findCommand(snapshotSubs, args[0]); s != nil {
+		return s.run(e, args[1:])
 	}
 	return usagef("snapshot: unknown subcommand %q (want inspect, verify or rebuild)", args[0])
 }
@@ -53,16 +50,10 @@ type inspectConfig struct {
 
 func newInspectFlags(e *env) (*flag.FlagSet, *inspectConfig) {
 	c := &inspectConfig{}
-	fs := flag.NewFlagSet("dedup snapshot inspect", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlags(e, "dedup snapshot inspect", inspectHelpHead, inspectHelpTail)
 	fs.BoolVar(&c.json, "json", false, "print JSON (every segment included)")
 	fs.BoolVar(&c.segments, "segments", false, "also print one line per segment (generation and shard)")
 	fs.BoolVar(&c.quick, "quick", false, "read the manifest and segment headers only: no fill, capacity or FP (which need every payload decoded)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), inspectHelpHead)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), inspectHelpTail)
-	}
 	return fs, c
 }
 
@@ -125,12 +116,9 @@ type inspectReport struct {
 
 func runInspect(e *env, args []string) error {
 	fs, c := newInspectFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 1, "one PATH (a manifest, a snapshots folder or a state directory)")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("snapshot inspect: want one PATH (a manifest, a snapshots folder or a state directory), got %d arguments", len(pos))
 	}
 	ms, err := findManifests(pos[0])
 	if err != nil {
@@ -319,14 +307,8 @@ type verifyConfig struct {
 
 func newVerifyFlags(e *env) (*flag.FlagSet, *verifyConfig) {
 	c := &verifyConfig{}
-	fs := flag.NewFlagSet("dedup snapshot verify", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlags(e, "dedup snapshot verify", verifyHelpHead, verifyHelpTail)
 	fs.BoolVar(&c.newest, "newest", false, "in a folder, verify only the newest snapshot (the one a restart loads) instead of every one")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), verifyHelpHead)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), verifyHelpTail)
-	}
 	return fs, c
 }
 
@@ -336,12 +318,9 @@ var errInvalid = errors.New("snapshot verify: invalid")
 
 func runVerify(e *env, args []string) error {
 	fs, c := newVerifyFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 1, "one PATH (a manifest, a snapshots folder or a state directory)")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("snapshot verify: want one PATH (a manifest, a snapshots folder or a state directory), got %d arguments", len(pos))
 	}
 	ms, err := findManifests(pos[0])
 	if err != nil {
@@ -386,21 +365,16 @@ func verify(path string) (segments int, size int64, err error) {
 	return len(snap.Generations), size, nil
 }
 
+// newRebuildFlags is the flag set of `dedup snapshot rebuild`: no flags.
 func newRebuildFlags(e *env) *flag.FlagSet {
-	fs := flag.NewFlagSet("dedup snapshot rebuild", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), rebuildHelp) }
-	return fs
+	return newFlags(e, "dedup snapshot rebuild", rebuildHelp, "")
 }
 
 func runRebuild(e *env, args []string) error {
 	fs := newRebuildFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 1, "one state directory")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("snapshot rebuild: want one state directory, got %d arguments", len(pos))
 	}
 	dir := pos[0]
 	if !isState(dir) {

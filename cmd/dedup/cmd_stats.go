@@ -15,34 +15,16 @@ import (
 
 // statsConfig is what the flags of `dedup stats` say.
 type statsConfig struct {
-	window        time.Duration
-	rate          float64
-	fp            float64
-	filter        string
-	probabilistic bool
-	generations   int
-	shards        int
-	json          bool
-	explicit      map[string]bool
+	engine   engineFlags
+	json     bool
+	explicit map[string]bool
 }
 
 func newStatsFlags(e *env) (*flag.FlagSet, *statsConfig) {
 	c := &statsConfig{}
-	fs := flag.NewFlagSet("dedup stats", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Float64Var(&c.rate, "rate", engineDefaults.ExpectedRate, "expected distinct keys per `SECOND` (sizes a new generation; not persisted)")
-	fs.Float64Var(&c.fp, "fp", engineDefaults.FalsePositiveRate, "pre-filter false-positive `RATE` (sizes a new generation; not persisted)")
-	fs.DurationVar(&c.window, "window", engineDefaults.Window, "check: fail unless the state was created with this window (default: adopt the state's)")
-	fs.StringVar(&c.filter, "filter", engineDefaults.Filter, "check: fail unless the state uses this filter (default: adopt)")
-	fs.BoolVar(&c.probabilistic, "probabilistic", false, "check: fail unless the state's mode is this (default: adopt)")
-	fs.IntVar(&c.generations, "generations", engineDefaults.Generations, "check: fail unless the state has this many generations (default: adopt)")
-	fs.IntVar(&c.shards, "shards", engineDefaults.Shards, "check: fail unless the state has this many shards (default: adopt)")
+	fs := newFlags(e, "dedup stats", statsHelpHead, statsHelpTail)
+	c.engine.register(fs, checkUsage)
 	fs.BoolVar(&c.json, "json", false, "print JSON")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), statsHelpHead)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), statsHelpTail)
-	}
 	return fs, c
 }
 
@@ -107,14 +89,11 @@ func newestSnapshot(dir string) *snapshotSummary {
 
 func runStats(e *env, args []string) error {
 	fs, c := newStatsFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 1, "one state directory")
 	if err != nil {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
-	if len(pos) != 1 {
-		return usagef("stats: want one state directory, got %d arguments", len(pos))
-	}
 	dir := pos[0]
 	// Open would create a missing directory: refuse instead.
 	ents, err := os.ReadDir(dir)
@@ -128,16 +107,7 @@ func runStats(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("stats: %w", stateErr(dir, err))
 	}
-	opts := dedup.Options{
-		Dir:               dir,
-		Window:            c.window,
-		ExpectedRate:      c.rate,
-		FalsePositiveRate: c.fp,
-		Filter:            c.filter,
-		Probabilistic:     c.probabilistic,
-		Generations:       c.generations,
-		Shards:            c.shards,
-	}
+	opts := c.engine.options(dir)
 	if err := adoptOptions(dir, have, c.explicit, &opts); err != nil {
 		return err
 	}
