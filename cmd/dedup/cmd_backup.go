@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/humanize"
 )
 
 // newBackupFlags is the flag set of `dedup backup`: no flags.
@@ -46,7 +47,7 @@ func runBackup(e *env, args []string) error {
 	}
 	size, _ := dirSize(dest)
 	fmt.Fprintf(e.stdout, "backed up %s into %s: %d keys, %s (%s), in %v\n", dir, dest, st.FilterKeys,
-		humanBytes(size), describeOptions(opts), time.Since(start).Round(time.Millisecond))
+		humanize.Bytes(size), describeOptions(opts), time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(e.stdout, "restore it with: dedup restore %s NEWDIR\n", dest)
 	return nil
 }
@@ -84,7 +85,7 @@ func runRestore(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "keys             %d in the filters (from %s)\n", st.FilterKeys, st.RestoredFrom)
 	if snap := newestSnapshot(dir); snap != nil && snap.Error == "" {
-		fmt.Fprintf(e.stdout, "snapshot         %s, %s, commit %d, created %s\n", snap.Manifest, humanBytes(uint64(snap.Bytes)), snap.CommitSeq, snap.Created.Format(time.RFC3339))
+		fmt.Fprintf(e.stdout, "snapshot         %s, %s, commit %d, created %s\n", snap.Manifest, humanize.Bytes(uint64(snap.Bytes)), snap.CommitSeq, snap.Created.Format(time.RFC3339))
 	}
 	switch cp, err := decodeCheckpoint(raw); {
 	case raw == nil:

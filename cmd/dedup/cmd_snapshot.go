@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
@@ -262,9 +263,9 @@ func printInspect(e *env, r *inspectReport, segments bool) {
 	} else if r.Options != nil {
 		fmt.Fprintf(w, "options      %s\n", r.Options)
 	}
-	fmt.Fprintf(w, "size         %s on disk (%d segments, manifest %d B)\n", humanBytes(uint64(r.TotalBytes)), len(r.Segments), r.ManifestBytes)
+	fmt.Fprintf(w, "size         %s on disk (%d segments, manifest %d B)\n", humanize.Bytes(uint64(r.TotalBytes)), len(r.Segments), r.ManifestBytes)
 	if r.Decoded {
-		fmt.Fprintf(w, "keys         %d, capacity %d, fill %.3g%%, filter memory %s\n", r.Keys, r.Capacity, 100*ratio(r.Keys, r.Capacity), humanBytes(r.MemoryBytes))
+		fmt.Fprintf(w, "keys         %d, capacity %d, fill %.3g%%, filter memory %s\n", r.Keys, r.Capacity, 100*ratio(r.Keys, r.Capacity), humanize.Bytes(r.MemoryBytes))
 		fmt.Fprintf(w, "estimated FP %.4g (a new key, across the generations)\n", r.EstimatedFPRate)
 	} else {
 		fmt.Fprintf(w, "keys         %d (--quick: payloads not decoded)\n", r.Keys)
@@ -275,7 +276,7 @@ func printInspect(e *env, r *inspectReport, segments bool) {
 		if g.Sealed {
 			state = "sealed"
 		}
-		fmt.Fprintf(w, "  gen %-6d %s .. %s  %-6s %10d keys  %10s", g.ID, g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), state, g.Keys, humanBytes(uint64(g.FileBytes)))
+		fmt.Fprintf(w, "  gen %-6d %s .. %s  %-6s %10d keys  %10s", g.ID, g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), state, g.Keys, humanize.Bytes(uint64(g.FileBytes)))
 		if r.Decoded {
 			fmt.Fprintf(w, "  fill %.3g%%  fp %.4g", 100*g.Fill, g.FPRate)
 		}
@@ -284,7 +285,7 @@ func printInspect(e *env, r *inspectReport, segments bool) {
 	if segments {
 		fmt.Fprintf(w, "segments\n")
 		for _, s := range r.Segments {
-			fmt.Fprintf(w, "  gen %-6d shard %-4d %-7s %10d keys  %10s", s.Generation, s.Shard, s.Kind, s.Keys, humanBytes(uint64(s.FileBytes)))
+			fmt.Fprintf(w, "  gen %-6d shard %-4d %-7s %10d keys  %10s", s.Generation, s.Shard, s.Kind, s.Keys, humanize.Bytes(uint64(s.FileBytes)))
 			if r.Decoded {
 				fmt.Fprintf(w, "  cap %d  fill %.3g%%  fp %.4g", s.Capacity, 100*s.Fill, s.FPRate)
 			}
@@ -337,7 +338,7 @@ func runVerify(e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "INVALID %s: %v\n", m, err)
 			continue
 		}
-		fmt.Fprintf(e.stdout, "ok      %s: %d segments, %s, every checksum and filter good\n", m, n, humanBytes(uint64(size)))
+		fmt.Fprintf(e.stdout, "ok      %s: %d segments, %s, every checksum and filter good\n", m, n, humanize.Bytes(uint64(size)))
 	}
 	if bad > 0 {
 		return fmt.Errorf("%w: %d of %d snapshots", errInvalid, bad, len(ms))
@@ -386,7 +387,7 @@ func runRebuild(e *env, args []string) error {
 		return fmt.Errorf("snapshot rebuild: %w", stateErr(dir, err))
 	}
 	fmt.Fprintf(e.stdout, "rebuilt %s from its store: %d keys restored in %v; snapshot written (%s) in %v; %v in all\n",
-		dir, st.RestoredKeys, st.RestoreDuration.Round(time.Millisecond), humanBytes(uint64(st.SnapshotBytes)),
+		dir, st.RestoredKeys, st.RestoreDuration.Round(time.Millisecond), humanize.Bytes(uint64(st.SnapshotBytes)),
 		st.LastSnapshotDuration.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	return nil
 }

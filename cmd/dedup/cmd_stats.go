@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
@@ -147,7 +148,7 @@ func printStatsReport(e *env, r *statsReport) {
 	}
 	fmt.Fprintf(w, "state directory  %s\n", r.Dir)
 	fmt.Fprintf(w, "options          window %s, %d generations, %d shards, %s filter, %s\n", o.Window, o.Generations, o.Shards, o.Filter, mode)
-	fmt.Fprintf(w, "disk             %s in all, %s of it the store\n", humanBytes(r.DirBytes), humanBytes(st.DiskBytes))
+	fmt.Fprintf(w, "disk             %s in all, %s of it the store\n", humanize.Bytes(r.DirBytes), humanize.Bytes(st.DiskBytes))
 	fmt.Fprintf(w, "keys             %d in the filters (%d restored from %s in %v)\n", st.FilterKeys, st.RestoredKeys, st.RestoredFrom, st.RestoreDuration.Round(time.Millisecond))
 	for _, p := range st.RestoreProblems {
 		fmt.Fprintf(w, "restore problem  %s\n", p)
@@ -159,13 +160,13 @@ func printStatsReport(e *env, r *statsReport) {
 		fmt.Fprintf(w, "snapshot         %s: DAMAGED: %s\n", s.Manifest, s.Error)
 	default:
 		fmt.Fprintf(w, "snapshot         %s, %s in %d segments, commit %d, created %s\n", s.Manifest,
-			humanBytes(uint64(s.Bytes)), s.Segments, s.CommitSeq, s.Created.Format(time.RFC3339))
+			humanize.Bytes(uint64(s.Bytes)), s.Segments, s.CommitSeq, s.Created.Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "filter memory    %s, estimated FP rate %.4g\n", humanBytes(st.FilterBytes), st.EstimatedFPRate)
+	fmt.Fprintf(w, "filter memory    %s, estimated FP rate %.4g\n", humanize.Bytes(st.FilterBytes), st.EstimatedFPRate)
 	fmt.Fprintf(w, "generations      %d live\n", len(st.GenerationStats))
 	for _, g := range st.GenerationStats {
 		fmt.Fprintf(w, "  gen %-8d %s .. %s  %10d keys  %10s  fp %.4g\n", g.ID,
-			g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.Keys, humanBytes(g.Bytes), g.FPRate)
+			g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.Keys, humanize.Bytes(g.Bytes), g.FPRate)
 	}
 	switch {
 	case r.Checkpoint != nil:
@@ -179,22 +180,10 @@ func printStatsReport(e *env, r *statsReport) {
 		fmt.Fprintf(w, "output lengths   out %d, dups %d, rejects %d bytes\n", cp.OutLen, cp.DupsLen, cp.RejectsLen)
 		n := cp.Counts
 		fmt.Fprintf(w, "committed counts %d events: %d distinct, %d duplicates, %d rejects, %s read\n",
-			n.Events, n.Distinct, n.Duplicates, n.Rejects, humanBytes(uint64(n.Bytes)))
+			n.Events, n.Distinct, n.Duplicates, n.Rejects, humanize.Bytes(uint64(n.Bytes)))
 	case r.ForeignCheckpoint > 0:
 		fmt.Fprintf(w, "checkpoint       %d bytes, not written by dedup filter\n", r.ForeignCheckpoint)
 	default:
 		fmt.Fprintf(w, "checkpoint       none\n")
 	}
-}
-
-func humanBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

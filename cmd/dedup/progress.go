@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/streamdedup/dedup/internal/humanize"
 )
 
 // progressEvery is how often the progress bar is refreshed.
@@ -51,7 +53,7 @@ func (f *filterRun) startProgress() (stop func()) {
 			}
 			st := f.eng.Stats()
 			rate := float64(ev) / time.Since(start).Seconds()
-			bar.Describe(fmt.Sprintf("%s ev/s, %.1f%% dup, %d lookups", humanCount(rate), dup, st.StoreLookups))
+			bar.Describe(fmt.Sprintf("%s ev/s, %.1f%% dup, %d lookups", humanize.Count(math.Round(rate)), dup, st.StoreLookups))
 			_ = bar.Set64(f.pub.bytes.Load())
 		}
 	}()
@@ -59,17 +61,4 @@ func (f *filterRun) startProgress() (stop func()) {
 		close(quit)
 		<-done
 	}
-}
-
-// humanCount formats n with a k/M/G suffix.
-func humanCount(n float64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2fG", n/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", n/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1fk", n/1e3)
-	}
-	return fmt.Sprintf("%.0f", n)
 }
