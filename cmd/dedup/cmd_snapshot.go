@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/fprate"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/snapshot"
 )
@@ -109,7 +111,8 @@ type inspectReport struct {
 	Capacity    uint64 `json:"capacity,omitempty"`
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
 	// EstimatedFPRate is the false-positive rate a new key meets across
-	// the generations (1 - prod(1 - fp) per shard, averaged over shards).
+	// the generations (fprate.Mean: 1 - prod(1 - fp) per shard, averaged
+	// over the shards).
 	EstimatedFPRate float64            `json:"estimated_fp_rate,omitempty"`
 	Generations     []generationReport `json:"generations"`
 	Segments        []segmentReport    `json:"segments"`
@@ -206,7 +209,7 @@ func decodeSegment(g *snapshot.GenerationInfo) (filter.Filter, error) {
 func summarise(rep *inspectReport) {
 	byID := map[uint64]*generationReport{}
 	var ids []uint64
-	shardMiss := map[uint32]float64{}
+	shardFP := map[uint32][]float64{} // each shard's generations' rates
 	for _, s := range rep.Segments {
 		g := byID[s.Generation]
 		if g == nil {
@@ -223,10 +226,7 @@ func summarise(rep *inspectReport) {
 		g.FPRate += s.FPRate
 		rep.Capacity += s.Capacity
 		rep.MemoryBytes += s.MemoryBytes
-		if _, ok := shardMiss[s.Shard]; !ok {
-			shardMiss[s.Shard] = 1
-		}
-		shardMiss[s.Shard] *= 1 - s.FPRate
+		shardFP[s.Shard] = append(shardFP[s.Shard], s.FPRate)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
@@ -237,13 +237,12 @@ func summarise(rep *inspectReport) {
 		}
 		rep.Generations = append(rep.Generations, *g)
 	}
-	if len(shardMiss) > 0 {
-		var fp float64
-		for _, miss := range shardMiss {
-			fp += 1 - miss
-		}
-		rep.EstimatedFPRate = fp / float64(len(shardMiss))
+	shards := slices.Sorted(maps.Keys(shardFP))
+	perShard := make([][]float64, len(shards))
+	for i, sh := range shards {
+		perShard[i] = shardFP[sh]
 	}
+	rep.EstimatedFPRate = fprate.Mean(perShard)
 }
 
 func printInspect(e *env, r *inspectReport, segments bool) {
