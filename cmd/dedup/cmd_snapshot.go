@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -120,17 +121,13 @@ type inspectReport struct {
 
 func runInspect(e *env, args []string) error {
 	fs, c := newInspectFlags(e)
-	pos, err := positionals(fs, args, 1, "one PATH (a manifest, a snapshots folder or a state directory)")
+	path, ms, err := manifestsArg(fs, args)
 	if err != nil {
 		return err
 	}
-	ms, err := findManifests(pos[0])
-	if err != nil {
-		return fmt.Errorf("snapshot inspect: %w", err)
-	}
 	rep, err := inspect(ms[0], !c.quick)
 	if err != nil {
-		return fmt.Errorf("snapshot inspect: %w (run 'dedup snapshot verify %s' to check every snapshot there)", err, pos[0])
+		return fmt.Errorf("snapshot inspect: %w (run 'dedup snapshot verify %s' to check every snapshot there)", err, path)
 	}
 	if c.json {
 		enc := json.NewEncoder(e.stdout)
@@ -139,6 +136,19 @@ func runInspect(e *env, args []string) error {
 	}
 	printInspect(e, rep, c.segments)
 	return nil
+}
+
+// manifestsArg parses the flags and the one PATH argument of inspect and
+// verify, and resolves PATH to its manifests, newest first (findManifests).
+func manifestsArg(fs *flag.FlagSet, args []string) (path string, manifests []string, err error) {
+	pos, err := positionals(fs, args, 1, "one PATH (a manifest, a snapshots folder or a state directory)")
+	if err != nil {
+		return "", nil, err
+	}
+	if manifests, err = findManifests(pos[0]); err != nil {
+		return "", nil, fmt.Errorf("%s: %w", strings.TrimPrefix(fs.Name(), "dedup "), err)
+	}
+	return pos[0], manifests, nil
 }
 
 // inspect summarises the snapshot whose manifest is path; with decode it
@@ -318,13 +328,9 @@ var errInvalid = errors.New("snapshot verify: invalid")
 
 func runVerify(e *env, args []string) error {
 	fs, c := newVerifyFlags(e)
-	pos, err := positionals(fs, args, 1, "one PATH (a manifest, a snapshots folder or a state directory)")
+	_, ms, err := manifestsArg(fs, args)
 	if err != nil {
 		return err
-	}
-	ms, err := findManifests(pos[0])
-	if err != nil {
-		return fmt.Errorf("snapshot verify: %w", err)
 	}
 	if c.newest {
 		ms = ms[:1]
