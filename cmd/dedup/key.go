@@ -10,10 +10,6 @@ import (
 	"strings"
 )
 
-// errorf builds a plain error; usage errors are wrapped in usageError by
-// the caller.
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
-
 // rejectCode says why a line was rejected.
 type rejectCode uint8
 
@@ -164,12 +160,12 @@ func parsePaths(spec string) ([]jsonPath, error) {
 	for _, f := range strings.Split(spec, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
-			return nil, errorf("--key %q: empty field", spec)
+			return nil, fmt.Errorf("--key %q: empty field", spec)
 		}
 		p := jsonPath(strings.Split(f, "."))
 		for _, name := range p {
 			if name == "" {
-				return nil, errorf("--key %q: empty member name in %q", spec, f)
+				return nil, fmt.Errorf("--key %q: empty member name in %q", spec, f)
 			}
 		}
 		paths = append(paths, p)
