@@ -130,7 +130,7 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 			if !e.logCommits {
 				continue
 			}
-			c.each(func(h uint64, en pendingEntry) {
+			c.each(func(h uint64, en inflightEntry) {
 				if en.gen >= oldest {
 					batch.Add(en.gen, c.key(en), h)
 				}
@@ -154,7 +154,7 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 			// Not durable: back in flight, for a later Commit.
 			s.older = append(s.committing, s.older...)
 		} else {
-			if aerr := s.addCommitted(now, e.exact, len(e.shards)); aerr != nil && addErr == nil {
+			if aerr := s.addCommitted(now, e.exactMode, len(e.shards)); aerr != nil && addErr == nil {
 				addErr = aerr
 			}
 		}
@@ -168,7 +168,7 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 		e.stats.lastCommitErr.Store(&msg)
 		return fmt.Errorf("dedup: commit: %w", err)
 	}
-	e.inflight.Add(-int64(n))
+	e.inflightCount.Add(-int64(n))
 	e.cpMu.Lock()
 	if cp != nil {
 		e.checkpoint = cp

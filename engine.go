@@ -47,10 +47,22 @@ func (v Verdict) String() string {
 
 // Engine answers, for a stream of keys, whether each was seen within the
 // window. All methods are safe for concurrent use.
+//
+// # Locks
+//
+// The locks are taken in this order, never the reverse:
+//
+//	lifecycle > snapMu > commitGate > shard.mu (one shard at a time)
+//
+// cmu and cpMu are leaves: nothing else is taken while either is held.
+// Observe, ObserveBatch and Forget take only shard.mu. Every method of
+// shard, and every Engine method that takes a *shard, runs with that
+// shard's mu held; no name suffix marks it.
 type Engine struct {
-	opts  Options
-	kind  filter.Kind
-	exact bool // exact mode: filter hits are resolved by the store
+	// Set by Open, then read-only.
+	opts      Options
+	kind      filter.Kind
+	exactMode bool // filter hits are resolved by the exact store
 	// logCommits: commits write keys (exact mode) or their hashes (the
 	// probabilistic log) to the store. An in-memory probabilistic engine
 	// never reopens, so its commits write only the checkpoint.
@@ -59,35 +71,41 @@ type Engine struct {
 	shards     []shard
 	store      *exact.Store
 	// timing is a ring with no filters, used for generation arithmetic.
-	timing *rotate.Ring
+	timing  *rotate.Ring
+	fs      vfs.FS
+	snapDir string
 
-	inflight atomic.Int64 // keys in flight (not committed), all shards
+	// Atomics, read and written under no lock.
+	inflightCount atomic.Int64 // keys in flight (not committed), all shards
 	// epoch numbers the spans between Barriers; keys observed New carry it.
 	epoch atomic.Uint64
 	// newestGen is the highest generation any key has gone into: after the
 	// clock steps back, new keys still go there, in every shard alike.
 	newestGen atomic.Uint64
+	closed    atomic.Bool
 
-	fs      vfs.FS
-	snapDir string
+	// lifecycle is held shared by Commit, Snapshot, Backup and Stats, and
+	// exclusively by Close: nothing runs on a closing store.
+	lifecycle sync.RWMutex
 
-	// commitGate is held by each commit while it runs, and by Snapshot while
-	// it captures the filters: a snapshot holds whole commits.
-	commitGate sync.Mutex
-	// snapMu serialises snapshots (and backups); lastSnapSeq is the commit
-	// sequence of the last snapshot written or restored.
+	// snapMu serialises snapshots and backups. It guards lastSnapSeq, the
+	// commit sequence of the last snapshot written or restored.
 	snapMu      sync.Mutex
 	lastSnapSeq uint64
 
-	// lifecycle is held shared by Commit and Snapshot, exclusively by Close.
-	lifecycle sync.RWMutex
-	closed    atomic.Bool
+	// commitGate is held by each commit while it runs, and by a snapshot
+	// while it captures the filters: a snapshot holds whole commits. It
+	// also guards every shard's committing sets, which only the commit
+	// leader writes.
+	commitGate sync.Mutex
 
-	// Group commit: callers queue; one leader commits for all.
+	// cmu guards the group commit: callers queue in cqueue; the one that
+	// finds no leader (cleader false) becomes it and commits for all.
 	cmu     sync.Mutex
 	cqueue  []*commitReq
 	cleader bool
 
+	// cpMu guards the last committed checkpoint and commit sequence.
 	cpMu       sync.Mutex
 	checkpoint []byte
 	commitSeq  uint64

@@ -30,7 +30,7 @@ func (e *Engine) Observe(key []byte) (Verdict, error) {
 	s := e.shardOf(h)
 	now := e.opts.Now()
 	s.mu.Lock()
-	v, err := e.observeLocked(s, key, h, now)
+	v, err := e.observeIn(s, key, h, now)
 	s.mu.Unlock()
 	return v, err
 }
@@ -90,14 +90,14 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 		s.rollEpoch(e.epoch.Load())
 		group := b.order[lo:hi]
 		maybe := b.probe(s.ring, group)
-		pend := b.probePending(s, group, keys, e.exact)
+		inflight := b.probeInflight(s, group, keys, e.exactMode)
 		a := admit{gen: gen}
 		e.reserve(&a, len(group))
 		for j, i := range group {
 			// A key first observed earlier in this group is in s.inflight
-			// since the pending probe: ask that set again.
-			pending := pend[j] || s.inflight.has(b.hashes[i], keys[i], e.exact)
-			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], pending, &a)
+			// since the in-flight probe: ask that set again.
+			inFlight := inflight[j] || s.inflight.has(b.hashes[i], keys[i], e.exactMode)
+			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, &a)
 			if err != nil {
 				e.finish(s, &a)
 				s.mu.Unlock()
@@ -111,15 +111,15 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 	return nil
 }
 
-// observeLocked is Observe under the shard's lock.
-func (e *Engine) observeLocked(s *shard, key []byte, h uint64, now time.Time) (Verdict, error) {
+// observeIn is Observe under the shard's lock.
+func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdict, error) {
 	if s.closed {
 		return 0, ErrClosed
 	}
 	s.ring.Advance(now)
 	s.rollEpoch(e.epoch.Load())
 	a := admit{gen: e.generationFor(now)}
-	v, err := e.decide(s, key, h, s.ring.Contains(h), s.pending(h, key, e.exact), &a)
+	v, err := e.decide(s, key, h, s.ring.Contains(h), s.inFlight(h, key, e.exactMode), &a)
 	e.finish(s, &a)
 	return v, err
 }
@@ -136,8 +136,8 @@ type admit struct {
 // reserve tries to reserve n in-flight slots at once; without them decide
 // checks the limit key by key.
 func (e *Engine) reserve(a *admit, n int) {
-	if e.inflight.Add(int64(n)) > int64(e.opts.MaxInFlight) {
-		e.inflight.Add(-int64(n))
+	if e.inflightCount.Add(int64(n)) > int64(e.opts.MaxInFlight) {
+		e.inflightCount.Add(-int64(n))
 		return
 	}
 	a.reserved = int64(n)
@@ -147,25 +147,25 @@ func (e *Engine) reserve(a *admit, n int) {
 // returns unused reserved slots. The shard's lock is held.
 func (e *Engine) finish(s *shard, a *admit) {
 	if a.news > 0 {
-		s.pendingGens[a.gen] += a.news
+		s.inflightGens[a.gen] += a.news
 	}
 	if a.reserved > 0 {
-		e.inflight.Add(-a.reserved)
+		e.inflightCount.Add(-a.reserved)
 	}
 }
 
 // decide gives the verdict for key once the filters and the in-flight
 // sets have been asked: maybe says whether any live generation may hold h,
-// pending whether the key is in flight or being committed. The shard's
+// inFlight whether the key is in flight or being committed. The shard's
 // lock is held, the ring is advanced; a New key goes into a.gen.
-func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, pending bool, a *admit) (Verdict, error) {
-	if pending {
+func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, a *admit) (Verdict, error) {
+	if inFlight {
 		s.observed++
 		s.inflightHits++
 		return InFlight, nil
 	}
 	if maybe {
-		if !e.exact {
+		if !e.exactMode {
 			s.observed++
 			s.dups++
 			return Duplicate, nil
@@ -194,11 +194,11 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, pending bool, a *
 	}
 	if a.reserved > 0 {
 		a.reserved--
-	} else if e.inflight.Add(1) > int64(e.opts.MaxInFlight) {
-		e.inflight.Add(-1)
+	} else if e.inflightCount.Add(1) > int64(e.opts.MaxInFlight) {
+		e.inflightCount.Add(-1)
 		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
 	}
-	s.inflight.add(h, key, a.gen, e.exact)
+	s.inflight.add(h, key, a.gen, e.exactMode)
 	a.news++
 	s.observed++
 	s.news++
@@ -236,29 +236,29 @@ func (e *Engine) Forget(key []byte) error {
 	if s.closed {
 		return ErrClosed
 	}
-	gen, ok := s.inflight.remove(h, key, e.exact)
+	gen, ok := s.inflight.remove(h, key, e.exactMode)
 	for i := 0; !ok && i < len(s.older); i++ {
-		gen, ok = s.older[i].set.remove(h, key, e.exact)
+		gen, ok = s.older[i].set.remove(h, key, e.exactMode)
 	}
 	if ok {
-		s.unpend(gen)
-		e.inflight.Add(-1)
+		s.uncount(gen, 1)
+		e.inflightCount.Add(-1)
 		return nil
 	}
-	if hasIn(s.committing, h, key, e.exact) {
+	if hasIn(s.committing, h, key, e.exactMode) {
 		return fmt.Errorf("%w: its commit has begun", ErrNotInFlight)
 	}
 	return ErrNotInFlight
 }
 
 type batchScratch struct {
-	maybe   []bool
-	pend    []bool
-	hashes  []uint64
-	shardOf []int32
-	order   []int32
-	start   []int32
-	pos     []int32
+	maybe    []bool
+	inflight []bool
+	hashes   []uint64
+	shardOf  []int32
+	order    []int32
+	start    []int32
+	pos      []int32
 }
 
 var batchPool sync.Pool
@@ -270,7 +270,7 @@ func getBatchScratch(n, shards int) *batchScratch {
 	}
 	b.hashes = grow(b.hashes, n)
 	b.maybe = grow(b.maybe, n)
-	b.pend = grow(b.pend, n)
+	b.inflight = grow(b.inflight, n)
 	b.shardOf = grow(b.shardOf, n)
 	b.order = grow(b.order, n)
 	b.start = grow(b.start, shards+1)
@@ -320,14 +320,14 @@ func (b *batchScratch) probe(r *rotate.Ring, group []int32) []bool {
 // DRAM latency, few enough that the lines are still cached when used.
 const prefetchAhead = 8
 
-// probePending reports, for each key of group, whether it is in flight
+// probeInflight reports, for each key of group, whether it is in flight
 // or being committed in s, set by set for the same reason as probe: the
 // lookups of one set are independent, so their cache misses overlap. The
 // sets other than s.inflight do not change while the shard's lock is held.
-func (b *batchScratch) probePending(s *shard, group []int32, keys [][]byte, exact bool) []bool {
-	pend := b.pend[:len(group)]
-	clear(pend)
-	ask := func(p *pendingSet) {
+func (b *batchScratch) probeInflight(s *shard, group []int32, keys [][]byte, exactMode bool) []bool {
+	inflight := b.inflight[:len(group)]
+	clear(inflight)
+	ask := func(p *inflightSet) {
 		if p == nil || p.n == 0 {
 			return
 		}
@@ -338,8 +338,8 @@ func (b *batchScratch) probePending(s *shard, group []int32, keys [][]byte, exac
 			if k := j + prefetchAhead; k < len(group) {
 				p.prefetch(b.hashes[group[k]])
 			}
-			if !pend[j] {
-				pend[j] = p.has(b.hashes[i], keys[i], exact)
+			if !inflight[j] {
+				inflight[j] = p.has(b.hashes[i], keys[i], exactMode)
 			}
 		}
 	}
@@ -350,5 +350,5 @@ func (b *batchScratch) probePending(s *shard, group []int32, keys [][]byte, exac
 	for _, es := range s.committing {
 		ask(es.set)
 	}
-	return pend
+	return inflight
 }

@@ -32,7 +32,7 @@ func Open(opts Options) (*Engine, error) {
 	e := &Engine{
 		opts:       opts,
 		kind:       kind,
-		exact:      !opts.Probabilistic,
+		exactMode:  !opts.Probabilistic,
 		logCommits: !opts.Probabilistic || opts.Dir != "",
 		shards:     make([]shard, opts.Shards),
 	}
@@ -57,8 +57,8 @@ func Open(opts Options) (*Engine, error) {
 		if s.ring, err = rotate.New(cfg); err != nil {
 			return nil, fmt.Errorf("dedup: %w", err)
 		}
-		s.inflight = newPendingSet(0)
-		s.pendingGens = make(map[uint64]int)
+		s.inflight = newInflightSet(0)
+		s.inflightGens = make(map[uint64]int)
 	}
 
 	fs, dir := opts.FS, opts.Dir
@@ -87,7 +87,7 @@ func Open(opts Options) (*Engine, error) {
 	if opts.SnapshotInterval > 0 {
 		e.every(opts.SnapshotInterval, func() { _ = e.snapshot(false) })
 	}
-	if e.exact {
+	if e.exactMode {
 		// Expired generations are range-deleted by the commit that expires
 		// them but stay on disk (or in memory, Dir "") until compacted:
 		// give their space back.

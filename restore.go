@@ -55,7 +55,7 @@ func (e *Engine) restore() error {
 		e.problem(fmt.Errorf("dedup: snapshot unusable: %w", err))
 	}
 	switch {
-	case e.exact:
+	case e.exactMode:
 		e.logf("dedup: rebuilding filters from the exact store")
 		e.stats.restoredFrom = RestoredStore
 		return e.rebuild()
@@ -153,7 +153,7 @@ func (e *Engine) replayLog(seq uint64, now time.Time) (uint64, error) {
 // generation in exact mode, the whole commit log in probabilistic mode.
 func (e *Engine) rebuild() error {
 	now := e.opts.Now()
-	if !e.exact {
+	if !e.exactMode {
 		n, err := e.replayLog(0, now)
 		e.stats.restoredKeys = n
 		return err

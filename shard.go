@@ -9,28 +9,32 @@ import (
 )
 
 // shard owns a slice of the hash space: its filters and in-flight keys.
+// mu guards every field; every method of shard runs with it held.
 type shard struct {
 	mu     sync.Mutex
 	closed bool
 	ring   *rotate.Ring
 	// inflight holds the keys observed New in epoch (see Barrier); older
-	// those of earlier epochs not yet committed, oldest first; committing
-	// those a commit is writing (nil otherwise). All answer InFlight.
-	inflight   *pendingSet
+	// holds those of earlier epochs not yet committed, oldest first;
+	// committing holds those a commit is writing (nil otherwise). All
+	// answer InFlight. The commit leader also reads committing without mu,
+	// under the engine's commitGate.
+	inflight   *inflightSet
 	epoch      uint64
 	older      []epochSet
 	committing []epochSet
 	// spare holds committed sets for reuse, so that their tables are not
 	// allocated (and collected) anew at every epoch.
-	spare []*pendingSet
+	spare []*inflightSet
 	// recent holds, in exact mode, the sets of the last commits (see
 	// recentKeys), oldest first: keys known durable, so that a duplicate
 	// of one answers without a store lookup (see recentlyCommitted).
-	recent []*pendingSet
-	// pendingGens counts the keys in flight per generation: a past
+	recent []*inflightSet
+	// inflightGens counts the keys in flight per generation: a past
 	// generation with none can never change again (it is sealed).
-	pendingGens map[uint64]int
+	inflightGens map[uint64]int
 
+	// Counters for Stats.
 	observed, news, dups, inflightHits uint64
 	falsePositives, lookups            uint64
 
@@ -40,11 +44,11 @@ type shard struct {
 // epochSet is the keys in flight of one epoch of one shard.
 type epochSet struct {
 	epoch uint64
-	set   *pendingSet
+	set   *inflightSet
 }
 
 // rollEpoch starts epoch cur in s: the keys in flight of the previous
-// epoch move to older. The shard's lock is held.
+// epoch move to older.
 func (s *shard) rollEpoch(cur uint64) {
 	if cur == s.epoch {
 		return
@@ -56,15 +60,15 @@ func (s *shard) rollEpoch(cur uint64) {
 	s.epoch = cur
 }
 
-// newSet returns an empty in-flight set, a spare one if any, sized for as
-// many keys as like, the set it follows. The shard's lock is held.
-func (s *shard) newSet(like *pendingSet) *pendingSet {
-	var p *pendingSet
+// newSet returns an empty in-flight set, a spare one if there is one,
+// sized to hold as many keys as like, the set it replaces.
+func (s *shard) newSet(like *inflightSet) *inflightSet {
+	var p *inflightSet
 	if n := len(s.spare); n > 0 {
 		p = s.spare[n-1]
 		s.spare = s.spare[:n-1]
 	} else {
-		p = &pendingSet{}
+		p = &inflightSet{}
 	}
 	p.init(like.n, len(like.arena))
 	return p
@@ -74,21 +78,21 @@ func (s *shard) newSet(like *pendingSet) *pendingSet {
 const maxSpare = 2
 
 // recycle keeps p, which nothing refers to any more, for reuse, unless its
-// arena is large. The shard's lock is held.
-func (s *shard) recycle(p *pendingSet) {
+// arena is large.
+func (s *shard) recycle(p *inflightSet) {
 	if len(s.spare) < maxSpare && cap(p.arena) <= 4<<20 {
 		s.spare = append(s.spare, p)
 	}
 }
 
-// pending reports whether key (hash h) is in flight or being committed.
-func (s *shard) pending(h uint64, key []byte, exact bool) bool {
-	return s.inflight.has(h, key, exact) || hasIn(s.older, h, key, exact) || hasIn(s.committing, h, key, exact)
+// inFlight reports whether key (hash h) is in flight or being committed.
+func (s *shard) inFlight(h uint64, key []byte, exactMode bool) bool {
+	return s.inflight.has(h, key, exactMode) || hasIn(s.older, h, key, exactMode) || hasIn(s.committing, h, key, exactMode)
 }
 
-func hasIn(sets []epochSet, h uint64, key []byte, exact bool) bool {
+func hasIn(sets []epochSet, h uint64, key []byte, exactMode bool) bool {
 	for _, es := range sets {
-		if es.set.has(h, key, exact) {
+		if es.set.has(h, key, exactMode) {
 			return true
 		}
 	}
@@ -110,15 +114,12 @@ func (s *shard) takeThrough(limit uint64) []epochSet {
 	return taken
 }
 
-// unpend drops one in-flight key of generation gen from the count.
-func (s *shard) unpend(gen uint64) { s.unpendN(gen, 1) }
-
-// unpendN drops n in-flight keys of generation gen from the count.
-func (s *shard) unpendN(gen uint64, n int) {
-	if c := s.pendingGens[gen]; c > n {
-		s.pendingGens[gen] = c - n
+// uncount drops n in-flight keys of generation gen from inflightGens.
+func (s *shard) uncount(gen uint64, n int) {
+	if c := s.inflightGens[gen]; c > n {
+		s.inflightGens[gen] = c - n
 	} else {
-		delete(s.pendingGens, gen)
+		delete(s.inflightGens, gen)
 	}
 }
 
@@ -126,8 +127,8 @@ func (s *shard) unpendN(gen uint64, n int) {
 // their generations' filters (those still live at now), and keeps the sets
 // (exact mode: for recentlyCommitted, then for reuse). It is Ring.Add key
 // by key, with the generation looked up once per run of keys of one
-// generation. The shard's lock is held.
-func (s *shard) addCommitted(now time.Time, exact bool, nshards int) error {
+// generation.
+func (s *shard) addCommitted(now time.Time, exactMode bool, nshards int) error {
 	var firstErr error
 	oldest := s.ring.OldestLive(now)
 	for _, es := range s.committing {
@@ -135,11 +136,11 @@ func (s *shard) addCommitted(now time.Time, exact bool, nshards int) error {
 		gen, run := uint64(0), 0
 		flush := func() {
 			if run > 0 {
-				s.unpendN(gen, run)
+				s.uncount(gen, run)
 			}
 		}
 		var pf filter.Prefetcher
-		add := func(h uint64, en pendingEntry) {
+		add := func(h uint64, en inflightEntry) {
 			if run == 0 || en.gen != gen {
 				flush()
 				gen, run, f, pf = en.gen, 0, nil, nil
@@ -173,7 +174,7 @@ func (s *shard) addCommitted(now time.Time, exact bool, nshards int) error {
 			add(0, en)
 		}
 		flush()
-		if exact {
+		if exactMode {
 			s.remember(es.set, recentKeys/nshards)
 		} else {
 			s.recycle(es.set)
@@ -195,9 +196,8 @@ const (
 )
 
 // remember keeps p, a set just committed, in recent, dropping (for reuse)
-// the oldest sets past recentSets or past maxKeys keys. The shard's lock is
-// held.
-func (s *shard) remember(p *pendingSet, maxKeys int) {
+// the oldest sets past recentSets or past maxKeys keys.
+func (s *shard) remember(p *inflightSet, maxKeys int) {
 	s.recent = append(s.recent, p)
 	n := 0
 	for _, r := range s.recent {
@@ -214,7 +214,7 @@ func (s *shard) remember(p *pendingSet, maxKeys int) {
 
 // recentlyCommitted reports whether key (hash h) was committed by one of
 // the shard's last commits into a generation still live: a Duplicate, with
-// no store lookup. The shard's lock is held.
+// no store lookup.
 func (s *shard) recentlyCommitted(h uint64, key []byte) bool {
 	for i := len(s.recent) - 1; i >= 0; i-- {
 		gen, ok := s.recent[i].lookup(h, key)

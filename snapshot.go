@@ -71,7 +71,7 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 				Start: e.timing.Start(g.ID).UnixNano(), End: e.timing.End(g.ID).UnixNano(),
 				// A past generation with no key in flight can never
 				// change again: no new key goes into it.
-				Sealed: g.ID < current && s.pendingGens[g.ID] == 0,
+				Sealed: g.ID < current && s.inflightGens[g.ID] == 0,
 			}
 			// A filter that cannot change is encoded by the snapshot's
 			// writers, in parallel, when they reach it; the others are

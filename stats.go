@@ -120,7 +120,7 @@ func (e *Engine) Stats() Stats {
 	for _, id := range order {
 		st.GenerationStats = append(st.GenerationStats, *gens[id])
 	}
-	st.InFlightKeys = e.inflight.Load()
+	st.InFlightKeys = e.inflightCount.Load()
 	st.Commits = e.stats.commits.Load()
 	st.CommitErrors = e.stats.commitErrors.Load()
 	st.CommittedKeys = e.stats.committedKeys.Load()
