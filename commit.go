@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
@@ -166,7 +165,7 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 		e.stats.commitErrors.Add(1)
 		msg := err.Error()
 		e.stats.lastCommitErr.Store(&msg)
-		return fmt.Errorf("dedup: commit: %w", err)
+		return wrap(err, "commit")
 	}
 	e.inflightCount.Add(-int64(n))
 	e.cpMu.Lock()
@@ -183,7 +182,7 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 		e.stats.maxCommitNs.Store(int64(d))
 	}
 	if addErr != nil {
-		return fmt.Errorf("dedup: commit: filters: %w", addErr)
+		return wrap(addErr, "commit: filters")
 	}
 	return nil
 }

@@ -214,7 +214,7 @@ func (e *Engine) Close() error {
 		s.mu.Unlock()
 	}
 	if err := e.store.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("dedup: close store: %w", err))
+		errs = append(errs, wrap(err, "close store"))
 	}
 	return errors.Join(errs...)
 }

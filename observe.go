@@ -46,7 +46,7 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 	}
 	for i, k := range keys {
 		if err := e.checkKey(k); err != nil {
-			return fmt.Errorf("dedup: batch entry %d: %w", i, err)
+			return wrap(err, "batch entry %d", i)
 		}
 	}
 	clear(out[:len(keys)])
@@ -101,7 +101,7 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 			if err != nil {
 				e.finish(s, &a)
 				s.mu.Unlock()
-				return fmt.Errorf("dedup: batch entry %d: %w", i, err)
+				return wrap(err, "batch entry %d", i)
 			}
 			out[i] = v
 		}
@@ -183,7 +183,7 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, a 
 			return err == nil && !found
 		})
 		if err != nil {
-			return 0, fmt.Errorf("dedup: store lookup: %w", err)
+			return 0, wrap(err, "store lookup")
 		}
 		if found {
 			s.observed++

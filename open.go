@@ -73,7 +73,7 @@ func Open(opts Options) (*Engine, error) {
 	e.fs, e.snapDir = fs, fs.PathJoin(dir, SnapshotDir)
 	e.store, err = exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic})
 	if err != nil {
-		return nil, fmt.Errorf("dedup: open state %q: %w", opts.Dir, err)
+		return nil, wrap(err, "open state %q", opts.Dir)
 	}
 	if err := e.load(); err != nil {
 		return nil, errors.Join(err, e.store.Close())
@@ -106,7 +106,7 @@ func (e *Engine) load() error {
 	want := e.opts.persisted()
 	raw, ok, err := e.store.GetMeta(metaOptions)
 	if err != nil {
-		return fmt.Errorf("dedup: read options: %w", err)
+		return wrap(err, "read options")
 	}
 	if ok {
 		have, err := decodePersisted(raw)
@@ -118,7 +118,7 @@ func (e *Engine) load() error {
 		}
 		rawSeed, ok, err := e.store.GetMeta(metaSeed)
 		if err != nil {
-			return fmt.Errorf("dedup: read seed: %w", err)
+			return wrap(err, "read seed")
 		}
 		if !ok || len(rawSeed) != 8 {
 			return fmt.Errorf("%w: hash seed missing or malformed", ErrCorrupt)
@@ -127,19 +127,19 @@ func (e *Engine) load() error {
 	} else {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return fmt.Errorf("dedup: draw hash seed: %w", err)
+			return wrap(err, "draw hash seed")
 		}
 		e.seed = binary.BigEndian.Uint64(b[:])
 		if err := e.store.SetMeta(metaSeed, beUint64(e.seed)); err != nil {
-			return fmt.Errorf("dedup: persist seed: %w", err)
+			return wrap(err, "persist seed")
 		}
 		if err := e.store.SetMeta(metaOptions, want.encode()); err != nil {
-			return fmt.Errorf("dedup: persist options: %w", err)
+			return wrap(err, "persist options")
 		}
 	}
 	cp, err := e.store.Checkpoint()
 	if err != nil {
-		return fmt.Errorf("dedup: read checkpoint: %w", err)
+		return wrap(err, "read checkpoint")
 	}
 	e.checkpoint = cp
 	e.commitSeq = e.store.CommitSeq()
@@ -154,7 +154,7 @@ func beUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) error {
 	per, err := filter.EstimateBytes(kind, cfg.Capacity, cfg.FalsePositiveRate/float64(cfg.Generations+1))
 	if err != nil {
-		return fmt.Errorf("%w: ExpectedRate %v over Window %v: %v", ErrInvalidOptions, opts.ExpectedRate, opts.Window, err)
+		return fmt.Errorf("%w: ExpectedRate %v over Window %v: %w", ErrInvalidOptions, opts.ExpectedRate, opts.Window, err)
 	}
 	need := float64(per) * float64(opts.Shards) * float64(cfg.Generations+1)
 	if total := sysmem.Total(); total > 0 && need > float64(total) {

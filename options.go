@@ -216,7 +216,7 @@ func (p persisted) encode() []byte {
 func decodePersisted(b []byte) (persisted, error) {
 	var p persisted
 	if err := json.Unmarshal(b, &p); err != nil {
-		return p, fmt.Errorf("%w: persisted options: %v", ErrCorrupt, err)
+		return p, fmt.Errorf("%w: persisted options: %w", ErrCorrupt, err)
 	}
 	return p, nil
 }

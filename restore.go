@@ -41,7 +41,7 @@ func (e *Engine) restore() error {
 	}
 	if err == nil {
 		for _, sk := range snap.Skipped {
-			e.problem(fmt.Errorf("%w: skipped snapshot: %v", ErrCorrupt, sk))
+			e.problem(wrap(sk, "skipped snapshot"))
 		}
 		err = e.restoreFrom(snap, truncated)
 		if err == nil {
@@ -52,7 +52,7 @@ func (e *Engine) restore() error {
 		e.resetFilters()
 	}
 	if !errors.Is(err, snapshot.ErrNotFound) && !e.opts.IgnoreSnapshots {
-		e.problem(fmt.Errorf("dedup: snapshot unusable: %w", err))
+		e.problem(wrap(err, "snapshot unusable"))
 	}
 	switch {
 	case e.exactMode:
@@ -67,7 +67,7 @@ func (e *Engine) restore() error {
 		e.stats.restoredFrom = RestoredEmpty
 		return nil
 	}
-	return fmt.Errorf("%w: no usable snapshot, and probabilistic mode cannot rebuild its filters (the commit log was truncated through commit %d): committed keys would be forgotten; set AllowEmptyRestore to start empty (last problem: %v)",
+	return fmt.Errorf("%w: no usable snapshot, and probabilistic mode cannot rebuild its filters (the commit log was truncated through commit %d): committed keys would be forgotten; set AllowEmptyRestore to start empty (last problem: %w)",
 		ErrCorrupt, truncated, err)
 }
 
@@ -75,7 +75,7 @@ func (e *Engine) logTruncatedThrough() (uint64, error) {
 	v, ok, err := e.store.GetMeta(metaLogTruncated)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("dedup: read log truncation mark: %w", err)
+		return 0, wrap(err, "read log truncation mark")
 	case !ok:
 		return 0, nil
 	case len(v) != 8:
@@ -109,13 +109,13 @@ func (e *Engine) restoreFrom(snap *snapshot.Snapshot, truncated uint64) error {
 		}
 		f, err := filter.Unmarshal(g.Payload)
 		if err != nil {
-			return fmt.Errorf("%w: snapshot generation %d shard %d: %v", ErrCorrupt, g.ID, g.Shard, err)
+			return fmt.Errorf("%w: snapshot generation %d shard %d: %w", ErrCorrupt, g.ID, g.Shard, err)
 		}
 		if f.Kind() != e.kind {
 			return fmt.Errorf("%w: snapshot generation %d holds a %v filter, want %v", ErrCorrupt, g.ID, f.Kind(), e.kind)
 		}
 		if _, err := e.shards[g.Shard].ring.Insert(&rotate.Generation{ID: g.ID, Filter: f}); err != nil {
-			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		e.raiseNewestGen(g.ID)
 		n += f.Count()
@@ -144,7 +144,7 @@ func (e *Engine) replayLog(seq uint64, now time.Time) (uint64, error) {
 		return nil
 	})
 	if err != nil {
-		return n, fmt.Errorf("dedup: replay commit log: %w", err)
+		return n, wrap(err, "replay commit log")
 	}
 	return n, nil
 }
@@ -176,7 +176,7 @@ func (e *Engine) rebuild() error {
 	})
 	e.stats.restoredKeys = n
 	if err != nil {
-		return fmt.Errorf("dedup: rebuild filters from the store: %w", err)
+		return wrap(err, "rebuild filters from the store")
 	}
 	return nil
 }

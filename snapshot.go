@@ -2,7 +2,6 @@ package dedup
 
 import (
 	"encoding/binary"
-	"fmt"
 	"time"
 
 	"github.com/streamdedup/dedup/snapshot"
@@ -85,7 +84,7 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 				if err != nil {
 					s.mu.Unlock()
 					e.commitGate.Unlock()
-					return snapshot.Info{}, fmt.Errorf("dedup: snapshot: generation %d shard %d: %w", g.ID, i, err)
+					return snapshot.Info{}, wrap(err, "snapshot: generation %d shard %d", g.ID, i)
 				}
 				sg.Payload = func() ([]byte, error) { return b, nil }
 			}
@@ -97,17 +96,17 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 	h := snapshot.Header{Seed: e.seed, Options: e.opts.persisted().encode(), CommitSeq: seq, Created: now.UnixNano()}
 	info, err := snapshot.Write(e.fs, e.snapDir, h, gens)
 	if err != nil {
-		return info, fmt.Errorf("dedup: snapshot: %w", err)
+		return info, wrap(err, "snapshot")
 	}
 	// The snapshot package keeps the previous snapshot as a fallback, so the
 	// log is truncated only through it: either can still be brought up to
 	// date.
 	if prev := e.lastSnapSeq; prev > 0 {
 		if err := e.store.SetMeta(metaLogTruncated, binary.BigEndian.AppendUint64(nil, prev)); err != nil {
-			return info, fmt.Errorf("dedup: snapshot: %w", err)
+			return info, wrap(err, "snapshot")
 		}
 		if err := e.store.TruncateLog(prev); err != nil {
-			return info, fmt.Errorf("dedup: snapshot: truncate log: %w", err)
+			return info, wrap(err, "snapshot: truncate log")
 		}
 	}
 	e.lastSnapSeq = seq

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/internal/errclass"
 )
 
 // Sentinel errors. Errors returned by the package wrap them with context;
@@ -24,8 +25,9 @@ var (
 	ErrClosed = errors.New("exact: store closed")
 	// ErrBroken reports a Store on which a write failed; close and reopen it.
 	ErrBroken = errors.New("exact: store broken by an earlier write error")
-	// ErrCorrupt reports stored data that cannot be decoded.
-	ErrCorrupt = errors.New("exact: corrupt store")
+	// ErrCorrupt reports stored data that cannot be decoded. It matches
+	// dedup.ErrCorrupt too.
+	ErrCorrupt = errclass.Corrupt("exact: corrupt store")
 	// ErrEmptyKey reports an empty key.
 	ErrEmptyKey = errors.New("exact: empty key")
 	// ErrKeyTooLarge reports a key longer than MaxKeySize.
