@@ -27,10 +27,10 @@ func (e *Engine) Commit(checkpoint []byte) error {
 }
 
 // Barrier is a point in an engine's stream of New verdicts; see
-// Engine.Barrier.
+// [Engine.Barrier].
 type Barrier uint64
 
-// Barrier marks the keys observed New so far: CommitThrough(b, cp) makes
+// Barrier marks the keys observed New so far: [Engine.CommitThrough](b, cp) makes
 // exactly those durable (with cp), while keys observed after Barrier
 // returned stay in flight. A consumer can so keep observing the next
 // events while the previous ones commit:
@@ -42,8 +42,8 @@ type Barrier uint64
 // Keys whose Observe runs concurrently with Barrier fall on either side.
 func (e *Engine) Barrier() Barrier { return Barrier(e.epoch.Add(1) - 1) }
 
-// CommitThrough is Commit restricted to the keys observed New before
-// barrier b (see Barrier): they become durable together with checkpoint;
+// CommitThrough is [Engine.Commit] restricted to the keys observed New
+// before barrier b (see [Engine.Barrier]): they become durable together with checkpoint;
 // keys observed after b stay in flight. Concurrent commits share one write.
 func (e *Engine) CommitThrough(b Barrier, checkpoint []byte) error {
 	e.lifecycle.RLock()

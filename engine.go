@@ -119,28 +119,6 @@ type Engine struct {
 	bg       sync.WaitGroup
 }
 
-// engineStats are counters outside the shards.
-type engineStats struct {
-	commits         atomic.Uint64
-	commitErrors    atomic.Uint64
-	committedKeys   atomic.Uint64
-	commitNanos     atomic.Uint64
-	lastCommitNs    atomic.Int64
-	maxCommitNs     atomic.Int64
-	lastCommitErr   atomic.Pointer[string]
-	restoredKeys    uint64
-	restoreNanos    int64
-	restoredFrom    string
-	restoreProblems []string
-
-	snapshots           atomic.Uint64
-	snapshotErrors      atomic.Uint64
-	lastSnapshotNs      atomic.Int64
-	lastSnapshotWritten atomic.Int64
-	snapshotBytes       atomic.Int64
-	lastSnapshotErr     atomic.Pointer[string]
-}
-
 // hash is the seeded 64-bit hash of key: seeded per state directory so that
 // crafted keys cannot aim at collisions.
 func (e *Engine) hash(key []byte) uint64 { return xxh64(key, e.seed) }

@@ -17,9 +17,8 @@ import (
 // It is an open-addressing table with linear probing: hashes holds the
 // 64-bit hash of each slot's key (0 for an empty slot) and idx the key's
 // entry in ents, so that a lookup of a key not held, the common case,
-// reads one or two neighbouring words of hashes and nothing else (a Go map
-// lookup costed about a fifth of ObserveBatch). Keys whose hash is 0 live
-// in zero. The table is at most half full.
+// reads one or two neighbouring words of hashes and nothing else, where a
+// Go map would chase pointers. Keys whose hash is 0 live in zero. The table is at most half full.
 type inflightSet struct {
 	hashes []uint64 // per slot; 0: empty
 	idx    []uint32 // per slot: index in ents
@@ -49,9 +48,8 @@ func newInflightSet(hint int) *inflightSet {
 }
 
 // init empties p and sizes it for hint keys of arenaHint bytes in all
-// (exact mode), so that a set as large as the one before it never grows:
-// growing the arena and the entries was a third of ObserveBatch's adds in
-// exact mode (BenchmarkFilter).
+// (exact mode), so that a set as large as the one before it never grows
+// (growing the arena and the entries would copy them on the observe path).
 func (p *inflightSet) init(hint, arenaHint int) {
 	slots := minInflightSlots
 	for slots < 2*hint {

@@ -20,8 +20,9 @@ func (e *Engine) checkKey(key []byte) error {
 }
 
 // Observe reports whether key was seen within the window. New makes the
-// caller the owner of the event until it Commits or Forgets it; every other
-// Observe of the key meanwhile gets InFlight.
+// caller the owner of the event until it commits ([Engine.Commit]) or
+// forgets ([Engine.Forget]) it; every other Observe of the key meanwhile
+// gets [InFlight].
 func (e *Engine) Observe(key []byte) (Verdict, error) {
 	if err := e.checkKey(key); err != nil {
 		return 0, err

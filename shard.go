@@ -187,9 +187,8 @@ func (s *shard) addCommitted(now time.Time, exactMode bool, nshards int) error {
 // memory, across shards, to answer their duplicates without a store lookup
 // (about 100 bytes each, ~50 MB at the bound); recentSets bounds the sets a
 // shard keeps (one per commit), since a lookup probes each. Duplicates come
-// mostly soon after their first event: on the dedup command's benchmark
-// (commits of 100k events, duplicates up to 1M events apart) keeping the
-// last ~5 commits cut store lookups from 216k to ~60k per GB.
+// mostly soon after their first event, so the last few commits answer most
+// of them.
 const (
 	recentKeys = 512 << 10
 	recentSets = 8

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -150,4 +151,26 @@ func (e *Engine) Stats() Stats {
 	}
 	e.lifecycle.RUnlock()
 	return st
+}
+
+// engineStats are counters outside the shards.
+type engineStats struct {
+	commits         atomic.Uint64
+	commitErrors    atomic.Uint64
+	committedKeys   atomic.Uint64
+	commitNanos     atomic.Uint64
+	lastCommitNs    atomic.Int64
+	maxCommitNs     atomic.Int64
+	lastCommitErr   atomic.Pointer[string]
+	restoredKeys    uint64
+	restoreNanos    int64
+	restoredFrom    string
+	restoreProblems []string
+
+	snapshots           atomic.Uint64
+	snapshotErrors      atomic.Uint64
+	lastSnapshotNs      atomic.Int64
+	lastSnapshotWritten atomic.Int64
+	snapshotBytes       atomic.Int64
+	lastSnapshotErr     atomic.Pointer[string]
 }

@@ -141,10 +141,9 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 		// Keys are written once and leave by whole generations (one range
 		// delete, then a delete-only compaction), and lookups are rare
 		// (filter hits only), so L0 is allowed to grow: compacting it
-		// eagerly cost half the engine's CPU in exact mode, and raising
-		// the threshold from 4 to 64 sublevels raised ObserveBatch with
-		// AutoCommit 1.6-2.4x (BenchmarkObserveBatch/exact) at the price of
-		// slower lookups (a bloom check per L0 file).
+		// eagerly would spend the engine's CPU on data that expires
+		// anyway, at the price of slower lookups (a bloom check per L0
+		// file).
 		L0CompactionThreshold:     64,
 		L0CompactionFileThreshold: 2000,
 		L0StopWritesThreshold:     o.L0StopWritesThreshold,
