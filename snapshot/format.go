@@ -410,13 +410,6 @@ func sumPayload(head, payload []byte) (*xxhash.Digest, uint64) {
 	return whole, part.Sum64()
 }
 
-// encodeSegment encodes a whole segment (tests and golden files).
-func encodeSegment(m meta, payload []byte) []byte {
-	head := segmentHead(m, len(payload))
-	b := append(head, payload...)
-	return append(b, segmentTail(head, payload)...)
-}
-
 // decodeSegmentHead decodes the first segHeadLen bytes of a segment of
 // fileSize bytes, and checks the payload length against the file size.
 func decodeSegmentHead(b []byte, fileSize int64) (meta, error) {

@@ -462,7 +462,7 @@ func scan(fs vfs.FS, dir string) (dirState, error) {
 	}
 	var errs []error
 	for _, name := range names {
-		base, isTmp := cutSuffix(name, tmpSuffix)
+		base, isTmp := strings.CutSuffix(name, tmpSuffix)
 		seq, ok := parseManifestName(base)
 		isManifest := ok
 		if !ok {
@@ -485,13 +485,6 @@ func scan(fs vfs.FS, dir string) (dirState, error) {
 	slices.Sort(st.manifests)
 	slices.Reverse(st.manifests)
 	return st, errors.Join(errs...)
-}
-
-func cutSuffix(s, suffix string) (string, bool) {
-	if len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix {
-		return s[:len(s)-len(suffix)], true
-	}
-	return s, false
 }
 
 // newestManifest returns the newest manifest of seqs that decodes, and its
