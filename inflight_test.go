@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
-
-	"github.com/streamdedup/dedup/internal/testclock"
 )
 
 // TestInflightSetModel checks the open-addressing in-flight set against a
@@ -133,26 +130,4 @@ func BenchmarkInflightSet(b *testing.B) {
 			i++
 		}
 	})
-}
-
-// TestRecentCommitsAnswerDuplicates pins the exact-mode shortcut: a
-// duplicate of a key of one of the last commits is answered from memory,
-// an older one by the store, and either way it is a Duplicate.
-func TestRecentCommitsAnswerDuplicates(t *testing.T) {
-	// One shard: every commit holds keys of the shard of "a".
-	e := openT(t, Options{Window: time.Minute, Shards: 1, Now: testclock.New(t0).Now})
-	mustObserve(t, e, "a", New)
-	mustCommit(t, e, "")
-	mustObserve(t, e, "a", Duplicate)
-	if n := e.Stats().StoreLookups; n != 0 {
-		t.Fatalf("StoreLookups = %d after a duplicate of the last commit, want 0", n)
-	}
-	for i := range recentSets {
-		mustObserve(t, e, fmt.Sprint("b", i), New)
-		mustCommit(t, e, "")
-	}
-	mustObserve(t, e, "a", Duplicate)
-	if n := e.Stats().StoreLookups; n != 1 {
-		t.Fatalf("StoreLookups = %d after a duplicate of an older commit, want 1", n)
-	}
 }

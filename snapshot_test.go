@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"errors"
@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	. "github.com/streamdedup/dedup"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
