@@ -137,19 +137,25 @@ func restoreFullBackup(src, dst string) (Options, error) {
 	if _, err := snapshot.Latest(vfs.Default, filepath.Join(work, SnapshotDir)); err != nil {
 		return Options{}, wrap(err, "restore: backup snapshot")
 	}
-	o := opts
-	e, err := Open(o)
+	from, err := restoredFrom(opts)
 	if err != nil {
 		return Options{}, wrap(err, "restore: backup does not open")
-	}
-	from := e.Stats().RestoredFrom
-	if err := e.Close(); err != nil {
-		return Options{}, wrap(err, "restore")
 	}
 	if from != RestoredSnapshot && from != RestoredFresh {
 		return Options{}, fmt.Errorf("%w: restore: backup snapshot unusable (restored from %s)", ErrCorrupt, from)
 	}
 	return installDir(work, dst, opts)
+}
+
+// restoredFrom opens the state of opts and closes it again, and reports
+// where Open restored its filters from (Stats.RestoredFrom).
+func restoredFrom(opts Options) (string, error) {
+	e, err := Open(opts)
+	if err != nil {
+		return "", err
+	}
+	from := e.Stats().RestoredFrom
+	return from, e.Close()
 }
 
 // installDir moves the verified state work into dst.
@@ -198,12 +204,8 @@ func restoreLoneSnapshot(src, dst string) (Options, error) {
 	if err := copySnapshot(vfs.Default, snap, filepath.Join(work, SnapshotDir), 0); err != nil {
 		return Options{}, wrap(err, "restore")
 	}
-	e, err := Open(opts)
+	from, err := restoredFrom(opts)
 	if err != nil {
-		return Options{}, wrap(err, "restore")
-	}
-	from := e.Stats().RestoredFrom
-	if err := e.Close(); err != nil {
 		return Options{}, wrap(err, "restore")
 	}
 	if from != RestoredSnapshot {

@@ -70,7 +70,7 @@
 // every layer below too.
 //
 // In the source: engine.go holds the Engine and its lock order, open.go
-// Open and recovery, observe.go the observe path, inflight.go the in-flight
+// Open and recovery, observe.go the Verdict and the observe path, inflight.go the in-flight
 // key set, shard.go a shard's filters and in-flight sets, commit.go group
 // commit and barriers, snapshot.go and restore.go writing and restoring
 // snapshots, backup.go backups, stats.go Stats, options.go Options.

@@ -3,7 +3,6 @@ package dedup
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"math/bits"
 	"sync"
@@ -15,35 +14,6 @@ import (
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/rotate"
 )
-
-// Verdict is the answer of Observe for one key.
-type Verdict uint8
-
-// The verdicts.
-const (
-	// New is the first sighting within the window: the caller owns the
-	// event, processes it, then Commits (or Forgets it if processing fails).
-	New Verdict = 1
-	// Duplicate means the key was committed earlier within the window: drop
-	// the event.
-	Duplicate Verdict = 2
-	// InFlight means the key was observed New since the last Commit and is
-	// not committed yet: another worker owns it.
-	InFlight Verdict = 3
-)
-
-// String returns "new", "duplicate" or "in-flight".
-func (v Verdict) String() string {
-	switch v {
-	case New:
-		return "new"
-	case Duplicate:
-		return "duplicate"
-	case InFlight:
-		return "in-flight"
-	}
-	return fmt.Sprintf("verdict(%d)", uint8(v))
-}
 
 // Engine answers, for a stream of keys, whether each was seen within the
 // window. All methods are safe for concurrent use.

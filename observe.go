@@ -9,6 +9,35 @@ import (
 	"github.com/streamdedup/dedup/rotate"
 )
 
+// Verdict is the answer of Observe for one key.
+type Verdict uint8
+
+// The verdicts.
+const (
+	// New is the first sighting within the window: the caller owns the
+	// event, processes it, then Commits (or Forgets it if processing fails).
+	New Verdict = 1
+	// Duplicate means the key was committed earlier within the window: drop
+	// the event.
+	Duplicate Verdict = 2
+	// InFlight means the key was observed New since the last Commit and is
+	// not committed yet: another worker owns it.
+	InFlight Verdict = 3
+)
+
+// String returns "new", "duplicate" or "in-flight".
+func (v Verdict) String() string {
+	switch v {
+	case New:
+		return "new"
+	case Duplicate:
+		return "duplicate"
+	case InFlight:
+		return "in-flight"
+	}
+	return fmt.Sprintf("verdict(%d)", uint8(v))
+}
+
 func (e *Engine) checkKey(key []byte) error {
 	if len(key) == 0 {
 		return ErrEmptyKey
