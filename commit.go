@@ -16,7 +16,9 @@ type commitReq struct {
 // together with checkpoint, in one atomic, fsynced step, and returns once
 // it is. After a crash, committed keys are remembered, keys in flight are
 // not, and Checkpoint returns the last committed checkpoint. A nil
-// checkpoint keeps the previous one. Concurrent Commits share one write.
+// checkpoint keeps the previous one. Under [Options.ExplicitDone] Commit
+// makes durable only the keys Done; the others stay in flight. Concurrent
+// Commits share one write.
 func (e *Engine) Commit(checkpoint []byte) error {
 	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()
@@ -30,21 +32,26 @@ func (e *Engine) Commit(checkpoint []byte) error {
 // [Engine.Barrier].
 type Barrier uint64
 
-// Barrier marks the keys observed New so far: [Engine.CommitThrough](b, cp) makes
-// exactly those durable (with cp), while keys observed after Barrier
-// returned stay in flight. A consumer can so keep observing the next
-// events while the previous ones commit:
+// Barrier marks the keys observed New so far (under [Options.ExplicitDone]:
+// the keys Done so far): [Engine.CommitThrough](b, cp) makes exactly those
+// durable (with cp), while keys observed (Done) after Barrier returned stay
+// in flight. A consumer can so keep observing the next events while the
+// previous ones commit:
 //
 //	b := e.Barrier()           // everything up to offset X is observed
 //	go e.CommitThrough(b, X)   // commits those keys, with X
 //	... observe the events after X meanwhile ...
 //
-// Keys whose Observe runs concurrently with Barrier fall on either side.
+// Keys whose Observe (Done) runs concurrently with Barrier fall on either
+// side. A worker pool takes the Barrier under the lock that orders its
+// output and Done calls (see the package doc, "Worker pools").
 func (e *Engine) Barrier() Barrier { return Barrier(e.epoch.Add(1) - 1) }
 
 // CommitThrough is [Engine.Commit] restricted to the keys observed New
-// before barrier b (see [Engine.Barrier]): they become durable together with checkpoint;
-// keys observed after b stay in flight. Concurrent commits share one write.
+// before barrier b (see [Engine.Barrier]): they become durable together
+// with checkpoint; keys observed after b stay in flight. Under
+// [Options.ExplicitDone] it takes the keys Done before b. Concurrent
+// commits share one write.
 func (e *Engine) CommitThrough(b Barrier, checkpoint []byte) error {
 	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()

@@ -132,8 +132,12 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 }
 
 // Close stops background work and closes the state. Under AutoCommit it
-// commits the keys in flight first; otherwise they are dropped, as a crash
-// would drop them. Every method returns ErrClosed afterwards.
+// commits the keys in flight first (under ExplicitDone, the Done ones).
+// Keys still in flight are dropped, as a crash would drop them: their
+// redelivery is New. That is what a caller that closes without committing
+// asks for, so Close does not fail for it; it reports the count in
+// [Stats].DroppedAtClose and in the log (Options.Logf). Every method
+// returns ErrClosed afterwards.
 func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return ErrClosed
@@ -158,8 +162,11 @@ func (e *Engine) Close() error {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.closed = true
-
 		s.mu.Unlock()
+	}
+	if n := e.inflightCount.Load(); n > 0 {
+		e.stats.droppedAtClose.Store(n)
+		e.logf("dedup: Close dropped %d keys in flight (observed New, not committed): their redeliveries will be New", n)
 	}
 	if err := e.store.Close(); err != nil {
 		errs = append(errs, wrap(err, "close store"))

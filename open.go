@@ -58,6 +58,9 @@ func Open(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("dedup: %w", err)
 		}
 		s.inflight = newInflightSet(0)
+		if opts.ExplicitDone {
+			s.undone = newInflightSet(0)
+		}
 		s.inflightGens = make(map[uint64]int)
 	}
 

@@ -71,8 +71,19 @@ type Options struct {
 
 	// MaxInFlight bounds the keys observed New but not yet committed; past
 	// it Observe returns ErrTooManyInFlight, asking for a Commit, instead of
-	// growing without bound. Default 1<<20.
+	// growing without bound. Under ExplicitDone it counts the keys not yet
+	// Done too: they hold their place across commits until Done (and the
+	// next commit) or Forget frees it. Default 1<<20.
 	MaxInFlight int
+
+	// ExplicitDone is for worker pools: a key observed New stays in flight,
+	// owned by its worker, until [Engine.Done] says it is processed; Commit
+	// and CommitThrough make only Done keys durable, the others stay in
+	// flight (InFlight to other workers, Forget still possible) across any
+	// number of commits. Without it a commit takes every key observed New,
+	// which is right when one loop observes, processes, then commits. See
+	// the package doc, "Worker pools". Default false.
+	ExplicitDone bool
 
 	// SnapshotInterval, when positive, writes a filter snapshot at this
 	// interval so that Open restarts from it instead of rebuilding the

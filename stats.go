@@ -13,8 +13,13 @@ type Stats struct {
 	// New, Duplicate and InFlight count the verdicts given.
 	New, Duplicate, InFlight uint64
 	// InFlightKeys is the number of keys observed New and not yet
-	// committed (or forgotten).
+	// committed (or forgotten). Under ExplicitDone, NotDoneKeys of them
+	// are not Done yet.
 	InFlightKeys int64
+	NotDoneKeys  int64
+	// DroppedAtClose is the number of keys in flight that Close dropped,
+	// as a crash would (0 before Close).
+	DroppedAtClose int64
 	// StoreLookups counts exact-store lookups made for filter hits.
 	StoreLookups uint64
 	// FalsePositives counts keys that some filter said "maybe" for but the
@@ -95,6 +100,9 @@ func (e *Engine) Stats() Stats {
 		st.InFlight += s.inflightHits
 		st.StoreLookups += s.lookups
 		st.FalsePositives += s.falsePositives
+		if s.undone != nil {
+			st.NotDoneKeys += int64(s.undone.n)
+		}
 		miss := 1.0
 		for _, g := range s.ring.Generations() {
 			f := g.Filter
@@ -145,6 +153,7 @@ func (e *Engine) Stats() Stats {
 	st.LastSnapshotDuration = time.Duration(e.stats.lastSnapshotNs.Load())
 	st.LastSnapshotWritten = e.stats.lastSnapshotWritten.Load()
 	st.SnapshotBytes = e.stats.snapshotBytes.Load()
+	st.DroppedAtClose = e.stats.droppedAtClose.Load()
 	e.lifecycle.RLock()
 	if !e.closed.Load() {
 		st.DiskBytes = e.store.DiskUsage()
@@ -173,4 +182,6 @@ type engineStats struct {
 	lastSnapshotWritten atomic.Int64
 	snapshotBytes       atomic.Int64
 	lastSnapshotErr     atomic.Pointer[string]
+
+	droppedAtClose atomic.Int64
 }
