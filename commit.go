@@ -17,8 +17,14 @@ type commitReq struct {
 // it is. After a crash, committed keys are remembered, keys in flight are
 // not, and Checkpoint returns the last committed checkpoint. A nil
 // checkpoint keeps the previous one. Under [Options.ExplicitDone] Commit
-// makes durable only the keys Done; the others stay in flight. Concurrent
-// Commits share one write.
+// makes durable only the keys Done; the others stay in flight.
+//
+// Concurrent commits (Commit and CommitThrough) share one write: the
+// commits that arrive while one is writing queue, and the next write
+// takes them all, through the furthest barrier among them, with the
+// checkpoint of the one that queued last (a nil checkpoint does not
+// count). That is the outcome of running them one after the other in the
+// order they queued: the latest call's checkpoint wins.
 func (e *Engine) Commit(checkpoint []byte) error {
 	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()
@@ -51,7 +57,7 @@ func (e *Engine) Barrier() Barrier { return Barrier(e.epoch.Add(1) - 1) }
 // before barrier b (see [Engine.Barrier]): they become durable together
 // with checkpoint; keys observed after b stay in flight. Under
 // [Options.ExplicitDone] it takes the keys Done before b. Concurrent
-// commits share one write.
+// commits share one write, as [Engine.Commit] says.
 func (e *Engine) CommitThrough(b Barrier, checkpoint []byte) error {
 	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()
@@ -81,22 +87,15 @@ func (e *Engine) commit(limit uint64, checkpoint []byte) error {
 		e.cqueue = nil
 		e.cmu.Unlock()
 		// One write for the group, through its furthest barrier, with the
-		// checkpoint that goes with that barrier (the last one given).
+		// checkpoint of the last request queued that gave one: the state
+		// the calls would leave had they run one after the other in the
+		// order they queued.
 		var limit uint64
 		var cp []byte
 		for _, r := range group {
 			limit = max(limit, r.limit)
-		}
-		for _, r := range group {
-			if r.cp != nil && r.limit == limit {
+			if r.cp != nil {
 				cp = r.cp
-			}
-		}
-		if cp == nil {
-			for _, r := range group {
-				if r.cp != nil {
-					cp = r.cp
-				}
 			}
 		}
 		err := e.commitOnce(limit, cp)

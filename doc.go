@@ -37,9 +37,10 @@
 //     committed keys are remembered, uncommitted ones are not, and
 //     Checkpoint returns the last committed cp: a consumer that resumes its
 //     source from there processes every event exactly once. Forget
-//     releases an InFlight key. Close commits only under AutoCommit;
-//     otherwise it drops what is in flight, as a crash would, and reports
-//     how many in Stats.DroppedAtClose and the log.
+//     releases an InFlight key. Concurrent commits share one write, whose
+//     checkpoint is the latest call's. Close commits only under
+//     AutoCommit; otherwise it drops what is in flight, as a crash would,
+//     and reports how many in Stats.DroppedAtClose and the log.
 //  6. Restart. Open restores the filters from the newest valid snapshot and
 //     replays the commits after it; a corrupt or missing snapshot is
 //     reported (Stats.RestoreProblems) and, in exact mode, rebuilt from the
