@@ -49,6 +49,8 @@
 //  7. Bad input (an empty key, a key over MaxKeySize, a nil batch entry, a
 //     state directory of another program, a damaged snapshot) is a clear
 //     error wrapping a sentinel of this package; nothing committed is lost.
+//     MaxKeySize is at most what the exact store holds (exact.MaxKeySize),
+//     so a key Observe accepts always commits.
 //
 // # Worker pools
 //

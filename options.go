@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/rotate"
 )
@@ -109,7 +110,10 @@ type Options struct {
 	// rebuild progress. nil discards them. Default nil.
 	Logf func(format string, args ...any)
 
-	// MaxKeySize is the largest key accepted, in bytes. Default 4096.
+	// MaxKeySize is the largest key accepted, in bytes, at most
+	// exact.MaxKeySize (64 KiB, what the exact store holds) in every mode.
+	// Observe refuses a longer key with ErrKeyTooLarge, so a key that is
+	// accepted always commits. Default 4096.
 	MaxKeySize int
 
 	// Now is the clock. Default time.Now.
@@ -120,7 +124,7 @@ type Options struct {
 const (
 	maxShards      = 1 << 12
 	maxGenerations = rotate.MaxGenerations
-	maxKeySizeCap  = 1 << 20
+	maxKeySizeCap  = exact.MaxKeySize
 )
 
 // EnsureDefaults fills every zero field with its default and returns o.
@@ -192,7 +196,7 @@ func (o *Options) Validate() error {
 		bad("SnapshotInterval", "must not be negative, got %v", o.SnapshotInterval)
 	}
 	if o.MaxKeySize < 1 || o.MaxKeySize > maxKeySizeCap {
-		bad("MaxKeySize", "must be in [1, %d], got %d", maxKeySizeCap, o.MaxKeySize)
+		bad("MaxKeySize", "must be in [1, %d] (exact.MaxKeySize, the largest key the store holds), got %d", maxKeySizeCap, o.MaxKeySize)
 	}
 	return errors.Join(errs...)
 }
