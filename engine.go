@@ -136,8 +136,11 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 // Keys still in flight are dropped, as a crash would drop them: their
 // redelivery is New. That is what a caller that closes without committing
 // asks for, so Close does not fail for it; it reports the count in
-// [Stats].DroppedAtClose and in the log (Options.Logf). Every method
-// returns ErrClosed afterwards.
+// [Stats].DroppedAtClose and in the log (Options.Logf). With SnapshotInterval
+// positive (the default with a state directory) Close writes a snapshot
+// of the filters, unless the last one is current, so that the next Open
+// loads it instead of rebuilding them. Every method returns ErrClosed
+// afterwards.
 func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return ErrClosed
@@ -152,7 +155,7 @@ func (e *Engine) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if e.opts.SnapshotInterval > 0 {
+	if e.opts.SnapshotInterval > 0 && e.snapshotStale() {
 		// A fresh snapshot makes the next Open fast.
 		if err := e.snapshot(true); err != nil {
 			errs = append(errs, err)
@@ -173,6 +176,19 @@ func (e *Engine) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// snapshotStale reports whether commits were made since the last snapshot
+// written or restored.
+func (e *Engine) snapshotStale() bool {
+	e.snapMu.Lock()
+	last := e.lastSnapSeq
+	e.snapMu.Unlock()
+	e.cpMu.Lock()
+	seq := e.commitSeq
+	e.cpMu.Unlock()
+	return seq != last
+}
+
 func (e *Engine) logf(format string, args ...any) {
 	if e.opts.Logf != nil {
 		e.opts.Logf(format, args...)

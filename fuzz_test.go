@@ -69,9 +69,6 @@ func FuzzOptions(f *testing.F) {
 		if maxInFlight < 0 {
 			must = append(must, "MaxInFlight")
 		}
-		if snapInt < 0 {
-			must = append(must, "SnapshotInterval")
-		}
 		if maxKey < 0 || maxKey > exact.MaxKeySize {
 			must = append(must, "MaxKeySize") // one limit: what the store holds
 		}

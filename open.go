@@ -88,7 +88,11 @@ func Open(opts Options) (*Engine, error) {
 		e.every(opts.AutoCommit, func() { _ = e.commit(math.MaxUint64, nil) })
 	}
 	if opts.SnapshotInterval > 0 {
-		e.every(opts.SnapshotInterval, func() { _ = e.snapshot(false) })
+		e.every(opts.SnapshotInterval, func() {
+			if e.snapshotStale() {
+				_ = e.snapshot(false)
+			}
+		})
 	}
 	if e.exactMode {
 		// Expired generations are range-deleted by the commit that expires

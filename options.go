@@ -87,11 +87,14 @@ type Options struct {
 	ExplicitDone bool
 
 	// SnapshotInterval, when positive, writes a filter snapshot at this
-	// interval so that Open restarts from it instead of rebuilding the
-	// filters, and truncates the commit log that the snapshot covers. 0
-	// disables periodic snapshots; Snapshot still works. A probabilistic
-	// state on disk without snapshots keeps a log entry (8 bytes) per
-	// committed key forever: give it an interval. Default 0.
+	// interval, and Close writes a last one, so that Open restarts from a
+	// snapshot instead of rebuilding the filters (from the store, or from
+	// the commit log in probabilistic mode), and the commit log that a
+	// snapshot covers is truncated. Negative turns both off (Snapshot
+	// still works); a probabilistic state on disk then keeps a log entry (8
+	// bytes) per committed key for ever. Default, with a state directory:
+	// Window/Generations, the span of a generation, within [1m, 1h]; in
+	// memory (Dir ""), where nothing is restored: 0, none.
 	SnapshotInterval time.Duration
 
 	// AllowEmptyRestore lets a probabilistic-mode Open start with empty
@@ -127,6 +130,12 @@ const (
 	maxKeySizeCap  = exact.MaxKeySize
 )
 
+// Bounds on the default SnapshotInterval: Window/Generations, clamped.
+const (
+	minDefaultSnapshotInterval = time.Minute
+	maxDefaultSnapshotInterval = time.Hour
+)
+
 // EnsureDefaults fills every zero field with its default and returns o.
 func (o *Options) EnsureDefaults() *Options {
 	if o.Window == 0 {
@@ -152,6 +161,10 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.MaxKeySize == 0 {
 		o.MaxKeySize = 4096
+	}
+	if o.SnapshotInterval == 0 && o.Dir != "" && o.Generations > 0 {
+		o.SnapshotInterval = min(max(o.Window/time.Duration(o.Generations),
+			minDefaultSnapshotInterval), maxDefaultSnapshotInterval)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -191,9 +204,6 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxInFlight < 1 {
 		bad("MaxInFlight", "must be at least 1, got %d", o.MaxInFlight)
-	}
-	if o.SnapshotInterval < 0 {
-		bad("SnapshotInterval", "must not be negative, got %v", o.SnapshotInterval)
 	}
 	if o.MaxKeySize < 1 || o.MaxKeySize > maxKeySizeCap {
 		bad("MaxKeySize", "must be in [1, %d] (exact.MaxKeySize, the largest key the store holds), got %d", maxKeySizeCap, o.MaxKeySize)

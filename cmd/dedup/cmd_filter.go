@@ -181,6 +181,9 @@ func (f *filterRun) run() (err error) {
 			return err
 		}
 		opts.SnapshotInterval = c.snapshotInterval // Close writes a last one too
+		if c.snapshotInterval == 0 {
+			opts.SnapshotInterval = -1 // the engine's periodic and Close snapshots off: only the one below
+		}
 		opts.Logf = engineLog(f.env)
 	}
 	if f.eng, err = dedup.Open(opts); err != nil {
@@ -204,7 +207,7 @@ func (f *filterRun) run() (err error) {
 		// With periodic snapshots Close writes a last one. Without, write
 		// it here, after a run that ended well (or was interrupted, its
 		// state committed), so that the next start loads it.
-		if f.durable && opts.SnapshotInterval == 0 && (err == nil || errors.Is(err, errInterrupted)) {
+		if f.durable && opts.SnapshotInterval < 0 && (err == nil || errors.Is(err, errInterrupted)) {
 			if serr := f.eng.Snapshot(); serr != nil {
 				err = errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
 			}
