@@ -44,8 +44,9 @@
 //  6. Restart. Open restores the filters from the newest valid snapshot and
 //     replays the commits after it; a corrupt or missing snapshot is
 //     reported (Stats.RestoreProblems) and, in exact mode, rebuilt from the
-//     store; it is never silently replaced by an empty filter. Reopening
-//     with incompatible options is an error naming the option.
+//     store; it is never silently replaced by an empty filter. Options left
+//     zero on reopen take the state directory's values; an explicit value
+//     that contradicts the directory's shape is an error naming the option.
 //  7. Bad input (an empty key, a key over MaxKeySize, a nil batch entry, a
 //     state directory of another program, a damaged snapshot) is a clear
 //     error wrapping a sentinel of this package; nothing committed is lost.

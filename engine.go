@@ -43,6 +43,7 @@ type Engine struct {
 	// timing is a ring with no filters, used for generation arithmetic.
 	timing  *rotate.Ring
 	fs      vfs.FS
+	dir     string // the state directory on fs ("dedup-mem" in memory)
 	snapDir string
 
 	// Atomics, read and written under no lock.

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/streamdedup/dedup/internal/diskuse"
 )
 
 // Stats is a point-in-time view of an Engine's counters and memory.
@@ -65,7 +67,10 @@ type Stats struct {
 	LastSnapshotDuration      time.Duration
 	LastSnapshotWritten       int64
 	SnapshotBytes             int64
-	// DiskBytes is the size of the exact store on disk.
+	// DiskBytes is the space the state directory takes on its file system,
+	// as du counts it: the blocks allocated to the exact store (tables,
+	// write-ahead logs, manifest) and the snapshots. In memory (Dir "") it
+	// is the length of the in-memory files.
 	DiskBytes uint64
 }
 
@@ -154,11 +159,9 @@ func (e *Engine) Stats() Stats {
 	st.LastSnapshotWritten = e.stats.lastSnapshotWritten.Load()
 	st.SnapshotBytes = e.stats.snapshotBytes.Load()
 	st.DroppedAtClose = e.stats.droppedAtClose.Load()
-	e.lifecycle.RLock()
-	if !e.closed.Load() {
-		st.DiskBytes = e.store.DiskUsage()
-	}
-	e.lifecycle.RUnlock()
+	// Files that go away meanwhile (a compaction's inputs) are skipped; an
+	// error leaves the count of what was read.
+	st.DiskBytes, _ = diskuse.Bytes(e.fs, e.dir)
 	return st
 }
 

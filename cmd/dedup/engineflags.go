@@ -53,8 +53,8 @@ var tuneUsage = engineUsage{
 // given is a check against them.
 var checkUsage = engineUsage{
 	window:        "check: fail unless the state was created with this window (default: adopt the state's)",
-	rate:          "expected distinct keys per `SECOND` (sizes a new generation; not persisted)",
-	fp:            "pre-filter false-positive `RATE` (sizes a new generation; not persisted)",
+	rate:          "expected distinct keys per `SECOND` (sizes a new generation; default: the state's)",
+	fp:            "pre-filter false-positive `RATE` (sizes a new generation; default: the state's)",
 	filter:        "check: fail unless the state uses this filter (default: adopt)",
 	probabilistic: "check: fail unless the state's mode is this (default: adopt)",
 	generations:   "check: fail unless the state has this many generations (default: adopt)",
