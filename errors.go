@@ -31,6 +31,11 @@ var (
 	// ErrCorrupt is the corruption class: persisted state that fails its
 	// checks (a bad snapshot, unreadable metadata).
 	ErrCorrupt = errors.New("dedup: corrupt state")
+	// ErrSnapshot wraps a failure to write a filter snapshot (Snapshot, a
+	// periodic one, or the last one of Close). The committed state is intact:
+	// the next Open restores from an older snapshot and the commit log, or
+	// rebuilds the filters, so a caller may treat it as a warning.
+	ErrSnapshot = errors.New("dedup: snapshot")
 	// ErrBatchLength is returned by ObserveBatch when out is shorter than
 	// keys.
 	ErrBatchLength = errors.New("dedup: out is shorter than keys")

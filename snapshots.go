@@ -97,7 +97,7 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 				if err != nil {
 					s.mu.Unlock()
 					e.commitGate.Unlock()
-					return snapshot.Info{}, fmt.Errorf("dedup: snapshot: generation %d shard %d: %w", g.ID, i, err)
+					return snapshot.Info{}, fmt.Errorf("%w: generation %d shard %d: %w", ErrSnapshot, g.ID, i, err)
 				}
 				sg.Payload = func() ([]byte, error) { return b, nil }
 			}
@@ -109,17 +109,17 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 	h := snapshot.Header{Seed: e.seed, Options: e.opts.persisted().encode(), CommitSeq: seq, Created: now.UnixNano()}
 	info, err := snapshot.Write(e.fs, e.snapDir, h, gens)
 	if err != nil {
-		return info, fmt.Errorf("dedup: snapshot: %w", err)
+		return info, fmt.Errorf("%w: %w", ErrSnapshot, err)
 	}
 	// The snapshot package keeps the previous snapshot as a fallback, so the
 	// log is truncated only through it: either can still be brought up to
 	// date.
 	if prev := e.lastSnapSeq; prev > 0 {
 		if err := e.store.SetMeta(metaLogTruncated, binary.BigEndian.AppendUint64(nil, prev)); err != nil {
-			return info, fmt.Errorf("dedup: snapshot: %w", err)
+			return info, fmt.Errorf("%w: %w", ErrSnapshot, err)
 		}
 		if err := e.store.TruncateLog(prev); err != nil {
-			return info, fmt.Errorf("dedup: snapshot: truncate log: %w", err)
+			return info, fmt.Errorf("%w: truncate log: %w", ErrSnapshot, err)
 		}
 	}
 	e.lastSnapSeq = seq
