@@ -19,7 +19,7 @@ const (
 	rejNotObject               // valid JSON, but not an object
 	rejMissingKey              // a key field is absent or null
 	rejKeyTooLarge             // key over --max-key
-	rejEmptyKey                // key of zero bytes
+	rejEmptyKey                // key of zero bytes, or a JSON member ""
 	rejNoMatch                 // --regex did not match
 	rejMissingField            // --field N beyond the line's fields
 	rejLineTooLong             // line over --max-line
@@ -47,6 +47,9 @@ func (r reject) describe(x *extractor) string {
 	case rejKeyTooLarge:
 		return fmt.Sprintf("key too large: %d bytes, limit %d", r.size, x.maxKey)
 	case rejEmptyKey:
+		if x.mode == modeJSON {
+			return "empty key " + strconv.Quote(strings.Join(x.paths[r.field], "."))
+		}
 		return "empty key"
 	case rejEmptyLine:
 		return "empty line"
@@ -193,6 +196,13 @@ func (x *extractor) extract(line, arena []byte) (key, arenaOut []byte, r reject)
 		for i, v := range vals {
 			if v == nil {
 				return nil, arena, reject{code: rejMissingKey, field: i}
+			}
+		}
+		// An empty string identifies nothing: every line with it would
+		// share one key. (Its raw text, "", is never empty itself.)
+		for i, v := range vals {
+			if len(v) == 2 && v[0] == '"' && v[1] == '"' {
+				return nil, arena, reject{code: rejEmptyKey, field: i}
 			}
 		}
 		if len(vals) == 1 {
