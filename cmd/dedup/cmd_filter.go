@@ -60,7 +60,7 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.DurationVar(&c.commitInterval, "commit-interval", time.Second, "commit at least every `DURATION`")
 	fs.BoolVar(&c.strict, "strict", false, "stop with exit status 2 at the first rejected line")
 	fs.BoolVar(&c.stats, "stats", false, "print a summary on stderr at the end")
-	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. :9090) at /metrics")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (e.g. 127.0.0.1:9090; :9090 listens on every interface)")
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
 	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from the start (committed keys still count)")
 	fs.IntVar(&c.chunk, "chunk", defaultChunk, "read `BYTES` per batch")
@@ -75,6 +75,7 @@ func runFilter(e *env, args []string) error {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
+	c.keys.fieldSet = c.explicit["field"]
 	c.inputs = append(c.inputs, pos...)
 	if len(c.inputs) == 0 {
 		c.inputs = stringList{"-"}
@@ -174,6 +175,9 @@ func (f *filterRun) run() (err error) {
 	opts := c.engine.options(c.state)
 	opts.MaxInFlight = maxInFlight(c)
 	opts.MaxKeySize = c.keys.maxKey
+	if err := checkOptions(opts, c.explicit); err != nil {
+		return err
+	}
 	if c.state != "" {
 		// An existing state keeps its shape: adopt what the flags leave
 		// unsaid, refuse what they contradict.

@@ -95,6 +95,9 @@ func runStats(e *env, args []string) error {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
+	if err := checkOptions(c.engine.options(""), c.explicit); err != nil {
+		return err
+	}
 	dir := pos[0]
 	// Open would create a missing directory: refuse instead.
 	ents, err := os.ReadDir(dir)

@@ -127,7 +127,7 @@ func TestUsage(t *testing.T) {
 		{[]string{}, 2, "Usage"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
 		{[]string{"filter", "--nope"}, 2, "not defined"},
-		{[]string{"filter", "--key", "id", "--fp", "2"}, 2, "FalsePositiveRate"},
+		{[]string{"filter", "--key", "id", "--fp", "2"}, 2, "--fp: must be in (0, 1)"},
 		{[]string{"filter", "--key", "id", "--out", "x", "--dups", "x"}, 2, "same file"},
 		{[]string{"filter", "--key", "id", "--commit-every", "0"}, 2, "commit-every"},
 		{[]string{"filter", "--key", "id", "/does/not/exist"}, 1, "no such file"},

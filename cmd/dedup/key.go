@@ -99,13 +99,16 @@ func (x *extractor) clone() *extractor {
 
 // extractorConfig is what the flags say about keys.
 type extractorConfig struct {
-	format  string // "json" or "lines"
-	key     string // --key
-	field   int    // --field
-	delim   string // --delim
-	regex   string // --regex
-	maxKey  int
-	maxLine int
+	format string // "json" or "lines"
+	key    string // --key
+	field  int    // --field
+	// fieldSet says --field was given: --field 0 is then an error, not
+	// "no field".
+	fieldSet bool
+	delim    string // --delim
+	regex    string // --regex
+	maxKey   int
+	maxLine  int
 }
 
 // newExtractor validates cfg; its errors are usage errors.
@@ -116,7 +119,7 @@ func newExtractor(cfg extractorConfig) (*extractor, error) {
 		if cfg.key == "" {
 			return nil, errors.New("--format json needs --key (e.g. --key event_id or --key user.id,seq)")
 		}
-		if cfg.field != 0 || cfg.regex != "" {
+		if cfg.fieldSet || cfg.field != 0 || cfg.regex != "" {
 			return nil, errors.New("--field and --regex go with --format lines")
 		}
 		paths, err := parsePaths(cfg.key)
@@ -129,9 +132,9 @@ func newExtractor(cfg extractorConfig) (*extractor, error) {
 			return nil, errors.New("--key goes with --format json; use --field or --regex with --format lines")
 		}
 		switch {
-		case cfg.field != 0 && cfg.regex != "":
+		case (cfg.fieldSet || cfg.field != 0) && cfg.regex != "":
 			return nil, errors.New("--field and --regex are exclusive")
-		case cfg.field < 0:
+		case cfg.field < 0 || (cfg.fieldSet && cfg.field == 0):
 			return nil, fmt.Errorf("--field %d: fields count from 1", cfg.field)
 		case cfg.field > 0:
 			if cfg.delim == "" {
