@@ -43,6 +43,7 @@ within a time window, and the state survives restarts.
 
 Usage:
   dedup <command> [flags] [args]
+  dedup --version
 
 Commands:
 `)
