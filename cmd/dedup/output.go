@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
 )
 
 // bufSize is the size of the output buffers.
@@ -121,11 +124,36 @@ func (f *filterRun) rejectRecord(b *batch, li int, r reject) []byte {
 		text = text[:rejectShow]
 	}
 	rec := fmt.Appendf(nil, "%s:%d: %s\t", displayName(f.cfg.inputs[b.file]), b.firstLine+int64(li), r.describe(f.x))
-	rec = append(rec, text...)
+	if f.rejects == nil {
+		// On the terminal: a binary line must not reach it raw.
+		rec = appendEscaped(rec, text)
+	} else {
+		rec = append(rec, text...) // the line as it was, to be fixed and fed again
+	}
 	if cut {
 		rec = append(rec, "..."...)
 	}
 	return append(rec, '\n')
+}
+
+// appendEscaped appends text to dst with what a terminal would act on
+// escaped as Go does (\x1b, \x00, \r, \u0085, and \xff for a byte that is
+// not UTF-8); printable text, backslashes included, is left as it is.
+func appendEscaped(dst, text []byte) []byte {
+	for len(text) > 0 {
+		r, n := utf8.DecodeRune(text)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			dst = fmt.Appendf(dst, `\x%02x`, text[0])
+		case r == ' ' || unicode.IsPrint(r):
+			dst = append(dst, text[:n]...)
+		default:
+			q := strconv.QuoteRune(r) // '\x1b'
+			dst = append(dst, q[1:len(q)-1]...)
+		}
+		text = text[n:]
+	}
+	return dst
 }
 
 func (f *filterRun) writeReject(b *batch, li int, r reject) error {
