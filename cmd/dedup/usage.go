@@ -81,21 +81,28 @@ problem met), the newest snapshot, and the last committed position of
 flags --window, --filter, --probabilistic, --generations and --shards only
 check: given, they fail with exit status 2 if DIR says otherwise.
 
-DIR must not be in use by another process (a running 'dedup filter
---state DIR'): Pebble's lock on the store refuses a second opener.
+While another process holds DIR (a running 'dedup filter --state DIR'),
+Pebble's lock keeps the store from a second opener: stats then prints
+what it reads without the lock, from the newest snapshot (options, keys,
+commit covered) and the directory's size, and says so ("in use"; in JSON
+"in_use": true, without "checkpoint" and "engine"). The running filter's
+live figures are on its --metrics.
+
+--json prints snake_case names, and durations in seconds (named
+*_seconds).
 
 Examples
   dedup stats ./state
   dedup stats --json ./state | jq .checkpoint
-  dedup stats --json ./state | jq '.snapshot, .engine.RestoredFrom'
+  dedup stats --json ./state | jq '.snapshot, .engine.restored_from'
 
 Flags
 `
 
 const statsHelpTail = `
 Exit status
-  0  printed
-  1  DIR is missing, not a state directory, in use, or fails to open
+  0  printed (a state in use included)
+  1  DIR is missing, not a state directory, or fails to open
   2  bad usage, or a check flag that contradicts DIR
 `
 
