@@ -23,6 +23,35 @@ import (
 // that grow or rotate never lose an event, and exit statuses and flags say
 // what happened.
 
+// TestHelperDedup is not a test: run by dedupProcess as a child process,
+// it is the dedup command, with the arguments in DEDUP_TEST_ARGS.
+func TestHelperDedup(t *testing.T) {
+	raw := os.Getenv("DEDUP_TEST_ARGS")
+	if raw == "" {
+		t.Skip("helper process only")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(raw), &args); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	e.sigs = notifySignals()
+	os.Exit(run(e, args))
+}
+
+// dedupProcess returns the command that runs dedup with args in a child
+// process (this test binary, as TestHelperDedup).
+func dedupProcess(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperDedup$")
+	cmd.Env = append(os.Environ(), "DEDUP_TEST_ARGS="+string(raw))
+	return cmd
+}
+
 // ndjsonLines returns n lines {"id":"PREFIXi"}, i from 1.
 func ndjsonLines(prefix string, n int) string {
 	var b strings.Builder
@@ -312,11 +341,10 @@ func TestFinalSnapshotFailure(t *testing.T) {
 // idle stdin: what was read is committed, and it exits with status 1.
 func TestSignalWhileIdle(t *testing.T) {
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			state := filepath.Join(dir, "state-"+strconv.Itoa(int(sig)))
-			cmd := exec.Command(bin, "filter", "--key", "id", "--state", state, "--progress", "never")
+			cmd := dedupProcess(t, "filter", "--key", "id", "--state", state, "--progress", "never")
 			stdin, err := cmd.StdinPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -478,8 +506,7 @@ func TestStatsInUse(t *testing.T) {
 	if code, _, stderr := runCmd(t, "a\nb\n", "filter", "--format", "lines", "--state", state, "--window", "10m"); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	bin := buildBinary(t, dir)
-	cmd := exec.Command(bin, "filter", "--format", "lines", "--state", state, "--progress", "never")
+	cmd := dedupProcess(t, "filter", "--format", "lines", "--state", state, "--progress", "never")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
