@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -144,6 +145,16 @@ func (s *Server) dispatch(conn redcon.Conn, cl *client, cmd redcon.Command) {
 		s.cmdConfig(conn, args)
 	case "info":
 		s.cmdInfo(conn, args)
+	case "memory":
+		// MEMORY PURGE, as Redis's asks jemalloc to return freed pages:
+		// a full collection, then the freed heap goes back to the system,
+		// so that used_memory shows what the remembered keys hold.
+		if len(args) != 2 || !strings.EqualFold(string(args[1]), "purge") {
+			conn.WriteError("ERR dedup supports MEMORY PURGE only")
+			return
+		}
+		debug.FreeOSMemory()
+		conn.WriteString("OK")
 	case "dbsize":
 		st, err := s.def.stats()
 		if err != nil {

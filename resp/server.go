@@ -62,6 +62,12 @@ type Config struct {
 	// other command. Default "" (no password).
 	RequirePass string
 
+	// CommitKeys makes a table commit early, under FsyncEverySec, once
+	// this many keys were answered New since its last commit: it bounds
+	// the memory of keys in flight (and what a crash can lose) when the
+	// rate is high. Default 65536.
+	CommitKeys int
+
 	// MaxClients bounds the connections served at once; a connection past
 	// it is answered an error and closed. Default 10000.
 	MaxClients int
@@ -106,6 +112,9 @@ func (c *Config) EnsureDefaults() *Config {
 	if c.MaxClients == 0 {
 		c.MaxClients = 10000
 	}
+	if c.CommitKeys == 0 {
+		c.CommitKeys = 1 << 16
+	}
 	if c.MaxArgSize == 0 {
 		c.MaxArgSize = 1 << 20
 	}
@@ -142,7 +151,7 @@ func (c *Config) Validate() error {
 	}{
 		{"MaxClients", c.MaxClients}, {"MaxArgSize", c.MaxArgSize}, {"MaxArgs", c.MaxArgs},
 		{"MaxCommandSize", c.MaxCommandSize}, {"MaxPendingReplies", c.MaxPendingReplies},
-		{"MaxTables", c.MaxTables},
+		{"MaxTables", c.MaxTables}, {"CommitKeys", c.CommitKeys},
 	} {
 		if f.v < 1 {
 			bad = append(bad, fmt.Sprintf("%s %d < 1", f.name, f.v))
@@ -182,6 +191,7 @@ type Server struct {
 	closing atomic.Bool
 	started time.Time
 	stop    chan struct{}
+	kick    chan struct{} // asks commitLoop for an early commit
 	loops   sync.WaitGroup
 
 	// Counters for INFO.
@@ -207,7 +217,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, tables: map[string]*table{}, started: time.Now(), stop: make(chan struct{})}
+	s := &Server{cfg: cfg, tables: map[string]*table{}, started: time.Now(),
+		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	def, err := s.openTable(DefaultTable, s.defaultTableOptions())
 	if err != nil {
 		return nil, err
@@ -379,6 +390,14 @@ func (s *Server) commitLoop() {
 		select {
 		case <-s.stop:
 			return
+		case <-s.kick:
+			for _, t := range s.allTables() {
+				if t.fresh.Load() >= t.commitKeys {
+					if err := t.commit(nil); err != nil && !errors.Is(err, errTableClosed) {
+						s.logf("resp: table %q: commit: %v", t.name, err)
+					}
+				}
+			}
 		case <-tick:
 			for _, t := range s.allTables() {
 				if err := t.commit(nil); err != nil && !errors.Is(err, errTableClosed) {
@@ -399,6 +418,14 @@ func (s *Server) commitLoop() {
 				}
 			}
 		}
+	}
+}
+
+// kickCommit asks commitLoop for an early commit.
+func (s *Server) kickCommit() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -141,6 +141,7 @@ func TestSetForms(t *testing.T) {
 		{[]any{"CLIENT", "SETINFO", "LIB-NAME", "x"}, "OK"},
 		{[]any{"COMMAND", "DOCS"}, []any{}},
 		{[]any{"CONFIG", "GET", "save"}, []any{"save", ""}},
+		{[]any{"MEMORY", "PURGE"}, "OK"},
 	} {
 		got, err := c.Do(ctx, tc.args...).Result()
 		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -48,12 +49,28 @@ type TableOptions struct {
 // against everything that could see or commit the probe's mark:
 // observes and commits hold mu shared, probes and close hold it alone.
 type table struct {
-	name string
-	opts TableOptions
-	eng  *dedup.Engine
+	name       string
+	opts       TableOptions
+	eng        *dedup.Engine
+	commitKeys int64
 
 	mu     sync.RWMutex
 	closed bool // guarded by mu
+
+	// fresh counts keys answered New since the last commit began; past
+	// Config.CommitKeys it asks the commit loop for an early commit.
+	fresh atomic.Int64
+	kick  func()
+}
+
+// added counts n keys answered New.
+func (t *table) added(n int) {
+	if n == 0 || t.kick == nil {
+		return
+	}
+	if v := t.fresh.Add(int64(n)); v >= t.commitKeys && v-int64(n) < t.commitKeys {
+		t.kick()
+	}
 }
 
 // errTableClosed is answered to commands that reach a table while the
@@ -188,7 +205,11 @@ func (s *Server) openTable(name string, opts TableOptions) (*table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resp: table %q: %w", name, err)
 	}
-	return &table{name: name, opts: opts, eng: eng}, nil
+	t := &table{name: name, opts: opts, eng: eng, commitKeys: int64(s.cfg.CommitKeys)}
+	if s.cfg.Fsync == FsyncEverySec {
+		t.kick = s.kickCommit
+	}
+	return t, nil
 }
 
 // lookup returns the open table name, opening it from disk if it exists
@@ -299,6 +320,13 @@ func (t *table) observe(keys [][]byte, out []dedup.Verdict) error {
 		clear(out)
 		err = t.eng.ObserveBatch(keys, out)
 	}
+	n := 0
+	for _, v := range out {
+		if v == dedup.New {
+			n++
+		}
+	}
+	t.added(n)
 	return err
 }
 
@@ -315,6 +343,9 @@ func (t *table) observeOne(key []byte) (dedup.Verdict, error) {
 			return 0, cerr
 		}
 		v, err = t.eng.Observe(key)
+	}
+	if v == dedup.New {
+		t.added(1)
 	}
 	return v, err
 }
@@ -356,6 +387,7 @@ func (t *table) commit(checkpoint []byte) error {
 	if t.closed {
 		return errTableClosed
 	}
+	t.fresh.Store(0)
 	return t.eng.Commit(checkpoint)
 }
 
