@@ -95,6 +95,12 @@ func validTableName(name string) bool {
 	return true
 }
 
+// EngineDir is the engine's state directory of table under the state
+// root: tools open it with the dedup package (dedup stats, backup).
+func EngineDir(root, table string) string {
+	return filepath.Join(root, table, engineDir)
+}
+
 // engineOptions are the engine options of a table with opts.
 func (s *Server) engineOptions(name string, opts TableOptions) dedup.Options {
 	o := s.cfg.Engine
@@ -107,7 +113,7 @@ func (s *Server) engineOptions(name string, opts TableOptions) dedup.Options {
 	o.SnapshotInterval = 0
 	o.Dir = ""
 	if s.cfg.Dir != "" {
-		o.Dir = filepath.Join(s.cfg.Dir, name, engineDir)
+		o.Dir = EngineDir(s.cfg.Dir, name)
 	}
 	return o
 }
