@@ -41,9 +41,8 @@ func (f *filterRun) commit(bar dedup.Barrier) error {
 	go func() {
 		err := f.syncOutputs()
 		if err == nil {
-			if err = f.eng.CommitThrough(bar, cp); err != nil {
-				err = fmt.Errorf("commit: %w", err)
-			}
+			// The engine's error names the commit already.
+			err = f.eng.CommitThrough(bar, cp)
 		}
 		done <- err
 	}()
