@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/resp"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -421,7 +422,7 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 			ops = fmt.Sprintf("%.2fx", s.OpsPerSec/ref.OpsPerSec)
 			mem = fmt.Sprintf("1/%.1f", ref.BytesPerKey/s.BytesPerKey)
 		}
-		rows = append(rows, []string{s.Target, human(s.OpsPerSec), ops, human(float64(s.Keys)),
+		rows = append(rows, []string{s.Target, humanize.Count(s.OpsPerSec), ops, humanize.Count(float64(s.Keys)),
 			mib(float64(s.UsedMemory)), bytesPerKey(s.BytesPerKey), mem, bytesPerKey(s.RSSBytesPerKey)})
 	}
 	if err := table(w, "target\tops/s\tvs redis\tkeys\tused_memory\tB/key\tvs redis\tRSS B/key", rows); err != nil {
@@ -434,7 +435,7 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 		c.Pipeline, c.Clients, c.KeySpace, c.MaddRequests, c.MaddItems)
 	rows = nil
 	for _, m := range r.Madd {
-		rows = append(rows, []string{m.Target, strconv.Itoa(m.Items), human(m.CallsPerSec), human(m.ItemsPerSec)})
+		rows = append(rows, []string{m.Target, strconv.Itoa(m.Items), humanize.Count(m.CallsPerSec), humanize.Count(m.ItemsPerSec)})
 	}
 	return table(w, "target\titems/call\tcalls/s\titems/s", rows)
 }
