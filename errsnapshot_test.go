@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/streamdedup/dedup"
 )
 
 // TestCloseSnapshotError: a last snapshot that Close cannot write (a full
@@ -18,13 +19,13 @@ func TestCloseSnapshotError(t *testing.T) {
 	mem := vfs.NewMem()
 	var full atomic.Bool
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if full.Load() && strings.Contains(op.Path, SnapshotDir) && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+		if full.Load() && strings.Contains(op.Path, dedup.SnapshotDir) && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 			return syscall.ENOSPC
 		}
 		return nil
 	})
-	o := Options{Dir: "/s", FS: errorfs.Wrap(mem, inj), SnapshotInterval: 1 << 40}
-	e, err := Open(o)
+	o := dedup.Options{Dir: "/s", FS: errorfs.Wrap(mem, inj), SnapshotInterval: 1 << 40}
+	e, err := dedup.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,16 +37,16 @@ func TestCloseSnapshotError(t *testing.T) {
 	}
 	full.Store(true)
 	err = e.Close()
-	if !errors.Is(err, ErrSnapshot) || !errors.Is(err, syscall.ENOSPC) {
+	if !errors.Is(err, dedup.ErrSnapshot) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Close: %v, want ErrSnapshot wrapping ENOSPC", err)
 	}
 	full.Store(false)
-	e, err = Open(o)
+	e, err = dedup.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if v, err := e.Observe([]byte("k")); err != nil || v != Duplicate {
+	if v, err := e.Observe([]byte("k")); err != nil || v != dedup.Duplicate {
 		t.Fatalf("after reopen: %v, %v; want Duplicate", v, err)
 	}
 }

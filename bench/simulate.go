@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/streamdedup/dedup"
 )
 
 // Article holds the inputs and figures of the duplicate-suppression window
@@ -95,8 +97,8 @@ type SimConfig struct {
 	// article's figure; it ignores index and allocator overhead).
 	BytesPerKey float64 `json:"bytes_per_key"`
 	// Engine is the engine under test; Window and ExpectedRate are set per
-	// run. Default probabilistic mode, blocked filter, FP 1e-4, 16
-	// generations, in memory.
+	// run. Default probabilistic mode, blocked filter, FP 1e-4, the
+	// engine's default generations, in memory.
 	Engine EngineConfig `json:"engine"`
 	// AlignRetention sets the engine's Window so that its mean retention
 	// (Window plus half a generation span) equals the model's window, which
@@ -175,7 +177,7 @@ func (c *SimConfig) ensureDefaults() {
 		e.FalsePositiveRate = 1e-4
 	}
 	if e.Generations == 0 {
-		e.Generations = 16
+		e.Generations = (&dedup.Options{}).EnsureDefaults().Generations
 	}
 	if c.AlignRetention == nil {
 		t := true

@@ -54,7 +54,7 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.StringVar(&c.rejects, "rejects", "", "write rejected lines to `FILE` (default stderr)")
 	fs.StringVar(&c.state, "state", "", "state `DIR`: remember keys across runs and resume after a crash (default: in memory)")
 	fs.StringVar(&c.keys.format, "format", "json", "input format: json (NDJSON, one object per line) or lines")
-	fs.StringVar(&c.keys.key, "key", "", "json: key `PATHS`, dotted, comma-separated (event_id, user.id,seq)")
+	fs.StringVar(&c.keys.key, "key", "", "json: key `PATHS`, comma-separated, each dotted from the top of the object (event_id; user.id,user.seq)")
 	fs.IntVar(&c.keys.field, "field", 0, "lines: key is field `N` (from 1) of --delim separated fields")
 	fs.StringVar(&c.keys.delim, "delim", "\t", "lines: field delimiter for --field")
 	fs.StringVar(&c.keys.regex, "regex", "", "lines: key is the first group (or the match) of `RE`")
@@ -204,7 +204,7 @@ func (f *filterRun) run() (err error) {
 	}
 	// What can fail is tried before any output is created or truncated:
 	// the metrics port, the state, the inputs.
-	if err := f.listenMetrics(); err != nil {
+	if err := f.openMetricsPort(); err != nil {
 		return err
 	}
 	if f.eng, err = dedup.Open(opts); err != nil {

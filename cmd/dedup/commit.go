@@ -46,9 +46,8 @@ func (f *filterRun) commit(bar dedup.Barrier) error {
 		start := time.Now()
 		err := f.syncOutputs()
 		if err == nil {
-			if err = f.eng.CommitThrough(bar, cp); err != nil {
-				err = fmt.Errorf("commit: %w", err)
-			}
+			// The engine's error names the commit already.
+			err = f.eng.CommitThrough(bar, cp)
 		}
 		if err == nil && f.commitHist != nil {
 			f.commitHist.Observe(time.Since(start).Seconds())

@@ -21,43 +21,45 @@ type collector struct {
 	desc map[string]*prometheus.Desc
 }
 
-// metric names and help, with their type. The duplicates the engine
-// reports come in two kinds, one label apart: a key committed before
-// (Verdict Duplicate) and a key observed New and not committed yet
-// (InFlight, most of them in a stream); their sum is every duplicate.
+// metric names and help, with their type. The engine's duplicates come in
+// two kinds: of a key committed before (Verdict Duplicate) and of a key
+// observed New and not committed yet (InFlight), which is most repeats in
+// a stream; dedup_engine_duplicates_total counts both.
 var metricDefs = []struct {
 	name, help string
 	counter    bool
-	labels     []string
 }{
-	{"dedup_engine_observed_total", "Keys observed by the engine.", true, nil},
-	{"dedup_engine_new_total", "Keys observed as new.", true, nil},
-	{"dedup_engine_duplicates_total", "Keys observed as duplicates: of a committed key (of=\"committed\") or of a key observed new and not committed yet (of=\"in_flight\"). Their sum is every duplicate.", true, []string{"of"}},
-	{"dedup_engine_inflight_keys", "Keys observed new and not committed yet.", false, nil},
-	{"dedup_engine_store_lookups_total", "Exact-store lookups made for filter hits.", true, nil},
-	{"dedup_engine_false_positives_total", "Filter hits the exact store resolved as new keys.", true, nil},
-	{"dedup_engine_generations", "Live generations, summed over shards.", false, nil},
-	{"dedup_engine_filter_bytes", "Memory held by the filters.", false, nil},
-	{"dedup_engine_filter_keys", "Keys held by the filters.", false, nil},
-	{"dedup_engine_estimated_fp_rate", "Estimated false-positive rate of a new key.", false, nil},
-	{"dedup_engine_commits_total", "Successful commits.", true, nil},
-	{"dedup_engine_commit_errors_total", "Failed commits.", true, nil},
-	{"dedup_engine_committed_keys_total", "Keys made durable by commits.", true, nil},
-	{"dedup_engine_snapshots_total", "Filter snapshots written.", true, nil},
-	{"dedup_engine_snapshot_errors_total", "Filter snapshots that failed.", true, nil},
-	{"dedup_engine_snapshot_bytes", "Size of the last filter snapshot.", false, nil},
-	{"dedup_engine_disk_bytes", "Size of the exact store on disk.", false, nil},
-	{"dedup_filter_events_total", "Input lines read by this run, rejects included.", true, nil},
-	{"dedup_filter_distinct_total", "Distinct events written by this run.", true, nil},
-	{"dedup_filter_duplicates_total", "Duplicate events dropped by this run.", true, nil},
-	{"dedup_filter_rejects_total", "Rejected input lines of this run.", true, nil},
-	{"dedup_filter_input_bytes_total", "Input bytes consumed by this run.", true, nil},
+	{"dedup_engine_observed_total", "Keys observed by the engine.", true},
+	{"dedup_engine_new_total", "Keys observed as new.", true},
+	{"dedup_engine_duplicates_total", "Keys observed as duplicates: of a committed key, or of a key observed new and not committed yet (dedup_engine_duplicates_in_flight_total).", true},
+	{"dedup_engine_duplicates_in_flight_total", "Of dedup_engine_duplicates_total, the duplicates of a key observed new and not committed yet.", true},
+	{"dedup_engine_inflight_keys", "Keys observed new and not committed yet.", false},
+	{"dedup_engine_store_lookups_total", "Exact-store lookups made for filter hits.", true},
+	{"dedup_engine_false_positives_total", "Filter hits the exact store resolved as new keys.", true},
+	{"dedup_engine_generations", "Live generations, summed over shards.", false},
+	{"dedup_engine_filter_bytes", "Memory held by the filters.", false},
+	{"dedup_engine_filter_keys", "Keys held by the filters.", false},
+	{"dedup_engine_estimated_fp_rate", "Estimated false-positive rate of a new key.", false},
+	{"dedup_engine_commits_total", "Successful commits.", true},
+	{"dedup_engine_commit_errors_total", "Failed commits.", true},
+	{"dedup_engine_committed_keys_total", "Keys made durable by commits.", true},
+	{"dedup_engine_commit_latency_mean_seconds", "Mean commit latency, fsync included.", false},
+	{"dedup_engine_commit_latency_max_seconds", "Max commit latency, fsync included.", false},
+	{"dedup_engine_snapshots_total", "Filter snapshots written.", true},
+	{"dedup_engine_snapshot_errors_total", "Filter snapshots that failed.", true},
+	{"dedup_engine_snapshot_bytes", "Size of the last filter snapshot.", false},
+	{"dedup_engine_disk_bytes", "Size of the exact store on disk.", false},
+	{"dedup_filter_events_total", "Input lines read by this run, rejects included.", true},
+	{"dedup_filter_distinct_total", "Distinct events written by this run.", true},
+	{"dedup_filter_duplicates_total", "Duplicate events dropped by this run.", true},
+	{"dedup_filter_rejects_total", "Rejected input lines of this run.", true},
+	{"dedup_filter_input_bytes_total", "Input bytes consumed by this run.", true},
 }
 
 func newCollector(eng *dedup.Engine, run *filterRun) *collector {
 	c := &collector{eng: eng, run: run, desc: map[string]*prometheus.Desc{}}
 	for _, d := range metricDefs {
-		c.desc[d.name] = prometheus.NewDesc(d.name, d.help, d.labels, nil)
+		c.desc[d.name] = prometheus.NewDesc(d.name, d.help, nil, nil)
 	}
 	return c
 }
@@ -71,40 +73,51 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the engine's Stats once and sends every metric.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.eng.Stats()
-	send := func(name string, v float64, labels ...string) {
-		t := prometheus.GaugeValue
-		for _, d := range metricDefs {
-			if d.name == name && d.counter {
-				t = prometheus.CounterValue
-			}
-		}
-		ch <- prometheus.MustNewConstMetric(c.desc[name], t, v, labels...)
-	}
-	send("dedup_engine_observed_total", float64(st.Observed))
-	send("dedup_engine_new_total", float64(st.New))
-	send("dedup_engine_duplicates_total", float64(st.Duplicate), "committed")
-	send("dedup_engine_duplicates_total", float64(st.InFlight), "in_flight")
-	send("dedup_engine_inflight_keys", float64(st.InFlightKeys))
-	send("dedup_engine_store_lookups_total", float64(st.StoreLookups))
-	send("dedup_engine_false_positives_total", float64(st.FalsePositives))
-	send("dedup_engine_generations", float64(st.Generations))
-	send("dedup_engine_filter_bytes", float64(st.FilterBytes))
-	send("dedup_engine_filter_keys", float64(st.FilterKeys))
-	send("dedup_engine_estimated_fp_rate", st.EstimatedFPRate)
-	send("dedup_engine_commits_total", float64(st.Commits))
-	send("dedup_engine_commit_errors_total", float64(st.CommitErrors))
-	send("dedup_engine_committed_keys_total", float64(st.CommittedKeys))
-	send("dedup_engine_snapshots_total", float64(st.Snapshots))
-	send("dedup_engine_snapshot_errors_total", float64(st.SnapshotErrors))
-	send("dedup_engine_snapshot_bytes", float64(st.SnapshotBytes))
-	send("dedup_engine_disk_bytes", float64(st.DiskBytes))
+	vals := engineMetricValues(c.eng.Stats())
 	if r := c.run; r != nil {
-		send("dedup_filter_events_total", float64(r.pub.events.Load()))
-		send("dedup_filter_distinct_total", float64(r.pub.distinct.Load()))
-		send("dedup_filter_duplicates_total", float64(r.pub.dups.Load()))
-		send("dedup_filter_rejects_total", float64(r.pub.rejects.Load()))
-		send("dedup_filter_input_bytes_total", float64(r.pub.bytes.Load()))
+		vals["dedup_filter_events_total"] = float64(r.pub.events.Load())
+		vals["dedup_filter_distinct_total"] = float64(r.pub.distinct.Load())
+		vals["dedup_filter_duplicates_total"] = float64(r.pub.dups.Load())
+		vals["dedup_filter_rejects_total"] = float64(r.pub.rejects.Load())
+		vals["dedup_filter_input_bytes_total"] = float64(r.pub.bytes.Load())
+	}
+	for _, d := range metricDefs {
+		v, ok := vals[d.name]
+		if !ok {
+			continue
+		}
+		t := prometheus.GaugeValue
+		if d.counter {
+			t = prometheus.CounterValue
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc[d.name], t, v)
+	}
+}
+
+// engineMetricValues maps an engine's Stats to the dedup_engine_* metrics
+// of metricDefs.
+func engineMetricValues(st dedup.Stats) map[string]float64 {
+	return map[string]float64{
+		"dedup_engine_observed_total":              float64(st.Observed),
+		"dedup_engine_new_total":                   float64(st.New),
+		"dedup_engine_duplicates_total":            float64(st.Duplicate + st.InFlight),
+		"dedup_engine_duplicates_in_flight_total":  float64(st.InFlight),
+		"dedup_engine_inflight_keys":               float64(st.InFlightKeys),
+		"dedup_engine_store_lookups_total":         float64(st.StoreLookups),
+		"dedup_engine_false_positives_total":       float64(st.FalsePositives),
+		"dedup_engine_generations":                 float64(st.Generations),
+		"dedup_engine_filter_bytes":                float64(st.FilterBytes),
+		"dedup_engine_filter_keys":                 float64(st.FilterKeys),
+		"dedup_engine_estimated_fp_rate":           st.EstimatedFPRate,
+		"dedup_engine_commits_total":               float64(st.Commits),
+		"dedup_engine_commit_errors_total":         float64(st.CommitErrors),
+		"dedup_engine_committed_keys_total":        float64(st.CommittedKeys),
+		"dedup_engine_commit_latency_mean_seconds": st.CommitLatencyMean.Seconds(),
+		"dedup_engine_commit_latency_max_seconds":  st.CommitLatencyMax.Seconds(),
+		"dedup_engine_snapshots_total":             float64(st.Snapshots),
+		"dedup_engine_snapshot_errors_total":       float64(st.SnapshotErrors),
+		"dedup_engine_snapshot_bytes":              float64(st.SnapshotBytes),
+		"dedup_engine_disk_bytes":                  float64(st.DiskBytes),
 	}
 }
 
@@ -123,9 +136,10 @@ func newHistograms() (commit, snap prometheus.Histogram) {
 	return commit, snap
 }
 
-// listenMetrics takes the --metrics address, before anything is written:
-// a port in use fails the run while nothing was created yet.
-func (f *filterRun) listenMetrics() error {
+// openMetricsPort takes the --metrics address of dedup filter before
+// anything is written: a port in use fails the run while nothing was
+// created yet.
+func (f *filterRun) openMetricsPort() error {
 	if f.cfg.metrics == "" {
 		return nil
 	}
@@ -137,16 +151,20 @@ func (f *filterRun) listenMetrics() error {
 	return nil
 }
 
-// registry returns the registry --metrics serves: the engine's and the
-// run's figures, the commit and snapshot histograms (made here), and the
-// Go runtime's and the process's collectors.
+// registry returns the registry dedup filter's --metrics serves: the
+// engine's and the run's figures, the commit and snapshot histograms (made
+// here), and the Go runtime's and the process's collectors.
 func (f *filterRun) registry() (*prometheus.Registry, error) {
 	f.commitHist, f.snapshotHist = newHistograms()
+	return newRegistry(newCollector(f.eng, f), f.commitHist, f.snapshotHist)
+}
+
+// newRegistry returns a registry of cs and of the Go runtime's and the
+// process's collectors.
+func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{
-		newCollector(f.eng, f), f.commitHist, f.snapshotHist,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
@@ -154,9 +172,8 @@ func (f *filterRun) registry() (*prometheus.Registry, error) {
 	return reg, nil
 }
 
-// serveMetrics serves /metrics on the --metrics listener until the
-// returned stop: the engine's and the run's figures, the commit and
-// snapshot durations, and the Go runtime's and the process's metrics.
+// serveMetrics serves /metrics on dedup filter's --metrics listener until
+// the returned stop.
 func (f *filterRun) serveMetrics() (stop func() error, err error) {
 	if f.metricsLn == nil {
 		return func() error { return nil }, nil
@@ -166,10 +183,7 @@ func (f *filterRun) serveMetrics() (stop func() error, err error) {
 		_ = f.metricsLn.Close()
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(f.metricsLn) }()
+	stopServer := serveRegistry(f.metricsLn, reg)
 	// The engine takes the periodic snapshots: a new one shows in its
 	// Stats, whose last duration goes into the histogram.
 	quit, done := make(chan struct{}), make(chan struct{})
@@ -193,9 +207,34 @@ func (f *filterRun) serveMetrics() (stop func() error, err error) {
 	return func() error {
 		close(quit)
 		<-done
+		return stopServer()
+	}, nil
+}
+
+// listenMetrics serves the metrics of c, with the Go runtime's and the
+// process's, at /metrics on addr until the returned stop.
+func listenMetrics(addr string, c prometheus.Collector) (stop func() error, err error) {
+	reg, err := newRegistry(c)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return serveRegistry(ln, reg), nil
+}
+
+// serveRegistry serves reg at /metrics on ln until the returned stop.
+func serveRegistry(ln net.Listener, reg *prometheus.Registry) (stop func() error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() error {
 		if err := srv.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("metrics: %w", err)
 		}
 		return nil
-	}, nil
+	}
 }
