@@ -133,7 +133,9 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 
 // Close stops background work and closes the state. Under AutoCommit it
 // commits the keys in flight first; otherwise they are dropped, as a crash
-// would drop them. Every method returns ErrClosed afterwards.
+// would drop them. With SnapshotInterval it writes a last snapshot; its
+// failure is returned wrapped in [ErrSnapshot] (joined with any other), the
+// committed state intact. Every method returns ErrClosed afterwards.
 func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return ErrClosed

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/streamdedup/dedup"
 )
@@ -20,16 +21,19 @@ type collector struct {
 	desc map[string]*prometheus.Desc
 }
 
-// metric names and help, with their type.
+// metric names and help, with their type. The engine's duplicates come in
+// two kinds: of a key committed before (Verdict Duplicate) and of a key
+// observed New and not committed yet (InFlight), which is most repeats in
+// a stream; dedup_engine_duplicates_total counts both.
 var metricDefs = []struct {
 	name, help string
 	counter    bool
 }{
 	{"dedup_engine_observed_total", "Keys observed by the engine.", true},
-	{"dedup_engine_new_total", "Observe verdicts New.", true},
-	{"dedup_engine_duplicate_total", "Observe verdicts Duplicate.", true},
-	{"dedup_engine_inflight_total", "Observe verdicts InFlight.", true},
-	{"dedup_engine_inflight_keys", "Keys observed New and not committed yet.", false},
+	{"dedup_engine_new_total", "Keys observed as new.", true},
+	{"dedup_engine_duplicates_total", "Keys observed as duplicates: of a committed key, or of a key observed new and not committed yet (dedup_engine_duplicates_in_flight_total).", true},
+	{"dedup_engine_duplicates_in_flight_total", "Of dedup_engine_duplicates_total, the duplicates of a key observed new and not committed yet.", true},
+	{"dedup_engine_inflight_keys", "Keys observed new and not committed yet.", false},
 	{"dedup_engine_store_lookups_total", "Exact-store lookups made for filter hits.", true},
 	{"dedup_engine_false_positives_total", "Filter hits the exact store resolved as new keys.", true},
 	{"dedup_engine_generations", "Live generations, summed over shards.", false},
@@ -41,6 +45,9 @@ var metricDefs = []struct {
 	{"dedup_engine_committed_keys_total", "Keys made durable by commits.", true},
 	{"dedup_engine_commit_latency_mean_seconds", "Mean commit latency, fsync included.", false},
 	{"dedup_engine_commit_latency_max_seconds", "Max commit latency, fsync included.", false},
+	{"dedup_engine_snapshots_total", "Filter snapshots written.", true},
+	{"dedup_engine_snapshot_errors_total", "Filter snapshots that failed.", true},
+	{"dedup_engine_snapshot_bytes", "Size of the last filter snapshot.", false},
 	{"dedup_engine_disk_bytes", "Size of the exact store on disk.", false},
 	{"dedup_filter_events_total", "Input lines read by this run, rejects included.", true},
 	{"dedup_filter_distinct_total", "Distinct events written by this run.", true},
@@ -93,8 +100,8 @@ func engineMetricValues(st dedup.Stats) map[string]float64 {
 	return map[string]float64{
 		"dedup_engine_observed_total":              float64(st.Observed),
 		"dedup_engine_new_total":                   float64(st.New),
-		"dedup_engine_duplicate_total":             float64(st.Duplicate),
-		"dedup_engine_inflight_total":              float64(st.InFlight),
+		"dedup_engine_duplicates_total":            float64(st.Duplicate + st.InFlight),
+		"dedup_engine_duplicates_in_flight_total":  float64(st.InFlight),
 		"dedup_engine_inflight_keys":               float64(st.InFlightKeys),
 		"dedup_engine_store_lookups_total":         float64(st.StoreLookups),
 		"dedup_engine_false_positives_total":       float64(st.FalsePositives),
@@ -107,31 +114,121 @@ func engineMetricValues(st dedup.Stats) map[string]float64 {
 		"dedup_engine_committed_keys_total":        float64(st.CommittedKeys),
 		"dedup_engine_commit_latency_mean_seconds": st.CommitLatencyMean.Seconds(),
 		"dedup_engine_commit_latency_max_seconds":  st.CommitLatencyMax.Seconds(),
+		"dedup_engine_snapshots_total":             float64(st.Snapshots),
+		"dedup_engine_snapshot_errors_total":       float64(st.SnapshotErrors),
+		"dedup_engine_snapshot_bytes":              float64(st.SnapshotBytes),
 		"dedup_engine_disk_bytes":                  float64(st.DiskBytes),
 	}
 }
 
-// serveMetrics serves /metrics on --metrics ADDR until the returned stop.
-func (f *filterRun) serveMetrics() (stop func() error, err error) {
-	if f.cfg.metrics == "" {
-		return func() error { return nil }, nil
-	}
-	return listenMetrics(f.cfg.metrics, newCollector(f.eng, f))
+// newHistograms returns the histograms of commit and snapshot durations.
+func newHistograms() (commit, snap prometheus.Histogram) {
+	commit = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "dedup_filter_commit_duration_seconds",
+		Help:    "Duration of the commits of this run: the fsync of the outputs and the engine's commit of the keys with the position.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
+	})
+	snap = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "dedup_engine_snapshot_duration_seconds",
+		Help:    "Duration of the periodic filter snapshots (--snapshot-interval) of this run.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14), // 5 ms .. 41 s
+	})
+	return commit, snap
 }
 
-// listenMetrics serves the metrics of c at /metrics on addr until the
-// returned stop.
-func listenMetrics(addr string, c prometheus.Collector) (stop func() error, err error) {
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(c); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+// openMetricsPort takes the --metrics address of dedup filter before
+// anything is written: a port in use fails the run while nothing was
+// created yet.
+func (f *filterRun) openMetricsPort() error {
+	if f.cfg.metrics == "" {
+		return nil
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", f.cfg.metrics)
+	if err != nil {
+		return fmt.Errorf("--metrics %s: %w", f.cfg.metrics, err)
+	}
+	f.metricsLn = ln
+	return nil
+}
+
+// registry returns the registry dedup filter's --metrics serves: the
+// engine's and the run's figures, the commit and snapshot histograms (made
+// here), and the Go runtime's and the process's collectors.
+func (f *filterRun) registry() (*prometheus.Registry, error) {
+	f.commitHist, f.snapshotHist = newHistograms()
+	return newRegistry(newCollector(f.eng, f), f.commitHist, f.snapshotHist)
+}
+
+// newRegistry returns a registry of cs and of the Go runtime's and the
+// process's collectors.
+func newRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return reg, nil
+}
+
+// serveMetrics serves /metrics on dedup filter's --metrics listener until
+// the returned stop.
+func (f *filterRun) serveMetrics() (stop func() error, err error) {
+	if f.metricsLn == nil {
+		return func() error { return nil }, nil
+	}
+	reg, err := f.registry()
+	if err != nil {
+		_ = f.metricsLn.Close()
+		return nil, err
+	}
+	stopServer := serveRegistry(f.metricsLn, reg)
+	// The engine takes the periodic snapshots: a new one shows in its
+	// Stats, whose last duration goes into the histogram.
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		seen := f.eng.Stats().Snapshots
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			if st := f.eng.Stats(); st.Snapshots != seen {
+				seen = st.Snapshots
+				f.snapshotHist.Observe(st.LastSnapshotDuration.Seconds())
+			}
+		}
+	}()
+	return func() error {
+		close(quit)
+		<-done
+		return stopServer()
+	}, nil
+}
+
+// listenMetrics serves the metrics of c, with the Go runtime's and the
+// process's, at /metrics on addr until the returned stop.
+func listenMetrics(addr string, c prometheus.Collector) (stop func() error, err error) {
+	reg, err := newRegistry(c)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	return serveRegistry(ln, reg), nil
+}
+
+// serveRegistry serves reg at /metrics on ln until the returned stop.
+func serveRegistry(ln net.Listener, reg *prometheus.Registry) (stop func() error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return func() error {
@@ -139,5 +236,5 @@ func listenMetrics(addr string, c prometheus.Collector) (stop func() error, err 
 			return fmt.Errorf("metrics: %w", err)
 		}
 		return nil
-	}, nil
+	}
 }
