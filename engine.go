@@ -140,8 +140,9 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 // [Stats].DroppedAtClose and in the log (Options.Logf). With SnapshotInterval
 // positive (the default with a state directory) Close writes a snapshot
 // of the filters, unless the last one is current, so that the next Open
-// loads it instead of rebuilding them. Every method returns ErrClosed
-// afterwards.
+// loads it instead of rebuilding them; its failure is returned wrapped in
+// [ErrSnapshot] (joined with any other), the committed state intact.
+// Every method returns ErrClosed afterwards.
 func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return ErrClosed

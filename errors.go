@@ -51,6 +51,11 @@ var (
 	// what was committed; after a fatal error in Pebble's background work
 	// the state directory is released only when the process exits.
 	ErrBroken = exact.ErrBroken
+	// ErrSnapshot wraps a failure to write a filter snapshot (Snapshot, a
+	// periodic one, or the last one of Close). The committed state is intact:
+	// the next Open restores from an older snapshot and the commit log, or
+	// rebuilds the filters, so a caller may treat it as a warning.
+	ErrSnapshot = errors.New("dedup: snapshot")
 	// ErrBatchLength is returned by ObserveBatch when out is shorter than
 	// keys.
 	ErrBatchLength = errors.New("dedup: out is shorter than keys")
