@@ -88,8 +88,8 @@ func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	wantVerdict(t, e, "A", dedup.Duplicate)
 	wantVerdict(t, e, "B", dedup.InFlight)
 	wantVerdict(t, e, "C", dedup.InFlight)
-	if n := e.Stats().InFlightKeys; n != 2 {
-		t.Fatalf("InFlightKeys = %d after committing 1 of 3, want 2", n)
+	if st := e.Stats(); st.InFlightKeys != 2 || st.NotDoneKeys != 2 {
+		t.Fatalf("InFlightKeys %d, NotDoneKeys %d after committing 1 of 3, want 2 and 2", st.InFlightKeys, st.NotDoneKeys)
 	}
 	if err := e.Commit([]byte("2")); err != nil { // nothing Done: B, C stay
 		t.Fatal(err)
