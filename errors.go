@@ -19,10 +19,19 @@ var (
 	// ErrKeyTooLarge rejects a key longer than Options.MaxKeySize.
 	ErrKeyTooLarge = errors.New("dedup: key too large")
 	// ErrTooManyInFlight is returned by Observe when Options.MaxInFlight keys
-	// are awaiting a Commit.
+	// are in flight: awaiting a Commit or, under ExplicitDone, a Done.
 	ErrTooManyInFlight = errors.New("dedup: too many keys in flight, Commit first")
-	// ErrNotInFlight is returned by Forget for a key that is not in flight.
+	// ErrNotInFlight is returned by Forget, Done and DoneBatch for a key
+	// that is not in flight.
 	ErrNotInFlight = errors.New("dedup: key is not in flight")
+	// ErrAlreadyDone is returned, under Options.ExplicitDone, by Forget and
+	// Done for a key already Done: it goes into the next commit and can no
+	// longer be forgotten.
+	ErrAlreadyDone = errors.New("dedup: key is already done")
+	// ErrNoExplicitDone is returned by Done and DoneBatch on an engine
+	// opened without Options.ExplicitDone, whose commits take every key
+	// observed New, processed or not.
+	ErrNoExplicitDone = errors.New("dedup: Done needs Options.ExplicitDone")
 	// ErrInvalidOptions wraps every option that Validate rejects.
 	ErrInvalidOptions = errors.New("dedup: invalid options")
 	// ErrIncompatible is returned by Open when the state directory was

@@ -108,9 +108,10 @@ func (s *Server) engineOptions(name string, opts TableOptions) dedup.Options {
 	o.ExpectedRate = opts.ExpectedRate
 	o.FalsePositiveRate = opts.FalsePositiveRate
 	o.Probabilistic = opts.Probabilistic
-	// The server commits (see Server.commitLoop) and snapshots itself.
+	// The server commits (see Server.commitLoop) and snapshots itself:
+	// the engine's own snapshots, periodic and at Close, are off.
 	o.AutoCommit = 0
-	o.SnapshotInterval = 0
+	o.SnapshotInterval = -1
 	o.Dir = ""
 	if s.cfg.Dir != "" {
 		o.Dir = EngineDir(s.cfg.Dir, name)

@@ -200,6 +200,9 @@ func (f *filterRun) run() (err error) {
 			return err
 		}
 		opts.SnapshotInterval = c.snapshotInterval // Close writes a last one too
+		if c.snapshotInterval == 0 {
+			opts.SnapshotInterval = -1 // the engine's periodic and Close snapshots off: only the one finish writes
+		}
 		opts.Logf = engineLog(f.env)
 	}
 	// What can fail is tried before any output is created or truncated:
@@ -267,7 +270,7 @@ func (f *filterRun) finish(err error, snapshotInterval time.Duration) error {
 	// With periodic snapshots Close writes a last one. Without, write it
 	// here, after a run that ended well (or was interrupted, its state
 	// committed), so that the next start loads it.
-	if f.durable && snapshotInterval == 0 && (err == nil || errors.Is(err, errInterrupted)) {
+	if f.durable && snapshotInterval < 0 && (err == nil || errors.Is(err, errInterrupted)) {
 		snapErr = f.eng.Snapshot()
 	}
 	cerr := f.eng.Close()

@@ -58,8 +58,8 @@ var tuneUsage = engineUsage{
 var checkUsage = engineUsage{
 	check:         true,
 	window:        "check: fail unless the state was created with this `DURATION` (default: adopt the state's)",
-	rate:          "expected distinct keys per `SECOND` (sizes a new generation; not persisted)",
-	fp:            "pre-filter false-positive `RATE` (sizes a new generation; not persisted)",
+	rate:          "expected distinct keys per `SECOND` (sizes a new generation; default: the state's)",
+	fp:            "pre-filter false-positive `RATE` (sizes a new generation; default: the state's)",
 	filter:        "check: fail unless the state uses this filter (default: adopt)",
 	probabilistic: "check: fail unless the state's mode is this (default: adopt)",
 	generations:   "check: fail unless the state has `N` generations (default: adopt)",
