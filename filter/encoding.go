@@ -161,6 +161,9 @@ func Unmarshal(data []byte) (Filter, error) {
 	if len(data) < headerLen+trailerLen {
 		return nil, corrupt("%d bytes, shorter than header and checksum", len(data))
 	}
+	if string(data[:4]) == laneMagic {
+		return unmarshalLane(data)
+	}
 	if string(data[:4]) != magic {
 		return nil, corrupt("bad magic %q", data[:4])
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/streamdedup/dedup/internal/prefetch"
 )
 
-// Interleaved is a generation-interleaved blocked Bloom filter: one table
+// LaneTable is a generation-interleaved blocked Bloom filter: one table
 // whose every bucket holds one lane per generation, so that a lookup asks
 // all generations about a key with one memory access instead of one per
 // generation.
@@ -28,11 +28,11 @@ import (
 // a key's mask is computed once, and shifting each of its k words right by
 // the key's offset in that word and ANDing the results leaves bit l*F set
 // exactly when lane l holds every one of the key's bits. So one pass over
-// the bucket tests every lane: [Interleaved.Test] returns the set of lanes
+// the bucket tests every lane: [LaneTable.Test] returns the set of lanes
 // that may hold h.
 //
-// A lane is one generation of a time-rotating window: [Interleaved.Add]
-// sets the key's bits in one lane, [Interleaved.ClearLane] empties a lane
+// A lane is one generation of a time-rotating window: [LaneTable.Add]
+// sets the key's bits in one lane, [LaneTable.ClearLane] empties a lane
 // across the whole table when its generation expires, and the lane is
 // reused by the next generation.
 //
@@ -48,7 +48,7 @@ import (
 // Concurrency: like every filter here, the read methods may run
 // concurrently with each other; Add, TestOrAdd and ClearLane need
 // exclusive access.
-type Interleaved struct {
+type LaneTable struct {
 	words    []uint64 // nbuckets * lines * 8, 64-byte aligned
 	nbuckets uint64
 	lanes    int
@@ -62,14 +62,14 @@ type Interleaved struct {
 	count    [MaxLanes]uint64
 }
 
-// LaneSet is a set of lanes of an [Interleaved] table: bit l stands for lane
+// LaneSet is a set of lanes of a [LaneTable]: bit l stands for lane
 // l.
 type LaneSet uint32
 
 // Has reports whether lane l is in s.
 func (s LaneSet) Has(l int) bool { return s>>uint(l)&1 != 0 }
 
-// Interleaved table limits.
+// LaneTable limits.
 const (
 	// MaxLanes is the most lanes a table holds (4 bits per lane and word).
 	MaxLanes = 16
@@ -77,8 +77,8 @@ const (
 	maxInterleavedK = 8
 )
 
-// InterleavedConfig shapes an [Interleaved] table.
-type InterleavedConfig struct {
+// LaneTableConfig shapes a [LaneTable].
+type LaneTableConfig struct {
 	// Lanes is the number of lanes (generations), 1..MaxLanes.
 	Lanes int
 	// Capacity is the number of keys each lane is sized for, >= 1.
@@ -93,7 +93,7 @@ type InterleavedConfig struct {
 	Lines int
 }
 
-func (c *InterleavedConfig) validate() error {
+func (c *LaneTableConfig) validate() error {
 	switch {
 	case c.Lanes < 1 || c.Lanes > MaxLanes:
 		return fmt.Errorf("filter: interleaved Lanes must be in [1, %d], got %d", MaxLanes, c.Lanes)
@@ -107,8 +107,8 @@ func (c *InterleavedConfig) validate() error {
 	return nil
 }
 
-// NewInterleaved returns an empty table for cfg.
-func NewInterleaved(cfg InterleavedConfig) (*Interleaved, error) {
+// NewLaneTable returns an empty table for cfg.
+func NewLaneTable(cfg LaneTableConfig) (*LaneTable, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -126,9 +126,9 @@ func NewInterleaved(cfg InterleavedConfig) (*Interleaved, error) {
 	return t, nil
 }
 
-// EstimateInterleavedBytes returns the table memory NewInterleaved(cfg)
+// EstimateLaneTableBytes returns the table memory NewLaneTable(cfg)
 // allocates.
-func EstimateInterleavedBytes(cfg InterleavedConfig) (uint64, error) {
+func EstimateLaneTableBytes(cfg LaneTableConfig) (uint64, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}
@@ -137,8 +137,8 @@ func EstimateInterleavedBytes(cfg InterleavedConfig) (uint64, error) {
 	return uint64(math.Max(1, math.Ceil(float64(cfg.Capacity)/lambda))) * uint64(lines) * blockBytes, nil
 }
 
-func newInterleaved(nbuckets uint64, lanes, lines, k int) *Interleaved {
-	t := &Interleaved{
+func newInterleaved(nbuckets uint64, lanes, lines, k int) *LaneTable {
+	t := &LaneTable{
 		words:    alignedWords(nbuckets * uint64(lines) * blockWords),
 		nbuckets: nbuckets,
 		lanes:    lanes,
@@ -162,39 +162,39 @@ func laneTarget(fp float64, n int) float64 {
 }
 
 // Lanes returns the number of lanes.
-func (t *Interleaved) Lanes() int { return t.lanes }
+func (t *LaneTable) Lanes() int { return t.lanes }
 
 // Lines returns the bucket size in cache lines (1 or 2).
-func (t *Interleaved) Lines() int { return t.lines }
+func (t *LaneTable) Lines() int { return t.lines }
 
 // K returns the number of bits set per key.
-func (t *Interleaved) K() int { return t.k }
+func (t *LaneTable) K() int { return t.k }
 
 // Capacity returns the number of keys each lane holds at the target rate.
-func (t *Interleaved) Capacity() uint64 { return t.cap }
+func (t *LaneTable) Capacity() uint64 { return t.cap }
 
 // TargetFP returns the false-positive rate the table was built for: a
 // lookup across all lanes, each holding Capacity keys.
-func (t *Interleaved) TargetFP() float64 { return t.fp }
+func (t *LaneTable) TargetFP() float64 { return t.fp }
 
 // Count returns the keys inserted into lane l since it was last cleared
 // (repeats of a key the lane already held are not counted).
-func (t *Interleaved) Count(l int) uint64 { return t.count[l] }
+func (t *LaneTable) Count(l int) uint64 { return t.count[l] }
 
 // Full reports whether lane l holds its capacity.
-func (t *Interleaved) Full(l int) bool { return t.count[l] >= t.cap }
+func (t *LaneTable) Full(l int) bool { return t.count[l] >= t.cap }
 
 // SizeBytes returns the table's memory.
-func (t *Interleaved) SizeBytes() uint64 { return uint64(len(t.words)) * 8 }
+func (t *LaneTable) SizeBytes() uint64 { return uint64(len(t.words)) * 8 }
 
 // LaneFPRate estimates lane l's false-positive rate at its current fill.
-func (t *Interleaved) LaneFPRate(l int) float64 {
+func (t *LaneTable) LaneFPRate(l int) float64 {
 	return interleavedLaneFP(float64(t.count[l])/float64(t.nbuckets), t.k, t.lines*int(t.width))
 }
 
 // FPRate estimates the false-positive rate of a lookup across every lane at
 // their current fills: 1 - prod(1 - lane rate).
-func (t *Interleaved) FPRate() float64 {
+func (t *LaneTable) FPRate() float64 {
 	q := 1.0
 	for l := range t.lanes {
 		q *= 1 - t.LaneFPRate(l)
@@ -210,14 +210,14 @@ var interleavedSalts = [maxInterleavedK]uint32{
 }
 
 // bucket returns the index of the first word of h's bucket.
-func (t *Interleaved) bucket(h uint64) uint64 {
+func (t *LaneTable) bucket(h uint64) uint64 {
 	return ((h >> 32) * t.nbuckets) >> 32 * uint64(t.lines) * blockWords
 }
 
 // Prefetch starts loading the bucket of h (both lines of a two-line
 // bucket), so that a later Test, Add or TestOrAdd of h does not wait for
 // memory. It implements [Prefetcher].
-func (t *Interleaved) Prefetch(h uint64) {
+func (t *LaneTable) Prefetch(h uint64) {
 	i := t.bucket(h)
 	prefetch.Addr(unsafe.Pointer(&t.words[i]))
 	if t.lines == 2 {
@@ -227,7 +227,7 @@ func (t *Interleaved) Prefetch(h uint64) {
 
 // pos returns the word (relative to the bucket) and the bit offset inside
 // a lane's field of bit i of a key whose low hash bits are lo.
-func (t *Interleaved) pos(lo uint32, i int) (word int, off uint) {
+func (t *LaneTable) pos(lo uint32, i int) (word int, off uint) {
 	p := uint((uint64(lo*interleavedSalts[i]) * uint64(t.lines) * uint64(t.width)) >> 32)
 	if t.lines == 1 {
 		return i, p
@@ -240,7 +240,7 @@ func (t *Interleaved) pos(lo uint32, i int) (word int, off uint) {
 
 // match returns the bits l*F of the lanes whose fields hold every bit of h,
 // with the positions of h in word and off.
-func (t *Interleaved) match(h uint64) uint64 {
+func (t *LaneTable) match(h uint64) uint64 {
 	b := t.words[t.bucket(h):]
 	lo := uint32(h)
 	acc := t.laneBits
@@ -283,7 +283,7 @@ func pair(b *[2 * blockWords]uint64, i int, lo uint32, w uint64) uint64 {
 }
 
 // lanesOf turns match bits (l*F) into a LaneSet.
-func (t *Interleaved) lanesOf(m uint64) LaneSet {
+func (t *LaneTable) lanesOf(m uint64) LaneSet {
 	var s LaneSet
 	for m != 0 {
 		s |= 1 << t.laneOf[bits.TrailingZeros64(m)]
@@ -294,7 +294,7 @@ func (t *Interleaved) lanesOf(m uint64) LaneSet {
 
 // Test returns the lanes that may hold h (a lane outside the set certainly
 // does not).
-func (t *Interleaved) Test(h uint64) LaneSet {
+func (t *LaneTable) Test(h uint64) LaneSet {
 	m := t.match(h)
 	if m == 0 {
 		return 0
@@ -305,7 +305,7 @@ func (t *Interleaved) Test(h uint64) LaneSet {
 // TestOrAdd returns the lanes that may hold h, then adds h to lane l unless
 // lane l already may hold it: the test and the insert are one pass over the
 // bucket.
-func (t *Interleaved) TestOrAdd(h uint64, l int) LaneSet {
+func (t *LaneTable) TestOrAdd(h uint64, l int) LaneSet {
 	s := t.Test(h)
 	if !s.Has(l) {
 		t.set(h, l)
@@ -315,13 +315,13 @@ func (t *Interleaved) TestOrAdd(h uint64, l int) LaneSet {
 
 // Add inserts h into lane l. A hash lane l already may hold is not inserted
 // again, so repeats do not fill the lane.
-func (t *Interleaved) Add(h uint64, l int) {
+func (t *LaneTable) Add(h uint64, l int) {
 	if t.match(h)>>(uint(l)*t.width)&1 == 0 {
 		t.set(h, l)
 	}
 }
 
-func (t *Interleaved) set(h uint64, l int) {
+func (t *LaneTable) set(h uint64, l int) {
 	b := t.words[t.bucket(h):]
 	lo := uint32(h)
 	base := uint(l) * t.width
@@ -340,7 +340,7 @@ const interleavedAhead = 12
 // TestBatch sets out[i] to Test(hs[i]) for every i, prefetching ahead so
 // that the memory accesses of consecutive keys overlap. out must be at
 // least as long as hs.
-func (t *Interleaved) TestBatch(hs []uint64, out []LaneSet) {
+func (t *LaneTable) TestBatch(hs []uint64, out []LaneSet) {
 	out = out[:len(hs)]
 	for _, h := range hs[:min(interleavedAhead, len(hs))] {
 		t.Prefetch(h)
@@ -354,7 +354,7 @@ func (t *Interleaved) TestBatch(hs []uint64, out []LaneSet) {
 }
 
 // AddBatch adds every hash of hs to lane l, prefetching ahead.
-func (t *Interleaved) AddBatch(hs []uint64, l int) {
+func (t *LaneTable) AddBatch(hs []uint64, l int) {
 	for _, h := range hs[:min(interleavedAhead, len(hs))] {
 		t.Prefetch(h)
 	}
@@ -369,7 +369,7 @@ func (t *Interleaved) AddBatch(hs []uint64, l int) {
 // ClearLane empties lane l across the whole table: one pass over its
 // memory (a few milliseconds per hundred MiB), after which the lane can
 // take a new generation.
-func (t *Interleaved) ClearLane(l int) {
+func (t *LaneTable) ClearLane(l int) {
 	keep := ^(((uint64(1) << t.width) - 1) << (uint(l) * t.width))
 	for i := range t.words {
 		t.words[i] &= keep
@@ -435,7 +435,7 @@ func interleavedParams(fp float64, blockBits int) (k int, lambda float64) {
 	return best.k, best.lambda
 }
 
-// Encoding of an Interleaved table (version 1), little-endian:
+// Encoding of a LaneTable (version 1), little-endian:
 //
 //	[0:4]   magic "DDIL"
 //	[4]     format version (1)
@@ -457,7 +457,7 @@ const (
 )
 
 // MarshalBinary encodes the table in the format above.
-func (t *Interleaved) MarshalBinary() ([]byte, error) {
+func (t *LaneTable) MarshalBinary() ([]byte, error) {
 	size := interleavedHead + 8*t.lanes + len(t.words)*8 + trailerLen
 	b := make([]byte, 0, size)
 	b = append(b, interleavedMagic...)
@@ -476,10 +476,10 @@ func (t *Interleaved) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-// UnmarshalInterleaved decodes a table encoded by
-// [Interleaved.MarshalBinary]. Truncated, altered or foreign bytes return an
+// UnmarshalLaneTable decodes a table encoded by
+// [LaneTable.MarshalBinary]. Truncated, altered or foreign bytes return an
 // error wrapping ErrCorrupt, never a panic. The result does not alias data.
-func UnmarshalInterleaved(data []byte) (*Interleaved, error) {
+func UnmarshalLaneTable(data []byte) (*LaneTable, error) {
 	if len(data) < interleavedHead+trailerLen {
 		return nil, corrupt("interleaved: %d bytes, shorter than header and checksum", len(data))
 	}

@@ -15,7 +15,7 @@ import (
 // pre-filter can answer "seen in any live generation?" and remember a new
 // key:
 //
-//   - interleaved/lines=1 and lines=2: one Interleaved table with a lane per
+//   - interleaved/lines=1 and lines=2: one LaneTable with a lane per
 //     generation; a batch is probed with TestBatch (every lane in one access
 //     per key, prefetched ahead), then its new keys are added to the current
 //     lane with AddBatch.
@@ -151,7 +151,7 @@ func buildWindow(b *testing.B) *windowState {
 	}
 
 	for _, lines := range []int{1, 2} {
-		t := mustInterleaved(b, InterleavedConfig{Lanes: gens + 1, Capacity: per, FalsePositiveRate: fp, Lines: lines})
+		t := mustInterleaved(b, LaneTableConfig{Lanes: gens + 1, Capacity: per, FalsePositiveRate: fp, Lines: lines})
 		fill(func(hs []uint64, g int) { t.AddBatch(hs, g) })
 		out := make([]LaneSet, windowBatch)
 		fresh := make([]uint64, 0, windowBatch)
@@ -257,7 +257,7 @@ func buildWindow(b *testing.B) *windowState {
 func BenchmarkInterleavedClearLane(b *testing.B) {
 	for _, lines := range []int{1, 2} {
 		b.Run(fmt.Sprintf("lines=%d", lines), func(b *testing.B) {
-			t := mustInterleaved(b, InterleavedConfig{Lanes: 5, Capacity: 4 << 20, FalsePositiveRate: 0.01, Lines: lines})
+			t := mustInterleaved(b, LaneTableConfig{Lanes: 5, Capacity: 4 << 20, FalsePositiveRate: 0.01, Lines: lines})
 			defer runtime.GC()
 			b.SetBytes(int64(t.SizeBytes()))
 			b.ResetTimer()

@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-func mustInterleaved(t testing.TB, cfg InterleavedConfig) *Interleaved {
+func mustInterleaved(t testing.TB, cfg LaneTableConfig) *LaneTable {
 	t.Helper()
-	tb, err := NewInterleaved(cfg)
+	tb, err := NewLaneTable(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestInterleavedNoFalseNegatives(t *testing.T) {
 	for _, lanes := range []int{1, 3, 5, 8, 9, 16} {
 		for _, lines := range []int{1, 2} {
 			t.Run(fmt.Sprintf("lanes=%d/lines=%d", lanes, lines), func(t *testing.T) {
-				tb := mustInterleaved(t, InterleavedConfig{Lanes: lanes, Capacity: 5000, FalsePositiveRate: 0.01, Lines: lines})
+				tb := mustInterleaved(t, LaneTableConfig{Lanes: lanes, Capacity: 5000, FalsePositiveRate: 0.01, Lines: lines})
 				next := hashes(uint64(lanes*10+lines), shardHigh16)
 				keys := make([][]uint64, lanes)
 				for l := range lanes {
@@ -40,7 +40,7 @@ func TestInterleavedNoFalseNegatives(t *testing.T) {
 						}
 					}
 				}
-				check := func(tb *Interleaved, skip func(l int) bool) {
+				check := func(tb *LaneTable, skip func(l int) bool) {
 					t.Helper()
 					out := make([]LaneSet, 6000)
 					for l := range lanes {
@@ -60,7 +60,7 @@ func TestInterleavedNoFalseNegatives(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				back, err := UnmarshalInterleaved(enc)
+				back, err := UnmarshalLaneTable(enc)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -112,7 +112,7 @@ func TestInterleavedFPOnTarget(t *testing.T) {
 		{5, 1, 0.01}, {5, 2, 0.01}, {5, 1, 0.001}, {8, 1, 0.01}, {3, 2, 0.01},
 	} {
 		t.Run(fmt.Sprintf("lanes=%d/lines=%d/fp=%g", c.lanes, c.lines, c.fp), func(t *testing.T) {
-			tb := mustInterleaved(t, InterleavedConfig{Lanes: c.lanes, Capacity: 400_000, FalsePositiveRate: c.fp, Lines: c.lines})
+			tb := mustInterleaved(t, LaneTableConfig{Lanes: c.lanes, Capacity: 400_000, FalsePositiveRate: c.fp, Lines: c.lines})
 			next := hashes(7, shardHigh16)
 			hs := make([]uint64, tb.Capacity())
 			for l := range c.lanes {
@@ -146,18 +146,18 @@ func TestInterleavedFPOnTarget(t *testing.T) {
 
 func TestInterleavedConfigErrors(t *testing.T) {
 	for _, c := range []struct {
-		cfg  InterleavedConfig
+		cfg  LaneTableConfig
 		want string
 	}{
-		{InterleavedConfig{Lanes: 0, Capacity: 1, FalsePositiveRate: 0.01}, "Lanes"},
-		{InterleavedConfig{Lanes: 17, Capacity: 1, FalsePositiveRate: 0.01}, "Lanes"},
-		{InterleavedConfig{Lanes: 5, Capacity: 0, FalsePositiveRate: 0.01}, "Capacity"},
-		{InterleavedConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 0}, "FalsePositiveRate"},
-		{InterleavedConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 1}, "FalsePositiveRate"},
-		{InterleavedConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 0.01, Lines: 3}, "Lines"},
-		{InterleavedConfig{Lanes: 5, Capacity: 1 << 48, FalsePositiveRate: 1e-9}, "limit"},
+		{LaneTableConfig{Lanes: 0, Capacity: 1, FalsePositiveRate: 0.01}, "Lanes"},
+		{LaneTableConfig{Lanes: 17, Capacity: 1, FalsePositiveRate: 0.01}, "Lanes"},
+		{LaneTableConfig{Lanes: 5, Capacity: 0, FalsePositiveRate: 0.01}, "Capacity"},
+		{LaneTableConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 0}, "FalsePositiveRate"},
+		{LaneTableConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 1}, "FalsePositiveRate"},
+		{LaneTableConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 0.01, Lines: 3}, "Lines"},
+		{LaneTableConfig{Lanes: 5, Capacity: 1 << 48, FalsePositiveRate: 1e-9}, "limit"},
 	} {
-		if _, err := NewInterleaved(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := NewLaneTable(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.want)
 		}
 	}
@@ -166,7 +166,7 @@ func TestInterleavedConfigErrors(t *testing.T) {
 // TestInterleavedCorrupt alters and truncates an encoding: every result is
 // an ErrCorrupt, never a panic or a table.
 func TestInterleavedCorrupt(t *testing.T) {
-	tb := mustInterleaved(t, InterleavedConfig{Lanes: 5, Capacity: 300, FalsePositiveRate: 0.01})
+	tb := mustInterleaved(t, LaneTableConfig{Lanes: 5, Capacity: 300, FalsePositiveRate: 0.01})
 	next := hashes(1, allShards)
 	for l := range 5 {
 		for range 200 {
@@ -180,12 +180,12 @@ func TestInterleavedCorrupt(t *testing.T) {
 	for i := range enc {
 		b := append([]byte(nil), enc...)
 		b[i] ^= 0x20
-		if _, err := UnmarshalInterleaved(b); !errors.Is(err, ErrCorrupt) {
+		if _, err := UnmarshalLaneTable(b); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("byte %d altered: error %v, want ErrCorrupt", i, err)
 		}
 	}
 	for n := range len(enc) {
-		if _, err := UnmarshalInterleaved(enc[:n]); !errors.Is(err, ErrCorrupt) {
+		if _, err := UnmarshalLaneTable(enc[:n]); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("truncated to %d: error %v, want ErrCorrupt", n, err)
 		}
 	}
@@ -200,9 +200,164 @@ func TestInterleavedSizes(t *testing.T) {
 	}{
 		{5, 1, 0.01}, {5, 2, 0.01}, {9, 1, 0.01}, {9, 2, 0.01}, {5, 1, 0.001}, {5, 2, 0.001},
 	} {
-		tb := mustInterleaved(t, InterleavedConfig{Lanes: c.lanes, Capacity: 1 << 20, FalsePositiveRate: c.fp, Lines: c.lines})
+		tb := mustInterleaved(t, LaneTableConfig{Lanes: c.lanes, Capacity: 1 << 20, FalsePositiveRate: c.fp, Lines: c.lines})
 		perLane := float64(tb.SizeBytes()) / float64(tb.Capacity())
 		t.Logf("lanes=%d lines=%d fp=%g: k=%d, %.1f bits per key of one lane, %.2f bytes per key of %d generations",
 			c.lanes, c.lines, c.fp, tb.K(), 8*perLane/float64(c.lanes), perLane/float64(c.lanes-1), c.lanes-1)
+	}
+}
+
+// TestLaneViewRoundTrip fills every lane of tables of several widths
+// through views, encodes each lane alone, decodes it, and checks that the
+// decoded view holds every key, re-encodes to the same bytes, and keeps
+// every key when moved into another lane of a shared table.
+func TestLaneViewRoundTrip(t *testing.T) {
+	for _, lanes := range []int{1, 3, 5, 7, 16} {
+		for _, lines := range []int{1, 2} {
+			t.Run(fmt.Sprintf("lanes=%d/lines=%d", lanes, lines), func(t *testing.T) {
+				cfg := LaneTableConfig{Lanes: lanes, Capacity: 3000, FalsePositiveRate: 0.01, Lines: lines}
+				tb := mustInterleaved(t, cfg)
+				shared := mustInterleaved(t, cfg)
+				next := hashes(uint64(lanes), shardHigh16)
+				keys := make([][]uint64, lanes)
+				views := make([]*LaneView, lanes)
+				for l := range lanes {
+					v, err := NewLaneView(tb, l, 0.001)
+					if err != nil {
+						t.Fatal(err)
+					}
+					views[l] = v
+					// Lane 0 overflows: its encoding carries the overflow.
+					n := 2000
+					if l == 0 {
+						n = 5000
+					}
+					for range n {
+						h := next()
+						keys[l] = append(keys[l], h)
+						v.Add(h)
+					}
+				}
+				if !views[0].Overflowed() || (lanes > 1 && views[1].Overflowed()) {
+					t.Fatalf("overflowed: lane 0 %v, lane 1 %v", views[0].Overflowed(), lanes > 1 && views[1].Overflowed())
+				}
+				for l, v := range views {
+					enc, err := v.MarshalBinary()
+					if err != nil {
+						t.Fatal(err)
+					}
+					f, err := Unmarshal(enc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					back := f.(*LaneView)
+					if back.Count() != v.Count() || back.Capacity() != v.Capacity() || back.Lane() != l || back.Kind() != Interleaved {
+						t.Fatalf("lane %d decoded count %d cap %d lane %d, want %d %d %d", l, back.Count(), back.Capacity(), back.Lane(), v.Count(), v.Capacity(), l)
+					}
+					again, err := back.MarshalBinary()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if string(again) != string(enc) {
+						t.Fatalf("lane %d re-encodes differently", l)
+					}
+					// Into the shared table, rotated by one lane.
+					if err := back.MoveTo(shared, (l+1)%lanes); err != nil {
+						t.Fatal(err)
+					}
+					for _, h := range keys[l] {
+						if !back.Test(h) || !v.Test(h) {
+							t.Fatalf("lane %d lost %#x", l, h)
+						}
+						if !shared.Test(h).Has((l+1)%lanes) && !back.Overflowed() {
+							t.Fatalf("lane %d moved to %d lost %#x", l, (l+1)%lanes, h)
+						}
+					}
+				}
+				for l := range lanes {
+					if shared.Count(l) != tb.Count((l+lanes-1)%lanes) {
+						t.Fatalf("shared lane %d count %d, want %d", l, shared.Count(l), tb.Count((l+lanes-1)%lanes))
+					}
+				}
+				other := mustInterleaved(t, LaneTableConfig{Lanes: lanes, Capacity: 30000, FalsePositiveRate: 0.01, Lines: lines})
+				if err := views[0].MoveTo(other, 0); err == nil {
+					t.Fatal("moved a lane into a table of another geometry")
+				}
+			})
+		}
+	}
+}
+
+// TestInterleavedKindGrows drives New(Interleaved) to 4x its capacity
+// against an exact oracle: no key is lost, and the rate stays at most the
+// target (measured on 1M absent keys, +5 sigma).
+func TestInterleavedKindGrows(t *testing.T) {
+	const fp = 0.01
+	f, err := New(Interleaved, 50_000, fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := hashes(3, shardHigh16)
+	keys := make([]uint64, 200_000)
+	for i := range keys {
+		keys[i] = next()
+		f.Add(keys[i])
+	}
+	enc, err := f.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Unmarshal(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range keys {
+		if !f.Test(h) || !g.Test(h) {
+			t.Fatalf("lost %#x", h)
+		}
+	}
+	if est := f.FPRate(); est > fp {
+		t.Fatalf("estimated rate %g over %g", est, fp)
+	}
+	const probes = 1_000_000
+	hits := 0
+	for range probes {
+		if g.Test(next()) {
+			hits++
+		}
+	}
+	got := float64(hits) / probes
+	if got > fp+5*math.Sqrt(fp/probes) {
+		t.Fatalf("measured rate %g over %g", got, fp)
+	}
+	t.Logf("4x capacity: measured %.5f, estimated %.5f, %.2f bytes per key", got, f.FPRate(), float64(f.SizeBytes())/float64(f.Count()))
+}
+
+// TestLaneViewCorrupt alters and truncates a lane encoding (with an
+// overflow filter): every result is an ErrCorrupt.
+func TestLaneViewCorrupt(t *testing.T) {
+	f, err := New(Interleaved, 100, 0.01)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := hashes(4, allShards)
+	for range 150 {
+		f.Add(next())
+	}
+	enc, err := f.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range enc {
+		b := append([]byte(nil), enc...)
+		b[i] ^= 0x04
+		if _, err := Unmarshal(b); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("byte %d altered: error %v, want ErrCorrupt", i, err)
+		}
+	}
+	for n := range len(enc) {
+		if _, err := Unmarshal(enc[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d: error %v, want ErrCorrupt", n, err)
+		}
 	}
 }
