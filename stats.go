@@ -29,6 +29,11 @@ type Stats struct {
 	FilterBytes uint64
 	// FilterKeys is the number of keys held by all filters.
 	FilterKeys uint64
+	// SizedGenerationKeys is the number of keys a new generation's filters
+	// are sized for, summed over shards: ExpectedRate times the span at
+	// Open; with Filter interleaved, 1.5x the keys the generation before
+	// held, once that differs enough (memory follows the traffic).
+	SizedGenerationKeys uint64
 	// EstimatedFPRate is the false-positive rate a new key meets across
 	// the live generations at their current fill, averaged over shards.
 	EstimatedFPRate float64
@@ -95,11 +100,12 @@ func (e *Engine) Stats() Stats {
 		st.InFlight += s.inflightHits
 		st.StoreLookups += s.lookups
 		st.FalsePositives += s.falsePositives
+		st.FilterBytes += s.ring.FilterBytes()
+		st.SizedGenerationKeys += s.ring.SizedCapacity()
 		miss := 1.0
 		for _, g := range s.ring.Generations() {
 			f := g.Filter
 			st.Generations++
-			st.FilterBytes += f.SizeBytes()
 			st.FilterKeys += f.Count()
 			fp := f.FPRate()
 			miss *= 1 - fp

@@ -292,3 +292,35 @@ func (r *Ring) measuredBefore(id uint64) uint64 {
 	}
 	return 0
 }
+
+// FilterBytes returns the memory held by the ring's filters: the sum of
+// the generations' SizeBytes, or for an Interleaved ring its lane tables
+// (free lanes included) and its generations' overflow filters.
+func (r *Ring) FilterBytes() uint64 {
+	var n uint64
+	if r.lanes == nil {
+		for _, g := range r.gens {
+			n += g.Filter.SizeBytes()
+		}
+		return n
+	}
+	for _, c := range r.lanes.tables {
+		n += c.t.SizeBytes()
+	}
+	for _, g := range r.gens {
+		if over := g.Filter.(*filter.LaneView).Overflow(); over != nil {
+			n += over.SizeBytes()
+		}
+	}
+	return n
+}
+
+// SizedCapacity returns the keys a new generation's filter is sized for:
+// Config.Capacity, or for an Interleaved ring the lanes of its current
+// table (resized to the measured rate).
+func (r *Ring) SizedCapacity() uint64 {
+	if r.lanes != nil && r.lanes.current != nil {
+		return r.lanes.current.t.Capacity()
+	}
+	return r.cfg.Capacity
+}
