@@ -161,7 +161,11 @@ func Unmarshal(data []byte) (Filter, error) {
 		return nil, corrupt("%d bytes, shorter than header and checksum", len(data))
 	}
 	if string(data[:4]) == laneMagic {
-		return unmarshalLane(data)
+		v, err := unmarshalLane(data)
+		if err != nil {
+			return nil, err // not a typed nil
+		}
+		return v, nil
 	}
 	if string(data[:4]) != magic {
 		return nil, corrupt("bad magic %q", data[:4])

@@ -350,6 +350,9 @@ func unmarshalLane(data []byte) (*LaneView, error) {
 		}
 		t.words[i] = f << to
 	}
+	if n > 0 && acc != 0 {
+		return nil, corrupt("lane: nonzero padding after the last field")
+	}
 	v := &LaneView{t: t, lane: lane, overFP: overFP}
 	if overLen > 0 {
 		f, err := Unmarshal(rest[8*packed:])
