@@ -75,4 +75,9 @@ func TestInterleavedFollowsTraffic(t *testing.T) {
 	if sb.SizedGenerationKeys > 3*perGen || sb.SizedGenerationKeys < perGen {
 		t.Fatalf("sized for %d keys per generation, %d arrive", sb.SizedGenerationKeys, perGen)
 	}
+	// 3 windows of 4 x 4000 new keys, plus the last 4000 probed again
+	// (held: not sampled): about 48000/1024 sampled.
+	if n := sb.ObservedFPSamples; n < 20 || n > 100 || sb.ObservedFPRate > 0.05 {
+		t.Fatalf("observed FP: %d samples, rate %g", n, sb.ObservedFPRate)
+	}
 }

@@ -273,3 +273,85 @@ func TestLanesConfig(t *testing.T) {
 		t.Fatalf("estimate %d bytes for 4 generations of 1M keys", a)
 	}
 }
+
+// sampledHash returns the i-th hash of the sample filter.Sampled takes
+// (x*C < 2^54 for the remix multiplier C): x * C^-1 mod 2^64 for a random
+// x below 2^54.
+func sampledHash(rng *rand.Rand) uint64 {
+	const c = 0x9e3779b97f4a7c15
+	inv := uint64(c) // Newton's iteration for the inverse mod 2^64
+	for range 6 {
+		inv *= 2 - c*inv
+	}
+	return (rng.Uint64() >> 10) * inv
+}
+
+// TestLanesObservedFP fills a ring to capacity and probes sampled hashes:
+// the rate the ring observes on them (no shadow holds them, the tables
+// match some) agrees with its estimate, held hashes are not counted, and
+// a restored ring observes nothing until its restored generations expire.
+func TestLanesObservedFP(t *testing.T) {
+	const per, probes = 20_000, 40_000
+	r := newLaneRing(t, 4, per)
+	rng := rand.New(rand.NewPCG(9, 10))
+	var held []uint64
+	for g := range 5 {
+		now := t0.Add(time.Duration(g) * 10 * time.Second)
+		r.Advance(now)
+		gen, err := r.Active(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; gen.Filter.Count() < gen.Filter.Capacity(); i++ {
+			h := rng.Uint64()
+			if i%100 == 0 {
+				h = sampledHash(rng)
+				held = append(held, h)
+			}
+			gen.Filter.Add(h)
+		}
+	}
+	if !filter.Sampled(held[0]) {
+		t.Fatal("sampledHash does not sample")
+	}
+	hs := make([]uint64, 0, probes+len(held))
+	for range probes {
+		hs = append(hs, sampledHash(rng))
+	}
+	hs = append(hs, held...)
+	group := make([]int32, len(hs))
+	for i := range group {
+		group[i] = int32(i)
+	}
+	maybe := make([]bool, len(hs))
+	r.Probe(hs, group, maybe)
+	n, fp := r.ObservedFP()
+	est := 0.0
+	for _, g := range r.Generations() {
+		est += g.Filter.FPRate()
+	}
+	got := float64(fp) / float64(n)
+	t.Logf("observed %d of %d sampled new keys matched: %.4f, estimate %.4f", fp, n, got, est)
+	if n != probes || math.Abs(got-est) > 5*math.Sqrt(est/probes) {
+		t.Fatalf("observed %d false positives of %d sampled probes (%d new sent): %.4f, estimate %.4f", fp, n, probes, got, est)
+	}
+
+	back := newLaneRing(t, 4, per)
+	for _, g := range r.Generations() {
+		enc, err := g.Filter.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := filter.Unmarshal(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := back.Insert(&Generation{ID: g.ID, Filter: f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back.Probe(hs, group, maybe)
+	if n, _ := back.ObservedFP(); n != 0 {
+		t.Fatalf("a restored ring counted %d sampled probes: its shadows are incomplete", n)
+	}
+}
