@@ -12,8 +12,9 @@ import (
 // filter of one generation of a ring whose generations share the table
 // (package rotate places them). Past the lane's capacity it grows like
 // every filter here, by chaining an overflow filter (blocked, at its own
-// share of the target), so a burst costs memory and one more probe for
-// that generation, not accuracy.
+// share of the target, sized for a quarter of the lane and doubling from
+// there), so a burst costs memory and one more probe for that generation,
+// not accuracy.
 //
 // New(Interleaved, capacity, fp) returns a view of a one-lane table of its
 // own; MarshalBinary encodes the lane alone (its fields of every word,
@@ -161,7 +162,10 @@ func (v *LaneView) TestOrAdd(h uint64) bool {
 		return v.over.TestOrAdd(h)
 	}
 	if v.t.Full(v.lane) {
-		f, err := New(Blocked, v.t.cap, v.overFP)
+		// A quarter of the lane first: a generation that runs a little
+		// over its estimate should not pay for a whole second lane; the
+		// chain doubles from there.
+		f, err := New(Blocked, max(v.t.cap/4, 64), v.overFP)
 		if err != nil {
 			// The overflow is sized like the lane, which exists: New
 			// cannot refuse it. Keep the key in the lane rather than lose
