@@ -35,6 +35,45 @@ type LaneView struct {
 	// decoded view's shadow is incomplete (not encoded).
 	shadow     map[uint64]struct{}
 	incomplete bool
+	// journal, when not nil, holds every hash given to the view, so that
+	// the lane can be rebuilt in a table of another size (Regrow); onFull,
+	// when set, is asked to make room before the lane overflows.
+	journal []uint64
+	onFull  func(*LaneView) bool
+}
+
+// StartJournal makes the view remember every hash it is given from now on
+// (8 bytes each), so that Regrow can rebuild the lane in a table of
+// another size; onFull, if not nil, is called when the lane is full, and
+// returns whether it made room (by a Regrow). The view must be empty.
+func (v *LaneView) StartJournal(onFull func(*LaneView) bool) {
+	v.journal = make([]uint64, 0, 64)
+	v.onFull = onFull
+}
+
+// StopJournal forgets the journal; the lane overflows as usual from now
+// on.
+func (v *LaneView) StopJournal() { v.journal, v.onFull = nil, nil }
+
+// Journaling reports whether the view keeps a journal.
+func (v *LaneView) Journaling() bool { return v.journal != nil }
+
+// Regrow rebuilds the journaling view's lane in lane Lane() of t (empty,
+// of the view's lane count): every hash of the journal is added there and
+// the view becomes a view of t. The old table is left as it was.
+func (v *LaneView) Regrow(t *LaneTable) error {
+	if v.journal == nil {
+		return fmt.Errorf("filter: Regrow of a lane that keeps no journal")
+	}
+	if t.lanes != v.t.lanes || t.count[v.lane] != 0 {
+		return fmt.Errorf("filter: Regrow into a %d-lane table with %d keys in lane %d", t.lanes, t.count[v.lane], v.lane)
+	}
+	if v.over != nil {
+		return fmt.Errorf("filter: Regrow of a lane that overflowed")
+	}
+	v.t = t
+	t.AddBatch(v.journal, v.lane)
+	return nil
 }
 
 // Sampled reports whether h falls in the 1/1024 of the hash space whose
@@ -149,6 +188,9 @@ func (v *LaneView) Test(h uint64) bool {
 // TestOrAdd reports whether h may be held, then adds it: to the lane while
 // it has room, then to the overflow filter.
 func (v *LaneView) TestOrAdd(h uint64) bool {
+	if v.journal != nil {
+		v.journal = append(v.journal, h)
+	}
 	if Sampled(h) {
 		if v.shadow == nil {
 			v.shadow = map[uint64]struct{}{}
@@ -160,6 +202,10 @@ func (v *LaneView) TestOrAdd(h uint64) bool {
 	}
 	if v.over != nil {
 		return v.over.TestOrAdd(h)
+	}
+	if v.t.Full(v.lane) && v.onFull != nil && v.onFull(v) {
+		// Rebuilt from the journal, which holds h.
+		return false
 	}
 	if v.t.Full(v.lane) {
 		// A quarter of the lane first: a generation that runs a little

@@ -33,6 +33,11 @@ type laneTables struct {
 	current  *laneTable // where new generations go
 	resized  int        // tables started for a measured rate
 	minLanes uint64     // smallest capacity a resize asks for
+	// young is the first generation of a fresh ring while it journals
+	// its hashes (see youngStart); youngLimit is the capacity it may grow
+	// to that way (Config.Capacity).
+	young      *filter.LaneView
+	youngLimit uint64
 	// Sampled probes (filter.Sampled) while every live generation's
 	// shadow was complete: those no shadow held, and of them those the
 	// tables matched anyway (false positives on real traffic).
@@ -44,6 +49,16 @@ type laneTable struct {
 	used filter.LaneSet // lanes held by a live generation
 }
 
+// youngStart is the capacity of a fresh ring's first table when
+// Config.Capacity is larger. The first generation keeps a journal of its
+// hashes (8 bytes each) while it is the only one: when its lane fills, the
+// table is rebuilt 4x larger from the journal, up to Config.Capacity, and
+// when the second generation starts, the table is rebuilt once more for
+// 1.5x the keys the first one holds and the journal is dropped. So from
+// the first key on, memory follows the keys actually seen, and a rate
+// over-estimated in ExpectedRate costs nothing.
+const youngStart = minLaneCapacity
+
 // laneShare is the part of the target the overflow filters share.
 const laneShare = 1.0 / 32
 
@@ -53,10 +68,11 @@ const minLaneCapacity = 1024
 func newLaneTables(cfg Config) *laneTables {
 	lanes := cfg.Generations + 1
 	return &laneTables{
-		lanes:    lanes,
-		fp:       cfg.FalsePositiveRate * (1 - laneShare),
-		overFP:   cfg.FalsePositiveRate * laneShare / float64(lanes),
-		minLanes: min(cfg.Capacity, minLaneCapacity),
+		lanes:      lanes,
+		fp:         cfg.FalsePositiveRate * (1 - laneShare),
+		overFP:     cfg.FalsePositiveRate * laneShare / float64(lanes),
+		minLanes:   min(cfg.Capacity, minLaneCapacity),
+		youngLimit: cfg.Capacity,
 	}
 }
 
@@ -103,16 +119,33 @@ func (lt *laneTables) freeLane(like *filter.LaneTable) (*laneTable, int, error) 
 // none): the rate the lane should be sized for.
 func (lt *laneTables) newGeneration(capacity, measured uint64) (*filter.LaneView, error) {
 	if lt.current == nil {
-		t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: capacity, FalsePositiveRate: lt.fp})
+		start := min(capacity, youngStart)
+		t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: start, FalsePositiveRate: lt.fp})
 		if err != nil {
 			return nil, err
 		}
-		lt.current = &laneTable{t: t}
+		lt.current = &laneTable{t: t, used: 1}
 		lt.tables = append(lt.tables, lt.current)
+		v, err := filter.NewLaneView(t, 0, lt.overFP)
+		if err != nil {
+			return nil, err
+		}
+		if start < capacity {
+			v.StartJournal(lt.growYoung)
+			lt.young = v
+		}
+		return v, nil
+	}
+	if lt.young != nil {
+		if err := lt.settleYoung(); err != nil {
+			return nil, err
+		}
 	} else if measured > 0 {
-		want := max(lt.minLanes, measured+measured/2)
+		want := lt.sizeFor(measured)
 		have := lt.current.t.Capacity()
-		if have < measured || have > 3*want {
+		// Outgrown by more than 1/16 (less is the overflow filter's job:
+		// a generation's count wobbles), or 3x too large.
+		if have+have/16 < measured || have > 3*want {
 			t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
 			if err != nil {
 				return nil, err
@@ -130,17 +163,85 @@ func (lt *laneTables) newGeneration(capacity, measured uint64) (*filter.LaneView
 	return filter.NewLaneView(c.t, l, lt.overFP)
 }
 
+// growYoung makes room in the young generation's full lane: it rebuilds
+// the table 4x larger from the journal, or, past youngLimit, stops the
+// journal (the lane overflows from then on) and reports false.
+func (lt *laneTables) growYoung(v *filter.LaneView) bool {
+	c := lt.current
+	want := min(4*c.t.Capacity(), lt.youngLimit)
+	if v != lt.young || want <= c.t.Capacity() {
+		lt.stopYoung()
+		return false
+	}
+	t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
+	if err == nil {
+		err = v.Regrow(t)
+	}
+	if err != nil {
+		lt.stopYoung() // keep the lane as it is: it overflows instead
+		return false
+	}
+	c.t = t
+	return true
+}
+
+// settleYoung ends the first generation's journal when the second one
+// starts: the table is rebuilt for 1.5x the keys it holds (unless it is
+// about that already), so the generations that follow share a table
+// sized from the rate seen.
+func (lt *laneTables) settleYoung() error {
+	v, c := lt.young, lt.current
+	defer lt.stopYoung()
+	n := v.Count()
+	want := lt.sizeFor(n)
+	if have := c.t.Capacity(); have >= want && have <= want+want/2 {
+		return nil
+	}
+	t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
+	if err != nil {
+		return err
+	}
+	if err := v.Regrow(t); err != nil {
+		return err
+	}
+	c.t = t
+	lt.resized++
+	return nil
+}
+
+// sizeFor returns the lane capacity for generations of about n keys: half
+// again of n, or the configured capacity if that is smaller and still
+// holds n to within 1/16 (a correctly set ExpectedRate, which has its own
+// headroom, is kept).
+func (lt *laneTables) sizeFor(n uint64) uint64 {
+	want := max(lt.minLanes, n+n/2)
+	if lt.youngLimit+lt.youngLimit/16 >= n {
+		want = min(want, lt.youngLimit)
+	}
+	return want
+}
+
+func (lt *laneTables) stopYoung() {
+	if lt.young != nil {
+		lt.young.StopJournal()
+		lt.young = nil
+	}
+}
+
 // adopt places a restored lane (a view of a table of its own, from
 // filter.Unmarshal) into a table of the ring with a free lane of its
 // geometry, or makes its table one of the ring's.
 func (lt *laneTables) adopt(v *filter.LaneView) error {
-	if v.Table().Lanes() != lt.lanes {
-		return fmt.Errorf("rotate: restored lane of a %d-lane table, the ring has %d", v.Table().Lanes(), lt.lanes)
-	}
 	for _, c := range lt.tables {
 		if c.t == v.Table() {
-			return nil // already ours
+			return nil // already ours: a generation Get created
 		}
+	}
+	// A restored generation ends the first one's journal: the ring is no
+	// longer fresh.
+	lt.stopYoung()
+	if v.Table().Lanes() != lt.lanes {
+		return fmt.Errorf("rotate: restored lane of a %d-lane table, the ring has %d", v.Table().Lanes(), lt.lanes)
 	}
 	for _, c := range lt.tables {
 		if !c.t.SameGeometry(v.Table()) {
@@ -167,6 +268,9 @@ func (lt *laneTables) adopt(v *filter.LaneView) error {
 // release clears an expired generation's lane and drops tables no live
 // generation uses any more (except the current one).
 func (lt *laneTables) release(v *filter.LaneView) {
+	if v == lt.young {
+		lt.stopYoung()
+	}
 	for i, c := range lt.tables {
 		if c.t != v.Table() {
 			continue

@@ -239,7 +239,9 @@ func TestLanesFP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for gen.Filter.Count() < gen.Filter.Capacity() {
+		// The first generation's table grows with it (young ring): give it
+		// the configured capacity, the others their lane's.
+		for gen.Filter.Count() < max(gen.Filter.Capacity(), per) {
 			gen.Filter.Add(rng.Uint64())
 		}
 	}
@@ -353,5 +355,88 @@ func TestLanesObservedFP(t *testing.T) {
 	back.Probe(hs, group, maybe)
 	if n, _ := back.ObservedFP(); n != 0 {
 		t.Fatalf("a restored ring counted %d sampled probes: its shadows are incomplete", n)
+	}
+}
+
+// TestLanesYoung: a fresh ring sized for far more than it gets starts its
+// table small and rebuilds it 4x larger from the first generation's
+// journal as that fills, never losing a hash nor exceeding its target;
+// the second generation settles the table (rebuilt for 1.5x the first
+// one's keys unless within 1.5x of that already) and drops the journal; a first generation that reaches Config.Capacity
+// stops growing the table and overflows as usual.
+func TestLanesYoung(t *testing.T) {
+	r := newLaneRing(t, 4, 1<<20)
+	rng := rand.New(rand.NewPCG(11, 12))
+	now := t0
+	r.Advance(now)
+	g, err := r.Active(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []uint64
+	for i := range 50_000 {
+		h := rng.Uint64()
+		hs = append(hs, h)
+		g.Filter.Add(h)
+		if i == 4000 {
+			// 1024 at first, then 4x larger each time the lane fills.
+			if s, _ := r.LaneTables(); s.LaneCapacity < 4001 || s.LaneCapacity > 4*4100 {
+				t.Fatalf("young ring's table holds %d keys per lane after 4001", s.LaneCapacity)
+			}
+		}
+	}
+	s, _ := r.LaneTables()
+	if s.Tables != 1 || s.LaneCapacity < 50_000 || s.LaneCapacity > 4*50_000 {
+		t.Fatalf("after 50k keys: %+v", s)
+	}
+	if fp := g.Filter.FPRate(); fp > 0.01/5 {
+		t.Fatalf("young lane at %g, over its share of the target", fp)
+	}
+	for _, h := range hs {
+		if !r.Contains(h) {
+			t.Fatalf("young ring lost %#x", h)
+		}
+	}
+	now = now.Add(10 * time.Second)
+	r.Advance(now)
+	g2, err := r.Active(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2.Filter.Add(rng.Uint64())
+	s, _ = r.LaneTables()
+	if s.Tables != 1 || s.LaneCapacity < 50_000 || s.LaneCapacity > 112_500 {
+		t.Fatalf("settled: %+v, want lanes of 50k-112.5k (1.5x 75k)", s)
+	}
+	if g.Filter.(*filter.LaneView).Journaling() {
+		t.Fatal("the first generation still journals")
+	}
+	for _, h := range hs {
+		if !r.Contains(h) {
+			t.Fatalf("settled ring lost %#x", h)
+		}
+	}
+
+	// Capped at Config.Capacity: 30k keys into a ring sized for 20k.
+	small := newLaneRing(t, 4, 20_000)
+	small.Advance(t0)
+	g, err = small.Active(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs = hs[:0]
+	for range 30_000 {
+		h := rng.Uint64()
+		hs = append(hs, h)
+		g.Filter.Add(h)
+	}
+	v := g.Filter.(*filter.LaneView)
+	if v.Journaling() || !v.Overflowed() || v.Table().Capacity() < 20_000 || v.Table().Capacity() > 21_000 {
+		t.Fatalf("capped young lane: journaling %v, overflowed %v, capacity %d", v.Journaling(), v.Overflowed(), v.Table().Capacity())
+	}
+	for _, h := range hs {
+		if !small.Contains(h) {
+			t.Fatalf("capped young ring lost %#x", h)
+		}
 	}
 }
