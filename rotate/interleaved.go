@@ -52,11 +52,11 @@ type laneTable struct {
 // youngStart is the capacity of a fresh ring's first table when
 // Config.Capacity is larger. The first generation keeps a journal of its
 // hashes (8 bytes each) while it is the only one: when its lane fills, the
-// table is rebuilt 4x larger from the journal, up to Config.Capacity, and
+// table is rebuilt 2x larger from the journal, up to Config.Capacity, and
 // when the second generation starts, the table is rebuilt once more for
 // 1.5x the keys the first one holds and the journal is dropped. So from
 // the first key on, memory follows the keys actually seen, and a rate
-// over-estimated in ExpectedRate costs nothing.
+// over-estimated in ExpectedRate costs at most 2x the memory the keys need.
 const youngStart = minLaneCapacity
 
 // laneShare is the part of the target the overflow filters share.
@@ -164,11 +164,11 @@ func (lt *laneTables) newGeneration(capacity, measured uint64) (*filter.LaneView
 }
 
 // growYoung makes room in the young generation's full lane: it rebuilds
-// the table 4x larger from the journal, or, past youngLimit, stops the
+// the table 2x larger from the journal, or, past youngLimit, stops the
 // journal (the lane overflows from then on) and reports false.
 func (lt *laneTables) growYoung(v *filter.LaneView) bool {
 	c := lt.current
-	want := min(4*c.t.Capacity(), lt.youngLimit)
+	want := min(2*c.t.Capacity(), lt.youngLimit)
 	if v != lt.young || want <= c.t.Capacity() {
 		lt.stopYoung()
 		return false

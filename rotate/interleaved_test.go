@@ -81,17 +81,17 @@ func TestLanesOracle(t *testing.T) {
 		}
 		added = keep
 	}
+	// The first generation's table grows from 1024 and is settled once.
 	s, ok := r.LaneTables()
-	if !ok || s.Tables != 1 || s.Resized != 0 {
-		t.Fatalf("lane tables %+v, want one, never resized", s)
+	if !ok || s.Tables != 1 || s.Resized > 1 {
+		t.Fatalf("lane tables %+v, want one, resized at most when the first generation settled", s)
 	}
 }
 
-// TestLanesFollowTraffic: a ring sized for 100x its real rate starts a
-// table sized from the measured rate at the next generation, drops the
-// oversized one when its last generation expires, and ends within 2x of
-// the memory of a ring sized right; one whose rate then rises 20x grows
-// back, losing nothing.
+// TestLanesFollowTraffic: a ring sized for 100x its real rate grows its
+// table with its first generation and settles it from the measured rate,
+// ending within 2x of the memory of a ring sized right; one whose rate
+// then rises 20x grows back, losing nothing.
 func TestLanesFollowTraffic(t *testing.T) {
 	const gens, rate = 4, 20_000 // keys per generation
 	big := newLaneRing(t, gens, 100*rate)
@@ -123,7 +123,7 @@ func TestLanesFollowTraffic(t *testing.T) {
 	sb, _ := big.LaneTables()
 	sr, _ := right.LaneTables()
 	t.Logf("sized 100x: %+v; sized right: %+v", sb, sr)
-	if sb.Tables != 1 || sb.Resized != 1 || sb.Bytes > 2*sr.Bytes {
+	if sb.Tables != 1 || sb.Resized > 1 || sb.Bytes > 2*sr.Bytes {
 		t.Fatalf("ring sized 100x holds %d tables, %d bytes (resized %d); the right one %d bytes", sb.Tables, sb.Bytes, sb.Resized, sr.Bytes)
 	}
 	// A 20x burst in one generation: its lane overflows, nothing is lost.
@@ -359,7 +359,7 @@ func TestLanesObservedFP(t *testing.T) {
 }
 
 // TestLanesYoung: a fresh ring sized for far more than it gets starts its
-// table small and rebuilds it 4x larger from the first generation's
+// table small and rebuilds it 2x larger from the first generation's
 // journal as that fills, never losing a hash nor exceeding its target;
 // the second generation settles the table (rebuilt for 1.5x the first
 // one's keys unless within 1.5x of that already) and drops the journal; a first generation that reaches Config.Capacity
@@ -379,14 +379,14 @@ func TestLanesYoung(t *testing.T) {
 		hs = append(hs, h)
 		g.Filter.Add(h)
 		if i == 4000 {
-			// 1024 at first, then 4x larger each time the lane fills.
-			if s, _ := r.LaneTables(); s.LaneCapacity < 4001 || s.LaneCapacity > 4*4100 {
+			// 1024 at first, then 2x larger each time the lane fills.
+			if s, _ := r.LaneTables(); s.LaneCapacity < 4001 || s.LaneCapacity > 2*4100 {
 				t.Fatalf("young ring's table holds %d keys per lane after 4001", s.LaneCapacity)
 			}
 		}
 	}
 	s, _ := r.LaneTables()
-	if s.Tables != 1 || s.LaneCapacity < 50_000 || s.LaneCapacity > 4*50_000 {
+	if s.Tables != 1 || s.LaneCapacity < 50_000 || s.LaneCapacity > 2*50_000 {
 		t.Fatalf("after 50k keys: %+v", s)
 	}
 	if fp := g.Filter.FPRate(); fp > 0.01/5 {
