@@ -64,9 +64,11 @@ func copySnapshot(fs vfs.FS, snap *snapshot.Snapshot, dir string, seq uint64) er
 	return err
 }
 
-// StateOptions returns the options a state directory was created with (the
-// persisted ones: Window, Generations, Shards, Filter, Probabilistic), so
-// that a tool can open a state without knowing them. The state must not be
+// StateOptions returns the options a state directory records: the ones
+// that shape it (Window, Generations, Shards, Filter, Probabilistic) and the
+// ones that size its generations as last opened (ExpectedRate,
+// FalsePositiveRate; zero for a state written before they were recorded).
+// Open adopts them for the fields it is given zero. The state must not be
 // open in another process.
 func StateOptions(dir string) (Options, error) {
 	return stateOptions(vfs.Default, dir)
@@ -81,18 +83,15 @@ func stateOptions(fs vfs.FS, dir string) (Options, error) {
 		return Options{}, wrap(err, "state %q", dir)
 	}
 	defer st.Close()
-	raw, ok, err := st.GetMeta(metaOptions)
+	o, ok, err := recorded(st)
 	if err != nil {
 		return Options{}, wrap(err, "state %q", dir)
 	}
 	if !ok {
 		return Options{}, fmt.Errorf("%w: %q holds no dedup options (not a state directory, or never opened)", ErrNotOurs, dir)
 	}
-	p, err := decodePersisted(raw)
-	if err != nil {
-		return Options{}, err
-	}
-	return p.options(dir), nil
+	o.Dir = dir
+	return o, nil
 }
 
 func (p persisted) options(dir string) Options {

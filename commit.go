@@ -16,7 +16,15 @@ type commitReq struct {
 // together with checkpoint, in one atomic, fsynced step, and returns once
 // it is. After a crash, committed keys are remembered, keys in flight are
 // not, and Checkpoint returns the last committed checkpoint. A nil
-// checkpoint keeps the previous one. Concurrent Commits share one write.
+// checkpoint keeps the previous one. Under [Options.ExplicitDone] Commit
+// makes durable only the keys Done; the others stay in flight.
+//
+// Concurrent commits (Commit and CommitThrough) share one write: the
+// commits that arrive while one is writing queue, and the next write
+// takes them all, through the furthest barrier among them, with the
+// checkpoint of the one that queued last (a nil checkpoint does not
+// count). That is the outcome of running them one after the other in the
+// order they queued: the latest call's checkpoint wins.
 func (e *Engine) Commit(checkpoint []byte) error {
 	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()
@@ -30,21 +38,26 @@ func (e *Engine) Commit(checkpoint []byte) error {
 // [Engine.Barrier].
 type Barrier uint64
 
-// Barrier marks the keys observed New so far: [Engine.CommitThrough](b, cp) makes
-// exactly those durable (with cp), while keys observed after Barrier
-// returned stay in flight. A consumer can so keep observing the next
-// events while the previous ones commit:
+// Barrier marks the keys observed New so far (under [Options.ExplicitDone]:
+// the keys Done so far): [Engine.CommitThrough](b, cp) makes exactly those
+// durable (with cp), while keys observed (Done) after Barrier returned stay
+// in flight. A consumer can so keep observing the next events while the
+// previous ones commit:
 //
 //	b := e.Barrier()           // everything up to offset X is observed
 //	go e.CommitThrough(b, X)   // commits those keys, with X
 //	... observe the events after X meanwhile ...
 //
-// Keys whose Observe runs concurrently with Barrier fall on either side.
+// Keys whose Observe (Done) runs concurrently with Barrier fall on either
+// side. A worker pool takes the Barrier under the lock that orders its
+// output and Done calls (see the package doc, "Worker pools").
 func (e *Engine) Barrier() Barrier { return Barrier(e.epoch.Add(1) - 1) }
 
 // CommitThrough is [Engine.Commit] restricted to the keys observed New
-// before barrier b (see [Engine.Barrier]): they become durable together with checkpoint;
-// keys observed after b stay in flight. Concurrent commits share one write.
+// before barrier b (see [Engine.Barrier]): they become durable together
+// with checkpoint; keys observed after b stay in flight. Under
+// [Options.ExplicitDone] it takes the keys Done before b. Concurrent
+// commits share one write, as [Engine.Commit] says.
 func (e *Engine) CommitThrough(b Barrier, checkpoint []byte) error {
 	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()
@@ -74,22 +87,15 @@ func (e *Engine) commit(limit uint64, checkpoint []byte) error {
 		e.cqueue = nil
 		e.cmu.Unlock()
 		// One write for the group, through its furthest barrier, with the
-		// checkpoint that goes with that barrier (the last one given).
+		// checkpoint of the last request queued that gave one: the state
+		// the calls would leave had they run one after the other in the
+		// order they queued.
 		var limit uint64
 		var cp []byte
 		for _, r := range group {
 			limit = max(limit, r.limit)
-		}
-		for _, r := range group {
-			if r.cp != nil && r.limit == limit {
+			if r.cp != nil {
 				cp = r.cp
-			}
-		}
-		if cp == nil {
-			for _, r := range group {
-				if r.cp != nil {
-					cp = r.cp
-				}
 			}
 		}
 		err := e.commitOnce(limit, cp)

@@ -32,20 +32,61 @@
 //     positive costs one store lookup. Probabilistic mode drops an event on
 //     a false positive, at Options.FalsePositiveRate.
 //  5. Commit and checkpoint. Commit(cp) makes every key observed New since
-//     the last commit durable together with cp, in one atomic, fsynced step.
-//     After a crash committed keys are remembered, uncommitted ones are not,
-//     and Checkpoint returns the last committed cp: a consumer that resumes
-//     its source from there processes every event exactly once. Forget
-//     releases an InFlight key. Close commits only under AutoCommit;
-//     otherwise it drops what is in flight, as a crash would.
+//     the last commit durable together with cp, in one atomic, fsynced step
+//     (under ExplicitDone: every key Done, see Worker pools). After a crash
+//     committed keys are remembered, uncommitted ones are not, and
+//     Checkpoint returns the last committed cp: a consumer that resumes its
+//     source from there processes every event exactly once. Forget
+//     releases an InFlight key. Concurrent commits share one write, whose
+//     checkpoint is the latest call's. Close commits only under
+//     AutoCommit; otherwise it drops what is in flight, as a crash would,
+//     and reports how many in Stats.DroppedAtClose and the log.
 //  6. Restart. Open restores the filters from the newest valid snapshot and
 //     replays the commits after it; a corrupt or missing snapshot is
 //     reported (Stats.RestoreProblems) and, in exact mode, rebuilt from the
-//     store; it is never silently replaced by an empty filter. Reopening
-//     with incompatible options is an error naming the option.
+//     store; it is never silently replaced by an empty filter. Options left
+//     zero on reopen take the state directory's values; an explicit value
+//     that contradicts the directory's shape is an error naming the option.
 //  7. Bad input (an empty key, a key over MaxKeySize, a nil batch entry, a
 //     state directory of another program, a damaged snapshot) is a clear
 //     error wrapping a sentinel of this package; nothing committed is lost.
+//     MaxKeySize is at most what the exact store holds (exact.MaxKeySize),
+//     so a key Observe accepts always commits.
+//
+// # Worker pools
+//
+// The sequential pattern (observe, process, commit) is right for one loop:
+// by the time it commits, it has processed every key it observed. With a
+// pool of workers, a commit made by one goroutine would also make durable
+// the keys other workers are still processing; if one of them then fails,
+// its Forget is refused, and after a crash its event is Duplicate although
+// it was never processed. For worker pools set Options.ExplicitDone:
+//
+//   - A worker that gets New owns the event. It processes it, then calls
+//     [Engine.Done] ([Engine.DoneBatch] for many); if processing fails it
+//     calls [Engine.Forget] instead and tries the event again.
+//   - Until Done the key stays in flight across any number of commits:
+//     other workers get InFlight and Forget still works. Commit and
+//     CommitThrough make durable only keys that are Done (for
+//     CommitThrough, Done before its Barrier). Forget after Done fails with
+//     ErrAlreadyDone; Done of a key not in flight with ErrNotInFlight.
+//   - A worker that gets InFlight tries the event again later, until its
+//     verdict is New (the owner forgot it: this worker owns it now) or
+//     Duplicate (the owner's commit is durable). It never drops it: the
+//     owner may still fail and Forget the key.
+//   - The checkpoint is a low watermark: the source position below which
+//     every event is Done or Duplicate. Make the output part of it (the
+//     length of an output file, say, truncated back to it on restart), and
+//     take the watermark, the output length and the [Engine.Barrier] for
+//     [Engine.CommitThrough] under the one lock that also orders each
+//     worker's output write, Done and completion: the commit then holds
+//     exactly the keys whose output the checkpoint covers.
+//   - MaxInFlight counts keys not yet Done too: past it Observe fails with
+//     ErrTooManyInFlight until workers Done or Forget keys and a commit
+//     runs.
+//
+// Example_workerPool shows the recipe; TestWorkerPoolCrash holds it to
+// exactly-once output under SIGKILL.
 //
 // # State directory
 //
@@ -63,15 +104,15 @@
 // [Verdict]. [Engine.Commit], or [Engine.Barrier] then
 // [Engine.CommitThrough], makes the keys in flight durable with a
 // checkpoint ([Engine.Checkpoint] reads it back); [Engine.Forget] releases
-// one. [Engine.Snapshot], [Engine.Backup], [RestoreBackup],
+// one, and under ExplicitDone [Engine.Done] marks one processed. [Engine.Snapshot], [Engine.Backup], [RestoreBackup],
 // [RebuildSnapshot] and [StateOptions] manage the state directory;
 // [Engine.Stats] reports [Stats]. Errors wrap this package's sentinels
 // (ErrClosed, ErrCorrupt, ...); [ErrCorrupt] is the corruption class of
 // every layer below too.
 //
 // In the source: engine.go holds the Engine and its lock order, open.go
-// Open and recovery, observe.go the Verdict and the observe path, inflight.go the in-flight
-// key set, shard.go a shard's filters and in-flight sets, commit.go group
+// Open and recovery, observe.go the Verdict and the observe path, done.go
+// Done, inflight.go the in-flight key set, shard.go a shard's filters and in-flight sets, commit.go group
 // commit and barriers, snapshot.go and restore.go writing and restoring
 // snapshots, backup.go backups, stats.go Stats, options.go Options.
 package dedup

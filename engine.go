@@ -43,6 +43,7 @@ type Engine struct {
 	// timing is a ring with no filters, used for generation arithmetic.
 	timing  *rotate.Ring
 	fs      vfs.FS
+	dir     string // the state directory on fs ("dedup-mem" in memory)
 	snapDir string
 
 	// Atomics, read and written under no lock.
@@ -132,8 +133,16 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 }
 
 // Close stops background work and closes the state. Under AutoCommit it
-// commits the keys in flight first; otherwise they are dropped, as a crash
-// would drop them. Every method returns ErrClosed afterwards.
+// commits the keys in flight first (under ExplicitDone, the Done ones).
+// Keys still in flight are dropped, as a crash would drop them: their
+// redelivery is New. That is what a caller that closes without committing
+// asks for, so Close does not fail for it; it reports the count in
+// [Stats].DroppedAtClose and in the log (Options.Logf). With SnapshotInterval
+// positive (the default with a state directory) Close writes a snapshot
+// of the filters, unless the last one is current, so that the next Open
+// loads it instead of rebuilding them; its failure is returned wrapped in
+// [ErrSnapshot] (joined with any other), the committed state intact.
+// Every method returns ErrClosed afterwards.
 func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return ErrClosed
@@ -148,7 +157,7 @@ func (e *Engine) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if e.opts.SnapshotInterval > 0 {
+	if e.opts.SnapshotInterval > 0 && e.snapshotStale() {
 		// A fresh snapshot makes the next Open fast.
 		if err := e.snapshot(true); err != nil {
 			errs = append(errs, err)
@@ -158,14 +167,30 @@ func (e *Engine) Close() error {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.closed = true
-
 		s.mu.Unlock()
+	}
+	if n := e.inflightCount.Load(); n > 0 {
+		e.stats.droppedAtClose.Store(n)
+		e.logf("dedup: Close dropped %d keys in flight (observed New, not committed): their redeliveries will be New", n)
 	}
 	if err := e.store.Close(); err != nil {
 		errs = append(errs, wrap(err, "close store"))
 	}
 	return errors.Join(errs...)
 }
+
+// snapshotStale reports whether commits were made since the last snapshot
+// written or restored.
+func (e *Engine) snapshotStale() bool {
+	e.snapMu.Lock()
+	last := e.lastSnapSeq
+	e.snapMu.Unlock()
+	e.cpMu.Lock()
+	seq := e.commitSeq
+	e.cpMu.Unlock()
+	return seq != last
+}
+
 func (e *Engine) logf(format string, args ...any) {
 	if e.opts.Logf != nil {
 		e.opts.Logf(format, args...)

@@ -70,6 +70,7 @@ func benchObserveOpts(b *testing.B, o Options, batch int) {
 	prob := o.Probabilistic
 	o.ExpectedRate, o.Window = 1e6, 10*time.Second
 	o.AutoCommit, o.MaxInFlight = 100*time.Millisecond, 1<<24
+	o.SnapshotInterval = -1 // the deferred Close is timed: no snapshot in it
 	if !prob {
 		o.Dir = b.TempDir()
 	}

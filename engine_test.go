@@ -115,7 +115,6 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{Shards: 1 << 20}, "Shards"},
 		{Options{AutoCommit: -1}, "AutoCommit"},
 		{Options{MaxInFlight: -1}, "MaxInFlight"},
-		{Options{SnapshotInterval: -1}, "SnapshotInterval"},
 		{Options{MaxKeySize: -1}, "MaxKeySize"},
 	}
 	for _, c := range cases {

@@ -19,10 +19,19 @@ var (
 	// ErrKeyTooLarge rejects a key longer than Options.MaxKeySize.
 	ErrKeyTooLarge = errors.New("dedup: key too large")
 	// ErrTooManyInFlight is returned by Observe when Options.MaxInFlight keys
-	// are awaiting a Commit.
+	// are in flight: awaiting a Commit or, under ExplicitDone, a Done.
 	ErrTooManyInFlight = errors.New("dedup: too many keys in flight, Commit first")
-	// ErrNotInFlight is returned by Forget for a key that is not in flight.
+	// ErrNotInFlight is returned by Forget, Done and DoneBatch for a key
+	// that is not in flight.
 	ErrNotInFlight = errors.New("dedup: key is not in flight")
+	// ErrAlreadyDone is returned, under Options.ExplicitDone, by Forget and
+	// Done for a key already Done: it goes into the next commit and can no
+	// longer be forgotten.
+	ErrAlreadyDone = errors.New("dedup: key is already done")
+	// ErrNoExplicitDone is returned by Done and DoneBatch on an engine
+	// opened without Options.ExplicitDone, whose commits take every key
+	// observed New, processed or not.
+	ErrNoExplicitDone = errors.New("dedup: Done needs Options.ExplicitDone")
 	// ErrInvalidOptions wraps every option that Validate rejects.
 	ErrInvalidOptions = errors.New("dedup: invalid options")
 	// ErrIncompatible is returned by Open when the state directory was
@@ -42,6 +51,11 @@ var (
 	// what was committed; after a fatal error in Pebble's background work
 	// the state directory is released only when the process exits.
 	ErrBroken = exact.ErrBroken
+	// ErrSnapshot wraps a failure to write a filter snapshot (Snapshot, a
+	// periodic one, or the last one of Close). The committed state is intact:
+	// the next Open restores from an older snapshot and the commit log, or
+	// rebuilds the filters, so a caller may treat it as a warning.
+	ErrSnapshot = errors.New("dedup: snapshot")
 	// ErrBatchLength is returned by ObserveBatch when out is shorter than
 	// keys.
 	ErrBatchLength = errors.New("dedup: out is shorter than keys")

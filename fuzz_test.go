@@ -14,6 +14,7 @@ import (
 	. "github.com/streamdedup/dedup"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
@@ -68,11 +69,8 @@ func FuzzOptions(f *testing.F) {
 		if maxInFlight < 0 {
 			must = append(must, "MaxInFlight")
 		}
-		if snapInt < 0 {
-			must = append(must, "SnapshotInterval")
-		}
-		if maxKey < 0 || maxKey > 1<<20 {
-			must = append(must, "MaxKeySize")
+		if maxKey < 0 || maxKey > exact.MaxKeySize {
+			must = append(must, "MaxKeySize") // one limit: what the store holds
 		}
 		e, err := Open(o)
 		if err != nil {
@@ -112,9 +110,17 @@ func FuzzOptions(f *testing.F) {
 		if err != nil || size > 32<<20 {
 			return
 		}
-		key := bytes.Repeat([]byte("k"), min(eo.MaxKeySize, 8))
+		// A key as long as MaxKeySize is accepted and commits; one byte
+		// more is refused and never enters in flight.
+		key := bytes.Repeat([]byte("k"), eo.MaxKeySize)
 		if v, err := e.Observe(key); err != nil || v != New {
-			t.Fatalf("Observe on a fresh engine: %v, %v", v, err)
+			t.Fatalf("Observe of a key of MaxKeySize on a fresh engine: %v, %v", v, err)
+		}
+		if _, err := e.Observe(append(key, 'k')); !errors.Is(err, ErrKeyTooLarge) {
+			t.Fatalf("Observe of a key over MaxKeySize: %v, want ErrKeyTooLarge", err)
+		}
+		if n := e.Stats().InFlightKeys; n != 1 {
+			t.Fatalf("InFlightKeys %d, want 1", n)
 		}
 		if err := e.Commit([]byte("cp")); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ require (
 	github.com/redis/go-redis/v9 v9.17.3
 	github.com/schollz/progressbar/v3 v3.18.0
 	github.com/seiflotfy/cuckoofilter v0.0.0-20240715131351-a2f2c23f1771
+	github.com/tidwall/redcon v1.6.4
 	gonum.org/v1/plot v0.16.0
 )
 
@@ -50,6 +51,8 @@ require (
 	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/rogpeppe/go-internal v1.10.0 // indirect
+	github.com/tidwall/btree v1.1.0 // indirect
+	github.com/tidwall/match v1.1.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/image v0.25.0 // indirect

@@ -26,6 +26,7 @@ type inflightSet struct {
 	ents   []inflightEntry
 	zero   []inflightEntry // keys whose hash is 0
 	arena  []byte
+	live   int // bytes of arena that belong to keys held
 	n      int
 }
 
@@ -67,6 +68,7 @@ func (p *inflightSet) init(hint, arenaHint int) {
 	p.ents = slices.Grow(p.ents[:0], hint)
 	p.zero = p.zero[:0]
 	p.arena = slices.Grow(p.arena[:0], arenaHint)
+	p.live = 0
 	p.n = 0
 }
 
@@ -134,6 +136,7 @@ func (p *inflightSet) add(h uint64, key []byte, gen uint64, exactMode bool) {
 	if exactMode {
 		en.off, en.n = len(p.arena), int32(len(key))
 		p.arena = append(p.arena, key...)
+		p.live += len(key)
 	}
 	p.n++
 	if h == 0 {
@@ -171,9 +174,9 @@ func (p *inflightSet) grow() {
 }
 
 // remove deletes key (hash h) and returns its generation. Its arena bytes
-// stay until the set is dropped.
+// stay until the set is dropped or compacted. A nil set holds nothing.
 func (p *inflightSet) remove(h uint64, key []byte, exactMode bool) (gen uint64, ok bool) {
-	if p.n == 0 {
+	if p == nil || p.n == 0 {
 		return 0, false
 	}
 	if h == 0 {
@@ -181,6 +184,7 @@ func (p *inflightSet) remove(h uint64, key []byte, exactMode bool) (gen uint64, 
 			if !exactMode || string(p.key(en)) == string(key) {
 				p.zero = append(p.zero[:i], p.zero[i+1:]...)
 				p.n--
+				p.live -= int(en.n)
 				return en.gen, true
 			}
 		}
@@ -210,6 +214,7 @@ func (p *inflightSet) remove(h uint64, key []byte, exactMode bool) (gen uint64, 
 			}
 			p.ents = p.ents[:len(p.ents)-1]
 			p.n--
+			p.live -= int(en.n)
 			return en.gen, true
 		}
 	}
@@ -227,6 +232,32 @@ func (p *inflightSet) deleteSlot(i uint64) {
 		}
 	}
 	p.hashes[i] = 0
+}
+
+// compactSlack is the arena space a set may waste on removed keys before
+// compact rewrites it.
+const compactSlack = 64 << 10
+
+// compact rewrites the arena with only the keys held, if removed keys take
+// more of it than those held and compactSlack. Sets that are committed
+// whole are dropped with their arena; a set that lives on while keys leave
+// it one by one (the keys not yet Done under ExplicitDone) would otherwise
+// grow for ever. Removals pay for it: each byte is copied at most once per
+// byte removed before it.
+func (p *inflightSet) compact() {
+	if waste := len(p.arena) - p.live; waste <= p.live || waste <= compactSlack {
+		return
+	}
+	arena := make([]byte, 0, 2*p.live)
+	for _, ents := range [][]inflightEntry{p.ents, p.zero} {
+		for i := range ents {
+			en := &ents[i]
+			k := p.key(*en)
+			en.off = len(arena)
+			arena = append(arena, k...)
+		}
+	}
+	p.arena = arena
 }
 
 // each calls fn for every key held.

@@ -15,12 +15,15 @@ type Verdict uint8
 const (
 	// New is the first sighting within the window: the caller owns the
 	// event, processes it, then Commits (or Forgets it if processing fails).
+	// Under Options.ExplicitDone it calls Done once the event is processed.
 	New Verdict = 1
 	// Duplicate means the key was committed earlier within the window: drop
 	// the event.
 	Duplicate Verdict = 2
 	// InFlight means the key was observed New since the last Commit and is
-	// not committed yet: another worker owns it.
+	// not committed yet: another worker owns it. A worker pool tries the
+	// event again later, until it is New or Duplicate, and does not drop
+	// it: the owner may still Forget the key.
 	InFlight Verdict = 3
 )
 
@@ -49,8 +52,10 @@ func (e *Engine) checkKey(key []byte) error {
 
 // Observe reports whether key was seen within the window. New makes the
 // caller the owner of the event until it commits ([Engine.Commit]) or
-// forgets ([Engine.Forget]) it; every other Observe of the key meanwhile
-// gets [InFlight].
+// forgets ([Engine.Forget]) it (under [Options.ExplicitDone], until it
+// calls [Engine.Done] and a commit follows, or forgets it); every other
+// Observe of the key meanwhile gets [InFlight]. A key longer than
+// Options.MaxKeySize is refused with ErrKeyTooLarge.
 func (e *Engine) Observe(key []byte) (Verdict, error) {
 	if err := e.checkKey(key); err != nil {
 		return 0, err
@@ -123,9 +128,9 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 		a := admit{gen: gen}
 		e.reserve(&a, len(group))
 		for j, i := range group {
-			// A key first observed earlier in this group is in s.inflight
-			// since the in-flight probe: ask that set again.
-			inFlight := inflight[j] || s.inflight.has(b.hashes[i], keys[i], e.exactMode)
+			// A key first observed earlier in this group joined s.newKeys
+			// after the in-flight probe: ask that set again.
+			inFlight := inflight[j] || s.newKeys().has(b.hashes[i], keys[i], e.exactMode)
 			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, &a)
 			if err != nil {
 				e.finish(s, &a)
@@ -225,9 +230,12 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, a 
 		a.reserved--
 	} else if e.inflightCount.Add(1) > int64(e.opts.MaxInFlight) {
 		e.inflightCount.Add(-1)
+		if e.opts.ExplicitDone {
+			return 0, fmt.Errorf("%w (MaxInFlight is %d, counting keys not yet Done: Done or Forget keys, then Commit)", ErrTooManyInFlight, e.opts.MaxInFlight)
+		}
 		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
 	}
-	s.inflight.add(h, key, a.gen, e.exactMode)
+	s.newKeys().add(h, key, a.gen, e.exactMode)
 	a.news++
 	s.observed++
 	s.news++
@@ -253,7 +261,9 @@ func (e *Engine) generationFor(now time.Time) uint64 {
 // Forget releases a key observed New and not yet committed: its processing
 // failed, and its next Observe is New again. It returns ErrNotInFlight if
 // the key is not in flight, including when a Commit that holds it has
-// already begun.
+// already begun. Under [Options.ExplicitDone] it releases a key until
+// [Engine.Done], whatever commits ran meanwhile, and returns
+// ErrAlreadyDone after.
 func (e *Engine) Forget(key []byte) error {
 	if err := e.checkKey(key); err != nil {
 		return err
@@ -264,6 +274,19 @@ func (e *Engine) Forget(key []byte) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if s.undone != nil {
+		gen, ok := s.undone.remove(h, key, e.exactMode)
+		if !ok {
+			if s.doneInFlight(h, key, e.exactMode) {
+				return fmt.Errorf("%w: Forget after Done", ErrAlreadyDone)
+			}
+			return ErrNotInFlight
+		}
+		s.undone.compact()
+		s.uncount(gen, 1)
+		e.inflightCount.Add(-1)
+		return nil
 	}
 	gen, ok := s.inflight.remove(h, key, e.exactMode)
 	for i := 0; !ok && i < len(s.older); i++ {
@@ -336,7 +359,7 @@ const prefetchAhead = 8
 // probeInflight reports, for each key of group, whether it is in flight
 // or being committed in s, set by set for the same reason as probe: the
 // lookups of one set are independent, so their cache misses overlap. The
-// sets other than s.inflight do not change while the shard's lock is held.
+// sets other than s.newKeys() do not change while the shard's lock is held.
 func (b *batchScratch) probeInflight(s *shard, group []int32, keys [][]byte, exactMode bool) []bool {
 	inflight := b.inflight[:len(group)]
 	clear(inflight)
@@ -356,6 +379,7 @@ func (b *batchScratch) probeInflight(s *shard, group []int32, keys [][]byte, exa
 			}
 		}
 	}
+	ask(s.undone)
 	ask(s.inflight)
 	for _, es := range s.older {
 		ask(es.set)

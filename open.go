@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -19,15 +20,166 @@ import (
 // Meta names in the exact store.
 const (
 	metaOptions = "options"
+	metaSizing  = "sizing"
 	metaSeed    = "seed"
 )
 
-// Open opens (or creates) the engine described by opts.
+// Open opens (or creates) the engine described by opts. On an existing
+// state directory, the fields opts leaves zero among Window, Generations,
+// Shards, Filter, Probabilistic, ExpectedRate and FalsePositiveRate take
+// the values the directory records (see [StateOptions]); a Window,
+// Generations, Shards, Filter or Probabilistic given that differs from the
+// directory's is an error wrapping ErrIncompatible, naming the option.
+// ExpectedRate and FalsePositiveRate size the generations made from now on:
+// new values are allowed, and recorded.
 func Open(opts Options) (*Engine, error) {
-	opts.EnsureDefaults()
-	if err := opts.Validate(); err != nil {
+	// Refuse bad values before touching the state directory.
+	given := opts
+	if err := given.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
+	fs, dir := opts.FS, opts.Dir
+	if dir == "" {
+		if fs == nil {
+			fs = vfs.NewMem()
+		}
+		dir = "dedup-mem"
+	} else if fs == nil {
+		fs = vfs.Default
+	}
+	store, err := openStore(fs, dir, given)
+	if err != nil {
+		return nil, wrap(err, "open state %q", opts.Dir)
+	}
+	if opts.Dir != "" {
+		rec, ok, err := recorded(store)
+		if err != nil {
+			return nil, errors.Join(err, store.Close())
+		}
+		if ok {
+			opts.adopt(rec)
+			adopted := opts
+			adopted.EnsureDefaults()
+			if adopted.Probabilistic != given.Probabilistic || memTableSize(adopted) != memTableSize(given) {
+				// The store was opened for other options: open it again.
+				if err := store.Close(); err != nil {
+					return nil, wrap(err, "open state %q", opts.Dir)
+				}
+				if store, err = openStore(fs, dir, adopted); err != nil {
+					return nil, wrap(err, "open state %q", opts.Dir)
+				}
+			}
+		}
+	}
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, errors.Join(err, store.Close())
+	}
+	e, err := open(opts, fs, dir, store)
+	if err != nil {
+		return nil, errors.Join(err, store.Close())
+	}
+	return e, nil
+}
+
+// openStore opens the exact store in dir for opts (defaults filled).
+func openStore(fs vfs.FS, dir string, opts Options) (*exact.Store, error) {
+	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, MemTableSize: memTableSize(opts)})
+}
+
+// Bounds on the exact store's memtable (see memTableSize).
+const (
+	minMemTable = 4 << 20
+	maxMemTable = 64 << 20
+)
+
+// memTableSize sizes the exact store's memtable for the workload opts
+// describe: a quarter of the bytes a full window of keys takes in a
+// memtable (about 128 per key: its entry and its log entry), a power of two
+// within [4 MiB, 64 MiB]. Pebble keeps up to six write-ahead logs of about
+// that size, so a 64 MiB memtable for a state of a few megabytes wasted
+// hundreds; a commit larger than half of it is written as a table of its
+// own rather than through the memtable.
+func memTableSize(opts Options) uint64 {
+	keys := opts.ExpectedRate * (opts.Window + opts.Window/time.Duration(opts.Generations)).Seconds()
+	want := keys * 128 / 4
+	size := uint64(minMemTable)
+	for size < maxMemTable && float64(size) < want {
+		size *= 2
+	}
+	return size
+}
+
+// adopt fills the fields of o that a state directory records and o leaves
+// zero with rec's values.
+func (o *Options) adopt(rec Options) {
+	if o.Window == 0 {
+		o.Window = rec.Window
+	}
+	if o.Generations == 0 {
+		o.Generations = rec.Generations
+	}
+	if o.Shards == 0 {
+		o.Shards = rec.Shards
+	}
+	if o.Filter == "" {
+		o.Filter = rec.Filter
+	}
+	if !o.Probabilistic {
+		o.Probabilistic = rec.Probabilistic
+	}
+	if o.ExpectedRate == 0 {
+		o.ExpectedRate = rec.ExpectedRate
+	}
+	if o.FalsePositiveRate == 0 {
+		o.FalsePositiveRate = rec.FalsePositiveRate
+	}
+}
+
+// sizing holds the recorded options that size new generations: they may
+// change between runs.
+type sizing struct {
+	ExpectedRate      float64 `json:"expected_rate"`
+	FalsePositiveRate float64 `json:"false_positive_rate"`
+}
+
+// recorded returns the options the state in st records: its shape and, if
+// recorded (states made before sizing was recorded lack it), its sizing.
+// ok is false for a new state.
+func recorded(st *exact.Store) (o Options, ok bool, err error) {
+	raw, ok, err := st.GetMeta(metaOptions)
+	if err != nil || !ok {
+		return Options{}, false, wrapIf(err, "read options")
+	}
+	p, err := decodePersisted(raw)
+	if err != nil {
+		return Options{}, false, err
+	}
+	o = p.options("")
+	raw, ok, err = st.GetMeta(metaSizing)
+	if err != nil {
+		return Options{}, false, wrap(err, "read sizing")
+	}
+	if ok {
+		var sz sizing
+		if err := json.Unmarshal(raw, &sz); err != nil {
+			return Options{}, false, fmt.Errorf("%w: recorded sizing: %w", ErrCorrupt, err)
+		}
+		o.ExpectedRate, o.FalsePositiveRate = sz.ExpectedRate, sz.FalsePositiveRate
+	}
+	return o, true, nil
+}
+
+// wrapIf is wrap for an err that may be nil.
+func wrapIf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return wrap(err, format, args...)
+}
+
+// open builds the engine for opts (defaults filled, valid) on store.
+func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, error) {
 	kind, _ := filter.ParseKind(opts.Filter)
 	e := &Engine{
 		opts:       opts,
@@ -63,25 +215,15 @@ func Open(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("dedup: %w", err)
 		}
 		s.inflight = newInflightSet(0)
+		if opts.ExplicitDone {
+			s.undone = newInflightSet(0)
+		}
 		s.inflightGens = make(map[uint64]int)
 	}
-
-	fs, dir := opts.FS, opts.Dir
-	if dir == "" {
-		if fs == nil {
-			fs = vfs.NewMem()
-		}
-		dir = "dedup-mem"
-	} else if fs == nil {
-		fs = vfs.Default
-	}
-	e.fs, e.snapDir = fs, fs.PathJoin(dir, SnapshotDir)
-	e.store, err = exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic})
-	if err != nil {
-		return nil, wrap(err, "open state %q", opts.Dir)
-	}
+	e.fs, e.dir, e.snapDir = fs, dir, fs.PathJoin(dir, SnapshotDir)
+	e.store = store
 	if err := e.load(); err != nil {
-		return nil, errors.Join(err, e.store.Close())
+		return nil, err
 	}
 	e.bgCtx, e.bgCancel = context.WithCancel(context.Background())
 	// Errors of background work are counted in Stats (commits, snapshots)
@@ -90,7 +232,11 @@ func Open(opts Options) (*Engine, error) {
 		e.every(opts.AutoCommit, func() { _ = e.commit(math.MaxUint64, nil) })
 	}
 	if opts.SnapshotInterval > 0 {
-		e.every(opts.SnapshotInterval, func() { _ = e.snapshot(false) })
+		e.every(opts.SnapshotInterval, func() {
+			if e.snapshotStale() {
+				_ = e.snapshot(false)
+			}
+		})
 	}
 	if e.exactMode {
 		// Expired generations are range-deleted by the commit that expires
@@ -142,6 +288,9 @@ func (e *Engine) load() error {
 			return wrap(err, "persist options")
 		}
 	}
+	if err := e.recordSizing(); err != nil {
+		return err
+	}
 	cp, err := e.store.Checkpoint()
 	if err != nil {
 		return wrap(err, "read checkpoint")
@@ -149,6 +298,23 @@ func (e *Engine) load() error {
 	e.checkpoint = cp
 	e.commitSeq = e.store.CommitSeq()
 	return e.restore()
+}
+
+// recordSizing records ExpectedRate and FalsePositiveRate, unless the
+// state records these values already.
+func (e *Engine) recordSizing() error {
+	want, err := json.Marshal(sizing{ExpectedRate: e.opts.ExpectedRate, FalsePositiveRate: e.opts.FalsePositiveRate})
+	if err != nil {
+		return wrap(err, "encode sizing")
+	}
+	have, ok, err := e.store.GetMeta(metaSizing)
+	if err != nil {
+		return wrap(err, "read sizing")
+	}
+	if ok && string(have) == string(want) {
+		return nil
+	}
+	return wrapIf(e.store.SetMeta(metaSizing, want), "persist sizing")
 }
 
 func beUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

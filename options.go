@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/rotate"
 )
@@ -71,15 +72,29 @@ type Options struct {
 
 	// MaxInFlight bounds the keys observed New but not yet committed; past
 	// it Observe returns ErrTooManyInFlight, asking for a Commit, instead of
-	// growing without bound. Default 1<<20.
+	// growing without bound. Under ExplicitDone it counts the keys not yet
+	// Done too: they hold their place across commits until Done (and the
+	// next commit) or Forget frees it. Default 1<<20.
 	MaxInFlight int
 
+	// ExplicitDone is for worker pools: a key observed New stays in flight,
+	// owned by its worker, until [Engine.Done] says it is processed; Commit
+	// and CommitThrough make only Done keys durable, the others stay in
+	// flight (InFlight to other workers, Forget still possible) across any
+	// number of commits. Without it a commit takes every key observed New,
+	// which is right when one loop observes, processes, then commits. See
+	// the package doc, "Worker pools". Default false.
+	ExplicitDone bool
+
 	// SnapshotInterval, when positive, writes a filter snapshot at this
-	// interval so that Open restarts from it instead of rebuilding the
-	// filters, and truncates the commit log that the snapshot covers. 0
-	// disables periodic snapshots; Snapshot still works. A probabilistic
-	// state on disk without snapshots keeps a log entry (8 bytes) per
-	// committed key forever: give it an interval. Default 0.
+	// interval, and Close writes a last one, so that Open restarts from a
+	// snapshot instead of rebuilding the filters (from the store, or from
+	// the commit log in probabilistic mode), and the commit log that a
+	// snapshot covers is truncated. Negative turns both off (Snapshot
+	// still works); a probabilistic state on disk then keeps a log entry (8
+	// bytes) per committed key for ever. Default, with a state directory:
+	// Window/Generations, the span of a generation, within [1m, 1h]; in
+	// memory (Dir ""), where nothing is restored: 0, none.
 	SnapshotInterval time.Duration
 
 	// AllowEmptyRestore lets a probabilistic-mode Open start with empty
@@ -98,7 +113,10 @@ type Options struct {
 	// rebuild progress. nil discards them. Default nil.
 	Logf func(format string, args ...any)
 
-	// MaxKeySize is the largest key accepted, in bytes. Default 4096.
+	// MaxKeySize is the largest key accepted, in bytes, at most
+	// exact.MaxKeySize (64 KiB, what the exact store holds) in every mode.
+	// Observe refuses a longer key with ErrKeyTooLarge, so a key that is
+	// accepted always commits. Default 4096.
 	MaxKeySize int
 
 	// Now is the clock. Default time.Now.
@@ -109,7 +127,13 @@ type Options struct {
 const (
 	maxShards      = 1 << 12
 	maxGenerations = rotate.MaxGenerations
-	maxKeySizeCap  = 1 << 20
+	maxKeySizeCap  = exact.MaxKeySize
+)
+
+// Bounds on the default SnapshotInterval: Window/Generations, clamped.
+const (
+	minDefaultSnapshotInterval = time.Minute
+	maxDefaultSnapshotInterval = time.Hour
 )
 
 // EnsureDefaults fills every zero field with its default and returns o.
@@ -137,6 +161,10 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.MaxKeySize == 0 {
 		o.MaxKeySize = 4096
+	}
+	if o.SnapshotInterval == 0 && o.Dir != "" && o.Generations > 0 {
+		o.SnapshotInterval = min(max(o.Window/time.Duration(o.Generations),
+			minDefaultSnapshotInterval), maxDefaultSnapshotInterval)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -179,11 +207,8 @@ func (o *Options) Validate() error {
 	if o.MaxInFlight < 1 {
 		bad("MaxInFlight", "must be at least 1, got %d", o.MaxInFlight)
 	}
-	if o.SnapshotInterval < 0 {
-		bad("SnapshotInterval", "must not be negative, got %v", o.SnapshotInterval)
-	}
 	if o.MaxKeySize < 1 || o.MaxKeySize > maxKeySizeCap {
-		bad("MaxKeySize", "must be in [1, %d], got %d", maxKeySizeCap, o.MaxKeySize)
+		bad("MaxKeySize", "must be in [1, %d] (exact.MaxKeySize, the largest key the store holds), got %d", maxKeySizeCap, o.MaxKeySize)
 	}
 	return errors.Join(errs...)
 }

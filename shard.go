@@ -19,8 +19,12 @@ type shard struct {
 	// committing holds those a commit is writing (nil otherwise). All
 	// answer InFlight. The commit leader also reads committing without mu,
 	// under the engine's commitGate.
-	inflight   *inflightSet
-	epoch      uint64
+	inflight *inflightSet
+	epoch    uint64
+	// undone holds, under Options.ExplicitDone, the keys observed New and
+	// not yet Done: they answer InFlight and no commit takes them; Done
+	// moves a key into inflight, Forget removes it. nil otherwise.
+	undone     *inflightSet
 	older      []epochSet
 	committing []epochSet
 	// spare holds committed sets for reuse, so that their tables are not
@@ -85,9 +89,25 @@ func (s *shard) recycle(p *inflightSet) {
 	}
 }
 
-// inFlight reports whether key (hash h) is in flight or being committed.
+// inFlight reports whether key (hash h) is in flight (Done or not) or being
+// committed.
 func (s *shard) inFlight(h uint64, key []byte, exactMode bool) bool {
+	return s.undone.has(h, key, exactMode) || s.doneInFlight(h, key, exactMode)
+}
+
+// doneInFlight reports whether key (hash h) is in flight and Done (every
+// key in flight, without ExplicitDone) or being committed.
+func (s *shard) doneInFlight(h uint64, key []byte, exactMode bool) bool {
 	return s.inflight.has(h, key, exactMode) || hasIn(s.older, h, key, exactMode) || hasIn(s.committing, h, key, exactMode)
+}
+
+// newKeys returns the set a key observed New joins: undone under
+// ExplicitDone, until Done; inflight otherwise.
+func (s *shard) newKeys() *inflightSet {
+	if s.undone != nil {
+		return s.undone
+	}
+	return s.inflight
 }
 
 func hasIn(sets []epochSet, h uint64, key []byte, exactMode bool) bool {

@@ -38,6 +38,7 @@ func (e *Engine) snapshot(closing bool) error {
 	start := time.Now()
 	info, err := e.writeSnapshot(closing)
 	if err != nil {
+		err = snapshotFailed{err}
 		e.stats.snapshotErrors.Add(1)
 		msg := err.Error()
 		e.stats.lastSnapshotErr.Store(&msg)
@@ -122,3 +123,12 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 	e.lastSnapSeq = seq
 	return info, nil
 }
+
+// snapshotFailed marks an error of writing a snapshot as [ErrSnapshot],
+// its message unchanged.
+type snapshotFailed struct{ error }
+
+func (s snapshotFailed) Unwrap() error { return s.error }
+
+// Is makes errors.Is(err, ErrSnapshot) true.
+func (s snapshotFailed) Is(target error) bool { return target == ErrSnapshot }

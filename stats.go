@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/streamdedup/dedup/internal/diskuse"
 )
 
 // Stats is a point-in-time view of an Engine's counters and memory.
@@ -13,8 +15,13 @@ type Stats struct {
 	// New, Duplicate and InFlight count the verdicts given.
 	New, Duplicate, InFlight uint64
 	// InFlightKeys is the number of keys observed New and not yet
-	// committed (or forgotten).
+	// committed (or forgotten). Under ExplicitDone, NotDoneKeys of them
+	// are not Done yet.
 	InFlightKeys int64
+	NotDoneKeys  int64
+	// DroppedAtClose is the number of keys in flight that Close dropped,
+	// as a crash would (0 before Close).
+	DroppedAtClose int64
 	// StoreLookups counts exact-store lookups made for filter hits.
 	StoreLookups uint64
 	// FalsePositives counts keys that some filter said "maybe" for but the
@@ -74,7 +81,10 @@ type Stats struct {
 	LastSnapshotDuration      time.Duration
 	LastSnapshotWritten       int64
 	SnapshotBytes             int64
-	// DiskBytes is the size of the exact store on disk.
+	// DiskBytes is the space the state directory takes on its file system,
+	// as du counts it: the blocks allocated to the exact store (tables,
+	// write-ahead logs, manifest) and the snapshots. In memory (Dir "") it
+	// is the length of the in-memory files.
 	DiskBytes uint64
 }
 
@@ -115,6 +125,9 @@ func (e *Engine) Stats() Stats {
 		n, fp := s.ring.ObservedFP()
 		st.ObservedFPSamples += n
 		fpObserved += fp
+		if s.undone != nil {
+			st.NotDoneKeys += int64(s.undone.n)
+		}
 		miss := 1.0
 		for _, g := range s.ring.Generations() {
 			f := g.Filter
@@ -167,11 +180,10 @@ func (e *Engine) Stats() Stats {
 	st.LastSnapshotDuration = time.Duration(e.stats.lastSnapshotNs.Load())
 	st.LastSnapshotWritten = e.stats.lastSnapshotWritten.Load()
 	st.SnapshotBytes = e.stats.snapshotBytes.Load()
-	e.lifecycle.RLock()
-	if !e.closed.Load() {
-		st.DiskBytes = e.store.DiskUsage()
-	}
-	e.lifecycle.RUnlock()
+	st.DroppedAtClose = e.stats.droppedAtClose.Load()
+	// Files that go away meanwhile (a compaction's inputs) are skipped; an
+	// error leaves the count of what was read.
+	st.DiskBytes, _ = diskuse.Bytes(e.fs, e.dir)
 	return st
 }
 
@@ -195,4 +207,6 @@ type engineStats struct {
 	lastSnapshotWritten atomic.Int64
 	snapshotBytes       atomic.Int64
 	lastSnapshotErr     atomic.Pointer[string]
+
+	droppedAtClose atomic.Int64
 }

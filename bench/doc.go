@@ -6,7 +6,7 @@
 //
 // Three runs, each a Config in and a Result out, with a WriteText report:
 //
-//   - [Simulate] (simulate.go): the window model ([Article]) on
+//   - [Simulate] (simulate.go): the window model ([Reference]) on
 //     a virtual clock: keys held, memory, duplicates leaked per window, and
 //     the window that meets a leak target; bimodal redelivery too.
 //   - [Load] (load.go): events offered at fixed rates whether or not the

@@ -25,7 +25,7 @@ const (
 // Delay distributions a Stream can draw redelivery delays from.
 const (
 	// DelayExponential draws every delay from an exponential distribution
-	// with mean DelayConfig.Mean: the window model's ([Article]).
+	// with mean DelayConfig.Mean: the window model's ([Reference]).
 	DelayExponential = "exp"
 	// DelayBimodal draws an immediate retry (exponential with mean
 	// RetryMean) or, with probability ReplayShare, a replay hours later
@@ -38,7 +38,7 @@ const (
 type DelayConfig struct {
 	// Kind is DelayExponential or DelayBimodal. Default DelayExponential.
 	Kind string `json:"kind"`
-	// Mean is the exponential mean. Default 2m (the article's).
+	// Mean is the exponential mean. Default 2m (the reference's).
 	Mean time.Duration `json:"mean"`
 	// RetryMean is the mean of the immediate retries of the bimodal
 	// mixture. Default 5s.
@@ -88,7 +88,7 @@ type StreamConfig struct {
 	// Seed makes the stream deterministic. Default 1.
 	Seed uint64 `json:"seed"`
 	// Rate is the number of arrivals per second of virtual time,
-	// duplicates included (the article's "requests"). Default 2000.
+	// duplicates included (the model's "requests"). Default 2000.
 	Rate float64 `json:"rate"`
 	// DuplicateFraction is the share of arrivals that are duplicates.
 	// Default 0.02.

@@ -59,9 +59,9 @@ func lat(d time.Duration) string {
 // WriteText writes the simulation's tables.
 func (r *SimResult) WriteText(w io.Writer) error {
 	c := r.Config
-	a := r.Article
+	a := r.Reference
 	m := r.Main
-	fmt.Fprintf(w, "Duplicate-suppression window model (seed article 004), run through the engine on a virtual clock\n")
+	fmt.Fprintf(w, "Duplicate-suppression window model (closed form against the engine), run through the engine on a virtual clock\n")
 	fmt.Fprintf(w, "inputs: %.0f requests/s, %.0f%% duplicates, delay %v, window %v; run at scale %g (%.0f req/s, %v measured after %v warm-up), figures rescaled to full rate\n",
 		c.Stream.Rate, 100*c.Stream.DuplicateFraction, c.Stream.Delay, c.Window, c.Scale, c.Stream.Rate*c.Scale, c.Measure, c.Warmup)
 	fmt.Fprintf(w, "engine: %s/%s, FP %g, %d generations, Window set to %v so the mean retention is %v\n\n",
@@ -83,7 +83,7 @@ func (r *SimResult) WriteText(w io.Writer) error {
 		{"keys held at that window", "~" + humanize.Count(a.KeysAtWindowTarget), humanize.Count(r.RunTarget.KeysHeld), mib(r.RunTarget.MemoryModel) + " at 64 B/key"},
 		{"false drops per million (FP)", "-", fmt.Sprintf("%.0f", m.FalseDropsPerMillion), "probabilistic mode only"},
 	}
-	if err := table(w, "figure\tarticle\tsimulated\tnote", rows); err != nil {
+	if err := table(w, "figure\tmodel\tsimulated\tnote", rows); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)

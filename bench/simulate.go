@@ -12,7 +12,7 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-// Article holds the inputs and figures of the duplicate-suppression window
+// Reference holds the inputs and figures of the duplicate-suppression window
 // model this package checks the engine against: 2,000 requests/s, 2%
 // duplicates, exponential redelivery delay with a two-minute mean, a
 // five-minute window and 64 bytes per key.
@@ -21,7 +21,7 @@ import (
 // suppressed when its delay is below W. With exponential delays of mean m,
 // the share suppressed is 1 - exp(-W/m) (0.918 for W = 5m, m = 2m), and the
 // keys held are the distinct rate times W (1,960/s x 300 s = 588,000).
-var Article = ArticleFigures{
+var Reference = ModelFigures{
 	Rate:              2000,
 	DuplicateFraction: 0.02,
 	MeanDelay:         2 * time.Minute,
@@ -43,8 +43,8 @@ var Article = ArticleFigures{
 	WindowTargetComment: "a little over ten and a half minutes",
 }
 
-// ArticleFigures are the window model's inputs and the figures it gives.
-type ArticleFigures struct {
+// ModelFigures are the window model's inputs and the figures it gives.
+type ModelFigures struct {
 	Rate              float64       `json:"rate"`
 	DuplicateFraction float64       `json:"duplicate_fraction"`
 	MeanDelay         time.Duration `json:"mean_delay"`
@@ -68,7 +68,7 @@ type ArticleFigures struct {
 
 // SimConfig configures the window-model simulation.
 type SimConfig struct {
-	// Stream is the workload at full scale. Default: the article's inputs
+	// Stream is the workload at full scale. Default: the reference inputs
 	// (2,000 requests/s, 2% duplicates, exponential delay, mean 2m).
 	Stream StreamConfig `json:"stream"`
 	// Scale multiplies the request rate for the run; counts and rates are
@@ -94,7 +94,7 @@ type SimConfig struct {
 	// Step is the resolution of the window search. Default 6s (0.1 min).
 	Step time.Duration `json:"step"`
 	// BytesPerKey prices the model's store memory. Default 64 (the
-	// article's figure; it ignores index and allocator overhead).
+	// model's figure; it ignores index and allocator overhead).
 	BytesPerKey float64 `json:"bytes_per_key"`
 	// Engine is the engine under test; Window and ExpectedRate are set per
 	// run. Default probabilistic mode, blocked filter, FP 1e-4, the
@@ -115,7 +115,7 @@ type SimConfig struct {
 type BimodalConfig struct {
 	// Skip leaves the bimodal case out.
 	Skip bool `json:"skip,omitempty"`
-	// Stream is the workload at full scale. Default: the article's rate and
+	// Stream is the workload at full scale. Default: the reference rate and
 	// duplicate share with a bimodal delay (70% retries, mean 5s; 30%
 	// replays uniform in [1h, 6h]).
 	Stream StreamConfig `json:"stream"`
@@ -135,23 +135,23 @@ type BimodalConfig struct {
 func (c *SimConfig) ensureDefaults() {
 	s := &c.Stream
 	if s.Rate == 0 {
-		s.Rate = Article.Rate
+		s.Rate = Reference.Rate
 	}
 	if s.DuplicateFraction == 0 {
-		s.DuplicateFraction = Article.DuplicateFraction
+		s.DuplicateFraction = Reference.DuplicateFraction
 	}
 	if s.Delay.Kind == "" {
 		s.Delay.Kind = DelayExponential
 	}
 	if s.Delay.Mean == 0 {
-		s.Delay.Mean = Article.MeanDelay
+		s.Delay.Mean = Reference.MeanDelay
 	}
 	s.ensureDefaults()
 	if c.Scale == 0 {
 		c.Scale = 0.1
 	}
 	if c.Window == 0 {
-		c.Window = Article.Window
+		c.Window = Reference.Window
 	}
 	if c.Measure == 0 {
 		c.Measure = time.Hour
@@ -160,13 +160,13 @@ func (c *SimConfig) ensureDefaults() {
 		c.SuppressTarget = 0.99
 	}
 	if c.LeakTarget == 0 {
-		c.LeakTarget = Article.LeakTarget
+		c.LeakTarget = Reference.LeakTarget
 	}
 	if c.Step == 0 {
 		c.Step = 6 * time.Second
 	}
 	if c.BytesPerKey == 0 {
-		c.BytesPerKey = Article.BytesPerKey
+		c.BytesPerKey = Reference.BytesPerKey
 	}
 	e := &c.Engine
 	if e.Filter == "" {
@@ -189,10 +189,10 @@ func (c *SimConfig) ensureDefaults() {
 	b := &c.Bimodal
 	bs := &b.Stream
 	if bs.Rate == 0 {
-		bs.Rate = Article.Rate
+		bs.Rate = Reference.Rate
 	}
 	if bs.DuplicateFraction == 0 {
-		bs.DuplicateFraction = Article.DuplicateFraction
+		bs.DuplicateFraction = Reference.DuplicateFraction
 	}
 	if bs.Seed == 0 {
 		bs.Seed = c.Stream.Seed
@@ -236,7 +236,7 @@ func (c *SimConfig) validate() error {
 // SimRun is one window run through the engine, with counts measured after
 // the warm-up and figures rescaled to full scale.
 type SimRun struct {
-	// Label says why the window was run ("article", "99% search"...).
+	// Label says why the window was run ("reference", "99% search"...).
 	Label string `json:"label"`
 	// Window is the model's retention; EngineWindow the engine's Window
 	// option that gives it (see SimConfig.AlignRetention).
@@ -272,7 +272,7 @@ type SimRun struct {
 	// measured interval, rescaled; KeysModel is distinct rate × window.
 	KeysHeld  float64 `json:"keys_held"`
 	KeysModel float64 `json:"keys_model"`
-	// MemoryModel is KeysHeld × BytesPerKey: the article's store memory.
+	// MemoryModel is KeysHeld × BytesPerKey: the model's store memory.
 	MemoryModel float64 `json:"memory_model_bytes"`
 	// FilterBytes is the engine's filter memory, rescaled; DiskBytes its
 	// store size at the end of the run, rescaled (exact mode).
@@ -297,9 +297,9 @@ type DelayStats struct {
 
 // SimResult is the outcome of Simulate.
 type SimResult struct {
-	Config  SimConfig      `json:"config"`
-	Article ArticleFigures `json:"article"`
-	Delays  DelayStats     `json:"delays"`
+	Config    SimConfig    `json:"config"`
+	Reference ModelFigures `json:"reference"`
+	Delays    DelayStats   `json:"delays"`
 	// Runs holds every engine run, in order.
 	Runs []SimRun `json:"runs"`
 	// Main is the run at Config.Window.
@@ -325,7 +325,7 @@ type simSpec struct {
 	engine EngineConfig
 }
 
-// Simulate runs the article's window model through the engine on a
+// Simulate runs the window model through the engine on a
 // virtual clock: for the configured window, then searching the windows that
 // meet SuppressTarget and LeakTarget, then the bimodal case.
 func Simulate(ctx context.Context, cfg SimConfig, progress Progress) (*SimResult, error) {
@@ -347,7 +347,7 @@ func Simulate(ctx context.Context, cfg SimConfig, progress Progress) (*SimResult
 	if cfg.Warmup == 0 {
 		cfg.Warmup = max(2*reach, 12*mean)
 	}
-	res := &SimResult{Config: cfg, Article: Article}
+	res := &SimResult{Config: cfg, Reference: Reference}
 	run := func(specs []simSpec, collect bool) ([]SimRun, []time.Duration, error) {
 		return simPass(ctx, cfg, cfg.Stream, cfg.Scale, cfg.Warmup, cfg.Measure, specs, collect, progress)
 	}

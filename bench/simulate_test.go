@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestSimulateArticle runs the seed article's inputs through the engine and
+// TestSimulateReference runs the reference inputs through the engine and
 // checks its figures within tolerances set from the sampling error of a run
 // of this size (about 720,000 requests, 14,000 duplicates):
 //   - keys held: 588,000 ± 3% (the engine retains each key for W ± W/32);
@@ -15,7 +15,7 @@ import (
 //   - the 99% window: 9.2 min ± 0.6 min (one SE ~0.17 min, plus the
 //     0.1-min search step);
 //   - the window for < 100 leaks/M: 10.6 min ± 0.8 min (one SE ~0.25 min).
-func TestSimulateArticle(t *testing.T) {
+func TestSimulateReference(t *testing.T) {
 	if testing.Short() {
 		t.Skip("about 15s")
 	}
@@ -29,19 +29,19 @@ func TestSimulateArticle(t *testing.T) {
 	within := func(name string, got, want, tol float64) {
 		t.Helper()
 		if math.Abs(got-want) > tol {
-			t.Errorf("%s = %.4g, article %.4g, tolerance %.3g", name, got, want, tol)
+			t.Errorf("%s = %.4g, model %.4g, tolerance %.3g", name, got, want, tol)
 		} else {
-			t.Logf("%s = %.4g (article %.4g)", name, got, want)
+			t.Logf("%s = %.4g (model %.4g)", name, got, want)
 		}
 	}
-	within("keys held", m.KeysHeld, Article.KeysHeld, 0.03*Article.KeysHeld)
-	within("memory MiB", m.MemoryModel/(1<<20), Article.MemoryMiB, 0.03*Article.MemoryMiB)
-	within("duplicates/s", m.DuplicatesPerSec, Article.DuplicatesPerSec, 2)
-	within("share suppressed", m.ShareSuppressed, Article.ShareSuppressed, 0.01)
-	within("leaks per million", m.LeaksPerMillion, Article.LeaksPerMillion, 0.10*Article.LeaksPerMillion)
-	within("99% window (min)", res.Window99.Minutes(), Article.Window99.Minutes(), 0.6)
-	within("<100/M window (min)", res.WindowTarget.Minutes(), Article.WindowTarget.Minutes(), 0.8)
-	within("keys at that window", res.RunTarget.KeysHeld, Article.KeysAtWindowTarget, 0.1*Article.KeysAtWindowTarget)
+	within("keys held", m.KeysHeld, Reference.KeysHeld, 0.03*Reference.KeysHeld)
+	within("memory MiB", m.MemoryModel/(1<<20), Reference.MemoryMiB, 0.03*Reference.MemoryMiB)
+	within("duplicates/s", m.DuplicatesPerSec, Reference.DuplicatesPerSec, 2)
+	within("share suppressed", m.ShareSuppressed, Reference.ShareSuppressed, 0.01)
+	within("leaks per million", m.LeaksPerMillion, Reference.LeaksPerMillion, 0.10*Reference.LeaksPerMillion)
+	within("99% window (min)", res.Window99.Minutes(), Reference.Window99.Minutes(), 0.6)
+	within("<100/M window (min)", res.WindowTarget.Minutes(), Reference.WindowTarget.Minutes(), 0.8)
+	within("keys at that window", res.RunTarget.KeysHeld, Reference.KeysAtWindowTarget, 0.1*Reference.KeysAtWindowTarget)
 	if res.Run99.ShareSuppressed < 0.99 || res.RunTarget.LeaksPerMillion >= 100 {
 		t.Errorf("search runs miss their targets: %.4f, %.0f/M", res.Run99.ShareSuppressed, res.RunTarget.LeaksPerMillion)
 	}

@@ -134,7 +134,7 @@ func (o *Options) validate() error {
 // pebbleOptions translates o into Pebble options.
 func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 	po := &pebble.Options{
-		FS:                          o.FS,
+		FS:                          noPreallocFS{o.FS},
 		Logger:                      lg,
 		MemTableSize:                o.MemTableSize,
 		MemTableStopWritesThreshold: 4,
@@ -151,6 +151,9 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 		FormatMajorVersion:        pebble.FormatNewest,
 		BytesPerSync:              1 << 20,
 		WALBytesPerSync:           1 << 20,
+		// The manifest is rewritten whole when it passes this size; Pebble's
+		// 128 MiB default let a small state's manifest outgrow its data.
+		MaxManifestFileSize: 16 << 20,
 		// Table statistics only steer Pebble's own reclamation of deleted
 		// ranges (delete-only compaction hints); expired generations are
 		// reclaimed by Reclaim, an explicit compaction of their range.

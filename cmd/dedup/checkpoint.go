@@ -32,6 +32,15 @@ type checkpoint struct {
 	Offset int64 `json:"offset"`
 	Line   int64 `json:"line"`
 
+	// Identity of Inputs[File] at the commit, so that a run does not read
+	// another file from this Offset (a rotated log, a file rewritten in
+	// place): its inode and device, and Sum, a hash of its bytes before
+	// Offset (see inputSum). Absent for stdin and other streams, and in
+	// checkpoints written before they were recorded.
+	Ino uint64 `json:"ino,omitempty"`
+	Dev uint64 `json:"dev,omitempty"`
+	Sum string `json:"sum,omitempty"`
+
 	// Lengths in bytes of the output files at the commit.
 	OutLen     int64 `json:"out_len"`
 	DupsLen    int64 `json:"dups_len,omitempty"`

@@ -5,10 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/streamdedup/dedup"
 )
 
@@ -27,6 +31,7 @@ type filterConfig struct {
 	metrics        string
 	progress       string
 	fromStart      bool
+	overwrite      bool
 	chunk          int
 	keys           extractorConfig
 	// snapshotInterval is the period of filter snapshots with --state.
@@ -49,7 +54,7 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.StringVar(&c.rejects, "rejects", "", "write rejected lines to `FILE` (default stderr)")
 	fs.StringVar(&c.state, "state", "", "state `DIR`: remember keys across runs and resume after a crash (default: in memory)")
 	fs.StringVar(&c.keys.format, "format", "json", "input format: json (NDJSON, one object per line) or lines")
-	fs.StringVar(&c.keys.key, "key", "", "json: key `PATHS`, dotted, comma-separated (event_id, user.id,seq)")
+	fs.StringVar(&c.keys.key, "key", "", "json: key `PATHS`, comma-separated, each dotted from the top of the object (event_id; user.id,user.seq)")
 	fs.IntVar(&c.keys.field, "field", 0, "lines: key is field `N` (from 1) of --delim separated fields")
 	fs.StringVar(&c.keys.delim, "delim", "\t", "lines: field delimiter for --field")
 	fs.StringVar(&c.keys.regex, "regex", "", "lines: key is the first group (or the match) of `RE`")
@@ -60,9 +65,10 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.DurationVar(&c.commitInterval, "commit-interval", time.Second, "commit at least every `DURATION`")
 	fs.BoolVar(&c.strict, "strict", false, "stop with exit status 2 at the first rejected line")
 	fs.BoolVar(&c.stats, "stats", false, "print a summary on stderr at the end")
-	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. :9090) at /metrics")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (e.g. 127.0.0.1:9090; :9090 listens on every interface)")
 	fs.StringVar(&c.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
-	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from the start (committed keys still count)")
+	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from their start, appending to the state's outputs (committed keys still count)")
+	fs.BoolVar(&c.overwrite, "overwrite", false, "truncate existing output files that a resumed job does not own (refused otherwise when the state remembers keys)")
 	fs.IntVar(&c.chunk, "chunk", defaultChunk, "read `BYTES` per batch")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "with --state: snapshot the filters every `DURATION` and at the end, so a restart loads them instead of rebuilding (0: only at the end)")
 	return fs, c
@@ -75,6 +81,7 @@ func runFilter(e *env, args []string) error {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
+	c.keys.fieldSet = c.explicit["field"]
 	c.inputs = append(c.inputs, pos...)
 	if len(c.inputs) == 0 {
 		c.inputs = stringList{"-"}
@@ -86,7 +93,7 @@ func runFilter(e *env, args []string) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	f := &filterRun{env: e, cfg: c, x: x, start: time.Now()}
+	f := &filterRun{env: e, cfg: c, x: x, start: time.Now(), rejectWhy: map[rejectKey]int64{}}
 	return f.run()
 }
 
@@ -163,6 +170,15 @@ type filterRun struct {
 	cmtDone   chan error // the commit running in the background, nil if none
 	totalSize int64      // input bytes to read in this run, -1 if unknown
 
+	prev    *checkpoint // the state's last checkpoint, nil if none
+	inFiles []*os.File  // the inputs that are regular files, by index (identity)
+	held    int         // bytes of a last line left unread at the end (source.holdTail)
+	// rejectWhy counts this run's rejects by reason, for the verdict on a
+	// run that rejected most of its lines (rejectVerdict).
+	rejectWhy                map[rejectKey]int64
+	metricsLn                net.Listener         // --metrics, listening before anything is written
+	commitHist, snapshotHist prometheus.Histogram // with --metrics
+
 	// Published for progress and metrics.
 	pub struct {
 		events, distinct, dups, rejects, bytes atomic.Int64
@@ -174,6 +190,9 @@ func (f *filterRun) run() (err error) {
 	opts := c.engine.options(c.state)
 	opts.MaxInFlight = maxInFlight(c)
 	opts.MaxKeySize = c.keys.maxKey
+	if err := checkOptions(opts, c.explicit); err != nil {
+		return err
+	}
 	if c.state != "" {
 		// An existing state keeps its shape: adopt what the flags leave
 		// unsaid, refuse what they contradict.
@@ -181,9 +200,20 @@ func (f *filterRun) run() (err error) {
 			return err
 		}
 		opts.SnapshotInterval = c.snapshotInterval // Close writes a last one too
+		if c.snapshotInterval == 0 {
+			opts.SnapshotInterval = -1 // the engine's periodic and Close snapshots off: only the one finish writes
+		}
 		opts.Logf = engineLog(f.env)
 	}
+	// What can fail is tried before any output is created or truncated:
+	// the metrics port, the state, the inputs.
+	if err := f.openMetricsPort(); err != nil {
+		return err
+	}
 	if f.eng, err = dedup.Open(opts); err != nil {
+		if f.metricsLn != nil {
+			_ = f.metricsLn.Close()
+		}
 		err = openErr(c.state, err)
 		var xe *exitError
 		if errors.As(err, &xe) {
@@ -192,37 +222,20 @@ func (f *filterRun) run() (err error) {
 		return fmt.Errorf("open state: %w", err)
 	}
 	f.durable = c.state != ""
-	defer func() {
-		if werr := f.waitCommit(); werr != nil && err == nil {
-			err = werr
-		}
-		for i := len(f.closers) - 1; i >= 0; i-- {
-			if cerr := f.closers[i](); cerr != nil && err == nil {
-				err = cerr
-			}
-		}
-		// With periodic snapshots Close writes a last one. Without, write
-		// it here, after a run that ended well (or was interrupted, its
-		// state committed), so that the next start loads it.
-		if f.durable && opts.SnapshotInterval == 0 && (err == nil || errors.Is(err, errInterrupted)) {
-			if serr := f.eng.Snapshot(); serr != nil {
-				err = errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
-			}
-		}
-		if cerr := f.eng.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("close state: %w", cerr)
-		}
-	}()
-	if err := f.setup(); err != nil {
-		return err
-	}
+	defer func() { err = f.finish(err, opts.SnapshotInterval) }()
 	stopMetrics, err := f.serveMetrics()
 	if err != nil {
 		return err
 	}
 	f.closers = append(f.closers, stopMetrics)
+	if err := f.setup(); err != nil {
+		return err
+	}
 	srcs, err := f.openSources()
 	if err != nil {
+		return err
+	}
+	if err := f.openOutputs(); err != nil {
 		return err
 	}
 	stopProgress := f.startProgress()
@@ -231,10 +244,75 @@ func (f *filterRun) run() (err error) {
 	if c.stats {
 		f.printStats()
 	}
+	if err == nil && f.held > 0 {
+		fmt.Fprintf(f.env.stderr, "dedup: note: %s ends in a line without a newline (%d bytes), left for a later run: it is read once it is whole\n",
+			f.cfg.inputs[len(f.cfg.inputs)-1], f.held)
+	}
 	return err
 }
 
-// setup resolves the job, decides whether to resume, and opens outputs.
+// finish ends a run that opened the engine: it waits for the commit in
+// flight, closes the outputs and inputs, writes the last snapshot and
+// closes the engine. A snapshot that cannot be written after the commits
+// succeeded (a full disk, say) is a warning: the state is committed, and
+// the next start restores without it. A run whose lines were mostly
+// rejected fails here, after all that (rejectVerdict).
+func (f *filterRun) finish(err error, snapshotInterval time.Duration) error {
+	if werr := f.waitCommit(); werr != nil && err == nil {
+		err = werr
+	}
+	for i := len(f.closers) - 1; i >= 0; i-- {
+		if cerr := f.closers[i](); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	var snapErr error
+	// With periodic snapshots Close writes a last one. Without, write it
+	// here, after a run that ended well (or was interrupted, its state
+	// committed), so that the next start loads it.
+	if f.durable && snapshotInterval < 0 && (err == nil || errors.Is(err, errInterrupted)) {
+		snapErr = f.eng.Snapshot()
+	}
+	cerr := f.eng.Close()
+	serr, cerr := splitSnapshotErr(cerr)
+	snapErr = errors.Join(snapErr, serr)
+	if cerr != nil && err == nil {
+		err = fmt.Errorf("close state: %w", cerr)
+	}
+	if snapErr != nil {
+		fmt.Fprintf(f.env.stderr, "dedup: warning: the last snapshot of the filters could not be written (%v): the state is committed; the next start restores from an older snapshot and the commit log, or rebuilds the filters, which takes longer\n",
+			strings.TrimPrefix(snapErr.Error(), "dedup: "))
+	}
+	if err == nil {
+		err = f.rejectVerdict()
+	}
+	return err
+}
+
+// splitSnapshotErr splits an error of Engine.Close into its failed
+// snapshot (dedup.ErrSnapshot) and the rest.
+func splitSnapshotErr(err error) (snap, rest error) {
+	if err == nil {
+		return nil, nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var s, r []error
+	for _, e := range errs {
+		if errors.Is(e, dedup.ErrSnapshot) {
+			s = append(s, e)
+		} else {
+			r = append(r, e)
+		}
+	}
+	return errors.Join(s...), errors.Join(r...)
+}
+
+// setup resolves the job and decides whether this run resumes the
+// state's last one: the same inputs and outputs, files all, and no
+// --from-start.
 func (f *filterRun) setup() error {
 	c := f.cfg
 	abs := func(name string) (string, error) {
@@ -274,6 +352,7 @@ func (f *filterRun) setup() error {
 		if err != nil {
 			return fmt.Errorf("state %s: %w", c.state, err)
 		}
+		f.prev = &cp
 		if seekable && cp.sameJob(j) {
 			*j = cp
 			f.resumed = true
@@ -283,14 +362,21 @@ func (f *filterRun) setup() error {
 		}
 	}
 	f.run0 = j.Counts
+	return nil
+}
 
-	if f.out, err = f.openOutput(c.out, j.OutLen); err != nil {
+// openOutputs opens --out, --dups and --rejects (see openOutput).
+func (f *filterRun) openOutputs() error {
+	c := f.cfg
+	j := &f.job
+	var err error
+	if f.out, err = f.openOutput("--out", c.out, j.OutLen, f.prevOutput(j.Out, func(p *checkpoint) (string, int64) { return p.Out, p.OutLen })); err != nil {
 		return err
 	}
-	if f.dups, err = f.openOutput(c.dups, j.DupsLen); err != nil {
+	if f.dups, err = f.openOutput("--dups", c.dups, j.DupsLen, f.prevOutput(j.Dups, func(p *checkpoint) (string, int64) { return p.Dups, p.DupsLen })); err != nil {
 		return err
 	}
-	if f.rejects, err = f.openOutput(c.rejects, j.RejectsLen); err != nil {
+	if f.rejects, err = f.openOutput("--rejects", c.rejects, j.RejectsLen, f.prevOutput(j.Rejects, func(p *checkpoint) (string, int64) { return p.Rejects, p.RejectsLen })); err != nil {
 		return err
 	}
 	if f.rejects != nil {

@@ -43,6 +43,7 @@ within a time window, and the state survives restarts.
 
 Usage:
   dedup <command> [flags] [args]
+  dedup --version
 
 Commands:
 `)
@@ -55,13 +56,13 @@ Examples:
   cat events.ndjson | dedup filter --key event_id > distinct.ndjson
 
   # Exactly once, file to file, resumable after a crash: run it again.
-  dedup filter --state ./state --key user.id,seq --in events.ndjson --out distinct.ndjson
+  dedup filter --state ./state --key event_id --in events.ndjson --out distinct.ndjson
 
   # What does the state directory hold? (no need to repeat its flags)
   dedup stats ./state
 
   # Resume later: the state's window, filter and mode are adopted from it.
-  dedup filter --state ./state --key user.id,seq --in more.ndjson --out more.distinct.ndjson
+  dedup filter --state ./state --key event_id --in more.ndjson --out more.distinct.ndjson
 
   # Snapshots: what they hold, whether they are sound, a fresh one from the store.
   dedup snapshot inspect ./state
@@ -75,9 +76,10 @@ Examples:
 Run 'dedup help <command>' (or 'dedup <command> -h') for the flags.
 
 Exit status: 0 success; 1 runtime error (I/O, state directory, a state in
-use by another process, an invalid snapshot for 'snapshot verify'); 2 bad
-usage, options that contradict the state directory, or a bad input line
-under --strict.
+use by another process, an input rotated since its committed position, an
+invalid snapshot for 'snapshot verify'), or interrupted; 2 bad usage,
+options that contradict the state directory, an output that would lose
+remembered events, a bad input line under --strict, or most lines rejected.
 `)
 	return b.String()
 }

@@ -29,34 +29,109 @@ func newStatsFlags(e *env) (*flag.FlagSet, *statsConfig) {
 	return fs, c
 }
 
-// statsReport is what `dedup stats` prints.
+// statsReport is what `dedup stats` prints. Its JSON names are
+// snake_case and its durations are in seconds, named so.
 type statsReport struct {
 	Dir string `json:"dir"`
 	// DirBytes is the size of every file in the state directory.
 	DirBytes uint64 `json:"dir_bytes"`
-	// Options are the state's persisted options.
-	Options    stateOptionsJSON `json:"options"`
-	Checkpoint *checkpoint      `json:"checkpoint,omitempty"`
-	// ForeignCheckpoint is set when another client committed the
-	// checkpoint: its size in bytes.
-	ForeignCheckpoint int `json:"foreign_checkpoint,omitempty"`
+	// InUse says another process holds the state: what follows comes from
+	// its newest snapshot, without the engine (no checkpoint, no engine).
+	InUse bool `json:"in_use,omitempty"`
+	// Options are the state's persisted options (in use: the newest
+	// snapshot's; nil if it has none yet).
+	Options    *stateOptionsJSON `json:"options,omitempty"`
+	Checkpoint *checkpoint       `json:"checkpoint,omitempty"`
+	// ForeignCheckpointBytes is set when another client committed the
+	// checkpoint: its size.
+	ForeignCheckpointBytes int `json:"foreign_checkpoint_bytes,omitempty"`
 	// Snapshot describes the newest snapshot on disk, nil if none.
 	Snapshot *snapshotSummary `json:"snapshot,omitempty"`
-	Engine   dedup.Stats      `json:"engine"`
+	Engine   *engineStatsJSON `json:"engine,omitempty"`
 }
 
 // stateOptionsJSON is the persisted options of a state, for JSON.
 type stateOptionsJSON struct {
-	Window        string `json:"window"`
-	Generations   int    `json:"generations"`
-	Shards        int    `json:"shards"`
-	Filter        string `json:"filter"`
-	Probabilistic bool   `json:"probabilistic"`
+	WindowSeconds float64 `json:"window_seconds"`
+	Generations   int     `json:"generations"`
+	Shards        int     `json:"shards"`
+	Filter        string  `json:"filter"`
+	Probabilistic bool    `json:"probabilistic"`
 }
 
-func optionsJSON(o dedup.Options) stateOptionsJSON {
-	return stateOptionsJSON{Window: o.Window.String(), Generations: o.Generations, Shards: o.Shards,
+func optionsJSON(o dedup.Options) *stateOptionsJSON {
+	return &stateOptionsJSON{WindowSeconds: o.Window.Seconds(), Generations: o.Generations, Shards: o.Shards,
 		Filter: o.Filter, Probabilistic: o.Probabilistic}
+}
+
+// options returns o as engine options.
+func (o *stateOptionsJSON) options() dedup.Options {
+	return dedup.Options{Window: time.Duration(o.WindowSeconds * float64(time.Second)), Generations: o.Generations,
+		Shards: o.Shards, Filter: o.Filter, Probabilistic: o.Probabilistic}
+}
+
+// engineStatsJSON is dedup.Stats for JSON (see its fields).
+type engineStatsJSON struct {
+	Observed                    uint64           `json:"observed"`
+	New                         uint64           `json:"new"`
+	Duplicate                   uint64           `json:"duplicate"`
+	InFlight                    uint64           `json:"in_flight"`
+	InFlightKeys                int64            `json:"in_flight_keys"`
+	StoreLookups                uint64           `json:"store_lookups"`
+	FalsePositives              uint64           `json:"false_positives"`
+	Generations                 int              `json:"generations"`
+	GenerationStats             []generationJSON `json:"generation_stats"`
+	FilterBytes                 uint64           `json:"filter_bytes"`
+	FilterKeys                  uint64           `json:"filter_keys"`
+	EstimatedFPRate             float64          `json:"estimated_fp_rate"`
+	Commits                     uint64           `json:"commits"`
+	CommitErrors                uint64           `json:"commit_errors"`
+	CommittedKeys               uint64           `json:"committed_keys"`
+	CommitLatencyMeanSeconds    float64          `json:"commit_latency_mean_seconds"`
+	CommitLatencyLastSeconds    float64          `json:"commit_latency_last_seconds"`
+	CommitLatencyMaxSeconds     float64          `json:"commit_latency_max_seconds"`
+	LastCommitError             string           `json:"last_commit_error,omitempty"`
+	RestoredKeys                uint64           `json:"restored_keys"`
+	RestoreDurationSeconds      float64          `json:"restore_duration_seconds"`
+	RestoredFrom                string           `json:"restored_from"`
+	RestoreProblems             []string         `json:"restore_problems,omitempty"`
+	Snapshots                   uint64           `json:"snapshots"`
+	SnapshotErrors              uint64           `json:"snapshot_errors"`
+	LastSnapshotError           string           `json:"last_snapshot_error,omitempty"`
+	LastSnapshotDurationSeconds float64          `json:"last_snapshot_duration_seconds"`
+	LastSnapshotWrittenBytes    int64            `json:"last_snapshot_written_bytes"`
+	SnapshotBytes               int64            `json:"snapshot_bytes"`
+	DiskBytes                   uint64           `json:"disk_bytes"`
+}
+
+// generationJSON is dedup.GenerationStats for JSON.
+type generationJSON struct {
+	ID     uint64    `json:"id"`
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
+	Keys   uint64    `json:"keys"`
+	Bytes  uint64    `json:"bytes"`
+	FPRate float64   `json:"fp_rate"`
+}
+
+func engineJSON(st dedup.Stats) *engineStatsJSON {
+	j := &engineStatsJSON{
+		Observed: st.Observed, New: st.New, Duplicate: st.Duplicate, InFlight: st.InFlight, InFlightKeys: st.InFlightKeys,
+		StoreLookups: st.StoreLookups, FalsePositives: st.FalsePositives, Generations: st.Generations,
+		GenerationStats: []generationJSON{},
+		FilterBytes:     st.FilterBytes, FilterKeys: st.FilterKeys, EstimatedFPRate: st.EstimatedFPRate,
+		Commits: st.Commits, CommitErrors: st.CommitErrors, CommittedKeys: st.CommittedKeys,
+		CommitLatencyMeanSeconds: st.CommitLatencyMean.Seconds(), CommitLatencyLastSeconds: st.CommitLatencyLast.Seconds(),
+		CommitLatencyMaxSeconds: st.CommitLatencyMax.Seconds(), LastCommitError: st.LastCommitError,
+		RestoredKeys: st.RestoredKeys, RestoreDurationSeconds: st.RestoreDuration.Seconds(), RestoredFrom: st.RestoredFrom,
+		RestoreProblems: st.RestoreProblems, Snapshots: st.Snapshots, SnapshotErrors: st.SnapshotErrors,
+		LastSnapshotError: st.LastSnapshotError, LastSnapshotDurationSeconds: st.LastSnapshotDuration.Seconds(),
+		LastSnapshotWrittenBytes: st.LastSnapshotWritten, SnapshotBytes: st.SnapshotBytes, DiskBytes: st.DiskBytes,
+	}
+	for _, g := range st.GenerationStats {
+		j.GenerationStats = append(j.GenerationStats, generationJSON{ID: g.ID, Start: g.Start.UTC(), End: g.End.UTC(), Keys: g.Keys, Bytes: g.Bytes, FPRate: g.FPRate})
+	}
+	return j
 }
 
 // snapshotSummary is the newest snapshot of a state, from its manifest.
@@ -64,14 +139,19 @@ type snapshotSummary struct {
 	Manifest  string    `json:"manifest"`
 	Bytes     int64     `json:"bytes"`
 	Segments  int       `json:"segments"`
+	Keys      uint64    `json:"keys"`
 	CommitSeq uint64    `json:"commit_seq"`
 	Created   time.Time `json:"created"`
+	// Options are the options the snapshot was written with, nil if
+	// unreadable.
+	Options *stateOptionsJSON `json:"-"`
 	// Error is set when the newest manifest does not check out.
 	Error string `json:"error,omitempty"`
 }
 
 // newestSnapshot summarises the newest snapshot of the state dir, nil if
-// it has none.
+// it has none. It reads the manifest and the segment headers only: it
+// works on a state in use.
 func newestSnapshot(dir string) *snapshotSummary {
 	ms, err := findManifests(filepath.Join(dir, dedup.SnapshotDir))
 	if err != nil {
@@ -85,6 +165,20 @@ func newestSnapshot(dir string) *snapshotSummary {
 	}
 	s.Bytes, s.Segments, s.CommitSeq = info.TotalSize, len(info.Segments), info.CommitSeq
 	s.Created = time.Unix(0, info.Created).UTC()
+	for _, g := range info.Segments {
+		s.Keys += g.Count
+	}
+	var o struct {
+		Window        time.Duration `json:"window"`
+		Generations   int           `json:"generations"`
+		Shards        int           `json:"shards"`
+		Filter        string        `json:"filter"`
+		Probabilistic bool          `json:"probabilistic"`
+	}
+	if json.Unmarshal(info.Options, &o) == nil && o.Window > 0 {
+		s.Options = optionsJSON(dedup.Options{Window: o.Window, Generations: o.Generations, Shards: o.Shards,
+			Filter: o.Filter, Probabilistic: o.Probabilistic})
+	}
 	return s
 }
 
@@ -95,6 +189,9 @@ func runStats(e *env, args []string) error {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
+	if err := checkOptions(c.engine.options(""), c.explicit); err != nil {
+		return err
+	}
 	dir := pos[0]
 	// Open would create a missing directory: refuse instead.
 	ents, err := os.ReadDir(dir)
@@ -104,30 +201,20 @@ func runStats(e *env, args []string) error {
 	if len(ents) == 0 {
 		return fmt.Errorf("stats: %s is empty, not a state directory", dir)
 	}
+	rep := statsReport{Dir: dir}
 	have, err := dedup.StateOptions(dir)
-	if err != nil {
-		return fmt.Errorf("stats: %w", stateErr(dir, err))
+	if err == nil {
+		err = c.fromEngine(dir, have, &rep)
 	}
-	opts := c.engine.options(dir)
-	if err := adoptOptions(dir, have, c.explicit, &opts); err != nil {
+	if inUse(err) {
+		err = c.inUse(dir, &rep)
+	}
+	if err != nil {
 		return err
 	}
-	eng, err := dedup.Open(opts)
-	if err != nil {
-		return fmt.Errorf("stats: %w", openErr(dir, err))
+	if rep.Snapshot == nil {
+		rep.Snapshot = newestSnapshot(dir)
 	}
-	rep := statsReport{Dir: dir, Options: optionsJSON(have), Engine: eng.Stats()}
-	if raw := eng.Checkpoint(); raw != nil {
-		if cp, err := decodeCheckpoint(raw); err == nil {
-			rep.Checkpoint = &cp
-		} else {
-			rep.ForeignCheckpoint = len(raw)
-		}
-	}
-	if err := eng.Close(); err != nil {
-		return fmt.Errorf("stats: close: %w", err)
-	}
-	rep.Snapshot = newestSnapshot(dir)
 	rep.DirBytes, _ = dirSize(dir)
 	if c.json {
 		enc := json.NewEncoder(e.stdout)
@@ -138,20 +225,74 @@ func runStats(e *env, args []string) error {
 	return nil
 }
 
+// fromEngine fills rep by opening the state dir, whose options are have.
+func (c *statsConfig) fromEngine(dir string, have dedup.Options, rep *statsReport) error {
+	opts := c.engine.options(dir)
+	if err := adoptOptions(dir, have, c.explicit, &opts); err != nil {
+		return err
+	}
+	eng, err := dedup.Open(opts)
+	if err != nil {
+		if inUse(err) {
+			return err
+		}
+		return fmt.Errorf("stats: %w", openErr(dir, err))
+	}
+	rep.Options, rep.Engine = optionsJSON(have), engineJSON(eng.Stats())
+	if raw := eng.Checkpoint(); raw != nil {
+		if cp, err := decodeCheckpoint(raw); err == nil {
+			rep.Checkpoint = &cp
+		} else {
+			rep.ForeignCheckpointBytes = len(raw)
+		}
+	}
+	if err := eng.Close(); err != nil {
+		return fmt.Errorf("stats: close: %w", err)
+	}
+	return nil
+}
+
+// inUse fills rep for the state dir that another process holds, from its
+// newest snapshot: Pebble's lock keeps the store, the checkpoint and the
+// live figures from a second process (the running 'dedup filter' serves
+// them on --metrics). The check flags are checked against the snapshot.
+func (c *statsConfig) inUse(dir string, rep *statsReport) error {
+	rep.InUse = true
+	rep.Snapshot = newestSnapshot(dir)
+	if rep.Snapshot != nil && rep.Snapshot.Options != nil {
+		rep.Options = rep.Snapshot.Options
+		o := c.engine.options(dir)
+		return adoptOptions(dir, rep.Options.options(), c.explicit, &o)
+	}
+	for _, f := range []string{"window", "generations", "shards", "filter", "probabilistic"} {
+		if c.explicit[f] {
+			return fmt.Errorf("stats: state directory %s is in use by another process and has no snapshot yet: --%s cannot be checked", dir, f)
+		}
+	}
+	return nil
+}
+
 func printStatsReport(e *env, r *statsReport) {
 	w := e.stdout
-	st := &r.Engine
-	o := r.Options
-	mode := "exact"
-	if o.Probabilistic {
-		mode = "probabilistic"
-	}
 	fmt.Fprintf(w, "state directory  %s\n", r.Dir)
-	fmt.Fprintf(w, "options          window %s, %d generations, %d shards, %s filter, %s\n", o.Window, o.Generations, o.Shards, o.Filter, mode)
-	fmt.Fprintf(w, "disk             %s in all, %s of it the store\n", humanize.Bytes(r.DirBytes), humanize.Bytes(st.DiskBytes))
-	fmt.Fprintf(w, "keys             %d in the filters (%d restored from %s in %v)\n", st.FilterKeys, st.RestoredKeys, st.RestoredFrom, st.RestoreDuration.Round(time.Millisecond))
-	for _, p := range st.RestoreProblems {
-		fmt.Fprintf(w, "restore problem  %s\n", p)
+	if r.InUse {
+		fmt.Fprintf(w, "in use           by another process: what follows is from its newest snapshot; the checkpoint and the live figures need the state free (or the running filter's --metrics)\n")
+	}
+	if o := r.Options; o != nil {
+		fmt.Fprintf(w, "options          %s\n", describeOptions(o.options()))
+	} else {
+		fmt.Fprintf(w, "options          unknown until the first snapshot\n")
+	}
+	st := r.Engine
+	if st != nil {
+		fmt.Fprintf(w, "disk             %s in all, %s of it the store\n", humanize.Bytes(r.DirBytes), humanize.Bytes(st.DiskBytes))
+		fmt.Fprintf(w, "keys             %d in the filters (%d restored from %s in %v)\n", st.FilterKeys, st.RestoredKeys, st.RestoredFrom,
+			time.Duration(st.RestoreDurationSeconds*float64(time.Second)).Round(time.Millisecond))
+		for _, p := range st.RestoreProblems {
+			fmt.Fprintf(w, "restore problem  %s\n", p)
+		}
+	} else {
+		fmt.Fprintf(w, "disk             %s in all\n", humanize.Bytes(r.DirBytes))
 	}
 	switch s := r.Snapshot; {
 	case s == nil:
@@ -159,8 +300,11 @@ func printStatsReport(e *env, r *statsReport) {
 	case s.Error != "":
 		fmt.Fprintf(w, "snapshot         %s: DAMAGED: %s\n", s.Manifest, s.Error)
 	default:
-		fmt.Fprintf(w, "snapshot         %s, %s in %d segments, commit %d, created %s\n", s.Manifest,
-			humanize.Bytes(uint64(s.Bytes)), s.Segments, s.CommitSeq, s.Created.Format(time.RFC3339))
+		fmt.Fprintf(w, "snapshot         %s, %s in %d segments, %d keys, commit %d, created %s\n", s.Manifest,
+			humanize.Bytes(uint64(s.Bytes)), s.Segments, s.Keys, s.CommitSeq, s.Created.Format(time.RFC3339))
+	}
+	if st == nil {
+		return
 	}
 	fmt.Fprintf(w, "filter memory    %s, estimated FP rate %.4g\n", humanize.Bytes(st.FilterBytes), st.EstimatedFPRate)
 	fmt.Fprintf(w, "generations      %d live\n", len(st.GenerationStats))
@@ -181,8 +325,8 @@ func printStatsReport(e *env, r *statsReport) {
 		n := cp.Counts
 		fmt.Fprintf(w, "committed counts %d events: %d distinct, %d duplicates, %d rejects, %s read\n",
 			n.Events, n.Distinct, n.Duplicates, n.Rejects, humanize.Bytes(uint64(n.Bytes)))
-	case r.ForeignCheckpoint > 0:
-		fmt.Fprintf(w, "checkpoint       %d bytes, not written by dedup filter\n", r.ForeignCheckpoint)
+	case r.ForeignCheckpointBytes > 0:
+		fmt.Fprintf(w, "checkpoint       %d bytes, not written by dedup filter\n", r.ForeignCheckpointBytes)
 	default:
 		fmt.Fprintf(w, "checkpoint       none\n")
 	}

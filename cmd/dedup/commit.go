@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/streamdedup/dedup"
 )
@@ -32,6 +33,9 @@ func (f *filterRun) commit(bar dedup.Barrier) error {
 	if f.rejects != nil {
 		j.RejectsLen = f.rejects.n
 	}
+	if err := f.recordIdentity(); err != nil {
+		return err
+	}
 	cp := j.encode()
 	if err := f.waitCommit(); err != nil {
 		return err
@@ -39,10 +43,14 @@ func (f *filterRun) commit(bar dedup.Barrier) error {
 	done := make(chan error, 1)
 	f.cmtDone = done
 	go func() {
+		start := time.Now()
 		err := f.syncOutputs()
 		if err == nil {
 			// The engine's error names the commit already.
 			err = f.eng.CommitThrough(bar, cp)
+		}
+		if err == nil && f.commitHist != nil {
+			f.commitHist.Observe(time.Since(start).Seconds())
 		}
 		done <- err
 	}()

@@ -70,13 +70,23 @@
 // committed length whose keys were not committed: they are New again when
 // their lines are read again, so truncating that output and re-reading
 // writes each distinct event exactly once. The input and the outputs must
-// not be changed by others between runs (a shorter file is an error).
+// not be changed by others between runs: the checkpoint records the
+// input's inode and a hash of its bytes before the offset, and an input
+// rotated or rewritten since, or shorter, is an error naming --from-start.
 // The position stays at the end of the last input when it is done, so
 // running the same command after that input grew reads only what was
-// appended (a last line without a newline counts as whole when read). With
-// stdin as input the position cannot be resumed; with stdout as
-// output it cannot be truncated, so a crash may repeat the events written
-// after the last commit (at-least-once).
+// appended; a last line without a newline there is not consumed, since
+// its writer may not have finished it (on stdin, the end of the input
+// ends the line). With stdin as input the position cannot be resumed;
+// with stdout as output it cannot be truncated, so a crash may repeat the
+// events written after the last commit (at-least-once).
+//
+// A run that is not the state's job (other inputs, stdin, --from-start)
+// reads its inputs from the start and continues the state's output files
+// from their committed lengths: their events are remembered, so
+// truncating them would lose those events for good. Inputs that differ
+// from the state's job without --from-start, and existing files that are
+// not the state's outputs, are refused unless --overwrite.
 //
 // # Checkpoint
 //
@@ -84,13 +94,14 @@
 //
 //	{"format":"dedup-filter/1",
 //	 "inputs":["/abs/a.ndjson",...], "out":"/abs/out.ndjson", "dups":"...", "rejects":"...",
-//	 "file":0, "offset":1234, "line":57,
+//	 "file":0, "offset":1234, "line":57, "ino":1835, "dev":2049, "sum":"9f2c...",
 //	 "out_len":900, "dups_len":120, "rejects_len":0,
 //	 "counts":{"events":56,"distinct":40,"duplicates":14,"rejects":2,"bytes":1234}}
 //
 // inputs, out, dups and rejects identify the job ("-" is stdin or stdout);
 // inputs[file] has been consumed up to byte offset, the start of line
-// number line. The lengths
+// number line; ino and dev identify that file, sum is a hash of its first
+// and last 4 KiB before offset (absent for stdin). The lengths
 // are those of the output files at the commit, and counts the job's
 // counters up to the position.
 //
@@ -125,7 +136,10 @@
 //	output.go        the output streams and the rejects records
 //	commit.go        do-then-mark commits, run in the background
 //	checkpoint.go    the checkpoint committed with the keys
+//	ident.go         an input's identity (inode, hash of its bytes), so
+//	                 that a rotated input is not resumed into
 //	progress.go      the progress bar
 //	metrics.go       the Prometheus metrics of --metrics
-//	report.go        the --stats summary at the end of a run
+//	report.go        the --stats summary at the end of a run, and the
+//	                 verdict on a run that rejected most of its lines
 package main

@@ -2,6 +2,8 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -31,9 +33,11 @@ type engineFlags struct {
 
 // engineUsage is the help text of each engine flag; a `NAME` between
 // backquotes names the flag's value in the help, as flag.PrintDefaults
-// reads it.
+// reads it. check says the flags that shape a state only check it: they
+// default to zero, "adopt the state's", and the help shows no default.
 type engineUsage struct {
 	window, rate, fp, filter, probabilistic, generations, shards string
+	check                                                        bool
 }
 
 // tuneUsage words the engine flags for a command that runs an engine
@@ -52,26 +56,93 @@ var tuneUsage = engineUsage{
 // state to read it (stats): the persisted options are adopted, and a flag
 // given is a check against them.
 var checkUsage = engineUsage{
-	window:        "check: fail unless the state was created with this window (default: adopt the state's)",
-	rate:          "expected distinct keys per `SECOND` (sizes a new generation; not persisted)",
-	fp:            "pre-filter false-positive `RATE` (sizes a new generation; not persisted)",
+	check:         true,
+	window:        "check: fail unless the state was created with this `DURATION` (default: adopt the state's)",
+	rate:          "expected distinct keys per `SECOND` (sizes a new generation; default: the state's)",
+	fp:            "pre-filter false-positive `RATE` (sizes a new generation; default: the state's)",
 	filter:        "check: fail unless the state uses this filter (default: adopt)",
 	probabilistic: "check: fail unless the state's mode is this (default: adopt)",
-	generations:   "check: fail unless the state has this many generations (default: adopt)",
-	shards:        "check: fail unless the state has this many shards (default: adopt)",
+	generations:   "check: fail unless the state has `N` generations (default: adopt)",
+	shards:        "check: fail unless the state has `N` shards (default: adopt)",
 }
 
 // register defines --window, --rate, --fp, --filter, --probabilistic,
-// --generations and --shards on fs, with the engine's defaults and the
-// help texts of u.
+// --generations and --shards on fs, with the engine's defaults (none for
+// the check flags of u) and the help texts of u.
 func (f *engineFlags) register(fs *flag.FlagSet, u engineUsage) {
-	fs.DurationVar(&f.window, "window", engineDefaults.Window, u.window)
-	fs.Float64Var(&f.rate, "rate", engineDefaults.ExpectedRate, u.rate)
-	fs.Float64Var(&f.fp, "fp", engineDefaults.FalsePositiveRate, u.fp)
-	fs.StringVar(&f.filter, "filter", engineDefaults.Filter, u.filter)
+	d := engineDefaults
+	if u.check {
+		d.Window, d.Filter, d.Generations, d.Shards = 0, "", 0, 0
+	}
+	fs.DurationVar(&f.window, "window", d.Window, u.window)
+	fs.Float64Var(&f.rate, "rate", d.ExpectedRate, u.rate)
+	fs.Float64Var(&f.fp, "fp", d.FalsePositiveRate, u.fp)
+	fs.StringVar(&f.filter, "filter", d.Filter, u.filter)
 	fs.BoolVar(&f.probabilistic, "probabilistic", false, u.probabilistic)
-	fs.IntVar(&f.generations, "generations", engineDefaults.Generations, u.generations)
-	fs.IntVar(&f.shards, "shards", engineDefaults.Shards, u.shards)
+	fs.IntVar(&f.generations, "generations", d.Generations, u.generations)
+	fs.IntVar(&f.shards, "shards", d.Shards, u.shards)
+}
+
+// optionFlags names the flag that sets each engine option a command
+// takes from its flags.
+var optionFlags = map[string]string{
+	"Window":            "--window",
+	"ExpectedRate":      "--rate",
+	"FalsePositiveRate": "--fp",
+	"Filter":            "--filter",
+	"Generations":       "--generations",
+	"Shards":            "--shards",
+	"MaxKeySize":        "--max-key",
+}
+
+// checkOptions validates the options o that flags set, before the engine
+// fills its defaults in: a flag given a zero or out-of-range value is bad
+// usage naming it, never replaced by the default. Options whose flag was
+// not given (explicit, by flag name) are checked as the engine's
+// defaults, which they become.
+func checkOptions(o dedup.Options, explicit map[string]bool) error {
+	d := engineDefaults
+	for _, p := range []struct {
+		flag string
+		zero bool
+		def  func()
+	}{
+		{"window", o.Window == 0, func() { o.Window = d.Window }},
+		{"rate", o.ExpectedRate == 0, func() { o.ExpectedRate = d.ExpectedRate }},
+		{"fp", o.FalsePositiveRate == 0, func() { o.FalsePositiveRate = d.FalsePositiveRate }},
+		{"filter", o.Filter == "", func() { o.Filter = d.Filter }},
+		{"generations", o.Generations == 0, func() { o.Generations = d.Generations }},
+		{"shards", o.Shards == 0, func() { o.Shards = d.Shards }},
+		{"max-key", o.MaxKeySize == 0, func() { o.MaxKeySize = d.MaxKeySize }},
+	} {
+		if p.zero && !explicit[p.flag] {
+			p.def()
+		}
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = d.MaxInFlight
+	}
+	err := o.Validate()
+	if err == nil {
+		return nil
+	}
+	// Validate joins one error per option, worded "PREFIX: Name why".
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	var msgs []string
+	for _, e := range errs {
+		msg := strings.TrimPrefix(e.Error(), dedup.ErrInvalidOptions.Error()+": ")
+		name, why, _ := strings.Cut(msg, " ")
+		if fl, ok := optionFlags[name]; ok {
+			msg = fl + ": " + why
+		}
+		msgs = append(msgs, msg)
+	}
+	return usageErr(fmt.Errorf("%s", strings.Join(msgs, "; ")))
 }
 
 // options returns the engine options the flags say, for the state

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/streamdedup/dedup"
 )
 
@@ -74,8 +73,9 @@ func TestResume(t *testing.T) {
 	if code, _, stderr := runCmd(t, "", args...); code != 0 || readFile(t, out) != "a\nb\nc\nd\n" {
 		t.Fatalf("rerun: exit %d %s, out %q", code, stderr, readFile(t, out))
 	}
-	// --from-start reads everything again: every key is remembered.
-	if code, _, stderr := runCmd(t, "", append(args, "--from-start")...); code != 0 || readFile(t, out) != "" {
+	// --from-start reads everything again: every key is remembered, and
+	// the output keeps what it holds.
+	if code, _, stderr := runCmd(t, "", append(args, "--from-start")...); code != 0 || readFile(t, out) != "a\nb\nc\nd\n" {
 		t.Fatalf("--from-start: exit %d %s, out %q", code, stderr, readFile(t, out))
 	}
 	// A shorter output than committed is an error, not a silent loss.
@@ -127,7 +127,7 @@ func TestUsage(t *testing.T) {
 		{[]string{}, 2, "Usage"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
 		{[]string{"filter", "--nope"}, 2, "not defined"},
-		{[]string{"filter", "--key", "id", "--fp", "2"}, 2, "FalsePositiveRate"},
+		{[]string{"filter", "--key", "id", "--fp", "2"}, 2, "--fp: must be in (0, 1)"},
 		{[]string{"filter", "--key", "id", "--out", "x", "--dups", "x"}, 2, "same file"},
 		{[]string{"filter", "--key", "id", "--commit-every", "0"}, 2, "commit-every"},
 		{[]string{"filter", "--key", "id", "/does/not/exist"}, 1, "no such file"},
@@ -185,31 +185,70 @@ func TestStatsCommand(t *testing.T) {
 	}
 }
 
+// TestCollector: the metrics --metrics serves, gathered: every duplicate
+// counted under one name (of a committed key or of one in flight, these
+// counted apart too), the
+// histograms of commits and snapshots, and the Go and process collectors.
 func TestCollector(t *testing.T) {
 	eng, err := dedup.Open(dedup.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	if _, err := eng.Observe([]byte("k")); err != nil {
+	for _, k := range []string{"k", "k", "c"} { // New, InFlight, New
+		if _, err := eng.Observe([]byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eng.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(eng, &filterRun{}))
+	if _, err := eng.Observe([]byte("c")); err != nil { // Duplicate
+		t.Fatal(err)
+	}
+	f := &filterRun{eng: eng}
+	reg, err := f.registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.commitHist.Observe(0.003)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
 	for _, mf := range mfs {
-		m := mf.GetMetric()[0]
-		if c := m.GetCounter(); c != nil {
-			got[mf.GetName()] = c.GetValue()
-		} else {
-			got[mf.GetName()] = m.GetGauge().GetValue()
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				got[name] = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				got[name] = float64(m.GetHistogram().GetSampleCount())
+			}
 		}
 	}
-	if len(got) != len(metricDefs) || got["dedup_engine_new_total"] != 1 || got["dedup_engine_inflight_keys"] != 1 {
-		t.Fatalf("metrics: %v", got)
+	for name, want := range map[string]float64{
+		"dedup_engine_new_total":                  2,
+		"dedup_engine_duplicates_total":           2,
+		"dedup_engine_duplicates_in_flight_total": 1,
+		"dedup_engine_inflight_keys":              0,
+		"dedup_filter_commit_duration_seconds":    1,
+		"dedup_engine_snapshot_duration_seconds":  0,
+		"dedup_filter_events_total":               0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("%s missing", name)
+		}
 	}
 }

@@ -4,14 +4,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 )
 
 // newFlags returns the flag set of the command name ("dedup stats"): its
-// errors go to e.stderr, and its Usage prints head, the flags, then tail.
+// Usage prints head, the flags, then tail, on e.stdout (asked for with -h;
+// `dedup help` prints it too). A bad flag prints no help: flagArgs words
+// the error with a one-line hint.
 func newFlags(e *env, name, head, tail string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(e.stdout)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), head)
 		fs.PrintDefaults()
@@ -29,17 +32,27 @@ func flagSetOf[C any](newFlags func(e *env) (*flag.FlagSet, C)) func(e *env) *fl
 	}
 }
 
-// flagArgs parses fs and returns the positional arguments; a parse error
-// is bad usage.
+// flagArgs parses fs and returns the positional arguments. -h prints the
+// help and returns flag.ErrHelp; a bad flag is bad usage, worded as the
+// error and a hint at the help, not the whole help.
 func flagArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	out := fs.Output()
+	fs.SetOutput(io.Discard) // the flag package's own message and help
 	pos, err := parseInterspersed(fs, args)
+	fs.SetOutput(out)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return nil, err
 		}
-		return nil, usageErr(err)
+		return nil, usageErr(fmt.Errorf("%s: %w%s", strings.TrimPrefix(fs.Name(), "dedup "), err, helpHint(fs)))
 	}
 	return pos, nil
+}
+
+// helpHint is the line that follows a usage error of the command of fs.
+func helpHint(fs *flag.FlagSet) string {
+	return fmt.Sprintf("\nRun '%s' for usage.", strings.Replace(fs.Name(), "dedup ", "dedup help ", 1))
 }
 
 // positionals parses fs and returns its n positional arguments; another
@@ -50,7 +63,7 @@ func positionals(fs *flag.FlagSet, args []string, n int, want string) ([]string,
 		return nil, err
 	}
 	if len(pos) != n {
-		return nil, usagef("%s: want %s, got %d arguments", strings.TrimPrefix(fs.Name(), "dedup "), want, len(pos))
+		return nil, usagef("%s: want %s, got %d arguments%s", strings.TrimPrefix(fs.Name(), "dedup "), want, len(pos), helpHint(fs))
 	}
 	return pos, nil
 }

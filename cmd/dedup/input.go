@@ -37,6 +37,7 @@ type batch struct {
 	rejects   []rejectAt
 	arena     []byte // composite keys
 	endFile   bool   // the input is exhausted after this batch
+	held      int    // with endFile: bytes of a last line without newline left unread (source.holdTail)
 	err       error  // read error after the lines of this batch
 
 	// Filled by the engine goroutine (filterRun.observe) for the writer.
@@ -54,7 +55,7 @@ func (b *batch) reset() {
 	b.keyLine = b.keyLine[:0]
 	b.rejects = b.rejects[:0]
 	b.arena = b.arena[:0]
-	b.endFile, b.err = false, nil
+	b.endFile, b.err, b.held = false, nil, 0
 	b.verdicts = b.verdicts[:0]
 	b.marks = b.marks[:0]
 }
@@ -66,6 +67,11 @@ type source struct {
 	// start position (resume)
 	off  int64
 	line int64
+	// holdTail leaves a last line without a newline unread at the end of
+	// the input: a file still being written, whose position is committed
+	// so that a later run reads that line once it is whole. Elsewhere the
+	// end of the input ends the line.
+	holdTail bool
 }
 
 // reader cuts inputs into batches of whole lines and extracts their keys.
@@ -214,8 +220,13 @@ func (rd *reader) readSource(file int, src *source) bool {
 		}
 		cut := bytes.LastIndexByte(b.buf, '\n') + 1 // bytes of whole lines
 		switch {
-		case eof || rerr != nil:
-			cut = len(b.buf) // a last line without newline is whole
+		case rerr != nil:
+			// The lines read whole are done; the rest is read again by
+			// the next run, from the position committed before it.
+		case eof && src.holdTail:
+			b.held = len(b.buf) - cut // being written, maybe: left for a later run
+		case eof:
+			cut = len(b.buf) // at the end of a stream, a last line without newline is whole
 		case cut == 0 && len(b.buf) > rd.x.maxLine:
 			// No newline within --max-line bytes: reject the line and
 			// skip to its end.
@@ -225,6 +236,13 @@ func (rd *reader) readSource(file int, src *source) bool {
 			}
 			if skipped.eof {
 				eof = true
+				if src.holdTail && rerr == nil {
+					// An over-long last line still without newline: not
+					// consumed either.
+					b.buf, b.lines, b.rejects = b.buf[:0], b.lines[:0], b.rejects[:0]
+					b.held, b.endFile = int(min(skipped.n, 1<<40)), true
+					return rd.emit(b, false)
+				}
 			}
 			off += skipped.n
 			lineNo++
@@ -358,12 +376,15 @@ func openInput(name string, stdin io.Reader) (io.Reader, func() error, os.FileIn
 }
 
 // openSources opens the inputs still to read, at the job's position, and
-// sums their sizes (-1 if unknown) for the progress bar.
+// sums their sizes (-1 if unknown) for the progress bar. Resuming, the
+// input at the position must be the file the position was committed in
+// (checkIdentity).
 func (f *filterRun) openSources() ([]source, error) {
 	c := f.cfg
 	j := &f.job
 	var srcs []source
 	f.totalSize = 0
+	f.inFiles = make([]*os.File, len(c.inputs))
 	for i := j.File; i < len(c.inputs); i++ {
 		r, closeFn, fi, err := openInput(c.inputs[i], f.env.stdin)
 		if err != nil {
@@ -371,14 +392,22 @@ func (f *filterRun) openSources() ([]source, error) {
 		}
 		f.closers = append(f.closers, closeFn)
 		src := source{name: c.inputs[i], r: r, line: 1}
-		if fi == nil || !fi.Mode().IsRegular() {
+		regular := fi != nil && fi.Mode().IsRegular()
+		if !regular {
 			f.totalSize = -1
-		} else if f.totalSize >= 0 {
-			f.totalSize += fi.Size()
+		} else {
+			f.inFiles[i] = r.(*os.File)
+			if f.totalSize >= 0 {
+				f.totalSize += fi.Size()
+			}
 		}
+		// The last input of a job with a state keeps its end as the
+		// position, to read what is appended later: a line still being
+		// written there waits for that.
+		src.holdTail = f.durable && regular && i == len(c.inputs)-1
 		if i == j.File && f.resumed {
-			if fi == nil || fi.Size() < j.Offset {
-				return nil, fmt.Errorf("input %s is shorter than the committed offset %d: it was changed since; use --from-start", c.inputs[i], j.Offset)
+			if err := f.checkIdentity(c.inputs[i], fi); err != nil {
+				return nil, err
 			}
 			if _, err := r.(io.Seeker).Seek(j.Offset, io.SeekStart); err != nil {
 				return nil, fmt.Errorf("seek input %s: %w", c.inputs[i], err)
@@ -391,4 +420,53 @@ func (f *filterRun) openSources() ([]source, error) {
 		srcs = append(srcs, src)
 	}
 	return srcs, nil
+}
+
+// checkIdentity checks that the input name (fi, open in f.inFiles) is the
+// file the committed position was taken in: not shorter than the offset,
+// the same inode, and the same bytes before the offset (inputSum). The
+// device number is recorded but not compared: it may change when the
+// system restarts. Another file is an error naming the way out.
+func (f *filterRun) checkIdentity(name string, fi os.FileInfo) error {
+	j := &f.job
+	fix := "run with --from-start to read it from its start (the keys committed stay remembered, and the outputs are kept and appended to)"
+	if fi == nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("input %s is no longer a regular file, and the committed position is at its byte %d: %s", name, j.Offset, fix)
+	}
+	if fi.Size() < j.Offset {
+		return fmt.Errorf("input %s holds %d bytes, fewer than the committed position, byte %d: it was truncated or replaced since; %s", name, fi.Size(), j.Offset, fix)
+	}
+	if _, ino, ok := fileID(fi); ok && j.Ino != 0 && ino != j.Ino {
+		return fmt.Errorf("input %s is another file (inode %d) than the one the committed position, byte %d, is in (inode %d): it was rotated or replaced since; %s", name, ino, j.Offset, j.Ino, fix)
+	}
+	if j.Sum != "" {
+		sum, err := inputSum(f.inFiles[j.File], j.Offset)
+		if err != nil {
+			return fmt.Errorf("input %s: %w", name, err)
+		}
+		if sum != j.Sum {
+			return fmt.Errorf("input %s has other bytes before the committed position, byte %d, than when it was committed: it was rewritten or replaced since; %s", name, j.Offset, fix)
+		}
+	}
+	return nil
+}
+
+// recordIdentity records in the job the identity of the input at its
+// position (see checkpoint.Ino), for the commit about to be made.
+func (f *filterRun) recordIdentity() error {
+	j := &f.job
+	j.Dev, j.Ino, j.Sum = 0, 0, ""
+	if j.File >= len(f.inFiles) || f.inFiles[j.File] == nil {
+		return nil
+	}
+	fl := f.inFiles[j.File]
+	fi, err := fl.Stat()
+	if err != nil {
+		return fmt.Errorf("stat input %s: %w", fl.Name(), err)
+	}
+	j.Dev, j.Ino, _ = fileID(fi)
+	if j.Sum, err = inputSum(fl, j.Offset); err != nil {
+		return fmt.Errorf("input %s: %w", fl.Name(), err)
+	}
+	return nil
 }

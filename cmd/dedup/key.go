@@ -19,7 +19,7 @@ const (
 	rejNotObject               // valid JSON, but not an object
 	rejMissingKey              // a key field is absent or null
 	rejKeyTooLarge             // key over --max-key
-	rejEmptyKey                // key of zero bytes
+	rejEmptyKey                // key of zero bytes, or a JSON member ""
 	rejNoMatch                 // --regex did not match
 	rejMissingField            // --field N beyond the line's fields
 	rejLineTooLong             // line over --max-line
@@ -47,6 +47,9 @@ func (r reject) describe(x *extractor) string {
 	case rejKeyTooLarge:
 		return fmt.Sprintf("key too large: %d bytes, limit %d", r.size, x.maxKey)
 	case rejEmptyKey:
+		if x.mode == modeJSON {
+			return "empty key " + strconv.Quote(strings.Join(x.paths[r.field], "."))
+		}
 		return "empty key"
 	case rejEmptyLine:
 		return "empty line"
@@ -96,13 +99,16 @@ func (x *extractor) clone() *extractor {
 
 // extractorConfig is what the flags say about keys.
 type extractorConfig struct {
-	format  string // "json" or "lines"
-	key     string // --key
-	field   int    // --field
-	delim   string // --delim
-	regex   string // --regex
-	maxKey  int
-	maxLine int
+	format string // "json" or "lines"
+	key    string // --key
+	field  int    // --field
+	// fieldSet says --field was given: --field 0 is then an error, not
+	// "no field".
+	fieldSet bool
+	delim    string // --delim
+	regex    string // --regex
+	maxKey   int
+	maxLine  int
 }
 
 // newExtractor validates cfg; its errors are usage errors.
@@ -113,7 +119,7 @@ func newExtractor(cfg extractorConfig) (*extractor, error) {
 		if cfg.key == "" {
 			return nil, errors.New("--format json needs --key (e.g. --key event_id or --key user.id,seq)")
 		}
-		if cfg.field != 0 || cfg.regex != "" {
+		if cfg.fieldSet || cfg.field != 0 || cfg.regex != "" {
 			return nil, errors.New("--field and --regex go with --format lines")
 		}
 		paths, err := parsePaths(cfg.key)
@@ -126,9 +132,9 @@ func newExtractor(cfg extractorConfig) (*extractor, error) {
 			return nil, errors.New("--key goes with --format json; use --field or --regex with --format lines")
 		}
 		switch {
-		case cfg.field != 0 && cfg.regex != "":
+		case (cfg.fieldSet || cfg.field != 0) && cfg.regex != "":
 			return nil, errors.New("--field and --regex are exclusive")
-		case cfg.field < 0:
+		case cfg.field < 0 || (cfg.fieldSet && cfg.field == 0):
 			return nil, fmt.Errorf("--field %d: fields count from 1", cfg.field)
 		case cfg.field > 0:
 			if cfg.delim == "" {
@@ -193,6 +199,13 @@ func (x *extractor) extract(line, arena []byte) (key, arenaOut []byte, r reject)
 		for i, v := range vals {
 			if v == nil {
 				return nil, arena, reject{code: rejMissingKey, field: i}
+			}
+		}
+		// An empty string identifies nothing: every line with it would
+		// share one key. (Its raw text, "", is never empty itself.)
+		for i, v := range vals {
+			if len(v) == 2 && v[0] == '"' && v[1] == '"' {
+				return nil, arena, reject{code: rejEmptyKey, field: i}
 			}
 		}
 		if len(vals) == 1 {

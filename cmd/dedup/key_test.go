@@ -158,7 +158,7 @@ func TestCompositeKeysDiffer(t *testing.T) {
 	keys := map[string]string{}
 	for _, line := range []string{
 		`{"a":"x,y","b":"z"}`, `{"a":"x","b":"y,z"}`, `{"a":1,"b":23}`, `{"a":12,"b":3}`,
-		`{"a":1,"b":"23"}`, `{"a":"1","b":23}`, `{"a":"","b":"\"\""}`, `{"a":"\"\"","b":""}`,
+		`{"a":1,"b":"23"}`, `{"a":"1","b":23}`, `{"a":"x","b":"\"\"x"}`, `{"a":"x\"\"","b":"x"}`,
 	} {
 		k, _, r := x.extract([]byte(line), nil)
 		if r.code != rejNone {
@@ -183,6 +183,10 @@ func TestExtractModes(t *testing.T) {
 		{extractorConfig{format: "json", key: "u.id"}, `{"u":{"id":true}}`, `true`, 0},
 		{extractorConfig{format: "json", key: "u.id"}, `{"u":[1]}`, "", rejMissingKey},
 		{extractorConfig{format: "json", key: "id"}, `{"id":null}`, "", rejMissingKey},
+		{extractorConfig{format: "json", key: "id"}, `{"id":""}`, "", rejEmptyKey},
+		{extractorConfig{format: "json", key: "id"}, `{"id" : "" }`, "", rejEmptyKey},
+		{extractorConfig{format: "json", key: "a,b"}, `{"a":1,"b":""}`, "", rejEmptyKey},
+		{extractorConfig{format: "json", key: "id"}, `{"id":" "}`, `" "`, 0},
 		{extractorConfig{format: "json", key: "id"}, `{"id":1`, "", rejNotJSON},
 		{extractorConfig{format: "json", key: "id"}, `[1]`, "", rejNotObject},
 		{extractorConfig{format: "json", key: "id"}, `  `, "", rejEmptyLine},

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 )
@@ -51,6 +53,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"filter", "pass each distinct event through once (the stream filter)", runFilter, flagSetOf(newFilterFlags), nil},
+		{"serve", "serve dedup over the Redis protocol (SET NX EX, BF.*, DEDUP.*)", runServe, flagSetOf(newServeFlags), nil},
 		{"stats", "print what a state directory holds", runStats, flagSetOf(newStatsFlags), nil},
 		{"snapshot", "inspect, verify or rebuild the filter snapshots of a state", runSnapshot, newSnapshotFlags, snapshotSubs},
 		{"backup", "copy a state directory consistently into a new directory", runBackup, newBackupFlags, nil},
@@ -109,12 +112,44 @@ func run(e *env, args []string) int {
 	case "-h", "-help", "--help":
 		fmt.Fprint(e.stdout, mainHelp())
 		return exitOK
+	case "-version", "--version", "version":
+		fmt.Fprintln(e.stdout, version())
+		return exitOK
 	}
 	if c := findCommand(commands, name); c != nil {
 		return status(e, c.run(e, args[1:]))
 	}
-	fmt.Fprintf(e.stderr, "dedup: unknown command %q\n\n%s", name, mainHelp())
+	fmt.Fprintf(e.stderr, "dedup: unknown command %q\nRun 'dedup help' for the commands.\n", name)
 	return exitBad
+}
+
+// version is the line --version prints: the module version (or "devel"
+// for a build from a checkout), the commit built from and the Go release.
+func version() string {
+	v, rev, dirty := "devel", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" {
+		if dirty {
+			rev += "+modified"
+		}
+		v += " (" + rev + ")"
+	}
+	return fmt.Sprintf("dedup %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // status prints err and maps it to an exit status.

@@ -5,6 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // bufSize is the size of the output buffers.
@@ -44,9 +49,31 @@ func (o *output) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// openOutput opens name ("" none, "-" stdout): truncated to committed when
-// resuming, else created empty.
-func (f *filterRun) openOutput(name string, committed int64) (*output, error) {
+// prevOut is what the state's last checkpoint says of an output file.
+type prevOut struct {
+	known bool  // the state holds a checkpoint of this command
+	same  bool  // that checkpoint names this file in this role
+	n     int64 // and its committed length
+}
+
+// prevOutput returns what the state's checkpoint says of the output file
+// abs, get picking the role (out, dups or rejects) from the checkpoint.
+func (f *filterRun) prevOutput(abs string, get func(*checkpoint) (string, int64)) prevOut {
+	if f.prev == nil {
+		return prevOut{}
+	}
+	p, n := get(f.prev)
+	return prevOut{known: true, same: abs != "" && abs != "-" && p == abs, n: n}
+}
+
+// openOutput opens the output name of flag fl ("" none, "-" stdout).
+// Resuming, it is cut to its committed length. Otherwise a file that
+// holds something is not simply truncated when the state remembers keys:
+// the events in it would not be written again. The state's own output
+// (prev) is continued from its committed length when this run reads the
+// same inputs, or reads its inputs from the start on --from-start; any
+// other such file is refused unless --overwrite.
+func (f *filterRun) openOutput(fl, name string, committed int64, prev prevOut) (*output, error) {
 	switch name {
 	case "":
 		return nil, nil
@@ -55,46 +82,73 @@ func (f *filterRun) openOutput(name string, committed int64) (*output, error) {
 		f.closers = append(f.closers, func() error { return o.flush() })
 		return o, nil
 	}
-	var fl *os.File
+	c := f.cfg
+	keep := f.resumed // keep committed bytes, truncate what follows
+	if !f.resumed && !c.overwrite {
+		if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			sameInputs := f.prev != nil && slices.Equal(f.prev.Inputs, f.job.Inputs)
+			switch {
+			case prev.same && (sameInputs || c.fromStart):
+				keep, committed = true, prev.n
+			case prev.same:
+				return nil, usagef("%s %s holds the output of the state's last job, which read %s; this run reads %s, and would start over, truncating it: the events in it are remembered by the state and would not be written again. "+
+					"Give the same inputs in the same order to resume that job, --from-start to read these from their start and append to %s, or another %s (--overwrite truncates it)",
+					fl, name, displayInputs(f.prev.Inputs), displayInputs(f.job.Inputs), name, fl)
+			case prev.known:
+				return nil, usagef("%s %s exists (%d bytes) and is not an output of the state's last job: truncating it could lose events the state remembers, which would not be written again. "+
+					"Use a new %s, or --overwrite to truncate it", fl, name, fi.Size(), fl)
+			}
+		}
+	}
+	var fh *os.File
 	var err error
-	if f.resumed {
-		fl, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if keep {
+		fh, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	} else {
-		fl, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		fh, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	}
 	if err != nil {
 		return nil, err
 	}
-	f.closers = append(f.closers, fl.Close)
-	fi, err := fl.Stat()
+	f.closers = append(f.closers, fh.Close)
+	fi, err := fh.Stat()
 	if err != nil {
 		return nil, err
 	}
 	regular := fi.Mode().IsRegular()
-	if f.resumed && regular {
+	if keep && regular {
 		if fi.Size() < committed {
-			return nil, fmt.Errorf("%s holds %d bytes but %d were committed: it was changed since; use a new output or --from-start",
+			return nil, fmt.Errorf("%s holds %d bytes but %d were committed: it was changed since; use a new output or --overwrite",
 				name, fi.Size(), committed)
 		}
 		// Do-then-mark: what lies past the committed length was written
 		// by a run that crashed before committing it; its events are New
 		// again and will be written again.
-		if err := fl.Truncate(committed); err != nil {
+		if err := fh.Truncate(committed); err != nil {
 			return nil, fmt.Errorf("truncate %s: %w", name, err)
 		}
-		if _, err := fl.Seek(committed, io.SeekStart); err != nil {
+		if _, err := fh.Seek(committed, io.SeekStart); err != nil {
 			return nil, fmt.Errorf("seek %s: %w", name, err)
 		}
-		if err := fl.Sync(); err != nil {
+		if err := fh.Sync(); err != nil {
 			return nil, fmt.Errorf("fsync %s: %w", name, err)
 		}
 	}
-	o := &output{name: name, f: fl, w: bufio.NewWriterSize(fl, bufSize), sync: regular}
-	if f.resumed {
+	o := &output{name: name, f: fh, w: bufio.NewWriterSize(fh, bufSize), sync: regular}
+	if keep {
 		o.n = committed
 	}
 	f.closers = append(f.closers, func() error { return o.flush() })
 	return o, nil
+}
+
+// displayInputs lists inputs for a message.
+func displayInputs(in []string) string {
+	names := make([]string, len(in))
+	for i, n := range in {
+		names[i] = displayName(n)
+	}
+	return strings.Join(names, " ")
 }
 
 // writeLine writes line, which ends with its newline or gets one.
@@ -121,11 +175,36 @@ func (f *filterRun) rejectRecord(b *batch, li int, r reject) []byte {
 		text = text[:rejectShow]
 	}
 	rec := fmt.Appendf(nil, "%s:%d: %s\t", displayName(f.cfg.inputs[b.file]), b.firstLine+int64(li), r.describe(f.x))
-	rec = append(rec, text...)
+	if f.rejects == nil {
+		// On the terminal: a binary line must not reach it raw.
+		rec = appendEscaped(rec, text)
+	} else {
+		rec = append(rec, text...) // the line as it was, to be fixed and fed again
+	}
 	if cut {
 		rec = append(rec, "..."...)
 	}
 	return append(rec, '\n')
+}
+
+// appendEscaped appends text to dst with what a terminal would act on
+// escaped as Go does (\x1b, \x00, \r, \u0085, and \xff for a byte that is
+// not UTF-8); printable text, backslashes included, is left as it is.
+func appendEscaped(dst, text []byte) []byte {
+	for len(text) > 0 {
+		r, n := utf8.DecodeRune(text)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			dst = fmt.Appendf(dst, `\x%02x`, text[0])
+		case r == ' ' || unicode.IsPrint(r):
+			dst = append(dst, text[:n]...)
+		default:
+			q := strconv.QuoteRune(r) // '\x1b'
+			dst = append(dst, q[1:len(q)-1]...)
+		}
+		text = text[n:]
+	}
+	return dst
 }
 
 func (f *filterRun) writeReject(b *batch, li int, r reject) error {

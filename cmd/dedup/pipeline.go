@@ -51,8 +51,15 @@ func (f *filterRun) loop(srcs []source) error {
 	rd := &reader{srcs: srcs, first: j.File, x: f.x, chunk: c.chunk, full: full, free: free, done: done,
 		workers: min(runtime.GOMAXPROCS(0), 4)}
 	go rd.run()
+	interrupted := false
 	defer func() {
 		close(done)
+		if interrupted {
+			// The reader may be blocked reading an idle pipe or terminal
+			// that no signal interrupts: leave it; it stops when its read
+			// returns, and the process ends before that anyway.
+			return
+		}
 		for range full { // wait for the reader to finish
 		}
 	}()
@@ -98,6 +105,7 @@ func (f *filterRun) loop(srcs []source) error {
 			}
 			continue
 		case <-f.env.sigs:
+			interrupted = true
 			return finish(errInterrupted)
 		case werr = <-wres:
 			return werr // the writer failed
@@ -118,6 +126,7 @@ func (f *filterRun) loop(srcs []source) error {
 		}
 		select {
 		case <-f.env.sigs:
+			interrupted = true
 			return finish(errInterrupted)
 		default:
 		}
@@ -275,11 +284,13 @@ func (f *filterRun) writeBatch(b *batch) (end bool, err error) {
 			line = b.buf[ln.start : ln.end+1] // with its newline: one copy
 		}
 		if ri < len(b.rejects) && int(b.rejects[ri].line) == li {
-			if err := f.writeReject(b, li, b.rejects[ri].r); err != nil {
+			r := b.rejects[ri].r
+			if err := f.writeReject(b, li, r); err != nil {
 				return true, err
 			}
 			ri++
 			j.Counts.Rejects++
+			f.rejectWhy[rejectKey{r.code, r.field}]++
 		} else {
 			var err error
 			switch b.verdicts[ki] {
@@ -300,6 +311,9 @@ func (f *filterRun) writeBatch(b *batch) (end bool, err error) {
 		j.Counts.Events++
 	}
 	f.advance(b, len(b.lines))
+	if b.endFile {
+		f.held = b.held
+	}
 	if b.endFile && b.file < len(j.Inputs)-1 {
 		// On to the next input. The last input keeps its end as the
 		// position, so that a run after it grew reads only what was

@@ -30,6 +30,11 @@ func (f *filterRun) startProgress() (stop func()) {
 		progressbar.OptionShowDescriptionAtLineEnd(),
 		progressbar.OptionSpinnerType(14),
 	)
+	// The bar's clock starts now, with the reading: left to start at its
+	// first update, 250 ms into the run, it divided the bytes read by the
+	// time since that update, and showed "(221 GB/s)" for a run shorter
+	// than that.
+	bar.StartWithoutRender()
 	quit := make(chan struct{})
 	done := make(chan struct{})
 	go func() {

@@ -65,6 +65,15 @@ func adoptOptions(dir string, have dedup.Options, explicit map[string]bool, o *d
 		}
 		p.adopt()
 	}
+	// The state's sizing is adopted unless a flag sets it; a new value is
+	// no contradiction (it sizes the generations made from now on, and
+	// the engine records it).
+	if !explicit["rate"] && have.ExpectedRate != 0 {
+		o.ExpectedRate = have.ExpectedRate
+	}
+	if !explicit["fp"] && have.FalsePositiveRate != 0 {
+		o.FalsePositiveRate = have.FalsePositiveRate
+	}
 	return nil
 }
 

@@ -8,7 +8,11 @@ Inputs are the FILEs and --in FILEs in order; none (or -) is stdin.
 
 Keys
   --format json --key event_id        the raw JSON text of a member
-  --format json --key user.id,seq     several members (dotted paths)
+  --format json --key user.id,seq     several members, each path dotted from
+                                      the top of the object: user.id and seq
+                                      of {"user":{"id":7},"seq":1}; for
+                                      {"user":{"id":7,"seq":1}} it is
+                                      --key user.id,user.seq
   --format lines                      the whole line
   --format lines --field 3 --delim ,  the 3rd comma-separated field
   --format lines --regex 'id=(\w+)'   the first group of a regexp
@@ -19,10 +23,14 @@ Keys
   so ("a,b","c") and ("a","b,c") differ.
 
 Bad lines
-  A line that is not a JSON object, lacks a key field, or has a key over
-  --max-key bytes is rejected: it goes to --rejects (or stderr) as
+  A line that is not a JSON object, lacks a key field, has an empty key
+  ("" in JSON) or a key over --max-key bytes is rejected: it goes to
+  --rejects (or stderr, its control bytes escaped) as
   "FILE:LINE: REASON<TAB>LINE" and is counted. With --strict the first
   one stops the run with exit status 2 (the lines before it are done).
+  A run that rejects every line it reads, or more than half of at least
+  1000, ends with exit status 2 and one line naming the commonest reason
+  (a wrong --key, say), after committing what it did.
 
 Exactly once, file to file
   With --state DIR, files as inputs and --out FILE, every commit records
@@ -31,8 +39,18 @@ Exactly once, file to file
   the outputs to the committed lengths and resumes the input where the
   commit left it: the output holds every distinct event exactly once.
   A completed job run again reads only what was appended to its last
-  input since. A different job (other inputs or outputs) starts from the
-  beginning, with the same remembered keys; so does --from-start.
+  input since; a last line without a newline is left for that later run
+  (it may be being written), except on stdin, where the end of the input
+  ends the line. The input at the position must be the same file: one
+  rotated or rewritten since (another inode, other bytes before the
+  position, or shorter) is an error naming it; --from-start then reads
+  it from its start.
+  A run that is not the state's last job (other inputs, or --from-start)
+  reads its inputs from the start, with the same remembered keys, and
+  appends to the state's output files; it never truncates an output file
+  that holds events the state remembers: inputs in another order without
+  --from-start, or an existing file that is not the state's output, are
+  refused (exit status 2) unless --overwrite.
 
 State directory
   --state DIR keeps the keys in DIR. A new DIR takes its shape from
@@ -41,18 +59,31 @@ State directory
   flag given with another value is an error (exit status 2) naming it.
   --rate, --fp and the commit flags may change from run to run. The
   filters are snapshotted every --snapshot-interval and at the end of the
-  run, so a restart loads them instead of rebuilding them from the store.
-  Problems met restoring them (a damaged snapshot skipped, say) are logged
-  on stderr as "dedup: engine: ...". A DIR is used by one process at a time.
+  run, so a restart loads them instead of rebuilding them from the store;
+  a last snapshot that cannot be written (a full disk) is a warning, the
+  state being committed. Problems met restoring them (a damaged snapshot
+  skipped, say) are logged on stderr as "dedup: engine: ...". A DIR is
+  used by one process at a time.
+
+  A flag given a zero or out-of-range value (--fp 0, --shards 0) is an
+  error naming it, never replaced by the default.
+
+Signals
+  SIGINT or SIGTERM, even while the input is idle, commits what was
+  written and ends the run with exit status 1; run the same command
+  again to resume.
 
 Examples
   # Distinct events of a stream, keys in memory.
   cat events.ndjson | dedup filter --key event_id > distinct.ndjson
 
   # Resumable, exactly once; duplicates and bad lines kept aside.
-  dedup filter --state ./state --key user.id,seq \
+  dedup filter --state ./state --key event_id \
       --in events.ndjson --out distinct.ndjson \
       --dups dups.ndjson --rejects rejects.txt --stats
+
+  # A composite key: user.id and seq of {"user":{"id":7},"seq":1}.
+  dedup filter --key user.id,seq events.ndjson > distinct.ndjson
 
   # Access log lines, keyed by request id, remembered for a day.
   dedup filter --format lines --regex 'req=([0-9a-f]+)' --window 24h \
@@ -61,15 +92,20 @@ Examples
   # Fast and approximate: about 0.1% of new events dropped, no store.
   dedup filter --probabilistic --fp 0.001 --key id big.ndjson > out.ndjson
 
+  # Prometheus metrics at http://127.0.0.1:9090/metrics while it runs.
+  dedup filter --key id --metrics 127.0.0.1:9090 --in big.ndjson --out out.ndjson
+
 Flags
 `
 
 const filterHelpTail = `
 Exit status
-  0  success
-  1  runtime error (I/O, state directory, interrupted)
-  2  bad usage, options that contradict the state directory, or a
-     rejected line under --strict
+  0  success (a last snapshot that could not be written is a warning)
+  1  runtime error (I/O, state directory, an input rotated since the
+     committed position), or interrupted by SIGINT/SIGTERM (committed)
+  2  bad usage, options that contradict the state directory, an output
+     that would lose remembered events, a rejected line under --strict,
+     or a run that rejected most of its lines
 `
 
 const statsHelpHead = `Usage: dedup stats [flags] DIR
@@ -81,21 +117,28 @@ problem met), the newest snapshot, and the last committed position of
 flags --window, --filter, --probabilistic, --generations and --shards only
 check: given, they fail with exit status 2 if DIR says otherwise.
 
-DIR must not be in use by another process (a running 'dedup filter
---state DIR'): Pebble's lock on the store refuses a second opener.
+While another process holds DIR (a running 'dedup filter --state DIR'),
+Pebble's lock keeps the store from a second opener: stats then prints
+what it reads without the lock, from the newest snapshot (options, keys,
+commit covered) and the directory's size, and says so ("in use"; in JSON
+"in_use": true, without "checkpoint" and "engine"). The running filter's
+live figures are on its --metrics.
+
+--json prints snake_case names, and durations in seconds (named
+*_seconds).
 
 Examples
   dedup stats ./state
   dedup stats --json ./state | jq .checkpoint
-  dedup stats --json ./state | jq '.snapshot, .engine.RestoredFrom'
+  dedup stats --json ./state | jq '.snapshot, .engine.restored_from'
 
 Flags
 `
 
 const statsHelpTail = `
 Exit status
-  0  printed
-  1  DIR is missing, not a state directory, in use, or fails to open
+  0  printed (a state in use included)
+  1  DIR is missing, not a state directory, or fails to open
   2  bad usage, or a check flag that contradicts DIR
 `
 

@@ -5,7 +5,7 @@
 // Usage:
 //
 //	dedupbench [flags]            the headline table (compare on defaults, ~1 min)
-//	dedupbench simulate [flags]   the seed article's window model through the engine
+//	dedupbench simulate [flags]   the window model through the engine
 //	dedupbench load [flags]       open-loop load at a rate, or a sweep of rates
 //	dedupbench compare [flags]    engine modes and backends against the baselines
 //
@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/bench"
 )
 
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSimulate(ctx, args, stdout, stderr)
 	case "load":
 		return runLoad(ctx, args, stdout, stderr)
+	case "serve":
+		return runServe(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare] [flags]; dedupbench <cmd> -h for flags")
 		return nil
@@ -179,7 +182,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&mode, "mode", "probabilistic", "engine mode: probabilistic or exact")
 	fs.StringVar(&cfg.Engine.Filter, "filter", "blocked", "filter backend: bloom, cuckoo or blocked")
 	fs.Float64Var(&cfg.Engine.FalsePositiveRate, "fp", 1e-4, "engine false-positive target")
-	fs.IntVar(&cfg.Engine.Generations, "generations", 16, "engine generations")
+	fs.IntVar(&cfg.Engine.Generations, "generations", (&dedup.Options{}).EnsureDefaults().Generations, "engine generations")
 	fs.BoolVar(&cfg.Bimodal.Skip, "no-bimodal", false, "leave out the bimodal case")
 	fs.Float64Var(&cfg.Bimodal.Scale, "bimodal-scale", 0.00125, "rate multiplier of the bimodal case")
 	fs.IntVar(&cfg.Parallel, "parallel", 2, "engines run at once")

@@ -1,0 +1,398 @@
+package dedup_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamdedup/dedup"
+)
+
+func mustOpenOpts(t *testing.T, o dedup.Options) *dedup.Engine {
+	t.Helper()
+	e, err := dedup.Open(o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return e
+}
+
+func wantVerdict(t *testing.T, e *dedup.Engine, key string, want dedup.Verdict) {
+	t.Helper()
+	if v, err := e.Observe([]byte(key)); err != nil || v != want {
+		t.Fatalf("Observe(%s) = %v, %v; want %v", key, v, err, want)
+	}
+}
+
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s = %v, want %v", what, err, want)
+	}
+}
+
+// TestExplicitDoneForgetAfterConcurrentCommit is issue 13's minimal case:
+// a key observed New, a Commit by another goroutine, then the processing
+// fails. Under ExplicitDone the Commit leaves the key in flight, Forget
+// succeeds and after a restart the key is New.
+func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
+	for _, prob := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
+			o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true, Probabilistic: prob}
+			e := mustOpenOpts(t, o)
+			wantVerdict(t, e, "A", dedup.New)
+			done := make(chan error)
+			go func() { done <- e.Commit([]byte("cp")) }()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			wantVerdict(t, e, "A", dedup.InFlight) // still owned
+			if err := e.Forget([]byte("A")); err != nil {
+				t.Fatalf("Forget after a concurrent Commit: %v", err)
+			}
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e = mustOpenOpts(t, o)
+			defer e.Close()
+			if cp := string(e.Checkpoint()); cp != "cp" {
+				t.Fatalf("Checkpoint = %q", cp)
+			}
+			wantVerdict(t, e, "A", dedup.New)
+		})
+	}
+}
+
+// TestExplicitDoneCommitsOnlyDone: Commit makes Done keys durable; the
+// others stay in flight across commits (InFlight to other observers,
+// forgettable) and are lost by a restart, as uncommitted keys are.
+func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
+	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
+	e := mustOpenOpts(t, o)
+	for _, k := range []string{"A", "B", "C"} {
+		wantVerdict(t, e, k, dedup.New)
+	}
+	if err := e.Done([]byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "A", dedup.InFlight) // done, not committed yet
+	if err := e.Commit([]byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "A", dedup.Duplicate)
+	wantVerdict(t, e, "B", dedup.InFlight)
+	wantVerdict(t, e, "C", dedup.InFlight)
+	if st := e.Stats(); st.InFlightKeys != 2 || st.NotDoneKeys != 2 {
+		t.Fatalf("InFlightKeys %d, NotDoneKeys %d after committing 1 of 3, want 2 and 2", st.InFlightKeys, st.NotDoneKeys)
+	}
+	if err := e.Commit([]byte("2")); err != nil { // nothing Done: B, C stay
+		t.Fatal(err)
+	}
+	if err := e.Done([]byte("B")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Forget([]byte("C")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Commit([]byte("3")); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "C", dedup.New) // forgotten: a new owner
+	wantVerdict(t, e, "D", dedup.New)
+	if err := e.Close(); err != nil { // drops C and D, as a crash would
+		t.Fatal(err)
+	}
+	e = mustOpenOpts(t, o)
+	defer e.Close()
+	if cp := string(e.Checkpoint()); cp != "3" {
+		t.Fatalf("Checkpoint = %q, want 3", cp)
+	}
+	wantVerdict(t, e, "A", dedup.Duplicate)
+	wantVerdict(t, e, "B", dedup.Duplicate)
+	wantVerdict(t, e, "C", dedup.New)
+	wantVerdict(t, e, "D", dedup.New)
+}
+
+// TestExplicitDoneCommitThrough: CommitThrough(b) makes durable the keys
+// Done before Barrier returned b; keys Done after stay in flight.
+func TestExplicitDoneCommitThrough(t *testing.T) {
+	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
+	e := mustOpenOpts(t, o)
+	for _, k := range []string{"A", "B", "C"} {
+		wantVerdict(t, e, k, dedup.New)
+	}
+	if err := e.Done([]byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	b := e.Barrier()
+	if err := e.Done([]byte("B")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CommitThrough(b, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "A", dedup.Duplicate)
+	wantVerdict(t, e, "B", dedup.InFlight)
+	if err := e.Forget([]byte("B")); !errors.Is(err, dedup.ErrAlreadyDone) {
+		t.Fatalf("Forget of a Done key past the barrier = %v, want ErrAlreadyDone", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = mustOpenOpts(t, o)
+	defer e.Close()
+	wantVerdict(t, e, "A", dedup.Duplicate)
+	wantVerdict(t, e, "B", dedup.New)
+	wantVerdict(t, e, "C", dedup.New)
+}
+
+// TestExplicitDoneErrors: Done and Forget of keys in each state.
+func TestExplicitDoneErrors(t *testing.T) {
+	e := mustOpenOpts(t, dedup.Options{ExplicitDone: true})
+	defer e.Close()
+	wantErr(t, "Done of a key never observed", e.Done([]byte("X")), dedup.ErrNotInFlight)
+	wantErr(t, "Done of an empty key", e.Done(nil), dedup.ErrEmptyKey)
+	wantErr(t, "Done of a key over MaxKeySize", e.Done(make([]byte, 5000)), dedup.ErrKeyTooLarge)
+	wantVerdict(t, e, "A", dedup.New)
+	if err := e.Done([]byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "Done twice", e.Done([]byte("A")), dedup.ErrAlreadyDone)
+	wantErr(t, "Forget after Done", e.Forget([]byte("A")), dedup.ErrAlreadyDone)
+	if err := e.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "Forget after Done and Commit", e.Forget([]byte("A")), dedup.ErrNotInFlight)
+	wantErr(t, "Done after Commit", e.Done([]byte("A")), dedup.ErrNotInFlight)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "Done after Close", e.Done([]byte("A")), dedup.ErrClosed)
+	wantErr(t, "DoneBatch after Close", e.DoneBatch([][]byte{[]byte("A")}), dedup.ErrClosed)
+}
+
+// TestDoneWithoutExplicitDone: the sequential pattern is unchanged (Commit
+// makes every key observed New durable) and Done tells the caller that it
+// needs ExplicitDone.
+func TestDoneWithoutExplicitDone(t *testing.T) {
+	e := mustOpenOpts(t, dedup.Options{})
+	defer e.Close()
+	wantVerdict(t, e, "A", dedup.New)
+	wantErr(t, "Done without ExplicitDone", e.Done([]byte("A")), dedup.ErrNoExplicitDone)
+	wantErr(t, "DoneBatch without ExplicitDone", e.DoneBatch([][]byte{[]byte("A")}), dedup.ErrNoExplicitDone)
+	if err := e.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "A", dedup.Duplicate)
+}
+
+// TestDoneBatch: every key of the batch that is in flight is Done; the
+// error names the first that was not.
+func TestDoneBatch(t *testing.T) {
+	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
+	e := mustOpenOpts(t, o)
+	for _, k := range []string{"A", "B", "C", "D"} {
+		wantVerdict(t, e, k, dedup.New)
+	}
+	if err := e.DoneBatch([][]byte{[]byte("A"), []byte("B")}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.DoneBatch([][]byte{[]byte("C"), []byte("X"), []byte("A")})
+	if !errors.Is(err, dedup.ErrNotInFlight) || !errors.Is(err, dedup.ErrAlreadyDone) || !strings.Contains(err.Error(), "entry 1") {
+		t.Fatalf("DoneBatch with a key not in flight and one done = %v; want both named, from entry 1", err)
+	}
+	wantErr(t, "DoneBatch with a nil key", e.DoneBatch([][]byte{[]byte("D"), nil}), dedup.ErrEmptyKey)
+	wantErr(t, "Forget of D after the refused batch", e.Forget([]byte("D")), nil) // the batch was refused whole
+	if err := e.Commit([]byte("cp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = mustOpenOpts(t, o)
+	defer e.Close()
+	for _, k := range []string{"A", "B", "C"} {
+		wantVerdict(t, e, k, dedup.Duplicate)
+	}
+	wantVerdict(t, e, "D", dedup.New)
+}
+
+// TestExplicitDoneMaxInFlight: keys not yet Done hold their MaxInFlight
+// slot across commits; Done and a Commit free it.
+func TestExplicitDoneMaxInFlight(t *testing.T) {
+	e := mustOpenOpts(t, dedup.Options{ExplicitDone: true, MaxInFlight: 2})
+	defer e.Close()
+	wantVerdict(t, e, "A", dedup.New)
+	wantVerdict(t, e, "B", dedup.New)
+	if err := e.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.Observe([]byte("C"))
+	wantErr(t, "Observe past MaxInFlight, nothing Done", err, dedup.ErrTooManyInFlight)
+	if !strings.Contains(err.Error(), "Done") {
+		t.Fatalf("the error should say that keys must be Done: %v", err)
+	}
+	if err := e.Done([]byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Observe([]byte("C"))
+	wantErr(t, "Observe past MaxInFlight, A Done but not committed", err, dedup.ErrTooManyInFlight)
+	if err := e.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "C", dedup.New)
+	if err := e.Forget([]byte("B")); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "D", dedup.New)
+}
+
+// TestExplicitDoneConcurrent runs workers that share keys, Forget some and
+// Done the rest, with commits running meanwhile: one owner per key at a
+// time, every key ends Duplicate, nothing is left in flight.
+func TestExplicitDoneConcurrent(t *testing.T) {
+	e := mustOpenOpts(t, dedup.Options{ExplicitDone: true, Shards: 4})
+	defer e.Close()
+	const keys, workers = 2000, 6
+	var owner [keys]sync.Mutex // held by the key's owner: TryLock fails for a second one
+	var dones [keys]atomic.Int32
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	commitErr := make(chan error, 1)
+	go func() {
+		defer close(commitErr)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := e.Commit(nil); err != nil {
+				commitErr <- err
+				return
+			}
+		}
+	}()
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			// Each worker goes through every key until it is Duplicate:
+			// an InFlight key goes to the back of the queue (its owner may
+			// still Forget it), a forgotten one is asked again at once.
+			queue := r.Perm(keys)
+			for len(queue) > 0 {
+				i := queue[0]
+				queue = queue[1:]
+				key := fmt.Appendf(nil, "k%d", i)
+				v, err := e.Observe(key)
+				switch {
+				case err != nil:
+					errs <- err
+					return
+				case v == dedup.Duplicate:
+					continue
+				case v == dedup.InFlight:
+					queue = append(queue, i)
+					runtime.Gosched()
+					continue
+				}
+				if !owner[i].TryLock() {
+					errs <- fmt.Errorf("key %s: two owners at once", key)
+					return
+				}
+				runtime.Gosched() // hold the key a while: a second owner would find it held
+				owner[i].Unlock()
+				if r.IntN(10) == 0 {
+					if err := e.Forget(key); err != nil {
+						errs <- fmt.Errorf("forget %s: %w", key, err)
+						return
+					}
+					queue = append([]int{i}, queue...)
+					continue
+				}
+				if err := e.Done(key); err != nil {
+					errs <- fmt.Errorf("done %s: %w", key, err)
+					return
+				}
+				dones[i].Add(1)
+				queue = append(queue, i) // Duplicate once committed
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := <-commitErr; err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Stats().InFlightKeys; n != 0 {
+		t.Fatalf("InFlightKeys = %d after every worker finished", n)
+	}
+	for i := range dones {
+		if n := dones[i].Load(); n != 1 {
+			t.Fatalf("key k%d was Done %d times, want once", i, n)
+		}
+	}
+}
+
+// TestCloseReportsInFlight: Close drops keys in flight, as a crash would,
+// and reports how many in Stats.DroppedAtClose and in the log; it still
+// returns nil, since dropping them is what a caller that closes without
+// committing asks for.
+func TestCloseReportsInFlight(t *testing.T) {
+	var mu sync.Mutex
+	var logged []string
+	o := dedup.Options{Dir: t.TempDir(), Logf: func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, fmt.Sprintf(format, args...))
+	}}
+	e := mustOpenOpts(t, o)
+	for _, k := range []string{"A", "B", "C"} {
+		wantVerdict(t, e, k, dedup.New)
+	}
+	if err := e.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "D", dedup.New)
+	wantVerdict(t, e, "E", dedup.New)
+	if err := e.Close(); err != nil {
+		t.Fatalf("Close with keys in flight = %v, want nil", err)
+	}
+	if n := e.Stats().DroppedAtClose; n != 2 {
+		t.Fatalf("DroppedAtClose = %d, want 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(strings.Join(logged, "\n"), "2 keys in flight") {
+		t.Fatalf("Close logged %q, want the 2 keys in flight named", logged)
+	}
+
+	// Under AutoCommit Close commits them: none dropped. Under ExplicitDone
+	// it commits the Done ones and drops the others.
+	o = dedup.Options{AutoCommit: time.Hour, ExplicitDone: true}
+	e = mustOpenOpts(t, o)
+	wantVerdict(t, e, "A", dedup.New)
+	wantVerdict(t, e, "B", dedup.New)
+	if err := e.Done([]byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.DroppedAtClose != 1 || st.CommittedKeys != 1 {
+		t.Fatalf("DroppedAtClose %d, CommittedKeys %d; want 1 and 1", st.DroppedAtClose, st.CommittedKeys)
+	}
+}
