@@ -197,6 +197,9 @@ func (v *LaneView) TestOrAdd(h uint64) bool {
 		}
 		v.shadow[h] = struct{}{}
 	}
+	if v.over == nil && !v.t.Full(v.lane) {
+		return v.t.addLane(h, v.lane) // one pass: the common case
+	}
 	if v.t.match(h)>>(uint(v.lane)*v.t.width)&1 != 0 {
 		return true
 	}
