@@ -54,7 +54,7 @@ func FuzzOptions(f *testing.F) {
 		if fp < 0 || fp >= 1 || math.IsNaN(fp) {
 			must = append(must, "FalsePositiveRate")
 		}
-		if kind != "" && kind != "bloom" && kind != "cuckoo" && kind != "blocked" {
+		if kind != "" && kind != "bloom" && kind != "cuckoo" && kind != "blocked" && kind != "interleaved" {
 			must = append(must, "Filter")
 		}
 		if gens < 0 || gens > 1024 {

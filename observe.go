@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/rotate"
 )
 
@@ -348,23 +347,7 @@ func grow[T any](s []T, n int) []T {
 // the shard's lock is held, so the answers stay valid for the whole group.
 func (b *batchScratch) probe(r *rotate.Ring, group []int32) []bool {
 	maybe := b.maybe[:len(group)]
-	clear(maybe)
-	gens := r.Generations()
-	for gi := len(gens) - 1; gi >= 0; gi-- {
-		f := gens[gi].Filter
-		pf, _ := f.(filter.Prefetcher)
-		if pf != nil {
-			for _, i := range group[:min(prefetchAhead, len(group))] {
-				pf.Prefetch(b.hashes[i])
-			}
-		}
-		for j, i := range group {
-			if k := j + prefetchAhead; pf != nil && k < len(group) {
-				pf.Prefetch(b.hashes[group[k]])
-			}
-			maybe[j] = maybe[j] || f.Test(b.hashes[i])
-		}
-	}
+	r.Probe(b.hashes, group, maybe)
 	return maybe
 }
 

@@ -197,10 +197,15 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		Capacity:          capacity,
 		FalsePositiveRate: opts.FalsePositiveRate,
 	}
-	if err := checkMemory(kind, cfg, opts); err != nil {
+	need, err := checkMemory(kind, cfg, opts)
+	if err != nil {
 		return nil, err
 	}
-	var err error
+	if kind == filter.Interleaved {
+		e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB; each new generation is resized to the rate measured in the one before", opts.ExpectedRate, opts.Window, need/(1<<20))
+	} else {
+		e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB when full", opts.ExpectedRate, opts.Window, need/(1<<20))
+	}
 	if e.timing, err = rotate.New(cfg); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
@@ -317,17 +322,17 @@ func beUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 // checkMemory refuses options whose filters would not fit in the machine's
 // memory (generations+1 generations of every shard at their sized capacity),
 // rather than dying out of memory at the first Observe.
-func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) error {
-	per, err := filter.EstimateBytes(kind, cfg.Capacity, cfg.FalsePositiveRate/float64(cfg.Generations+1))
+func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) (need float64, err error) {
+	per, err := rotate.EstimateBytes(cfg)
 	if err != nil {
-		return fmt.Errorf("%w: ExpectedRate %v over Window %v: %w", ErrInvalidOptions, opts.ExpectedRate, opts.Window, err)
+		return 0, fmt.Errorf("%w: ExpectedRate %v over Window %v: %w", ErrInvalidOptions, opts.ExpectedRate, opts.Window, err)
 	}
-	need := float64(per) * float64(opts.Shards) * float64(cfg.Generations+1)
+	need = float64(per) * float64(opts.Shards)
 	if total := sysmem.Total(); total > 0 && need > float64(total) {
-		return fmt.Errorf("%w: ExpectedRate %v keys/s over Window %v needs about %.1f GiB of %s filters, more than this machine's %.1f GiB of memory",
+		return 0, fmt.Errorf("%w: ExpectedRate %v keys/s over Window %v needs about %.1f GiB of %s filters, more than this machine's %.1f GiB of memory",
 			ErrInvalidOptions, opts.ExpectedRate, opts.Window, need/(1<<30), kind, float64(total)/(1<<30))
 	}
-	return nil
+	return need, nil
 }
 
 // shardCapacity sizes one shard's generation for perGen keys spread over

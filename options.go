@@ -189,7 +189,9 @@ func (o *Options) Validate() error {
 		bad("FalsePositiveRate", "must be in (0, 1), got %v", o.FalsePositiveRate)
 	}
 	if _, err := filter.ParseKind(o.Filter); err != nil {
-		bad("Filter", "must be bloom, cuckoo or blocked, got %q", o.Filter)
+		bad("Filter", "must be bloom, cuckoo, blocked or interleaved, got %q", o.Filter)
+	} else if o.Filter == filter.Interleaved.String() && o.Generations > filter.MaxLanes-1 {
+		bad("Generations", "must be at most %d with Filter interleaved (a lane each, plus one), got %d", filter.MaxLanes-1, o.Generations)
 	}
 	if o.Generations < 1 || o.Generations > maxGenerations {
 		bad("Generations", "must be in [1, %d], got %d", maxGenerations, o.Generations)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
@@ -79,6 +80,16 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 			// so none is copied serially here.
 			if sg.Sealed || closing {
 				sg.Payload = f.MarshalBinary
+				if filter.SharesMemory(f) {
+					// A lane shares its table's words with the lanes
+					// other generations still write: encode it under
+					// the shard's lock.
+					sg.Payload = func() ([]byte, error) {
+						s.mu.Lock()
+						defer s.mu.Unlock()
+						return f.MarshalBinary()
+					}
+				}
 			} else {
 				b, err := f.MarshalBinary()
 				if err != nil {

@@ -36,6 +36,20 @@ type Stats struct {
 	FilterBytes uint64
 	// FilterKeys is the number of keys held by all filters.
 	FilterKeys uint64
+	// SizedGenerationKeys is the number of keys a new generation's filters
+	// are sized for, summed over shards: ExpectedRate times the span at
+	// Open; with Filter interleaved, 1.5x the keys the generation before
+	// held, once that differs enough (memory follows the traffic).
+	SizedGenerationKeys uint64
+	// ObservedFPSamples and ObservedFPRate measure the filters' false
+	// positives on the real traffic (Filter interleaved): keys in a fixed
+	// 1/1024 of the hash space are also remembered exactly, and of those
+	// observed that no live generation held (ObservedFPSamples), the share
+	// the filters matched anyway is ObservedFPRate (in probabilistic mode,
+	// the share of new events dropped). Nothing is sampled while a
+	// generation restored by Open is live.
+	ObservedFPSamples uint64
+	ObservedFPRate    float64
 	// EstimatedFPRate is the false-positive rate a new key meets across
 	// the live generations at their current fill, averaged over shards.
 	EstimatedFPRate float64
@@ -92,6 +106,7 @@ func (e *Engine) Stats() Stats {
 	gens := map[uint64]*GenerationStats{}
 	var order []uint64
 	var fpSum float64
+	var fpObserved uint64
 	now := e.opts.Now()
 	for i := range e.shards {
 		s := &e.shards[i]
@@ -105,6 +120,11 @@ func (e *Engine) Stats() Stats {
 		st.InFlight += s.inflightHits
 		st.StoreLookups += s.lookups
 		st.FalsePositives += s.falsePositives
+		st.FilterBytes += s.ring.FilterBytes()
+		st.SizedGenerationKeys += s.ring.SizedCapacity()
+		n, fp := s.ring.ObservedFP()
+		st.ObservedFPSamples += n
+		fpObserved += fp
 		if s.undone != nil {
 			st.NotDoneKeys += int64(s.undone.n)
 		}
@@ -112,7 +132,6 @@ func (e *Engine) Stats() Stats {
 		for _, g := range s.ring.Generations() {
 			f := g.Filter
 			st.Generations++
-			st.FilterBytes += f.SizeBytes()
 			st.FilterKeys += f.Count()
 			fp := f.FPRate()
 			miss *= 1 - fp
@@ -130,6 +149,9 @@ func (e *Engine) Stats() Stats {
 		s.mu.Unlock()
 	}
 	st.EstimatedFPRate = fpSum / float64(len(e.shards))
+	if st.ObservedFPSamples > 0 {
+		st.ObservedFPRate = float64(fpObserved) / float64(st.ObservedFPSamples)
+	}
 	slices.Sort(order)
 	for _, id := range order {
 		st.GenerationStats = append(st.GenerationStats, *gens[id])

@@ -30,15 +30,17 @@ type sighting struct{ before, after time.Time }
 //   - after a crash, every key observed New in the last half window is
 //     Duplicate.
 func TestStress(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
-			t.Parallel()
-			runStress(t, prob)
-		})
+	for _, kind := range []string{"blocked", "interleaved"} {
+		for _, prob := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/prob=%v", kind, prob), func(t *testing.T) {
+				t.Parallel()
+				runStress(t, prob, kind)
+			})
+		}
 	}
 }
 
-func runStress(t *testing.T, prob bool) {
+func runStress(t *testing.T, prob bool, kind string) {
 	const (
 		W        = 10 * time.Second
 		gens     = 4
@@ -48,7 +50,7 @@ func runStress(t *testing.T, prob bool) {
 	)
 	mem := vfs.NewCrashableMem()
 	clk := testclock.New(t0)
-	o := Options{Dir: "/stress", FS: mem, Probabilistic: prob, Window: W, Generations: gens, Shards: 4,
+	o := Options{Dir: "/stress", FS: mem, Probabilistic: prob, Filter: kind, Window: W, Generations: gens, Shards: 4,
 		ExpectedRate: 200, Now: clk.Now}
 	e, err := Open(o)
 	if err != nil {

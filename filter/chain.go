@@ -64,6 +64,12 @@ type chain struct {
 // Test checks every link, so a chain that has grown k times costs k+1
 // lookups on a miss: size capacity for the expected load.
 func New(kind Kind, capacity uint64, fp float64) (Filter, error) {
+	if kind == Interleaved {
+		if err := validate(Blocked, capacity, fp); err != nil {
+			return nil, err
+		}
+		return newLaneFilter(capacity, fp)
+	}
 	if err := validate(kind, capacity, fp); err != nil {
 		return nil, err
 	}
@@ -79,6 +85,12 @@ func New(kind Kind, capacity uint64, fp float64) (Filter, error) {
 // EstimateBytes returns the table memory New(kind, capacity, fp) allocates,
 // before any growth.
 func EstimateBytes(kind Kind, capacity uint64, fp float64) (uint64, error) {
+	if kind == Interleaved {
+		if err := validate(Blocked, capacity, fp); err != nil {
+			return 0, err
+		}
+		return EstimateLaneTableBytes(LaneTableConfig{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
+	}
 	if err := validate(kind, capacity, fp); err != nil {
 		return 0, err
 	}

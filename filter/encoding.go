@@ -160,6 +160,13 @@ func Unmarshal(data []byte) (Filter, error) {
 	if len(data) < headerLen+trailerLen {
 		return nil, corrupt("%d bytes, shorter than header and checksum", len(data))
 	}
+	if string(data[:4]) == laneMagic {
+		v, err := unmarshalLane(data)
+		if err != nil {
+			return nil, err // not a typed nil
+		}
+		return v, nil
+	}
 	if string(data[:4]) != magic {
 		return nil, corrupt("bad magic %q", data[:4])
 	}

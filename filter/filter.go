@@ -73,9 +73,15 @@ const (
 	Bloom   Kind = 1 // github.com/bits-and-blooms/bloom/v3
 	Cuckoo  Kind = 2 // github.com/seiflotfy/cuckoofilter
 	Blocked Kind = 3 // cache-line-blocked Bloom filter (this package)
+	// Interleaved is a lane of a generation-interleaved table (this
+	// package, see [LaneTable] and [LaneView]): New returns a view of a
+	// one-lane table; package rotate shares one table among a ring's
+	// generations.
+	Interleaved Kind = 4
 )
 
-// Kinds lists every backend, in a stable order.
+// Kinds lists every chained backend, in a stable order. Interleaved is not
+// among them: its filters are [LaneView]s, not chains.
 var Kinds = []Kind{Bloom, Cuckoo, Blocked}
 
 // String returns the backend's name as accepted by ParseKind.
@@ -87,18 +93,21 @@ func (k Kind) String() string {
 		return "cuckoo"
 	case Blocked:
 		return "blocked"
+	case Interleaved:
+		return "interleaved"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// ParseKind returns the Kind named s ("bloom", "cuckoo" or "blocked").
+// ParseKind returns the Kind named s ("bloom", "cuckoo", "blocked" or
+// "interleaved").
 func ParseKind(s string) (Kind, error) {
-	for _, k := range Kinds {
+	for _, k := range append(Kinds[:len(Kinds):len(Kinds)], Interleaved) {
 		if k.String() == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("filter: unknown kind %q (want bloom, cuckoo or blocked)", s)
+	return 0, fmt.Errorf("filter: unknown kind %q (want bloom, cuckoo, blocked or interleaved)", s)
 }
 
 // ErrCorrupt marks bytes that Unmarshal cannot accept: truncated, altered, or

@@ -37,7 +37,9 @@ type Config struct {
 	// in [1, MaxGenerations]; a hash may be remembered up to Window +
 	// Window/N.
 	Generations int
-	// Kind is the filter backend.
+	// Kind is the filter backend. With filter.Interleaved the generations
+	// share lane tables (see interleaved.go), and Generations is at most
+	// filter.MaxLanes-1.
 	Kind filter.Kind
 	// Capacity is the number of distinct hashes one generation is sized for
 	// (the expected rate times the span). A generation that receives more
@@ -68,6 +70,9 @@ func (c *Config) validate() error {
 	if _, err := filter.ParseKind(c.Kind.String()); err != nil {
 		return fmt.Errorf("rotate: Kind: %w", err)
 	}
+	if c.Kind == filter.Interleaved && c.Generations+1 > filter.MaxLanes {
+		return fmt.Errorf("rotate: Generations must be at most %d with Kind interleaved (one lane each, plus one), got %d", filter.MaxLanes-1, c.Generations)
+	}
 	return nil
 }
 
@@ -91,6 +96,8 @@ type Ring struct {
 	expireAt int64
 	// nextAt is the start (ns) of the generation after the newest one.
 	nextAt int64
+	// lanes holds the shared lane tables when Kind is filter.Interleaved.
+	lanes *laneTables
 }
 
 // New returns an empty ring, or an error naming the first bad field of cfg.
@@ -103,6 +110,9 @@ func New(cfg Config) (*Ring, error) {
 		span:   int64(cfg.Window / time.Duration(cfg.Generations)),
 		window: int64(cfg.Window),
 		perGen: cfg.FalsePositiveRate / float64(cfg.Generations+1),
+	}
+	if cfg.Kind == filter.Interleaved {
+		r.lanes = newLaneTables(cfg)
 	}
 	r.reset()
 	return r, nil
@@ -167,6 +177,9 @@ func (r *Ring) Advance(now time.Time) (expired []uint64) {
 	i := 0
 	for i < len(r.gens) && r.gens[i].ID < oldest {
 		expired = append(expired, r.gens[i].ID)
+		if r.lanes != nil {
+			r.lanes.release(r.gens[i].Filter.(*filter.LaneView))
+		}
 		r.gens[i] = nil
 		i++
 	}
@@ -205,7 +218,13 @@ func (r *Ring) Get(id uint64) (*Generation, error) {
 		}
 		i--
 	}
-	f, err := filter.New(r.cfg.Kind, r.cfg.Capacity, r.perGen)
+	var f filter.Filter
+	var err error
+	if r.lanes != nil {
+		f, err = r.lanes.newGeneration(r.cfg.Capacity, r.measuredBefore(id))
+	} else {
+		f, err = filter.New(r.cfg.Kind, r.cfg.Capacity, r.perGen)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rotate: generation %d: %w", id, err)
 	}
@@ -224,6 +243,15 @@ func (r *Ring) Insert(g *Generation) (*Generation, error) {
 			return nil, fmt.Errorf("rotate: generation %d is already live", g.ID)
 		}
 		i--
+	}
+	if r.lanes != nil {
+		v, ok := g.Filter.(*filter.LaneView)
+		if !ok {
+			return nil, fmt.Errorf("rotate: Insert of a %v filter into an interleaved ring", g.Filter.Kind())
+		}
+		if err := r.lanes.adopt(v); err != nil {
+			return nil, err
+		}
 	}
 	r.gens = append(r.gens, nil)
 	copy(r.gens[i+1:], r.gens[i:])
@@ -252,6 +280,9 @@ func (r *Ring) Lookup(h uint64, fn func(g *Generation) bool) int {
 
 // Contains reports whether any live generation may hold h.
 func (r *Ring) Contains(h uint64) bool {
+	if r.lanes != nil {
+		return r.containsLanes(h)
+	}
 	for i := len(r.gens) - 1; i >= 0; i-- {
 		if r.gens[i].Filter.Test(h) {
 			return true

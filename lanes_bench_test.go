@@ -1,0 +1,173 @@
+package dedup_test
+
+import (
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/streamdedup/dedup"
+
+	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/streamdedup/dedup/internal/testclock"
+)
+
+// BenchmarkObserveWindow runs probabilistic ObserveBatch on a full window
+// of 16M keys (4 generations of 4M, the timed keys going into the fifth)
+// on all cores, for Filter blocked (one filter per generation) and
+// interleaved (one lane table), and bits-and-blooms TestAndAdd on one
+// goroutine over the same keys (one filter sized for the window at 1%, no
+// expiry: the floor a user would start from). 2% of the timed keys repeat
+// window keys. Keys are 16 bytes, generated from their index as they go.
+//
+// The three take turns in rounds of 256k keys so that on a shared machine
+// each sees the same load; each processes b.N keys. Reported per variant:
+// Mkeys/s (wall), filter bytes per window key, and the ratios of
+// interleaved to the others. Keep b.N at most 4M (-benchtime=2000000x).
+// -short uses a 1M-key window.
+//
+//	go test -run '^$' -bench BenchmarkObserveWindow -benchtime=2000000x .
+func BenchmarkObserveWindow(b *testing.B) {
+	w := observeWindow(b)
+	const round = 256 << 10
+	for done := 0; done < b.N; done += round {
+		n := min(round, b.N-done)
+		for _, v := range w.variants {
+			t0 := time.Now()
+			v.run(v.next, n)
+			v.wall += time.Since(t0)
+			v.next += uint64(n)
+			v.keys += n
+		}
+	}
+	b.StopTimer()
+	for i, v := range w.variants {
+		b.ReportMetric(float64(v.keys)/v.wall.Seconds()/1e6, v.name+"-Mkeys/s")
+		b.ReportMetric(float64(v.bytes())/float64(w.window), v.name+"-B/key")
+		if i != 1 {
+			b.ReportMetric(v.wall.Seconds()/w.variants[1].wall.Seconds(), "interleaved-x-"+v.name)
+		}
+	}
+	for _, v := range w.variants {
+		v.keys, v.wall = 0, 0
+	}
+}
+
+type windowVariant struct {
+	name  string
+	run   func(from uint64, n int)
+	bytes func() uint64
+	next  uint64
+	keys  int
+	wall  time.Duration
+}
+
+type windowBench struct {
+	window   uint64
+	variants []*windowVariant
+}
+
+var observeWindowOnce struct {
+	sync.Once
+	w *windowBench
+}
+
+// windowKey writes key i (16 bytes) into k: window keys have i below the
+// window, timed keys i | 1<<62.
+func windowKey(k []byte, i uint64) {
+	x := i*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
+	binary.LittleEndian.PutUint64(k, x^x>>29)
+	binary.LittleEndian.PutUint64(k[8:], i)
+}
+
+func observeWindow(b *testing.B) *windowBench {
+	observeWindowOnce.Do(func() { observeWindowOnce.w = buildObserveWindow(b) })
+	return observeWindowOnce.w
+}
+
+func buildObserveWindow(b *testing.B) *windowBench {
+	const gens, batch = 4, 1024
+	window := uint64(16 << 20)
+	if testing.Short() {
+		window = 1 << 20
+	}
+	per := window / gens
+	W := 4 * time.Hour
+	span := W / gens
+	w := &windowBench{window: window}
+	// timedKey is key i of the timed stream: 2% repeat window keys.
+	timedKey := func(k []byte, i uint64) {
+		if i%50 == 0 {
+			windowKey(k, (i*7919)%window)
+		} else {
+			windowKey(k, i|1<<62)
+		}
+	}
+	for _, kind := range []string{"blocked", "interleaved"} {
+		clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		e, err := Open(Options{Filter: kind, Probabilistic: true, Window: W, Generations: gens,
+			ExpectedRate: float64(per) / span.Seconds(), MaxInFlight: 1 << 24, Now: clk.Now})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Not closed: the engines outlive the first call of the benchmark
+		// (they are built once per process), and hold no files.
+		// observe runs keys [from, from+n) of gen through ObserveBatch on
+		// two goroutines, then commits.
+		observe := func(from uint64, n int, key func(k []byte, i uint64)) {
+			var wg sync.WaitGroup
+			for g := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					buf := make([]byte, 16*batch)
+					keys := make([][]byte, batch)
+					out := make([]Verdict, batch)
+					for lo := g * batch; lo < n; lo += 2 * batch {
+						m := min(batch, n-lo)
+						for j := range m {
+							keys[j] = buf[16*j : 16*j+16]
+							key(keys[j], from+uint64(lo+j))
+						}
+						if err := e.ObserveBatch(keys[:m], out); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := e.Commit(nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for g := range uint64(gens) {
+			for lo := uint64(0); lo < per; lo += 1 << 20 {
+				observe(g*per+lo, int(min(1<<20, per-lo)), windowKey)
+			}
+			clk.Advance(span)
+		}
+		w.variants = append(w.variants, &windowVariant{
+			name:  kind,
+			run:   func(from uint64, n int) { observe(from, n, timedKey) },
+			bytes: func() uint64 { return e.Stats().FilterBytes },
+		})
+	}
+	bf := bloom.NewWithEstimates(uint(window), 0.01)
+	k := make([]byte, 16)
+	for i := range window {
+		windowKey(k, i)
+		bf.Add(k)
+	}
+	w.variants = append(w.variants, &windowVariant{
+		name: "bitsandblooms",
+		run: func(from uint64, n int) {
+			for i := range uint64(n) {
+				timedKey(k, from+i)
+				bf.TestAndAdd(k)
+			}
+		},
+		bytes: func() uint64 { return uint64(bf.Cap() / 8) },
+	})
+	return w
+}
