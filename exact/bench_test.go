@@ -1,9 +1,14 @@
 package exact
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,17 +32,15 @@ func benchKeys(rng *rand.Rand, n int) [][]byte {
 // batch random 16-byte keys with a checkpoint, on a real directory.
 func BenchmarkCommit(b *testing.B) {
 	for _, m := range []struct {
-		name   string
-		ingest int
-		logs   bool
+		name string
+		logs bool
 	}{
-		{"batch", -1, false},
-		{"ingest", 1, false},
-		{"logonly", -1, true},
+		{"keys", false},
+		{"logonly", true},
 	} {
 		for _, batch := range []int{10_000, 100_000} {
 			b.Run(fmt.Sprintf("%s/keys=%d", m.name, batch), func(b *testing.B) {
-				s := mustOpen(b, b.TempDir(), Options{IngestThreshold: m.ingest, LogOnly: m.logs})
+				s := mustOpen(b, b.TempDir(), Options{LogOnly: m.logs})
 				defer mustClose(b, s)
 				rng := rand.New(rand.NewPCG(1, 2))
 				keys := benchKeys(rng, batch)
@@ -105,7 +108,7 @@ func BenchmarkHas(b *testing.B) {
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
 			dir := b.TempDir()
-			s := mustOpen(b, dir, Options{IngestThreshold: m.ingest})
+			s := mustOpen(b, dir, Options{memLimit: m.memLimit})
 			rng := rand.New(rand.NewPCG(3, 4))
 			var present [][]byte
 			for c := 0; c < 10; c++ {
@@ -120,7 +123,7 @@ func BenchmarkHas(b *testing.B) {
 				present = append(present, keys[:1000]...)
 			}
 			mustClose(b, s) // reopen: lookups from sstables, not the memtable
-			s = mustOpen(b, dir, Options{IngestThreshold: m.ingest})
+			s = mustOpen(b, dir, Options{memLimit: m.memLimit})
 			defer mustClose(b, s)
 			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 				if s.Metrics().Compact.NumInProgress == 0 {
@@ -148,32 +151,112 @@ func BenchmarkHas(b *testing.B) {
 	}
 }
 
-// BenchmarkSortKeys sorts one commit of 100k keys: random 16-byte keys, and
-// the quoted UUID-like event ids of the dedup command's benchmark, which
-// share their first 24 bytes within long runs.
+// BenchmarkSortKeys sorts the keys of a flush, 1M keys: random 16-byte
+// keys, and the quoted UUID-like event ids of the dedup command's
+// benchmark, which share their first 24 bytes within long runs.
 func BenchmarkSortKeys(b *testing.B) {
-	const n = 100_000
+	const n = 1_000_000
 	rng := rand.New(rand.NewPCG(3, 4))
+	seed := maphash.MakeSeed()
 	for _, kind := range []string{"random", "uuid-like"} {
-		keys := make([][]byte, n)
-		for i := range keys {
+		g := &memGen{gen: 1}
+		for i := 0; i < n; i++ {
+			var k []byte
 			if kind == "random" {
-				keys[i] = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, rng.Uint64()), rng.Uint64())
+				k = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, rng.Uint64()), rng.Uint64())
 			} else {
 				id := uint64(1_000_000 + i)
-				keys[i] = fmt.Appendf(nil, `"%08x-7425-40de-944b-%012x"`, id>>16, id*2654435761%(1<<48))
+				k = fmt.Appendf(nil, `"%08x-7425-40de-944b-%012x"`, id>>16, id*2654435761%(1<<48))
 			}
+			g.reserve(seed, 1)
+			g.add(maphash.Bytes(seed, k), k)
 		}
 		b.Run(kind, func(b *testing.B) {
-			bt := &Batch{s: &Store{}}
+			var ents, tmp []sortEnt
 			for b.Loop() {
-				bt.arena, bt.ents = bt.arena[:0], bt.ents[:0]
-				for _, k := range keys {
-					bt.Add(1, k, 0)
-				}
-				bt.sortKeys()
+				ents, tmp = g.sortedKeys(ents, tmp)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
 		})
 	}
 }
+
+// BenchmarkSustained mimics the engine's use of the store over many
+// generations: commits of 5000 random 16-byte keys with a checkpoint, a new
+// generation every 200 commits (1M keys), the generations older than four
+// dropped and reclaimed in the background, and one Has per 16 keys added
+// (the engine asks the store only on a filter hit), half of them for
+// stored keys. One iteration is one key; run it with -benchtime=Nx for N
+// keys. cpu-ns/key counts the whole process (background flushes and
+// compactions included), the fairer figure on a shared machine.
+func BenchmarkSustained(b *testing.B) {
+	const per, perGen, gens = 5000, 200, 4
+	s := mustOpen(b, b.TempDir(), Options{MemTableSize: benchMemTable})
+	defer mustClose(b, s)
+	rng := rand.New(rand.NewPCG(5, 6))
+	keys := benchKeys(rng, per)
+	var reclaim sync.WaitGroup
+	var present [][]byte
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuNanos()
+	for i := 0; i < b.N; i += per {
+		c := i / per
+		gen := uint64(1 + c/perGen)
+		for _, k := range keys {
+			binary.LittleEndian.PutUint64(k, rng.Uint64())
+			binary.LittleEndian.PutUint64(k[8:], rng.Uint64())
+		}
+		for j := 0; j < per/16; j++ {
+			var k []byte
+			if j%2 == 0 && len(present) > 0 {
+				k = present[rng.IntN(len(present))]
+			} else {
+				k = keys[j] // not yet added
+			}
+			if _, err := s.Has(gen, k); err != nil {
+				b.Fatal(err)
+			}
+		}
+		bt := s.NewBatch()
+		for _, k := range keys {
+			bt.Add(gen, k, binary.LittleEndian.Uint64(k))
+		}
+		if c%perGen == 0 && gen > gens {
+			bt.DropGenerationsBefore(gen - gens)
+			reclaim.Wait()
+			reclaim.Add(1)
+			go func() {
+				defer reclaim.Done()
+				if err := s.Reclaim(context.Background()); err != nil {
+					b.Error(err)
+				}
+			}()
+			present = present[:0]
+		}
+		bt.SetCheckpoint(binary.BigEndian.AppendUint64(nil, uint64(c)))
+		if _, err := bt.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		if len(present) < 1<<16 {
+			present = append(present, bytes.Clone(keys[per/2]))
+		}
+	}
+	el, cpu := time.Since(start), cpuNanos()-cpu0
+	b.StopTimer()
+	reclaim.Wait()
+	b.ReportMetric(float64(b.N)/el.Seconds()/1e6, "Mkeys/s")
+	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/key")
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(s.Metrics().ReadAmp()), "readamp")
+}
+
+// cpuNanos is the CPU time the process used so far.
+func cpuNanos() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+var benchMemTable uint64 = 64 << 20

@@ -96,7 +96,7 @@ func TestCrash(t *testing.T) {
 			t.Run(m.name+"/unsynced="+strconv.Itoa(pct), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(pct), 7))
 				mem := vfs.NewCrashableMem()
-				o := Options{FS: mem, IngestThreshold: m.ingest, MemTableSize: 1 << 20}
+				o := Options{FS: mem, memLimit: m.memLimit, MemTableSize: 1 << 20}
 				s := mustOpen(t, "db", o)
 				for i := 0; i < total; i++ {
 					if _, err := crashBatch(s, i, per); err != nil {
@@ -118,7 +118,7 @@ func TestCrashDuringCommit(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			mem := vfs.NewCrashableMem()
-			o := Options{FS: mem, IngestThreshold: m.ingest, MemTableSize: 1 << 20}
+			o := Options{FS: mem, memLimit: m.memLimit, MemTableSize: 1 << 20}
 			s := mustOpen(t, "db", o)
 			defer mustClose(t, s)
 			var mu sync.Mutex
@@ -170,7 +170,7 @@ func TestCommitIOError(t *testing.T) {
 				// those of background flushes included.
 				at := errorfs.OnIndex(int32(k))
 				inj := &errorfs.Toggle{Injector: faultfs.If(errorfs.And(errorfs.Writes, at), errorfs.ErrInjected)}
-				o := Options{FS: errorfs.Wrap(mem, inj), IngestThreshold: m.ingest}
+				o := Options{FS: errorfs.Wrap(mem, inj), memLimit: m.memLimit}
 				s := mustOpen(t, "db", o)
 				if _, err := crashBatch(s, 0, per); err != nil {
 					t.Fatal(err)
@@ -208,7 +208,7 @@ func TestCommitIOError(t *testing.T) {
 				}
 				clone := mem.CrashClone(vfs.CrashCloneCfg{})
 				_ = s.Close() // may report the failure again
-				verifyCrashed(t, clone, Options{IngestThreshold: m.ingest}, committed, total, per)
+				verifyCrashed(t, clone, Options{memLimit: m.memLimit}, committed, total, per)
 			}
 			t.Logf("%d failing commits checked", injections)
 			if injections == 0 {
@@ -319,7 +319,7 @@ func TestBackupWhileCommitting(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			fs := vfs.NewMem()
-			o := Options{FS: fs, IngestThreshold: m.ingest, MemTableSize: 1 << 20}
+			o := Options{FS: fs, memLimit: m.memLimit, MemTableSize: 1 << 20}
 			s := mustOpen(t, "db", o)
 			defer mustClose(t, s)
 			var done atomic.Int64

@@ -14,10 +14,12 @@ const (
 	tagSeq        = 0x04
 	tagLog        = 0x05
 	tagKey        = 0x06
+	tagTruncated  = 0x07
 )
 
-// formatVersion is the on-disk format written by this package.
-const formatVersion = 1
+// formatVersion is the on-disk format written by this package: 2 adds the
+// commit log (a store of format 1 is upgraded when opened).
+const formatVersion = 2
 
 // logFormat is the first byte of every log record.
 const logFormat = 1
@@ -27,6 +29,7 @@ var (
 	checkpointKey = []byte{tagCheckpoint}
 	floorKey      = []byte{tagFloor}
 	seqKey        = []byte{tagSeq}
+	truncatedKey  = []byte{tagTruncated}
 )
 
 // genPrefix returns tagKey|gen: the first key of generation gen.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,21 +57,15 @@ type Options struct {
 	// LogOnly keeps no per-key entries: Add only logs the hash, Has returns
 	// ErrLogOnly. For the engine's probabilistic mode. Default false.
 	LogOnly bool
-	// MemTableSize is the size of one Pebble memtable in bytes. A batch
-	// larger than half of it bypasses the memtable as a flushable batch.
-	// Default 64 MiB.
+	// MemTableSize is the memory, in bytes, of the table that holds the
+	// latest commits (their keys, indexed for Has, and their log records)
+	// until they are written to Pebble as sorted tables, in the background,
+	// and their part of the commit log is removed. Commits stall while more
+	// than two full tables wait for that. At most 1 GiB. Default 64 MiB.
 	MemTableSize uint64
-	// CacheSize is the size of Pebble's block cache in bytes, on top of the
-	// memory of two memtables (Pebble charges memtables to its cache).
-	// Default 64 MiB.
+	// CacheSize is the size of Pebble's block cache in bytes. Default 64
+	// MiB.
 	CacheSize int64
-	// IngestThreshold is the number of keys from which a commit is written as
-	// one sorted sstable ingested into Pebble instead of a WAL batch; 0 or
-	// negative never ingests. Ingestion costs less CPU per key at 100k-key
-	// commits but stacks one L0 sublevel per commit (read amplification 20-120
-	// measured under sustained load, against 2-5 for WAL batches), which
-	// slows Has and can stall writes; use it for bulk loads. Default 0.
-	IngestThreshold int
 	// BloomBitsPerKey sizes the Bloom filters of the sstables, which keep Has
 	// of absent keys off the disk. Default 10 (about 1% false positives).
 	BloomBitsPerKey int
@@ -79,6 +75,10 @@ type Options struct {
 	// L0StopWritesThreshold is the number of L0 sublevels at which Pebble
 	// stalls writes until compactions catch up. Default 1000.
 	L0StopWritesThreshold int
+
+	// memLimit, for tests, replaces MemTableSize as the memtable's flush
+	// threshold, below its minimum.
+	memLimit int
 }
 
 func (o *Options) ensureDefaults() {
@@ -94,9 +94,6 @@ func (o *Options) ensureDefaults() {
 	if o.CacheSize == 0 {
 		o.CacheSize = 64 << 20
 	}
-	if o.IngestThreshold <= 0 {
-		o.IngestThreshold = 1<<63 - 1
-	}
 	if o.BloomBitsPerKey == 0 {
 		o.BloomBitsPerKey = 10
 	}
@@ -110,8 +107,8 @@ func (o *Options) ensureDefaults() {
 
 func (o *Options) validate() error {
 	var bad []string
-	if o.MemTableSize < 1<<20 || o.MemTableSize > 4<<30 {
-		bad = append(bad, fmt.Sprintf("MemTableSize %d not in [1 MiB, 4 GiB]", o.MemTableSize))
+	if o.MemTableSize < 1<<20 || o.MemTableSize > 1<<30 {
+		bad = append(bad, fmt.Sprintf("MemTableSize %d not in [1 MiB, 1 GiB]", o.MemTableSize))
 	}
 	if o.CacheSize < 0 {
 		bad = append(bad, fmt.Sprintf("CacheSize %d < 0", o.CacheSize))
@@ -136,7 +133,9 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 	po := &pebble.Options{
 		FS:                          noPreallocFS{o.FS},
 		Logger:                      lg,
-		MemTableSize:                o.MemTableSize,
+		// Pebble's own memtable and WAL take only the store's metadata:
+		// keys and log records arrive as ingested sstables.
+		MemTableSize:                pebbleMemTable,
 		MemTableStopWritesThreshold: 4,
 		// Keys are written once and leave by whole generations (one range
 		// delete, then a delete-only compaction), and lookups are rare
@@ -186,6 +185,10 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 	return po
 }
 
+// pebbleMemTable is the size of Pebble's memtable, which holds metadata
+// only.
+const pebbleMemTable = 4 << 20
+
 // Store is the exact key store. All methods are safe for concurrent use.
 type Store struct {
 	db   *pebble.DB
@@ -198,11 +201,40 @@ type Store struct {
 	rw     sync.RWMutex
 	closed bool
 
-	// mu orders commits: sequence numbers are assigned and batches handed
-	// to Pebble in the same order, so the WAL order is the seq order.
-	mu      sync.Mutex
-	nextSeq uint64 // last seq handed out
-	floor   uint64 // drop floor as of the last handed-out batch
+	// logMu orders commits: sequence numbers are assigned, records
+	// appended to the commit log and keys added to the active memtable in
+	// the same order. It guards the fields below it.
+	logMu     sync.Mutex
+	nextSeq   uint64 // last seq handed out
+	floor     uint64 // drop floor as of the last handed-out batch
+	seg       *segment
+	segNum    uint64
+	bgRunning bool // a flushLoop runs
+
+	// memMu guards active (its contents too) and frozen, for Has. Both
+	// change under logMu as well, except that a flush drops frozen[0].
+	memMu  sync.RWMutex
+	active *memTable
+	frozen []*memTable // oldest first
+	// memFloor is the drop floor of the memtables: Has finds nothing below.
+	memFloor atomic.Uint64
+	seed     maphash.Seed
+	memLimit int
+	hscratch []uint64 // key hashes of the commit being added (under logMu)
+
+	// flushMu serialises flushes (flushOne).
+	flushMu sync.Mutex
+	bgWG    sync.WaitGroup
+	closing atomic.Bool
+
+	stallMu   sync.Mutex
+	stallCond sync.Cond
+
+	// truncated is the log truncation mark: log records of seq <= it are
+	// gone.
+	truncated atomic.Uint64
+	// logBytes is the size of the commit log's segments.
+	logBytes atomic.Int64
 
 	// compactedFloor is the drop floor through which Reclaim compacted.
 	compactedFloor atomic.Uint64
@@ -219,14 +251,6 @@ type Store struct {
 	cpSeq    uint64
 	cp       []byte
 	pubFloor atomic.Uint64
-
-	// Commit turns: batches are handed to Pebble in seq order.
-	turnMu   sync.Mutex
-	turnCond sync.Cond
-	turn     uint64 // last seq handed to Pebble (or failed)
-
-	walSeq    atomic.Uint64 // last seq applied through the WAL
-	walSynced atomic.Uint64 // a seq whose WAL fsync completed (max)
 
 	popts *pebble.Options
 }
@@ -268,15 +292,23 @@ func Open(dir string, opts Options) (*Store, error) {
 	// than the memtables caches no block at all (measured: every Has then
 	// decompressed its index block, ~200 us). Size it on top of two
 	// memtables.
-	po.Cache = pebble.NewCache(opts.CacheSize + 2*int64(opts.MemTableSize))
+	po.Cache = pebble.NewCache(opts.CacheSize + 2*pebbleMemTable)
 	db, err := openPebble(dir, po, lg)
 	if err != nil {
 		po.Cache.Unref()
 		return nil, fmt.Errorf("exact: open %q: %w", dir, err)
 	}
-	s := &Store{db: db, fs: fs, dir: dir, opts: opts, lg: lg, popts: po}
-	s.turnCond.L = &s.turnMu
+	s := &Store{db: db, fs: fs, dir: dir, opts: opts, lg: lg, popts: po,
+		seed: maphash.MakeSeed(), memLimit: int(opts.MemTableSize)}
+	if opts.memLimit > 0 {
+		s.memLimit = opts.memLimit
+	}
+	s.stallCond.L = &s.stallMu
+	s.active = &memTable{}
 	if err := s.init(existing); err != nil {
+		return nil, errors.Join(err, s.closeDB())
+	}
+	if err := s.replay(); err != nil {
 		return nil, errors.Join(err, s.closeDB())
 	}
 	return s, nil
@@ -336,8 +368,12 @@ func (s *Store) init(existing bool) (err error) {
 				return fmt.Errorf("%w: %q is a Pebble store without the exact marker", ErrNotOurs, s.dir)
 			}
 			existing = false // a store that crashed before its marker was written
-		} else if !bytes.Equal(v, []byte{formatVersion}) {
-			return fmt.Errorf("%w: %q has format %x, this package reads %d", ErrCorrupt, s.dir, v, formatVersion)
+		} else if len(v) != 1 || v[0] < 1 || v[0] > formatVersion {
+			return fmt.Errorf("%w: %q has format %x, this package reads 1 to %d", ErrCorrupt, s.dir, v, formatVersion)
+		} else if v[0] < formatVersion {
+			// Format 1 has no commit log; a program reading only format 1
+			// must not open a store that may have one.
+			existing = false
 		}
 	}
 	if s.db.FormatMajorVersion() < pebble.FormatNewest {
@@ -370,27 +406,121 @@ func (s *Store) init(existing bool) (err error) {
 		s.cp = v
 		s.cpSeq = s.lastSeq
 	}
-	s.nextSeq = s.lastSeq
-	s.turn = s.lastSeq
-	s.pubFloor.Store(s.floor)
+	if v, ok, err := s.get(truncatedKey); err != nil {
+		return err
+	} else if ok {
+		t, err := decodeBE64("log truncation", v)
+		if err != nil {
+			return err
+		}
+		s.truncated.Store(t)
+	}
 	return s.removeIngestLeftovers()
 }
 
-// removeIngestLeftovers removes temporary sstables of ingestions that a
-// crash interrupted.
-func (s *Store) removeIngestLeftovers() error {
+// replay reads the commit log into a memtable, writes it to Pebble, removes
+// the log's segments and starts a new one. A torn record ends the log:
+// no Commit returned for it, nor for anything after it.
+func (s *Store) replay() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = s.recovered(r)
+		}
+	}()
 	ls, err := s.fs.List(s.dir)
 	if err != nil {
 		return fmt.Errorf("exact: list %q: %w", s.dir, err)
 	}
+	var nums []uint64
 	for _, name := range ls {
-		if strings.HasPrefix(name, ingestPrefix) {
-			if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil {
-				return fmt.Errorf("exact: remove leftover %q: %w", name, err)
-			}
+		if n, ok := parseSegName(name); ok {
+			nums = append(nums, n)
 		}
 	}
+	slices.Sort(nums)
+	m := s.active
+	next := s.lastSeq + 1
+	torn := false
+	for _, num := range nums {
+		s.segNum = num
+		if torn {
+			continue
+		}
+		path := s.fs.PathJoin(s.dir, segName(num))
+		f, err := s.fs.Open(path)
+		if err != nil {
+			return fmt.Errorf("exact: open commit log %q: %w", path, err)
+		}
+		err = readRecords(f, func(r *record) error {
+			if r.seq < next {
+				return nil // written to Pebble before the segment was removed
+			}
+			if r.seq > next {
+				return fmt.Errorf("%w: commit log %q skips from seq %d to %d", ErrCorrupt, path, next-1, r.seq)
+			}
+			s.apply(m, r)
+			next++
+			return nil
+		})
+		err = errors.Join(err, f.Close())
+		if errors.Is(err, errTorn) {
+			torn = true
+		} else if err != nil {
+			return fmt.Errorf("exact: replay commit log %q: %w", path, err)
+		}
+	}
+	s.nextSeq = s.lastSeq
+	s.pubFloor.Store(s.floor)
+	s.memFloor.Store(s.floor)
+	if !m.empty() {
+		s.frozen = []*memTable{m}
+		s.active = &memTable{}
+		if err := s.flushOne(m); err != nil {
+			return err
+		}
+	}
+	for _, num := range nums {
+		if err := s.fs.Remove(s.fs.PathJoin(s.dir, segName(num))); err != nil {
+			return fmt.Errorf("exact: remove commit log: %w", err)
+		}
+	}
+	if len(nums) > 0 {
+		if err := syncDir(s.fs, s.dir); err != nil {
+			return err
+		}
+	}
+	s.segNum++
+	seg, err := createSegment(s.fs, s.dir, s.segNum, nil)
+	if err != nil {
+		return err
+	}
+	s.seg = seg
+	s.active = &memTable{seg: seg}
 	return nil
+}
+
+// apply adds a replayed record to m and to the published state.
+func (s *Store) apply(m *memTable, r *record) {
+	s.floor = max(s.floor, r.drop)
+	hashes, runs := r.hashes, r.runs
+	if r.seq <= s.truncated.Load() {
+		hashes, runs = nil, nil
+	}
+	m.begin(r.seq, runs, hashes, r.cp, r.hasCP, s.floor)
+	if r.keys != nil {
+		gens := make([]uint64, 0, len(r.keys))
+		for _, rn := range r.runs {
+			for range rn.n {
+				gens = append(gens, rn.gen)
+			}
+		}
+		s.hscratch = m.addKeys(s.seed, len(r.keys), func(i int) (uint64, []byte) { return gens[i], r.keys[i] }, s.hscratch)
+	}
+	s.lastSeq = r.seq
+	if r.hasCP {
+		s.cp = bytes.Clone(r.cp)
+		s.cpSeq = r.seq
+	}
 }
 
 // isEmpty reports whether the Pebble store holds no key at all.
@@ -459,7 +589,32 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
-	return s.closeDB()
+	err := s.stopFlushes()
+	if s.seg != nil {
+		if cerr := s.seg.f.Close(); cerr != nil && s.brokenErr() == nil {
+			err = errors.Join(err, fmt.Errorf("exact: close commit log: %w", cerr))
+		}
+	}
+	return errors.Join(err, s.closeDB())
+}
+
+// stopFlushes waits for the background flush to end. What it leaves
+// unflushed stays in the commit log, for the next Open.
+func (s *Store) stopFlushes() error {
+	s.closing.Store(true)
+	s.wakeStalled()
+	done := make(chan struct{})
+	go func() { s.bgWG.Wait(); close(done) }()
+	var timeout <-chan time.Time
+	if s.fatal.Load() || s.lg.background() != nil {
+		timeout = time.After(fatalCloseTimeout)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-timeout:
+		return fmt.Errorf("%w: a flush did not end after a fatal error; restart the process to release %q", ErrBroken, s.dir)
+	}
 }
 
 func (s *Store) closeDB() error {
@@ -551,6 +706,12 @@ func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 	} else {
 		k = k[:n]
 	}
+	if gen < s.memFloor.Load() {
+		return false, nil
+	}
+	if s.memHas(gen, key) {
+		return true, nil
+	}
 	putKey(k, gen, key)
 	_, closer, err := s.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -560,6 +721,22 @@ func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 		return false, fmt.Errorf("exact: has gen %d: %w", gen, err)
 	}
 	return true, closer.Close()
+}
+
+// memHas reports whether a memtable holds key in generation gen.
+func (s *Store) memHas(gen uint64, key []byte) bool {
+	h := maphash.Bytes(s.seed, key)
+	s.memMu.RLock()
+	defer s.memMu.RUnlock()
+	if s.active.has(gen, key, h) {
+		return true
+	}
+	for _, m := range s.frozen {
+		if m.has(gen, key, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // Checkpoint returns the last committed checkpoint, nil if none.
@@ -603,14 +780,13 @@ func (s *Store) publish(seq uint64, cp []byte, floor uint64) {
 	}
 }
 
-// Reclaim compacts the keys of expired generations (below the drop floor,
-// already hidden by a range delete) so that their disk space comes back:
-// Pebble compacts a level only when it outgrows its target, so a range that
-// receives no more writes keeps its dead keys. It does nothing if the floor
-// has not risen since the last Reclaim; the engine calls it from the
-// background about once per generation span. It is a compaction like
-// Pebble's own: a write failure inside it breaks the store as one in a
-// background compaction would (see ErrBroken). ctx cancels it.
+// Reclaim gives back the disk space of expired generations (below the drop
+// floor, already gone for Has and ScanKeys): it excises their key range
+// from Pebble, which drops the sstables inside it whole, without rewriting
+// anything (a generation's keys are tables of their own). It does nothing
+// if the floor has not risen since the last Reclaim; the engine calls it
+// from the background about once per generation span. A write failure
+// inside it breaks the store (see ErrBroken). ctx cancels it.
 func (s *Store) Reclaim(ctx context.Context) (err error) {
 	floor := s.pubFloor.Load()
 	if s.opts.LogOnly || floor <= s.compactedFloor.Load() {
@@ -628,7 +804,7 @@ func (s *Store) Reclaim(ctx context.Context) (err error) {
 			err = s.recovered(r)
 		}
 	}()
-	if err := s.db.Compact(ctx, genPrefix(0), genPrefix(floor), false); err != nil {
+	if err := s.db.Excise(ctx, pebble.KeyRange{Start: genPrefix(0), End: genPrefix(floor)}); err != nil {
 		return fmt.Errorf("exact: reclaim generations below %d: %w", floor, err)
 	}
 	s.compactedFloor.Store(floor)
@@ -646,6 +822,10 @@ func (s *Store) ScanKeys(fromGen uint64, fn func(gen uint64, key []byte) error) 
 		return err
 	}
 	defer s.rw.RUnlock()
+	if err := s.flushAll(); err != nil {
+		return err
+	}
+	fromGen = max(fromGen, s.memFloor.Load())
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: genPrefix(fromGen), UpperBound: keysEnd})
 	if err != nil {
 		return fmt.Errorf("exact: scan keys: %w", err)
@@ -676,10 +856,14 @@ func (s *Store) ScanLog(afterSeq uint64, fn func(seq uint64, gen uint64, hash ui
 		return err
 	}
 	defer s.rw.RUnlock()
+	afterSeq = max(afterSeq, s.truncated.Load())
 	if afterSeq == 1<<64-1 {
 		return nil
 	}
-	floor := s.pubFloor.Load()
+	if err := s.flushAll(); err != nil {
+		return err
+	}
+	floor := s.memFloor.Load()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(afterSeq + 1), UpperBound: logEnd})
 	if err != nil {
 		return fmt.Errorf("exact: scan log: %w", err)
@@ -719,11 +903,21 @@ func (s *Store) TruncateLog(throughSeq uint64) (err error) {
 			err = s.recovered(r)
 		}
 	}()
+	if throughSeq <= s.truncated.Load() {
+		return nil
+	}
+	// The mark hides the records at once, in Pebble and in the memtables
+	// (whose flushes leave them out); the excision then drops their
+	// sstables from Pebble, which is only about disk space.
+	if err := s.db.Set(truncatedKey, be64(throughSeq), pebble.Sync); err != nil {
+		return s.fail(fmt.Errorf("exact: truncate log through %d: %w", throughSeq, err))
+	}
+	s.truncated.Store(throughSeq)
 	end := logEnd
 	if throughSeq < 1<<64-1 {
 		end = logKey(throughSeq + 1)
 	}
-	if err := s.db.DeleteRange(logKey(0), end, pebble.Sync); err != nil {
+	if err := s.db.Excise(context.Background(), pebble.KeyRange{Start: logKey(0), End: end}); err != nil {
 		return s.fail(fmt.Errorf("exact: truncate log through %d: %w", throughSeq, err))
 	}
 	return nil
@@ -743,6 +937,9 @@ func (s *Store) Backup(destDir string) (err error) {
 			err = s.recovered(r)
 		}
 	}()
+	if err := s.flushAll(); err != nil {
+		return err
+	}
 	if err := s.db.Checkpoint(destDir, pebble.WithFlushedWAL()); err != nil {
 		return fmt.Errorf("exact: backup to %q: %w", destDir, err)
 	}
@@ -755,7 +952,7 @@ func (s *Store) DiskUsage() uint64 {
 		return 0
 	}
 	defer s.rw.RUnlock()
-	return s.db.Metrics().DiskSpaceUsage()
+	return s.db.Metrics().DiskSpaceUsage() + uint64(max(0, s.logBytes.Load()))
 }
 
 // Metrics returns Pebble's metrics, for diagnostics; nil when closed.

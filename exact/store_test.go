@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -14,13 +15,15 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// modes runs a test against both write paths.
+// modes runs a test with commits kept in the memtable (until Close, so
+// that Open replays them from the commit log) and with every commit
+// flushed to Pebble at once.
 var modes = []struct {
-	name   string
-	ingest int
+	name     string
+	memLimit int
 }{
-	{"batch", -1},
-	{"ingest", 1},
+	{"memtable", 0},
+	{"flushed", 1},
 }
 
 func keyOf(i int) []byte { return []byte(fmt.Sprintf("key-%08d", i)) }
@@ -62,7 +65,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, m := range modes {
 		for _, fsName := range []string{"disk", "mem"} {
 			t.Run(m.name+"/"+fsName, func(t *testing.T) {
-				o := Options{IngestThreshold: m.ingest}
+				o := Options{memLimit: m.memLimit}
 				dir := t.TempDir()
 				if fsName == "mem" {
 					o.FS = vfs.NewMem()
@@ -130,7 +133,7 @@ func TestDropGenerationsBefore(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			fs := vfs.NewMem()
-			o := Options{FS: fs, IngestThreshold: m.ingest}
+			o := Options{FS: fs, memLimit: m.memLimit}
 			s := mustOpen(t, "d", o)
 			for g := uint64(1); g <= 5; g++ {
 				commitRange(t, s, g, int(g)*10, int(g)*10+10, nil)
@@ -196,7 +199,7 @@ func TestDropGenerationsBefore(t *testing.T) {
 func TestScanLogAndTruncate(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			s := mustOpen(t, "d", Options{FS: vfs.NewMem(), IngestThreshold: m.ingest})
+			s := mustOpen(t, "d", Options{FS: vfs.NewMem(), memLimit: m.memLimit})
 			defer mustClose(t, s)
 			// seq 1: gens 1,1,2,1 (three runs); seq 2: empty; seq 3: gen 3.
 			b := s.NewBatch()
@@ -371,11 +374,11 @@ func TestLogRecordCorrupt(t *testing.T) {
 
 func TestSortKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
+	seed := maphash.MakeSeed()
 	for _, n := range []int{0, 1, 100, 5000, 50000} {
-		b := &Batch{s: &Store{}}
+		g := &memGen{gen: 1}
 		var want []string
 		for i := 0; i < n; i++ {
-			gen := uint64(rng.IntN(3)) << (8 * uint(rng.IntN(3)))
 			var key []byte
 			switch rng.IntN(5) {
 			case 0:
@@ -393,18 +396,19 @@ func TestSortKeys(t *testing.T) {
 			default:
 				key = binary.BigEndian.AppendUint64(nil, rng.Uint64())
 			}
-			b.Add(gen, key, 0)
-			want = append(want, fmt.Sprintf("%020d/%x", gen, key))
+			g.reserve(seed, 1)
+			g.add(maphash.Bytes(seed, key), key)
+			want = append(want, fmt.Sprintf("%x", key))
 		}
 		slices.Sort(want)
-		want = slices.Compact(want)
-		b.sortKeys()
+		ents, _ := g.sortedKeys(nil, nil)
 		var got []string
-		for i := range b.ents {
-			got = append(got, fmt.Sprintf("%020d/%x", b.ents[i].gen, b.key(&b.ents[i])))
+		for _, e := range ents {
+			k, _ := g.keyAt(int(e.off))
+			got = append(got, fmt.Sprintf("%x", k))
 		}
 		if !slices.Equal(got, want) {
-			t.Fatalf("n=%d: sortKeys order differs", n)
+			t.Fatalf("n=%d: sortedKeys order differs", n)
 		}
 	}
 }

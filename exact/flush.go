@@ -1,0 +1,308 @@
+package exact
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Flushing: a full memtable is frozen (a new segment and a new memtable
+// take the next commits) and written to Pebble by a background goroutine:
+// one sorted sstable per generation and one of log records, ingested
+// together (one atomic version edit, no WAL, no memtable, and no
+// compaction: a table of a new generation overlaps nothing), then the
+// sequence number, checkpoint and drop floor of its last commit, synced;
+// then its segment is removed. A crash in between replays the segment
+// again, which rewrites the same keys and records: the flush is
+// idempotent.
+
+// maxFrozen is the number of frozen memtables waiting for their flush
+// above which commits stall.
+const maxFrozen = 2
+
+// ingestPrefix names the sstables written for an ingestion; Open removes
+// leftovers of one a crash interrupted.
+const ingestPrefix = "exact-ingest-"
+
+// freezeLocked freezes the active memtable, starts a new segment for the
+// next commits and makes sure a flush runs. The caller holds logMu.
+func (s *Store) freezeLocked() error {
+	seg, err := createSegment(s.fs, s.dir, s.segNum+1, s.seg)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.segNum++
+	s.memMu.Lock()
+	s.frozen = append(s.frozen, s.active)
+	s.active = &memTable{seg: seg}
+	s.memMu.Unlock()
+	s.seg = seg
+	if !s.bgRunning {
+		s.bgRunning = true
+		s.bgWG.Add(1)
+		go s.flushLoop()
+	}
+	return nil
+}
+
+// flushLoop flushes frozen memtables, oldest first, until none is left.
+func (s *Store) flushLoop() {
+	defer s.bgWG.Done()
+	for {
+		s.logMu.Lock()
+		if s.oldestFrozen() == nil || s.closing.Load() || s.brokenErr() != nil {
+			s.bgRunning = false
+			s.logMu.Unlock()
+			s.wakeStalled()
+			return
+		}
+		s.logMu.Unlock()
+		s.flushMu.Lock()
+		if m := s.oldestFrozen(); m != nil {
+			_ = s.flushOne(m) // a failure breaks the store
+		}
+		s.flushMu.Unlock()
+	}
+}
+
+func (s *Store) oldestFrozen() *memTable {
+	s.memMu.RLock()
+	defer s.memMu.RUnlock()
+	if len(s.frozen) == 0 {
+		return nil
+	}
+	return s.frozen[0]
+}
+
+// flushAll writes every commit made so far to Pebble.
+func (s *Store) flushAll() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.logMu.Lock()
+	if !s.active.empty() {
+		if err := s.freezeLocked(); err != nil {
+			s.logMu.Unlock()
+			return err
+		}
+	}
+	s.logMu.Unlock()
+	for m := s.oldestFrozen(); m != nil; m = s.oldestFrozen() {
+		if err := s.flushOne(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushOne writes frozen memtable m, the oldest, to Pebble and drops it.
+// The caller holds flushMu. A failure breaks the store.
+func (s *Store) flushOne(m *memTable) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = s.recovered(r)
+		}
+		s.wakeStalled()
+	}()
+	if err := s.brokenErr(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBroken, err)
+	}
+	if err := s.writeToPebble(m); err != nil {
+		return s.fail(fmt.Errorf("exact: flush commits %d-%d: %w", m.firstSeq, m.lastSeq, err))
+	}
+	s.memMu.Lock()
+	if len(s.frozen) > 0 && s.frozen[0] == m {
+		s.frozen = s.frozen[1:]
+	}
+	s.memMu.Unlock()
+	if m.seg != nil {
+		if err := s.retire(m.seg); err != nil {
+			return s.fail(err)
+		}
+	}
+	return nil
+}
+
+// retire removes a segment whose commits are all in Pebble.
+func (s *Store) retire(g *segment) error {
+	// A commit of this segment may still wait for its fsync: give it one,
+	// so that it does not fsync a closed file.
+	err := g.syncAll()
+	err = errors.Join(err, g.f.Close())
+	if rerr := s.fs.Remove(g.path); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	s.logBytes.Add(-g.written.Load())
+	if err != nil {
+		return fmt.Errorf("exact: remove commit log %q: %w", g.path, err)
+	}
+	return nil
+}
+
+// writeToPebble ingests the keys and log records of m, then records its
+// last commit's sequence number, checkpoint and floor.
+func (s *Store) writeToPebble(m *memTable) error {
+	var paths []string
+	defer func() {
+		for _, p := range paths {
+			_ = s.fs.Remove(p) // Ingest linked it into the store, or failed
+		}
+	}()
+	name := func(what string) string {
+		p := s.fs.PathJoin(s.dir, fmt.Sprintf("%s%d-%s.sst", ingestPrefix, m.lastSeq, what))
+		paths = append(paths, p)
+		return p
+	}
+	if rec := s.truncated.Load(); len(m.recs) > 0 && m.recs[len(m.recs)-1].seq > rec {
+		if err := s.writeLogTable(name("log"), m, rec); err != nil {
+			return err
+		}
+	}
+	gens := slices.Clone(m.gens)
+	slices.SortFunc(gens, func(a, b *memGen) int { return cmp.Compare(a.gen, b.gen) })
+	var sc sortScratch
+	for _, g := range gens {
+		if g.gen < m.floor || g.n == 0 {
+			continue
+		}
+		if err := s.writeGenTable(name(fmt.Sprint(g.gen)), g, &sc); err != nil {
+			return err
+		}
+	}
+	if len(paths) > 0 {
+		if err := s.db.Ingest(context.Background(), paths); err != nil {
+			return fmt.Errorf("ingest: %w", err)
+		}
+	}
+	pb := s.db.NewBatch()
+	defer pb.Close()
+	var err error
+	if m.hasCP {
+		err = pb.Set(checkpointKey, m.cp, nil)
+	}
+	if m.floor > 0 {
+		err = errors.Join(err, pb.Set(floorKey, be64(m.floor), nil))
+	}
+	err = errors.Join(err, pb.Set(seqKey, be64(m.lastSeq), nil))
+	if err == nil {
+		err = s.db.Apply(pb, pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("record commit state: %w", err)
+	}
+	return nil
+}
+
+// newTableWriter creates path and returns a writer of an sstable for
+// ingestion into the store.
+func (s *Store) newTableWriter(path string) (*sstable.Writer, error) {
+	f, err := s.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, fmt.Errorf("create %q: %w", path, err)
+	}
+	return sstable.NewWriter(objstorageprovider.NewFileWritable(f), s.popts.MakeWriterOptions(0, s.db.TableFormat())), nil
+}
+
+// finishTable closes w, after err if any.
+func finishTable(w *sstable.Writer, path string, err error) error {
+	if cerr := w.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("finish %q: %w", path, cerr)
+	}
+	return err
+}
+
+// writeLogTable writes the log records of m above seq after to path.
+func (s *Store) writeLogTable(path string, m *memTable, after uint64) (err error) {
+	w, err := s.newTableWriter(path)
+	if err != nil {
+		return err
+	}
+	defer func() { err = finishTable(w, path, err) }()
+	var val []byte
+	for _, r := range m.recs {
+		if r.seq <= after {
+			continue
+		}
+		runs := m.runs[r.run0:r.run1]
+		val = slices.Grow(val[:0], logRecordSize(runs))[:logRecordSize(runs)]
+		encodeLogRecord(val, runs, m.hashes[r.hash0:])
+		if err := w.Set(logKey(r.seq), val); err != nil {
+			return fmt.Errorf("write %q: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// sortScratch is reused across the generations of a flush.
+type sortScratch struct {
+	ents, tmp []sortEnt
+	keys      []byte
+	ends      []int
+}
+
+// gatherChunk is the number of keys copied into sorted order at a time
+// before they go to the sstable writer: reading each from its random place
+// in the arena in a tight loop overlaps the cache misses that the writer,
+// one key after the other, would take in turn.
+const gatherChunk = 4096
+
+// writeGenTable writes the keys of g, sorted and without duplicates, to
+// path.
+func (s *Store) writeGenTable(path string, g *memGen, sc *sortScratch) (err error) {
+	sc.ents, sc.tmp = g.sortedKeys(sc.ents, sc.tmp)
+	w, err := s.newTableWriter(path)
+	if err != nil {
+		return err
+	}
+	defer func() { err = finishTable(w, path, err) }()
+	var prev []byte
+	for lo := 0; lo < len(sc.ents); lo += gatherChunk {
+		chunk := sc.ents[lo:min(lo+gatherChunk, len(sc.ents))]
+		sc.keys, sc.ends = sc.keys[:0], sc.ends[:0]
+		for _, e := range chunk {
+			k, _ := g.keyAt(int(e.off))
+			sc.keys = append(sc.keys, tagKey)
+			sc.keys = binary.BigEndian.AppendUint64(sc.keys, g.gen)
+			sc.keys = append(sc.keys, k...)
+			sc.ends = append(sc.ends, len(sc.keys))
+		}
+		start := 0
+		for _, end := range sc.ends {
+			k := sc.keys[start:end]
+			start = end
+			if string(k) == string(prev) {
+				continue // added twice
+			}
+			if err := w.Set(k, nil); err != nil {
+				return fmt.Errorf("write %q: %w", path, err)
+			}
+			prev = append(prev[:0], k...)
+		}
+	}
+	return nil
+}
+
+// removeIngestLeftovers removes sstables of ingestions that a crash
+// interrupted.
+func (s *Store) removeIngestLeftovers() error {
+	ls, err := s.fs.List(s.dir)
+	if err != nil {
+		return fmt.Errorf("exact: list %q: %w", s.dir, err)
+	}
+	for _, name := range ls {
+		if len(name) > len(ingestPrefix) && name[:len(ingestPrefix)] == ingestPrefix {
+			if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil {
+				return fmt.Errorf("exact: remove leftover %q: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
