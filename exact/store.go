@@ -131,8 +131,8 @@ func (o *Options) validate() error {
 // pebbleOptions translates o into Pebble options.
 func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 	po := &pebble.Options{
-		FS:                          noPreallocFS{o.FS},
-		Logger:                      lg,
+		FS:     noPreallocFS{o.FS},
+		Logger: lg,
 		// Pebble's own memtable and WAL take only the store's metadata:
 		// keys and log records arrive as ingested sstables.
 		MemTableSize:                pebbleMemTable,
