@@ -163,14 +163,14 @@ func (b *Batch) Commit() (seq uint64, err error) {
 		return 0, fmt.Errorf("%w: %w", ErrBroken, err)
 	}
 	seq = s.nextSeq + 1
-	sealRecord(b.rec, seq)
 	seg := s.seg
-	off, err := seg.append(b.rec)
+	sealRecord(b.rec, seq, seg.num)
+	off, grown, err := seg.append(b.rec)
 	if err != nil {
 		s.logMu.Unlock()
 		return 0, s.fail(err)
 	}
-	s.logBytes.Add(int64(len(b.rec)))
+	s.logBytes.Add(grown)
 	s.nextSeq = seq
 	floor := max(s.floor, b.drop)
 	s.floor = floor

@@ -19,26 +19,42 @@ import (
 // The commit log: every Commit appends one record to the current segment
 // file and fsyncs it, and nothing else is written on the commit path. A
 // segment holds the commits of one memtable; once that memtable is in
-// Pebble (see flush.go), the segment is removed.
+// Pebble (see flush.go), the segment is retired: kept for reuse by a later
+// segment, which overwrites it from the start. An fsync that only
+// overwrites allocated blocks changes no file-system metadata, so it needs
+// no journal commit, which would also wait for the writeback of the
+// sstables being flushed: measured 1.6-5x faster on this machine's ext4
+// (Pebble recycles its WAL files for the same reason).
 //
 // A record is a 12-byte header, the payload length (uint32) and the
 // xxhash64 of the payload (uint64), both little-endian, then the payload:
 //
-//	seq      8 bytes, little-endian
-//	flags    1 byte: recCheckpoint, recDrop, recKeys
+//	seq      8 bytes, little-endian (0 for the end marker)
+//	segment  8 bytes, little-endian: the number of the segment written to
+//	flags    1 byte: recCheckpoint, recDrop, recKeys, recEnd
 //	[uvarint len, checkpoint]   if recCheckpoint
 //	[uvarint drop]              if recDrop
 //	uvarint runs, then per run: uvarint gen, uvarint n, and n entries of
 //	    hash (8 bytes, little-endian) [uvarint len, key if recKeys]
 //
-// Records follow seq order within and across segments. A segment is
-// fsynced whole before the first fsync of the next one, so an
-// acknowledged record never follows a lost one: replay stops at the first
-// record that is torn or fails its checksum (a write that no Commit
-// returned for) and ignores everything after it.
+// Records follow seq order within and across segments. A segment that
+// commits move on from ends with an end marker, and is fsynced whole
+// before the first fsync of the next one, so an acknowledged record never
+// follows a lost one: replay stops at the first record that is torn, fails
+// its checksum or was written to an earlier use of the file (a write that
+// no Commit returned for), and ignores everything after it. Only an end
+// marker leads on to the next segment.
 
 // segPrefix names the commit log's segment files: segPrefix + number.
-const segPrefix = "exact-commits-"
+// A retired segment waiting for reuse is renamed freePrefix + number, out
+// of the replay's way.
+const (
+	segPrefix  = "exact-commits-"
+	freePrefix = "exact-commits-free-"
+)
+
+// maxRecycled is the number of retired segments kept for reuse.
+const maxRecycled = 1
 
 const recHeader = 12
 
@@ -47,12 +63,17 @@ const (
 	recCheckpoint = 1 << iota
 	recDrop
 	recKeys
+	recEnd
 )
+
+// recFixed is the size of the payload's fixed part: seq, segment, flags.
+const recFixed = 17
 
 // maxRecord bounds a record's payload (its length is a uint32).
 const maxRecord = 1<<32 - 1
 
-func segName(num uint64) string { return fmt.Sprintf("%s%06d", segPrefix, num) }
+func segName(num uint64) string  { return fmt.Sprintf("%s%06d", segPrefix, num) }
+func freeName(num uint64) string { return fmt.Sprintf("%s%06d", freePrefix, num) }
 
 // parseSegName returns the number of a segment file name.
 func parseSegName(name string) (uint64, bool) {
@@ -74,6 +95,8 @@ type segment struct {
 
 	// written counts the bytes appended (appends run under Store.logMu).
 	written atomic.Int64
+	// base is the size the file had before this use (reused files).
+	base int64
 	// synced counts the bytes known to be durable.
 	synced atomic.Int64
 
@@ -87,25 +110,40 @@ type segment struct {
 	dirSynced bool
 }
 
-// createSegment creates segment num in dir. The directory entry is made
-// durable before the segment's first fsync completes.
-func createSegment(fs vfs.FS, dir string, num uint64, prev *segment) (*segment, error) {
+// createSegment creates segment num in dir, reusing the file at path reuse
+// (a retired segment, renamed) unless reuse is "". The directory entry is
+// made durable before the segment's first fsync completes.
+func createSegment(fs vfs.FS, dir string, num uint64, prev *segment, reuse string) (*segment, error) {
 	path := fs.PathJoin(dir, segName(num))
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	var f vfs.File
+	var base int64
+	var err error
+	if reuse != "" {
+		if fi, serr := fs.Stat(reuse); serr == nil {
+			base = fi.Size()
+		}
+		f, err = fs.ReuseForWrite(reuse, path, vfs.WriteCategoryUnspecified)
+	} else {
+		f, err = fs.Create(path, vfs.WriteCategoryUnspecified)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("exact: create commit log %q: %w", path, err)
 	}
-	return &segment{num: num, path: path, dir: dir, fs: fs, f: f, prev: prev}, nil
+	return &segment{num: num, path: path, dir: dir, fs: fs, f: f, prev: prev, base: base}, nil
 }
 
 // append writes rec at the end of the segment and returns the offset just
-// past it. The caller holds Store.logMu.
-func (g *segment) append(rec []byte) (int64, error) {
+// past it and the growth of the file. The caller holds Store.logMu.
+func (g *segment) append(rec []byte) (end, grown int64, err error) {
 	if _, err := g.f.Write(rec); err != nil {
-		return 0, fmt.Errorf("exact: write commit log %q: %w", g.path, err)
+		return 0, 0, fmt.Errorf("exact: write commit log %q: %w", g.path, err)
 	}
-	return g.written.Add(int64(len(rec))), nil
+	end = g.written.Add(int64(len(rec)))
+	return end, max(0, end-max(g.base, end-int64(len(rec)))), nil
 }
+
+// size is the size of the segment's file.
+func (g *segment) size() int64 { return max(g.base, g.written.Load()) }
 
 // syncThrough makes the bytes before off durable, and every earlier
 // segment with them.
@@ -161,7 +199,7 @@ func syncDir(fs vfs.FS, dir string) error {
 // see sealRecord) to dst.
 func encodeRecord(dst []byte, b *Batch) []byte {
 	start := len(dst)
-	dst = append(dst, make([]byte, recHeader+8+1)...)
+	dst = append(dst, make([]byte, recHeader+recFixed)...)
 	var flags byte
 	if b.hasCP {
 		flags |= recCheckpoint
@@ -176,7 +214,7 @@ func encodeRecord(dst []byte, b *Batch) []byte {
 	if keys {
 		flags |= recKeys
 	}
-	dst[start+recHeader+8] = flags
+	dst[start+recHeader+16] = flags
 	dst = binary.AppendUvarint(dst, uint64(len(b.runs)))
 	i := 0
 	for _, r := range b.runs {
@@ -195,18 +233,30 @@ func encodeRecord(dst []byte, b *Batch) []byte {
 	return dst
 }
 
-// sealRecord sets the seq of an encoded record and fills its header.
-func sealRecord(rec []byte, seq uint64) {
+// sealRecord sets the seq and segment of an encoded record and fills its
+// header.
+func sealRecord(rec []byte, seq, seg uint64) {
 	p := rec[recHeader:]
 	binary.LittleEndian.PutUint64(p, seq)
+	binary.LittleEndian.PutUint64(p[8:], seg)
 	binary.LittleEndian.PutUint32(rec, uint32(len(p)))
 	binary.LittleEndian.PutUint64(rec[4:], xxhash.Sum64(p))
+}
+
+// endRecord returns the end marker of segment seg.
+func endRecord(seg uint64) []byte {
+	rec := make([]byte, recHeader+recFixed)
+	rec[recHeader+16] = recEnd
+	sealRecord(rec, 0, seg)
+	return rec
 }
 
 // record is a decoded commit-log record. Its slices point into the
 // payload it was decoded from.
 type record struct {
 	seq    uint64
+	seg    uint64
+	end    bool
 	cp     []byte
 	hasCP  bool
 	drop   uint64
@@ -220,12 +270,19 @@ func decodeRecord(p []byte, r *record) error {
 	bad := func(what string) error {
 		return fmt.Errorf("%w: commit log record: bad %s", ErrCorrupt, what)
 	}
-	if len(p) < 9 {
+	if len(p) < recFixed {
 		return bad("length")
 	}
 	r.seq = binary.LittleEndian.Uint64(p)
-	flags := p[8]
-	p = p[9:]
+	r.seg = binary.LittleEndian.Uint64(p[8:])
+	flags := p[16]
+	p = p[recFixed:]
+	if r.end = flags&recEnd != 0; r.end {
+		if flags != recEnd || len(p) != 0 {
+			return bad("end marker")
+		}
+		return nil
+	}
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(p)
 		if n <= 0 {
@@ -286,29 +343,29 @@ func decodeRecord(p []byte, r *record) error {
 	return nil
 }
 
-// errTorn ends a replay: a torn or unsynced record, after which nothing was
+// errTorn ends a replay: the end of the log, after which nothing was
 // acknowledged.
-var errTorn = errors.New("exact: torn commit log record")
+var errTorn = errors.New("exact: end of the commit log")
 
-// readRecords calls fn for every record of segment file f, in order. It
-// returns errTorn at a record that is short or fails its checksum. The
-// record passed to fn is valid only during the call.
-func readRecords(f io.Reader, fn func(*record) error) error {
+// readRecords calls fn for every record of the file f of segment seg, in
+// order, and returns nil at its end marker. It returns errTorn at the end
+// of the file or at a record that is short, fails its checksum or belongs
+// to another segment (an earlier use of the file). The record passed to
+// fn is valid only during the call.
+func readRecords(f io.Reader, seg uint64, fn func(*record) error) error {
 	br := bufio.NewReaderSize(f, 1<<20)
 	var hdr [recHeader]byte
 	var payload []byte
 	var r record
 	for {
-		if _, err := io.ReadFull(br, hdr[:]); err == io.EOF {
-			return nil
-		} else if errors.Is(err, io.ErrUnexpectedEOF) {
+		if _, err := io.ReadFull(br, hdr[:]); err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
 			return errTorn
 		} else if err != nil {
 			return fmt.Errorf("exact: read commit log: %w", err)
 		}
 		n := binary.LittleEndian.Uint32(hdr[:])
 		sum := binary.LittleEndian.Uint64(hdr[4:])
-		if n < 9 {
+		if n < recFixed {
 			return errTorn
 		}
 		payload = slices.Grow(payload[:0], int(n))[:n]
@@ -317,11 +374,14 @@ func readRecords(f io.Reader, fn func(*record) error) error {
 		} else if err != nil {
 			return fmt.Errorf("exact: read commit log: %w", err)
 		}
-		if xxhash.Sum64(payload) != sum {
+		if xxhash.Sum64(payload) != sum || binary.LittleEndian.Uint64(payload[8:]) != seg {
 			return errTorn
 		}
 		if err := decodeRecord(payload, &r); err != nil {
 			return err
+		}
+		if r.end {
+			return nil
 		}
 		if err := fn(&r); err != nil {
 			return err

@@ -36,7 +36,16 @@ const ingestPrefix = "exact-ingest-"
 // freezeLocked freezes the active memtable, starts a new segment for the
 // next commits and makes sure a flush runs. The caller holds logMu.
 func (s *Store) freezeLocked() error {
-	seg, err := createSegment(s.fs, s.dir, s.segNum+1, s.seg)
+	_, grown, err := s.seg.append(endRecord(s.seg.num))
+	if err != nil {
+		return s.fail(err)
+	}
+	s.logBytes.Add(grown)
+	var reuse string
+	if n := len(s.recycled); n > 0 {
+		reuse, s.recycled = s.recycled[n-1], s.recycled[:n-1]
+	}
+	seg, err := createSegment(s.fs, s.dir, s.segNum+1, s.seg, reuse)
 	if err != nil {
 		return s.fail(err)
 	}
@@ -87,6 +96,11 @@ func (s *Store) oldestFrozen() *memTable {
 func (s *Store) flushAll() error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	return s.flushAllLocked()
+}
+
+// flushAllLocked is flushAll with flushMu held.
+func (s *Store) flushAllLocked() error {
 	s.logMu.Lock()
 	if !s.active.empty() {
 		if err := s.freezeLocked(); err != nil {
@@ -131,18 +145,35 @@ func (s *Store) flushOne(m *memTable) (err error) {
 	return nil
 }
 
-// retire removes a segment whose commits are all in Pebble.
+// retire puts away a segment whose commits are all in Pebble: renamed for
+// reuse (the rename made durable before the file can be overwritten, so
+// that a replay never reads a half-overwritten file under its old name),
+// or removed.
 func (s *Store) retire(g *segment) error {
 	// A commit of this segment may still wait for its fsync: give it one,
 	// so that it does not fsync a closed file.
 	err := g.syncAll()
 	err = errors.Join(err, g.f.Close())
-	if rerr := s.fs.Remove(g.path); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) {
+	s.logMu.Lock()
+	keep := len(s.recycled) < maxRecycled
+	s.logMu.Unlock()
+	if keep && err == nil {
+		free := s.fs.PathJoin(s.dir, freeName(g.num))
+		if err = s.fs.Rename(g.path, free); err == nil {
+			if err = syncDir(s.fs, s.dir); err == nil {
+				s.logMu.Lock()
+				s.recycled = append(s.recycled, free)
+				s.logMu.Unlock()
+				return nil
+			}
+		}
+	} else if rerr := s.fs.Remove(g.path); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) {
 		err = errors.Join(err, rerr)
+	} else {
+		s.logBytes.Add(-g.size())
 	}
-	s.logBytes.Add(-g.written.Load())
 	if err != nil {
-		return fmt.Errorf("exact: remove commit log %q: %w", g.path, err)
+		return fmt.Errorf("exact: retire commit log %q: %w", g.path, err)
 	}
 	return nil
 }

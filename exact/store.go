@@ -209,7 +209,8 @@ type Store struct {
 	floor     uint64 // drop floor as of the last handed-out batch
 	seg       *segment
 	segNum    uint64
-	bgRunning bool // a flushLoop runs
+	recycled  []string // retired segments to reuse
+	bgRunning bool     // a flushLoop runs
 
 	// memMu guards active (its contents too) and frozen, for Has. Both
 	// change under logMu as well, except that a flush drops frozen[0].
@@ -435,6 +436,18 @@ func (s *Store) replay() (err error) {
 	for _, name := range ls {
 		if n, ok := parseSegName(name); ok {
 			nums = append(nums, n)
+		} else if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled {
+			path := s.fs.PathJoin(s.dir, name)
+			fi, err := s.fs.Stat(path)
+			if err != nil {
+				return fmt.Errorf("exact: stat %q: %w", path, err)
+			}
+			s.recycled = append(s.recycled, path)
+			s.logBytes.Add(fi.Size())
+		} else if strings.HasPrefix(name, freePrefix) {
+			if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil {
+				return fmt.Errorf("exact: remove %q: %w", name, err)
+			}
 		}
 	}
 	slices.Sort(nums)
@@ -451,7 +464,7 @@ func (s *Store) replay() (err error) {
 		if err != nil {
 			return fmt.Errorf("exact: open commit log %q: %w", path, err)
 		}
-		err = readRecords(f, func(r *record) error {
+		err = readRecords(f, num, func(r *record) error {
 			if r.seq < next {
 				return nil // written to Pebble before the segment was removed
 			}
@@ -490,7 +503,7 @@ func (s *Store) replay() (err error) {
 		}
 	}
 	s.segNum++
-	seg, err := createSegment(s.fs, s.dir, s.segNum, nil)
+	seg, err := createSegment(s.fs, s.dir, s.segNum, nil, "")
 	if err != nil {
 		return err
 	}
@@ -580,8 +593,11 @@ func (s *Store) fail(err error) error {
 	return err
 }
 
-// Close closes the store. Batches not committed are dropped. Close of a
-// closed store returns ErrClosed.
+// Close closes the store. Batches not committed are dropped; commits not
+// yet flushed stay in the commit log, for the next Open. Close of a closed
+// store returns ErrClosed. Close of a broken store releases it without
+// repeating the failure that broke it (every call since has reported it),
+// unless Pebble is wedged.
 func (s *Store) Close() error {
 	s.rw.Lock()
 	defer s.rw.Unlock()
@@ -591,12 +607,19 @@ func (s *Store) Close() error {
 	s.closed = true
 	err := s.stopFlushes()
 	if s.seg != nil {
-		if cerr := s.seg.f.Close(); cerr != nil && s.brokenErr() == nil {
+		if cerr := s.seg.f.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("exact: close commit log: %w", cerr))
 		}
 	}
-	return errors.Join(err, s.closeDB())
+	err = errors.Join(err, s.closeDB())
+	if err != nil && s.brokenErr() != nil && !errors.Is(err, errWedged) {
+		return nil
+	}
+	return err
 }
+
+// errWedged reports that Pebble did not close after a fatal error.
+var errWedged = fmt.Errorf("%w: Pebble is wedged after a fatal error", ErrBroken)
 
 // stopFlushes waits for the background flush to end. What it leaves
 // unflushed stays in the commit log, for the next Open.
@@ -613,7 +636,7 @@ func (s *Store) stopFlushes() error {
 	case <-done:
 		return nil
 	case <-timeout:
-		return fmt.Errorf("%w: a flush did not end after a fatal error; restart the process to release %q", ErrBroken, s.dir)
+		return fmt.Errorf("%w: a flush did not end; restart the process to release %q", errWedged, s.dir)
 	}
 }
 
@@ -636,7 +659,7 @@ func (s *Store) closeDB() error {
 	case err = <-errc:
 		s.popts.Cache.Unref()
 	case <-timeout:
-		err = fmt.Errorf("%w: Pebble did not close after a fatal error; restart the process to release %q", ErrBroken, s.dir)
+		err = fmt.Errorf("%w: it did not close; restart the process to release %q", errWedged, s.dir)
 	}
 	if err != nil {
 		return fmt.Errorf("exact: close %q: %w", s.dir, err)
@@ -937,7 +960,12 @@ func (s *Store) Backup(destDir string) (err error) {
 			err = s.recovered(r)
 		}
 	}()
-	if err := s.flushAll(); err != nil {
+	// No flush may run while Pebble copies its state: the copy could hold
+	// the commit state a flush records after ingesting its tables, with a
+	// version from before that ingestion.
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	if err := s.flushAllLocked(); err != nil {
 		return err
 	}
 	if err := s.db.Checkpoint(destDir, pebble.WithFlushedWAL()); err != nil {
