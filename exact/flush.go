@@ -242,6 +242,7 @@ func (s *Store) newTableWriter(path string) (*sstable.Writer, error) {
 	return sstable.NewWriter(objstorageprovider.NewFileWritable(f), s.popts.MakeWriterOptions(0, s.db.TableFormat())), nil
 }
 
+
 // finishTable closes w, after err if any.
 func finishTable(w *sstable.Writer, path string, err error) error {
 	if cerr := w.Close(); err == nil && cerr != nil {
@@ -299,7 +300,7 @@ func (s *Store) writeGenTable(path string, g *memGen, sc *sortScratch) (err erro
 		chunk := sc.ents[lo:min(lo+gatherChunk, len(sc.ents))]
 		sc.keys, sc.ends = sc.keys[:0], sc.ends[:0]
 		for _, e := range chunk {
-			k, _ := g.keyAt(int(e.off))
+			k := g.keyAt(int(e.off))
 			sc.keys = append(sc.keys, tagKey)
 			sc.keys = binary.BigEndian.AppendUint64(sc.keys, g.gen)
 			sc.keys = append(sc.keys, k...)

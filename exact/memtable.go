@@ -47,15 +47,25 @@ type memRec struct {
 	hash0      int
 }
 
-// memGen holds the keys of one generation: each is uvarint(len) key in
-// arena, indexed by an open-addressing table of slots, each the top 24
-// bits of the key's hash and 1 + the key's offset in arena.
+// memGen holds the keys of one generation: each is uvarint(len) key in an
+// arena of chunks, indexed by an open-addressing table of slots, each the
+// top 24 bits of the key's hash and 1 + the key's offset in the arena (its
+// chunk's index << chunkBits | its place in the chunk). Chunks are never
+// moved: the arena grows without copying, and holds little slack.
 type memGen struct {
-	gen   uint64
-	arena []byte
-	slots []uint64
-	n     int
+	gen    uint64
+	chunks [][]byte
+	slots  []uint64
+	n      int
 }
+
+// chunkBits sets the size of an arena chunk, 1 MiB: a key (at most
+// MaxKeySize) always fits in a fresh one. The first chunk of a generation
+// grows to it, so that small tables stay small.
+const (
+	chunkBits = 20
+	chunkSize = 1 << chunkBits
+)
 
 const (
 	slotOffBits = 40
@@ -155,7 +165,13 @@ func (m *memTable) has(gen uint64, key []byte, h uint64) bool {
 	return g != nil && g.has(h, key)
 }
 
-func (g *memGen) bytes() int { return cap(g.arena) + 8*cap(g.slots) }
+func (g *memGen) bytes() int {
+	n := 8 * cap(g.slots)
+	for _, c := range g.chunks {
+		n += cap(c)
+	}
+	return n
+}
 
 // pos returns the home slot of hash h: its top bits, so that a slot's tag
 // gives its home in a table of up to 1<<tagBits slots.
@@ -180,15 +196,41 @@ func (g *memGen) prefetch(h uint64) {
 
 // add adds key of hash h; the index must have room (reserve).
 func (g *memGen) add(h uint64, key []byte) {
-	off := len(g.arena)
-	if len(key) < 0x80 {
-		g.arena = append(g.arena, byte(len(key)))
-	} else {
-		g.arena = binary.AppendUvarint(g.arena, uint64(len(key)))
+	need := len(key) + uvarintLen(uint64(len(key)))
+	ci := len(g.chunks) - 1
+	if ci < 0 || len(g.chunks[ci])+need > chunkSize {
+		size := chunkSize
+		if ci < 0 {
+			size = 16 << 10 // the first chunk grows by append up to chunkSize
+		}
+		g.chunks = append(g.chunks, make([]byte, 0, max(size, need)))
+		ci++
 	}
-	g.arena = append(g.arena, key...)
+	c := g.chunks[ci]
+	off := ci<<chunkBits | len(c)
+	if len(key) < 0x80 {
+		c = append(c, byte(len(key)))
+	} else {
+		c = binary.AppendUvarint(c, uint64(len(key)))
+	}
+	g.chunks[ci] = append(c, key...)
 	g.insert(g.pos(h), h&^slotOffMask|uint64(off+1))
 	g.n++
+}
+
+// each calls fn for every key of g, in the order added, with its offset.
+func (g *memGen) each(fn func(off int, key []byte)) {
+	for ci, c := range g.chunks {
+		for pos := 0; pos < len(c); {
+			n, w := uint64(c[pos]), 1
+			if n >= 0x80 {
+				n, w = binary.Uvarint(c[pos:])
+			}
+			start := pos + w
+			fn(ci<<chunkBits|pos, c[start:start+int(n)])
+			pos = start + int(n)
+		}
+	}
 }
 
 func (g *memGen) insert(i uint64, v uint64) {
@@ -214,21 +256,21 @@ func (g *memGen) grow(seed maphash.Seed, size int) {
 	}
 	for _, v := range old {
 		if v != 0 {
-			k, _ := g.keyAt(int(v&slotOffMask) - 1)
-			h := maphash.Bytes(seed, k)
+			h := maphash.Bytes(seed, g.keyAt(int(v&slotOffMask)-1))
 			g.insert(g.pos(h), v)
 		}
 	}
 }
 
-// keyAt returns the key at off and the offset of the next.
-func (g *memGen) keyAt(off int) ([]byte, int) {
-	n, w := uint64(g.arena[off]), 1
+// keyAt returns the key at off.
+func (g *memGen) keyAt(off int) []byte {
+	c := g.chunks[off>>chunkBits]
+	pos := off & (chunkSize - 1)
+	n, w := uint64(c[pos]), 1
 	if n >= 0x80 {
-		n, w = binary.Uvarint(g.arena[off:])
+		n, w = binary.Uvarint(c[pos:])
 	}
-	start := off + w
-	return g.arena[start : start+int(n)], start + int(n)
+	return c[pos+w : pos+w+int(n)]
 }
 
 func (g *memGen) has(h uint64, key []byte) bool {
@@ -242,7 +284,7 @@ func (g *memGen) has(h uint64, key []byte) bool {
 		if v&^slotOffMask != tag {
 			continue
 		}
-		if k, _ := g.keyAt(int(v&slotOffMask) - 1); bytes.Equal(k, key) {
+		if bytes.Equal(g.keyAt(int(v&slotOffMask)-1), key) {
 			return true
 		}
 	}

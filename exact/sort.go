@@ -27,11 +27,9 @@ func prefix8(k []byte, depth int) uint64 {
 // offsets in its arena. ents and tmp are scratch space, returned for reuse.
 func (g *memGen) sortedKeys(ents, tmp []sortEnt) ([]sortEnt, []sortEnt) {
 	ents = slices.Grow(ents[:0], g.n)
-	for off := 0; off < len(g.arena); {
-		k, next := g.keyAt(off)
+	g.each(func(off int, k []byte) {
 		ents = append(ents, sortEnt{prefix: prefix8(k, 0), off: uint64(off)})
-		off = next
-	}
+	})
 	tmp = radixSort(ents, tmp)
 	tmp = g.refine(ents, 8, tmp)
 	return ents, tmp
@@ -48,7 +46,7 @@ const refineCmp = 32
 // comparison sort of whole runs); a short one, or one whose keys end
 // before depth, is sorted by comparing keys. It overwrites prefix.
 func (g *memGen) refine(ents []sortEnt, depth int, tmp []sortEnt) []sortEnt {
-	key := func(e *sortEnt) []byte { k, _ := g.keyAt(int(e.off)); return k }
+	key := func(e *sortEnt) []byte { return g.keyAt(int(e.off)) }
 	for i := 0; i < len(ents); {
 		j := i + 1
 		for j < len(ents) && ents[j].prefix == ents[i].prefix {

@@ -404,8 +404,7 @@ func TestSortKeys(t *testing.T) {
 		ents, _ := g.sortedKeys(nil, nil)
 		var got []string
 		for _, e := range ents {
-			k, _ := g.keyAt(int(e.off))
-			got = append(got, fmt.Sprintf("%x", k))
+			got = append(got, fmt.Sprintf("%x", g.keyAt(int(e.off))))
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("n=%d: sortedKeys order differs", n)
