@@ -242,7 +242,6 @@ func (s *Store) newTableWriter(path string) (*sstable.Writer, error) {
 	return sstable.NewWriter(objstorageprovider.NewFileWritable(f), s.popts.MakeWriterOptions(0, s.db.TableFormat())), nil
 }
 
-
 // finishTable closes w, after err if any.
 func finishTable(w *sstable.Writer, path string, err error) error {
 	if cerr := w.Close(); err == nil && cerr != nil {
