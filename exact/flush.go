@@ -129,6 +129,14 @@ func (s *Store) flushOne(m *memTable) (err error) {
 	if err := s.brokenErr(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBroken, err)
 	}
+	// Its commits must be durable in the log before their keys are in
+	// Pebble: a commit still waiting for its fsync could otherwise leave
+	// its keys, ingested, without its checkpoint after a crash.
+	if m.seg != nil {
+		if err := m.seg.syncAll(); err != nil {
+			return s.fail(err)
+		}
+	}
 	if err := s.writeToPebble(m); err != nil {
 		return s.fail(fmt.Errorf("exact: flush commits %d-%d: %w", m.firstSeq, m.lastSeq, err))
 	}

@@ -245,7 +245,7 @@ func (g *memGen) insert(i uint64, v uint64) {
 func (g *memGen) grow(seed maphash.Seed, size int) {
 	old := g.slots
 	g.slots = make([]uint64, size)
-	if size <= 1<<tagBits {
+	if size <= regrowFromTags {
 		shift := uint(tagBits - bits.TrailingZeros(uint(size)))
 		for _, v := range old {
 			if v != 0 {
@@ -261,6 +261,10 @@ func (g *memGen) grow(seed maphash.Seed, size int) {
 		}
 	}
 }
+
+// regrowFromTags is the largest index grow rebuilds from the slots' tags
+// (a variable for tests).
+var regrowFromTags = 1 << tagBits
 
 // keyAt returns the key at off.
 func (g *memGen) keyAt(off int) []byte {

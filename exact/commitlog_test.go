@@ -1,0 +1,213 @@
+package exact
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+)
+
+// testRecord encodes a commit-log record of seq with one key.
+func testRecord(seq, seg uint64) []byte {
+	b := &Batch{}
+	k := keyOf(int(seq))
+	b.arena = append(b.arena, k...)
+	b.ents = append(b.ents, ent{gen: 1, n: uint32(len(k))})
+	b.logHash(1, hashOf(int(seq)))
+	rec := encodeRecord(nil, b)
+	sealRecord(rec, seq, seg)
+	return rec
+}
+
+// readSeqs returns the seqs of the records of the file of segment seg.
+func readSeqs(t *testing.T, fs vfs.FS, path string, seg uint64) ([]uint64, error) {
+	t.Helper()
+	f, err := fs.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var seqs []uint64
+	err = readRecords(f, seg, func(r *record) error {
+		if len(r.keys) != 1 || string(r.keys[0]) != string(keyOf(int(r.seq))) {
+			return fmt.Errorf("record %d holds %q", r.seq, r.keys)
+		}
+		seqs = append(seqs, r.seq)
+		return nil
+	})
+	return seqs, err
+}
+
+// TestReusedSegment: a segment written over a retired one ends where its
+// own records end, whatever the earlier use left after them, and goes on
+// to the next segment only through its end marker.
+func TestReusedSegment(t *testing.T) {
+	fs := vfs.NewMem()
+	if err := fs.MkdirAll("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g1, err := createSegment(fs, "d", 1, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 5; seq++ {
+		if _, _, err := g1.append(testRecord(seq, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := g1.append(endRecord(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g1.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if seqs, err := readSeqs(t, fs, g1.path, 1); err != nil || fmt.Sprint(seqs) != "[1 2 3 4 5]" {
+		t.Fatalf("segment 1: %v, %v", seqs, err)
+	}
+	if err := fs.Rename(g1.path, "d/"+freeName(1)); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := createSegment(fs, "d", 2, nil, "d/"+freeName(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.base == 0 {
+		t.Fatal("a reused segment does not know its file's size")
+	}
+	if _, _, err := g2.append(testRecord(6, 2)); err != nil {
+		t.Fatal(err)
+	}
+	seqs, err := readSeqs(t, fs, g2.path, 2)
+	if !errors.Is(err, errTorn) || fmt.Sprint(seqs) != "[6]" {
+		t.Fatalf("reused segment: %v, %v; want [6] and the end of the log", seqs, err)
+	}
+	if _, _, err := g2.append(endRecord(2)); err != nil {
+		t.Fatal(err)
+	}
+	if seqs, err := readSeqs(t, fs, g2.path, 2); err != nil || fmt.Sprint(seqs) != "[6]" {
+		t.Fatalf("reused segment with its end marker: %v, %v", seqs, err)
+	}
+}
+
+// TestSegmentSyncsPrevious: the first fsync of a segment makes the one
+// before it durable whole (its last records and end marker): a commit
+// acknowledged in the new segment must not follow a lost one.
+func TestSegmentSyncsPrevious(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	if err := mem.MkdirAll("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncDir(mem, ""); err != nil {
+		t.Fatal(err)
+	}
+	g1, err := createSegment(mem, "d", 1, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g1.append(testRecord(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g1.append(endRecord(1)); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := createSegment(mem, "d", 2, g1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, _, err := g2.append(testRecord(2, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.syncThrough(off); err != nil {
+		t.Fatal(err)
+	}
+	crash := mem.CrashClone(vfs.CrashCloneCfg{})
+	if seqs, err := readSeqs(t, crash, "d/"+segName(1), 1); err != nil || fmt.Sprint(seqs) != "[1]" {
+		t.Fatalf("segment 1 after a crash: %v, %v", seqs, err)
+	}
+	if seqs, err := readSeqs(t, crash, "d/"+segName(2), 2); !errors.Is(err, errTorn) || fmt.Sprint(seqs) != "[2]" {
+		t.Fatalf("segment 2 after a crash: %v, %v", seqs, err)
+	}
+}
+
+// TestRetiredSegmentRenamedDurably: once a segment is retired, a crash
+// finds it under its free name only, so that a later reuse, which
+// overwrites it, cannot leave a half-overwritten file under the old name
+// to end the replay early.
+func TestRetiredSegmentRenamedDurably(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	s := mustOpen(t, "db", Options{FS: mem, memLimit: 1})
+	commitRange(t, s, 1, 0, 10, []byte("a")) // freezes segment 1
+	if err := s.flushAll(); err != nil {     // retires it
+		t.Fatal(err)
+	}
+	crash := mem.CrashClone(vfs.CrashCloneCfg{})
+	ls, err := crash.List("db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := false
+	for _, name := range ls {
+		if name == segName(1) {
+			t.Fatalf("retired segment 1 still under its name after a crash: %v", ls)
+		}
+		free = free || name == freeName(1)
+	}
+	if !free {
+		t.Fatalf("no retired segment to reuse after a crash: %v", ls)
+	}
+	mustClose(t, s)
+}
+
+// TestFlushWaitsForLog: a flush writes the keys of a commit to Pebble only
+// once the commit's log record is durable. Here the commit's fsync is held
+// up while its memtable is flushed; a crash when the flush records its
+// commit state (after the ingestion) must find the batch whole or not at
+// all, never its keys without its checkpoint.
+func TestFlushWaitsForLog(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var armed, metaSeen atomic.Bool
+	release := make(chan struct{})
+	var crash *vfs.MemFS
+	var once sync.Once
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !armed.Load() {
+			return nil
+		}
+		switch {
+		case (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) && strings.Contains(op.Path, segPrefix) && !metaSeen.Load():
+			// The commit's fsync: wait for the flush to record the commit
+			// state (or give up, when the flush itself waits for it).
+			select {
+			case <-release:
+			case <-time.After(time.Second):
+			}
+		case op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.HasSuffix(op.Path, ".log"):
+			once.Do(func() {
+				metaSeen.Store(true)
+				crash = mem.CrashClone(vfs.CrashCloneCfg{})
+				close(release)
+			})
+		}
+		return nil
+	})
+	s := mustOpen(t, "db", Options{FS: errorfs.Wrap(mem, inj), memLimit: 1})
+	armed.Store(true)
+	commitRange(t, s, 1, 0, 50, []byte("cp-0")) // freezes: the flush starts at once
+	if err := s.flushAll(); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(false)
+	mustClose(t, s)
+	if crash == nil {
+		t.Fatal("the flush recorded no commit state")
+	}
+	w := crashWorkload{total: 1, per: 50, genEvery: 10, memLimit: 1}
+	w.verify(t, crash, 0, 0, 0, "crash while the commit state is recorded")
+}
