@@ -2,6 +2,7 @@ package exact
 
 import (
 	"bytes"
+	"flag"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/internal/diskuse"
 )
 
 // benchKeys returns n random 16-byte keys.
@@ -260,3 +263,118 @@ func cpuNanos() int64 {
 }
 
 var benchMemTable uint64 = 64 << 20
+
+var diskKeys = flag.Int("exact.diskkeys", 10_000_000, "keys held by BenchmarkDiskPerKey")
+
+// BenchmarkDiskPerKey fills a store on disk the way the engine does with
+// -exact.diskkeys random 16-byte keys held at once: four generations of
+// commits of 5000 keys, the generation before them dropped and reclaimed,
+// a snapshot per generation truncating the log through the one before (so
+// the log holds two generations, as just before a snapshot). Then it
+// reports the disk per held key (all files; the key tables; the log
+// tables), the compactions Pebble ran, and Has of present and absent keys.
+// Run it once: -benchtime=1x.
+func BenchmarkDiskPerKey(b *testing.B) {
+	const gens, per = 4, 5000
+	perGen := *diskKeys / gens / per * per
+	dir := b.TempDir()
+	s := mustOpen(b, dir, Options{})
+	defer mustClose(b, s)
+	rng := rand.New(rand.NewPCG(7, 8))
+	keys := benchKeys(rng, per)
+	var present [][]byte
+	var snapSeq, prevSnap uint64
+	start := time.Now()
+	for gen := uint64(1); gen <= gens+1; gen++ {
+		for c := 0; c < perGen/per; c++ {
+			for _, k := range keys {
+				binary.LittleEndian.PutUint64(k, rng.Uint64())
+				binary.LittleEndian.PutUint64(k[8:], rng.Uint64())
+			}
+			bt := s.NewBatch()
+			for _, k := range keys {
+				bt.Add(gen, k, rng.Uint64())
+			}
+			if c == 0 && gen > gens {
+				bt.DropGenerationsBefore(gen - gens + 1)
+			}
+			bt.SetCheckpoint(binary.BigEndian.AppendUint64(nil, gen))
+			seq, err := bt.Commit()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if gen > 1 && c%64 == 0 && len(present) < 100_000 {
+				present = append(present, bytes.Clone(keys[0]))
+			}
+			if c == perGen/per-1 && gen < gens+1 { // a snapshot
+				if prevSnap > 0 {
+					if err := s.TruncateLog(prevSnap); err != nil {
+						b.Fatal(err)
+					}
+				}
+				prevSnap, snapSeq = snapSeq, seq
+			}
+		}
+	}
+	if err := s.Reclaim(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	fill := time.Since(start)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if s.Metrics().Compact.NumInProgress == 0 && s.frozenCount() == 0 {
+			break
+		}
+	}
+	held := float64(gens * perGen)
+	total, err := diskuse.Bytes(vfs.Default, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keyTables, err := s.db.EstimateDiskUsage(genPrefix(0), keysEnd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	logTables, err := s.db.EstimateDiskUsage(logKey(0), logEnd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := s.Metrics()
+	b.Logf("%.0f keys held, filled in %v; %d B on disk (%d key tables, %d log tables, %d commit log)\n%s",
+		held, fill.Round(time.Millisecond), total, keyTables, logTables, s.logBytes.Load(), m)
+	b.ReportMetric(float64(total)/held, "B/key")
+	b.ReportMetric(float64(keyTables)/held, "keyB/key")
+	b.ReportMetric(float64(logTables)/held, "logB/key")
+	b.ReportMetric(float64(m.Compact.Count), "compactions")
+	b.ReportMetric(float64(m.ReadAmp()), "readamp")
+	b.ReportMetric(held/fill.Seconds()/1e6, "fill-Mkeys/s")
+	absent := benchKeys(rng, len(present))
+	for _, c := range []struct {
+		name string
+		keys [][]byte
+		want bool
+	}{{"present", present, true}, {"absent", absent, false}} {
+		t0 := time.Now()
+		for i, k := range c.keys {
+			gen := uint64(gens + 1)
+			if c.want {
+				gen = 0 // the generation is not recorded: ask all
+				for g := uint64(2); g <= gens+1 && gen == 0; g++ {
+					if ok, err := s.Has(g, k); err != nil {
+						b.Fatal(err)
+					} else if ok {
+						gen = g
+					}
+				}
+				if gen == 0 {
+					b.Fatalf("present key %d not found", i)
+				}
+				continue
+			}
+			if ok, err := s.Has(gen, k); err != nil || ok {
+				b.Fatalf("absent key %d: %v, %v", i, ok, err)
+			}
+		}
+		b.ReportMetric(float64(time.Since(t0).Nanoseconds())/float64(len(c.keys)), "has-"+c.name+"-ns")
+	}
+	b.ReportMetric(0, "ns/op")
+}

@@ -347,13 +347,14 @@ func decodeRecord(p []byte, r *record) error {
 // acknowledged.
 var errTorn = errors.New("exact: end of the commit log")
 
-// readRecords calls fn for every record of the file f of segment seg, in
-// order, and returns nil at its end marker. It returns errTorn at the end
-// of the file or at a record that is short, fails its checksum or belongs
-// to another segment (an earlier use of the file). The record passed to
-// fn is valid only during the call.
-func readRecords(f io.Reader, seg uint64, fn func(*record) error) error {
+// readRecords calls fn for every record of the file f, of size bytes, of
+// segment seg, in order, and returns nil at its end marker. It returns
+// errTorn at the end of the file or at a record that is short, fails its
+// checksum or belongs to another segment (an earlier use of the file). The
+// record passed to fn is valid only during the call.
+func readRecords(f io.Reader, size int64, seg uint64, fn func(*record) error) error {
 	br := bufio.NewReaderSize(f, 1<<20)
+	var off int64
 	var hdr [recHeader]byte
 	var payload []byte
 	var r record
@@ -365,9 +366,12 @@ func readRecords(f io.Reader, seg uint64, fn func(*record) error) error {
 		}
 		n := binary.LittleEndian.Uint32(hdr[:])
 		sum := binary.LittleEndian.Uint64(hdr[4:])
-		if n < recFixed {
+		off += recHeader
+		// A torn header may claim anything: never allocate past the file.
+		if n < recFixed || int64(n) > size-off {
 			return errTorn
 		}
+		off += int64(n)
 		payload = slices.Grow(payload[:0], int(n))[:n]
 		if _, err := io.ReadFull(br, payload); errors.Is(err, io.ErrUnexpectedEOF) || err == io.EOF {
 			return errTorn

@@ -33,8 +33,12 @@ func readSeqs(t *testing.T, fs vfs.FS, path string, seg uint64) ([]uint64, error
 		t.Fatal(err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var seqs []uint64
-	err = readRecords(f, seg, func(r *record) error {
+	err = readRecords(f, fi.Size(), seg, func(r *record) error {
 		if len(r.keys) != 1 || string(r.keys[0]) != string(keyOf(int(r.seq))) {
 			return fmt.Errorf("record %d holds %q", r.seq, r.keys)
 		}
@@ -171,7 +175,7 @@ func TestRetiredSegmentRenamedDurably(t *testing.T) {
 // commit state (after the ingestion) must find the batch whole or not at
 // all, never its keys without its checkpoint.
 func TestFlushWaitsForLog(t *testing.T) {
-	mem := vfs.NewCrashableMem()
+	mem := newCrashableFS()
 	var armed, metaSeen atomic.Bool
 	release := make(chan struct{})
 	var crash *vfs.MemFS
@@ -197,7 +201,7 @@ func TestFlushWaitsForLog(t *testing.T) {
 		}
 		return nil
 	})
-	s := mustOpen(t, "db", Options{FS: errorfs.Wrap(mem, inj), memLimit: 1})
+	s := mustOpen(t, "db", Options{FS: errorfs.Wrap(mem.FS(), inj), memLimit: 1})
 	armed.Store(true)
 	commitRange(t, s, 1, 0, 50, []byte("cp-0")) // freezes: the flush starts at once
 	if err := s.flushAll(); err != nil {

@@ -95,8 +95,8 @@ func TestCrash(t *testing.T) {
 		for _, pct := range []int{0, 50, 100} {
 			t.Run(m.name+"/unsynced="+strconv.Itoa(pct), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(pct), 7))
-				mem := vfs.NewCrashableMem()
-				o := Options{FS: mem, memLimit: m.memLimit, MemTableSize: 1 << 20}
+				mem := newCrashableFS()
+				o := Options{FS: mem.FS(), memLimit: m.memLimit, MemTableSize: 1 << 20}
 				s := mustOpen(t, "db", o)
 				for i := 0; i < total; i++ {
 					if _, err := crashBatch(s, i, per); err != nil {
@@ -117,8 +117,8 @@ func TestCrashDuringCommit(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
-			mem := vfs.NewCrashableMem()
-			o := Options{FS: mem, memLimit: m.memLimit, MemTableSize: 1 << 20}
+			mem := newCrashableFS()
+			o := Options{FS: mem.FS(), memLimit: m.memLimit, MemTableSize: 1 << 20}
 			s := mustOpen(t, "db", o)
 			defer mustClose(t, s)
 			var mu sync.Mutex
@@ -165,12 +165,12 @@ func TestCommitIOError(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			injections := 0
 			for k := int64(0); ; k++ {
-				mem := vfs.NewCrashableMem()
+				mem := newCrashableFS()
 				// Every write counts, MANIFEST writes (fatal to Pebble) and
 				// those of background flushes included.
 				at := errorfs.OnIndex(int32(k))
 				inj := &errorfs.Toggle{Injector: faultfs.If(errorfs.And(errorfs.Writes, at), errorfs.ErrInjected)}
-				o := Options{FS: errorfs.Wrap(mem, inj), memLimit: m.memLimit}
+				o := Options{FS: errorfs.Wrap(mem.FS(), inj), memLimit: m.memLimit}
 				s := mustOpen(t, "db", o)
 				if _, err := crashBatch(s, 0, per); err != nil {
 					t.Fatal(err)

@@ -100,6 +100,8 @@ func (s *Store) flushAll() error {
 }
 
 // flushAllLocked is flushAll with flushMu held.
+// It flushes the memtables frozen up to the call, not those that commits
+// made meanwhile freeze, so that it ends while commits go on.
 func (s *Store) flushAllLocked() error {
 	s.logMu.Lock()
 	if !s.active.empty() {
@@ -108,9 +110,12 @@ func (s *Store) flushAllLocked() error {
 			return err
 		}
 	}
+	s.memMu.RLock()
+	n := len(s.frozen)
+	s.memMu.RUnlock()
 	s.logMu.Unlock()
-	for m := s.oldestFrozen(); m != nil; m = s.oldestFrozen() {
-		if err := s.flushOne(m); err != nil {
+	for ; n > 0; n-- {
+		if err := s.flushOne(s.oldestFrozen()); err != nil {
 			return err
 		}
 	}

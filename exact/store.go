@@ -464,7 +464,11 @@ func (s *Store) replay() (err error) {
 		if err != nil {
 			return fmt.Errorf("exact: open commit log %q: %w", path, err)
 		}
-		err = readRecords(f, num, func(r *record) error {
+		fi, err := f.Stat()
+		if err != nil {
+			return errors.Join(fmt.Errorf("exact: stat commit log %q: %w", path, err), f.Close())
+		}
+		err = readRecords(f, fi.Size(), num, func(r *record) error {
 			if r.seq < next {
 				return nil // written to Pebble before the segment was removed
 			}
