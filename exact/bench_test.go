@@ -2,9 +2,9 @@ package exact
 
 import (
 	"bytes"
-	"flag"
 	"context"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
