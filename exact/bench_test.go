@@ -272,8 +272,9 @@ var diskKeys = flag.Int("exact.diskkeys", 10_000_000, "keys held by BenchmarkDis
 // a snapshot per generation truncating the log through the one before (so
 // the log holds two generations, as just before a snapshot). Then it
 // reports the disk per held key (all files; the key tables; the log
-// tables), the compactions Pebble ran, and Has of present and absent keys.
-// Run it once: -benchtime=1x.
+// tables), the compactions Pebble ran, and the time of one Has, as the
+// engine asks it (of the generation its filter names): of a stored key of
+// any live generation, and of an absent key. Run it once: -benchtime=1x.
 func BenchmarkDiskPerKey(b *testing.B) {
 	const gens, per = 4, 5000
 	perGen := *diskKeys / gens / per * per
@@ -282,7 +283,11 @@ func BenchmarkDiskPerKey(b *testing.B) {
 	defer mustClose(b, s)
 	rng := rand.New(rand.NewPCG(7, 8))
 	keys := benchKeys(rng, per)
-	var present [][]byte
+	type lookup struct {
+		gen uint64
+		key []byte
+	}
+	var present []lookup
 	var snapSeq, prevSnap uint64
 	start := time.Now()
 	for gen := uint64(1); gen <= gens+1; gen++ {
@@ -303,8 +308,10 @@ func BenchmarkDiskPerKey(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if gen > 1 && c%64 == 0 && len(present) < 100_000 {
-				present = append(present, bytes.Clone(keys[0]))
+			if gen > 1 && c%4 == 0 && len(present) < 100_000 {
+				for _, k := range keys[:per/100] {
+					present = append(present, lookup{gen, bytes.Clone(k)})
+				}
 			}
 			if c == perGen/per-1 && gen < gens+1 { // a snapshot
 				if prevSnap > 0 {
@@ -330,7 +337,11 @@ func BenchmarkDiskPerKey(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	keyTables, err := s.db.EstimateDiskUsage(genPrefix(0), keysEnd)
+	keyTables, err := s.db.EstimateDiskUsage(tagGen(tagFlushKey, 0), flushKeysEnd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	filterTables, err := s.db.EstimateDiskUsage(tagGen(tagFilter, 0), filtersEnd)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -339,42 +350,40 @@ func BenchmarkDiskPerKey(b *testing.B) {
 		b.Fatal(err)
 	}
 	m := s.Metrics()
-	b.Logf("%.0f keys held, filled in %v; %d B on disk (%d key tables, %d log tables, %d commit log)\n%s",
-		held, fill.Round(time.Millisecond), total, keyTables, logTables, s.logBytes.Load(), m)
+	b.Logf("%.0f keys held, filled in %v; %d B on disk (%d key tables, %d filters, %d log tables, %d commit log); %d B of filters in memory",
+		held, fill.Round(time.Millisecond), total, keyTables, filterTables, logTables, s.logBytes.Load(), s.filters.bytes())
 	b.ReportMetric(float64(total)/held, "B/key")
 	b.ReportMetric(float64(keyTables)/held, "keyB/key")
 	b.ReportMetric(float64(logTables)/held, "logB/key")
+	b.ReportMetric(float64(filterTables)/held, "filterB/key")
 	b.ReportMetric(float64(m.Compact.Count), "compactions")
 	b.ReportMetric(float64(m.ReadAmp()), "readamp")
 	b.ReportMetric(held/fill.Seconds()/1e6, "fill-Mkeys/s")
-	absent := benchKeys(rng, len(present))
+	rng.Shuffle(len(present), func(i, j int) { present[i], present[j] = present[j], present[i] })
+	var absent []lookup
+	for _, k := range benchKeys(rng, len(present)) {
+		absent = append(absent, lookup{2 + rng.Uint64N(gens), k})
+	}
 	for _, c := range []struct {
-		name string
-		keys [][]byte
-		want bool
-	}{{"present", present, true}, {"absent", absent, false}} {
+		name    string
+		lookups []lookup
+		want    bool
+	}{{"warm-up", present[:10_000], true}, {"present", present, true}, {"absent", absent, false}} {
 		t0 := time.Now()
-		for i, k := range c.keys {
-			gen := uint64(gens + 1)
-			if c.want {
-				gen = 0 // the generation is not recorded: ask all
-				for g := uint64(2); g <= gens+1 && gen == 0; g++ {
-					if ok, err := s.Has(g, k); err != nil {
-						b.Fatal(err)
-					} else if ok {
-						gen = g
-					}
-				}
-				if gen == 0 {
-					b.Fatalf("present key %d not found", i)
-				}
-				continue
-			}
-			if ok, err := s.Has(gen, k); err != nil || ok {
-				b.Fatalf("absent key %d: %v, %v", i, ok, err)
+		for i, l := range c.lookups {
+			if ok, err := s.Has(l.gen, l.key); err != nil || ok != c.want {
+				b.Fatalf("%s key %d of generation %d: %v, %v", c.name, i, l.gen, ok, err)
 			}
 		}
-		b.ReportMetric(float64(time.Since(t0).Nanoseconds())/float64(len(c.keys)), "has-"+c.name+"-ns")
+		if c.name != "warm-up" {
+			b.ReportMetric(float64(time.Since(t0).Nanoseconds())/float64(len(c.lookups)), "has-"+c.name+"-ns")
+		}
+		m := s.Metrics()
+		files := ""
+		for l := range m.Levels {
+			files += fmt.Sprintf(" L%d:%d", l, m.Levels[l].TablesCount)
+		}
+		b.Logf("after %s lookups: block cache %d hits %d misses; tables%s; L0 sublevels %d", c.name, m.BlockCache.Hits, m.BlockCache.Misses, files, m.Levels[0].Sublevels)
 	}
 	b.ReportMetric(0, "ns/op")
 }

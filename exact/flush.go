@@ -3,7 +3,6 @@ package exact
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	iofs "io/fs"
@@ -191,8 +190,12 @@ func (s *Store) retire(g *segment) error {
 	return nil
 }
 
-// writeToPebble ingests the keys and log records of m, then records its
-// last commit's sequence number, checkpoint and floor.
+// writeToPebble ingests the keys, their filters and the log records of m,
+// then records its last commit's sequence number, checkpoint and floor,
+// and takes the filters in. The flush's number is m.firstSeq: the flush of
+// a replay after a crash between the ingestion and the commit state
+// rewrites the same keys under the same number, so a key is never stored
+// twice.
 func (s *Store) writeToPebble(m *memTable) error {
 	var paths []string
 	defer func() {
@@ -213,11 +216,34 @@ func (s *Store) writeToPebble(m *memTable) error {
 	gens := slices.Clone(m.gens)
 	slices.SortFunc(gens, func(a, b *memGen) int { return cmp.Compare(a.gen, b.gen) })
 	var sc sortScratch
+	type genFilter struct {
+		gen uint64
+		f   keyFilter
+	}
+	var filters []genFilter
 	for _, g := range gens {
 		if g.gen < m.floor || g.n == 0 {
 			continue
 		}
-		if err := s.writeGenTable(name(fmt.Sprint(g.gen)), g, &sc); err != nil {
+		f, err := s.writeGenTable(name(fmt.Sprint(g.gen)), g, m.firstSeq, &sc)
+		if err != nil {
+			return err
+		}
+		filters = append(filters, genFilter{g.gen, f})
+	}
+	if len(filters) > 0 {
+		path := name("filters")
+		w, err := s.newTableWriter(path)
+		if err != nil {
+			return err
+		}
+		for _, gf := range filters {
+			if err = w.Set(filterKey(gf.gen, m.firstSeq), gf.f.marshal()); err != nil {
+				err = fmt.Errorf("write %q: %w", path, err)
+				break
+			}
+		}
+		if err := finishTable(w, path, err); err != nil {
 			return err
 		}
 	}
@@ -241,6 +267,9 @@ func (s *Store) writeToPebble(m *memTable) error {
 	}
 	if err != nil {
 		return fmt.Errorf("record commit state: %w", err)
+	}
+	for _, gf := range filters {
+		s.filters.add(gf.gen, flushFilter{flush: m.firstSeq, filter: gf.f})
 	}
 	return nil
 }
@@ -299,12 +328,13 @@ type sortScratch struct {
 const gatherChunk = 4096
 
 // writeGenTable writes the keys of g, sorted and without duplicates, to
-// path.
-func (s *Store) writeGenTable(path string, g *memGen, sc *sortScratch) (err error) {
+// path, as flush number flush, and returns their filter.
+func (s *Store) writeGenTable(path string, g *memGen, flush uint64, sc *sortScratch) (f keyFilter, err error) {
 	sc.ents, sc.tmp = g.sortedKeys(sc.ents, sc.tmp)
+	f = newKeyFilter(g.n)
 	w, err := s.newTableWriter(path)
 	if err != nil {
-		return err
+		return f, err
 	}
 	defer func() { err = finishTable(w, path, err) }()
 	var prev []byte
@@ -312,10 +342,7 @@ func (s *Store) writeGenTable(path string, g *memGen, sc *sortScratch) (err erro
 		chunk := sc.ents[lo:min(lo+gatherChunk, len(sc.ents))]
 		sc.keys, sc.ends = sc.keys[:0], sc.ends[:0]
 		for _, e := range chunk {
-			k := g.keyAt(int(e.off))
-			sc.keys = append(sc.keys, tagKey)
-			sc.keys = binary.BigEndian.AppendUint64(sc.keys, g.gen)
-			sc.keys = append(sc.keys, k...)
+			sc.keys = appendFlushKey(sc.keys, g.gen, flush, g.keyAt(int(e.off)))
 			sc.ends = append(sc.ends, len(sc.keys))
 		}
 		start := 0
@@ -326,13 +353,17 @@ func (s *Store) writeGenTable(path string, g *memGen, sc *sortScratch) (err erro
 				continue // added twice
 			}
 			if err := w.Set(k, nil); err != nil {
-				return fmt.Errorf("write %q: %w", path, err)
+				return f, fmt.Errorf("write %q: %w", path, err)
 			}
+			f.add(keyHash(k[flushKeyPrefix:]))
 			prev = append(prev[:0], k...)
 		}
 	}
-	return nil
+	return f, nil
 }
+
+// flushKeyPrefix is the length of tagFlushKey|gen|flush.
+const flushKeyPrefix = 17
 
 // removeIngestLeftovers removes sstables of ingestions that a crash
 // interrupted.

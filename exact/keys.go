@@ -13,8 +13,10 @@ const (
 	tagFloor      = 0x03
 	tagSeq        = 0x04
 	tagLog        = 0x05
-	tagKey        = 0x06
+	tagKey        = 0x06 // format 1: generation, key
 	tagTruncated  = 0x07
+	tagFlushKey   = 0x08 // generation, flush, key
+	tagFilter     = 0x09 // generation, flush -> key filter
 )
 
 // formatVersion is the on-disk format written by this package: 2 adds the
@@ -40,8 +42,39 @@ func genPrefix(gen uint64) []byte {
 	return b
 }
 
-// keysEnd is the upper bound (exclusive) of the whole key range.
+// keysEnd is the upper bound (exclusive) of the format-1 key range.
 var keysEnd = []byte{tagKey + 1}
+
+// flushKeysEnd is the upper bound (exclusive) of the flushed key range.
+var flushKeysEnd = []byte{tagFlushKey + 1}
+
+// filtersEnd is the upper bound (exclusive) of the filter range.
+var filtersEnd = []byte{tagFilter + 1}
+
+// tagGen returns tag|gen.
+func tagGen(tag byte, gen uint64) []byte {
+	b := make([]byte, 9)
+	b[0] = tag
+	binary.BigEndian.PutUint64(b[1:], gen)
+	return b
+}
+
+// appendFlushKey appends tagFlushKey|gen|flush|key to dst.
+func appendFlushKey(dst []byte, gen, flush uint64, key []byte) []byte {
+	dst = append(dst, tagFlushKey)
+	dst = binary.BigEndian.AppendUint64(dst, gen)
+	dst = binary.BigEndian.AppendUint64(dst, flush)
+	return append(dst, key...)
+}
+
+// filterKey returns tagFilter|gen|flush.
+func filterKey(gen, flush uint64) []byte {
+	b := make([]byte, 17)
+	b[0] = tagFilter
+	binary.BigEndian.PutUint64(b[1:], gen)
+	binary.BigEndian.PutUint64(b[9:], flush)
+	return b
+}
 
 // putKey writes tagKey|gen|key into dst, which must be 9+len(key) long.
 func putKey(dst []byte, gen uint64, key []byte) {

@@ -2,6 +2,7 @@ package exact
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
@@ -64,5 +65,38 @@ func TestMemGen(t *testing.T) {
 				t.Fatalf("each visited %d keys of %d", n, len(keys))
 			}
 		})
+	}
+}
+
+// TestKeyFilter: no false negatives, a false-positive rate near the 1%
+// the filters are sized for, and a stored filter reads back the same.
+func TestKeyFilter(t *testing.T) {
+	const n = 200_000
+	f := newKeyFilter(n)
+	for i := 0; i < n; i++ {
+		f.add(keyHash(keyOf(i)))
+	}
+	g, err := unmarshalKeyFilter(f.marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if !g.mayContain(keyHash(keyOf(i))) {
+			t.Fatalf("key %d: false negative", i)
+		}
+	}
+	fp := 0
+	for i := n; i < 3*n; i++ {
+		if g.mayContain(keyHash(keyOf(i))) {
+			fp++
+		}
+	}
+	rate := float64(fp) / (2 * n)
+	t.Logf("false positives: %.3f%% at %d bits per key", 100*rate, filterBitsPerKey)
+	if rate > 0.02 || rate < 0.002 {
+		t.Fatalf("false-positive rate %.4f, want about 0.01", rate)
+	}
+	if _, err := unmarshalKeyFilter([]byte{filterFormat, 1, 2}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a short filter reads as %v", err)
 	}
 }

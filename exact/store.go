@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/internal/errclass"
 )
@@ -66,9 +65,6 @@ type Options struct {
 	// CacheSize is the size of Pebble's block cache in bytes. Default 64
 	// MiB.
 	CacheSize int64
-	// BloomBitsPerKey sizes the Bloom filters of the sstables, which keep Has
-	// of absent keys off the disk. Default 10 (about 1% false positives).
-	BloomBitsPerKey int
 	// CompactionConcurrency is the largest number of concurrent Pebble
 	// compactions. Default 2.
 	CompactionConcurrency int
@@ -94,9 +90,6 @@ func (o *Options) ensureDefaults() {
 	if o.CacheSize == 0 {
 		o.CacheSize = 64 << 20
 	}
-	if o.BloomBitsPerKey == 0 {
-		o.BloomBitsPerKey = 10
-	}
 	if o.CompactionConcurrency == 0 {
 		o.CompactionConcurrency = 2
 	}
@@ -112,9 +105,6 @@ func (o *Options) validate() error {
 	}
 	if o.CacheSize < 0 {
 		bad = append(bad, fmt.Sprintf("CacheSize %d < 0", o.CacheSize))
-	}
-	if o.BloomBitsPerKey < 1 || o.BloomBitsPerKey > 64 {
-		bad = append(bad, fmt.Sprintf("BloomBitsPerKey %d not in [1, 64]", o.BloomBitsPerKey))
 	}
 	if o.CompactionConcurrency < 1 {
 		bad = append(bad, fmt.Sprintf("CompactionConcurrency %d < 1", o.CompactionConcurrency))
@@ -177,8 +167,9 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 	for i := range po.Levels {
 		l := &po.Levels[i]
 		l.BlockSize = 4 << 10
-		l.FilterPolicy = bloom.FilterPolicy(o.BloomBitsPerKey)
-		l.FilterType = pebble.TableFilter
+		// No sstable filters: a lookup reads the one table its flush filter
+		// names (see keyfilter.go), and a table's filter is one block,
+		// read whole on a cache miss.
 	}
 	po.TargetFileSizes[0] = 16 << 20
 	po.EnsureDefaults()
@@ -230,6 +221,11 @@ type Store struct {
 
 	stallMu   sync.Mutex
 	stallCond sync.Cond
+
+	// filters are the flush filters of the live generations; legacy
+	// reports keys of format 1 (tagKey), which Has also looks up.
+	filters flushFilters
+	legacy  bool
 
 	// truncated is the log truncation mark: log records of seq <= it are
 	// gone.
@@ -307,6 +303,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.stallCond.L = &s.stallMu
 	s.active = &memTable{}
 	if err := s.init(existing); err != nil {
+		return nil, errors.Join(err, s.closeDB())
+	}
+	if err := s.loadFilters(); err != nil {
 		return nil, errors.Join(err, s.closeDB())
 	}
 	if err := s.replay(); err != nil {
@@ -417,6 +416,45 @@ func (s *Store) init(existing bool) (err error) {
 		s.truncated.Store(t)
 	}
 	return s.removeIngestLeftovers()
+}
+
+// loadFilters reads the flush filters of the live generations, and finds
+// whether the store holds keys of format 1.
+func (s *Store) loadFilters() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagFilter, s.floor), UpperBound: filtersEnd})
+	if err != nil {
+		return fmt.Errorf("exact: load filters: %w", err)
+	}
+	for ok := it.First(); ok && err == nil; ok = it.Next() {
+		k := it.Key()
+		if len(k) != 17 {
+			err = fmt.Errorf("%w: filter key of %d bytes", ErrCorrupt, len(k))
+			break
+		}
+		var v []byte
+		if v, err = it.ValueAndErr(); err != nil {
+			break
+		}
+		var f keyFilter
+		if f, err = unmarshalKeyFilter(v); err == nil {
+			s.filters.add(beUint64(k[1:9]), flushFilter{flush: beUint64(k[9:17]), filter: f})
+		}
+	}
+	if err == nil {
+		err = it.Error()
+	}
+	if err = errors.Join(err, it.Close()); err != nil {
+		return fmt.Errorf("exact: load filters: %w", err)
+	}
+	legacy, err := s.db.NewIter(&pebble.IterOptions{LowerBound: genPrefix(s.floor), UpperBound: keysEnd})
+	if err != nil {
+		return fmt.Errorf("exact: look for keys of format 1: %w", err)
+	}
+	s.legacy = legacy.First()
+	if err := errors.Join(legacy.Error(), legacy.Close()); err != nil {
+		return fmt.Errorf("exact: look for keys of format 1: %w", err)
+	}
+	return nil
 }
 
 // replay reads the commit log into a memtable, writes it to Pebble, removes
@@ -707,8 +745,6 @@ func (s *Store) SetMeta(name string, value []byte) (err error) {
 	return nil
 }
 
-var keyBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64); return &b }}
-
 // Has reports whether key is stored under generation gen.
 func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 	if s.opts.LogOnly {
@@ -724,28 +760,47 @@ func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 		return false, err
 	}
 	defer s.rw.RUnlock()
-	bp := keyBufPool.Get().(*[]byte)
-	defer keyBufPool.Put(bp)
-	k := *bp
-	if n := 9 + len(key); cap(k) < n {
-		k = make([]byte, n)
-		*bp = k
-	} else {
-		k = k[:n]
-	}
 	if gen < s.memFloor.Load() {
 		return false, nil
 	}
 	if s.memHas(gen, key) {
 		return true, nil
 	}
-	putKey(k, gen, key)
+	bp := keyBufPool.Get().(*lookupBuf)
+	defer keyBufPool.Put(bp)
+	if s.legacy {
+		bp.key = slices.Grow(bp.key[:0], 9+len(key))[:9+len(key)]
+		putKey(bp.key, gen, key)
+		if ok, err := s.get1(bp.key); ok || err != nil {
+			return ok, err
+		}
+	}
+	bp.flushes = s.filters.candidates(bp.flushes[:0], gen, keyHash(key))
+	for _, flush := range bp.flushes {
+		bp.key = appendFlushKey(bp.key[:0], gen, flush, key)
+		if ok, err := s.get1(bp.key); ok || err != nil {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+// lookupBuf is the scratch space of a Has.
+type lookupBuf struct {
+	key     []byte
+	flushes []uint64
+}
+
+var keyBufPool = sync.Pool{New: func() any { return &lookupBuf{key: make([]byte, 0, 64)} }}
+
+// get1 reports whether Pebble holds k.
+func (s *Store) get1(k []byte) (bool, error) {
 	_, closer, err := s.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("exact: has gen %d: %w", gen, err)
+		return false, fmt.Errorf("exact: lookup: %w", err)
 	}
 	return true, closer.Close()
 }
@@ -831,16 +886,20 @@ func (s *Store) Reclaim(ctx context.Context) (err error) {
 			err = s.recovered(r)
 		}
 	}()
-	if err := s.db.Excise(ctx, pebble.KeyRange{Start: genPrefix(0), End: genPrefix(floor)}); err != nil {
-		return fmt.Errorf("exact: reclaim generations below %d: %w", floor, err)
+	s.filters.dropBefore(floor)
+	for _, tag := range []byte{tagKey, tagFlushKey, tagFilter} {
+		if err := s.db.Excise(ctx, pebble.KeyRange{Start: tagGen(tag, 0), End: tagGen(tag, floor)}); err != nil {
+			return fmt.Errorf("exact: reclaim generations below %d: %w", floor, err)
+		}
 	}
 	s.compactedFloor.Store(floor)
 	return nil
 }
 
 // ScanKeys calls fn for every stored key of generations >= fromGen, in
-// (gen, key) order. key is valid only during the call. An error from fn
-// stops the scan and is returned.
+// generation order (within a generation, keys come in runs, each in key
+// order). key is valid only during the call. An error from fn stops the
+// scan and is returned.
 func (s *Store) ScanKeys(fromGen uint64, fn func(gen uint64, key []byte) error) error {
 	if s.opts.LogOnly {
 		return ErrLogOnly
@@ -853,17 +912,28 @@ func (s *Store) ScanKeys(fromGen uint64, fn func(gen uint64, key []byte) error) 
 		return err
 	}
 	fromGen = max(fromGen, s.memFloor.Load())
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: genPrefix(fromGen), UpperBound: keysEnd})
+	if s.legacy {
+		if err := s.scanRange(tagGen(tagKey, fromGen), keysEnd, 9, fn); err != nil {
+			return err
+		}
+	}
+	return s.scanRange(tagGen(tagFlushKey, fromGen), flushKeysEnd, flushKeyPrefix, fn)
+}
+
+// scanRange calls fn for every key in [lo, hi), whose generation is its
+// bytes [1, 9) and whose key starts at byte skip.
+func (s *Store) scanRange(lo, hi []byte, skip int, fn func(gen uint64, key []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("exact: scan keys: %w", err)
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if len(k) < 10 {
+		if len(k) <= skip {
 			err = fmt.Errorf("%w: key entry of %d bytes", ErrCorrupt, len(k))
 			break
 		}
-		if err = fn(beUint64(k[1:9]), k[9:]); err != nil {
+		if err = fn(beUint64(k[1:9]), k[skip:]); err != nil {
 			break
 		}
 	}
