@@ -149,6 +149,7 @@ func (s *Store) flushOne(m *memTable) (err error) {
 		s.frozen = s.frozen[1:]
 	}
 	s.memMu.Unlock()
+	m.free() // no Has reads it any more
 	if m.seg != nil {
 		if err := s.retire(m.seg); err != nil {
 			return s.fail(err)

@@ -54,17 +54,50 @@ type memRec struct {
 // moved: the arena grows without copying, and holds little slack.
 type memGen struct {
 	gen    uint64
-	chunks [][]byte
+	chunks []offHeapBuf
 	slots  []uint64
+	slotsB offHeapBuf // the memory of slots
 	n      int
 }
 
+// offHeapBuf is memory from offHeap.
+type offHeapBuf struct {
+	b      []byte
+	mapped bool
+}
+
+func newOffHeapBuf(n int) offHeapBuf {
+	b, mapped := offHeap(n)
+	return offHeapBuf{b: b[:0], mapped: mapped}
+}
+
+func (o offHeapBuf) free() { freeOffHeap(o.b, o.mapped) }
+
+// free gives back the memory of the table's keys and indexes. The table
+// must not be used afterwards.
+func (m *memTable) free() {
+	for _, g := range m.gens {
+		g.free()
+	}
+	m.gens = nil
+}
+
+func (g *memGen) free() {
+	for _, c := range g.chunks {
+		c.free()
+	}
+	g.slotsB.free()
+	g.chunks, g.slots, g.slotsB = nil, nil, offHeapBuf{}
+}
+
 // chunkBits sets the size of an arena chunk, 1 MiB: a key (at most
-// MaxKeySize) always fits in a fresh one. The first chunk of a generation
-// grows to it, so that small tables stay small.
+// MaxKeySize) always fits in a fresh one. The first chunks of a generation
+// are smaller (firstChunk, then doubling), so that small tables stay
+// small.
 const (
-	chunkBits = 20
-	chunkSize = 1 << chunkBits
+	chunkBits  = 20
+	chunkSize  = 1 << chunkBits
+	firstChunk = 64 << 10
 )
 
 const (
@@ -106,6 +139,7 @@ func (m *memTable) begin(seq uint64, runs []run, hashes []uint64, cp []byte, has
 		m.gens = slices.DeleteFunc(m.gens, func(g *memGen) bool {
 			if g.gen < floor {
 				m.size -= g.bytes()
+				g.free()
 				return true
 			}
 			return false
@@ -168,7 +202,7 @@ func (m *memTable) has(gen uint64, key []byte, h uint64) bool {
 func (g *memGen) bytes() int {
 	n := 8 * cap(g.slots)
 	for _, c := range g.chunks {
-		n += cap(c)
+		n += cap(c.b)
 	}
 	return n
 }
@@ -198,29 +232,30 @@ func (g *memGen) prefetch(h uint64) {
 func (g *memGen) add(h uint64, key []byte) {
 	need := len(key) + uvarintLen(uint64(len(key)))
 	ci := len(g.chunks) - 1
-	if ci < 0 || len(g.chunks[ci])+need > chunkSize {
-		size := chunkSize
-		if ci < 0 {
-			size = 16 << 10 // the first chunk grows by append up to chunkSize
+	if ci < 0 || len(g.chunks[ci].b)+need > cap(g.chunks[ci].b) {
+		size := firstChunk
+		if ci >= 0 {
+			size = min(chunkSize, 2*cap(g.chunks[ci].b))
 		}
-		g.chunks = append(g.chunks, make([]byte, 0, max(size, need)))
+		g.chunks = append(g.chunks, newOffHeapBuf(max(size, need)))
 		ci++
 	}
-	c := g.chunks[ci]
+	c := g.chunks[ci].b
 	off := ci<<chunkBits | len(c)
 	if len(key) < 0x80 {
 		c = append(c, byte(len(key)))
 	} else {
 		c = binary.AppendUvarint(c, uint64(len(key)))
 	}
-	g.chunks[ci] = append(c, key...)
+	g.chunks[ci].b = append(c, key...)
 	g.insert(g.pos(h), h&^slotOffMask|uint64(off+1))
 	g.n++
 }
 
 // each calls fn for every key of g, in the order added, with its offset.
 func (g *memGen) each(fn func(off int, key []byte)) {
-	for ci, c := range g.chunks {
+	for ci, cb := range g.chunks {
+		c := cb.b
 		for pos := 0; pos < len(c); {
 			n, w := uint64(c[pos]), 1
 			if n >= 0x80 {
@@ -243,8 +278,10 @@ func (g *memGen) insert(i uint64, v uint64) {
 // grow rebuilds the index with size slots. Up to 1<<tagBits slots, the
 // tags give the new homes; past that the keys are hashed again.
 func (g *memGen) grow(seed maphash.Seed, size int) {
-	old := g.slots
-	g.slots = make([]uint64, size)
+	old, oldB := g.slots, g.slotsB
+	defer oldB.free()
+	g.slotsB = newOffHeapBuf(8 * size)
+	g.slots = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(g.slotsB.b[:1]))), size)
 	if size <= regrowFromTags {
 		shift := uint(tagBits - bits.TrailingZeros(uint(size)))
 		for _, v := range old {
@@ -268,7 +305,7 @@ var regrowFromTags = 1 << tagBits
 
 // keyAt returns the key at off.
 func (g *memGen) keyAt(off int) []byte {
-	c := g.chunks[off>>chunkBits]
+	c := g.chunks[off>>chunkBits].b
 	pos := off & (chunkSize - 1)
 	n, w := uint64(c[pos]), 1
 	if n >= 0x80 {

@@ -309,6 +309,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, errors.Join(err, s.closeDB())
 	}
 	if err := s.replay(); err != nil {
+		if s.stopFlushes() == nil {
+			s.freeMemTables()
+		}
 		return nil, errors.Join(err, s.closeDB())
 	}
 	return s, nil
@@ -648,6 +651,9 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	err := s.stopFlushes()
+	if err == nil {
+		s.freeMemTables()
+	}
 	if s.seg != nil {
 		if cerr := s.seg.f.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("exact: close commit log: %w", cerr))
@@ -662,6 +668,19 @@ func (s *Store) Close() error {
 
 // errWedged reports that Pebble did not close after a fatal error.
 var errWedged = fmt.Errorf("%w: Pebble is wedged after a fatal error", ErrBroken)
+
+// freeMemTables gives back the memory of the memtables; the flushes must
+// have stopped.
+func (s *Store) freeMemTables() {
+	s.memMu.Lock()
+	defer s.memMu.Unlock()
+	if s.active != nil {
+		s.active.free()
+	}
+	for _, m := range s.frozen {
+		m.free()
+	}
+}
 
 // stopFlushes waits for the background flush to end. What it leaves
 // unflushed stays in the commit log, for the next Open.
