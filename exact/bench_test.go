@@ -162,7 +162,7 @@ func BenchmarkSortKeys(b *testing.B) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	seed := maphash.MakeSeed()
 	for _, kind := range []string{"random", "uuid-like"} {
-		g := &memGen{gen: 1}
+		g := newMemGen(1, 0)
 		for i := 0; i < n; i++ {
 			var k []byte
 			if kind == "random" {
@@ -171,7 +171,6 @@ func BenchmarkSortKeys(b *testing.B) {
 				id := uint64(1_000_000 + i)
 				k = fmt.Appendf(nil, `"%08x-7425-40de-944b-%012x"`, id>>16, id*2654435761%(1<<48))
 			}
-			g.reserve(seed, 1)
 			g.add(maphash.Bytes(seed, k), k)
 		}
 		b.Run(kind, func(b *testing.B) {
@@ -386,4 +385,73 @@ func BenchmarkDiskPerKey(b *testing.B) {
 		b.Logf("after %s lookups: block cache %d hits %d misses; tables%s; L0 sublevels %d", c.name, m.BlockCache.Hits, m.BlockCache.Misses, files, m.Levels[0].Sublevels)
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkMemTable fills a memtable the way commits do, 5000 random
+// 16-byte keys at a time up to 1.5M keys (a 64 MiB memtable), and looks
+// keys up in it: ns per key added, per Has of a present key and of an
+// absent one, and the memory the table takes per key.
+func BenchmarkMemTable(b *testing.B) {
+	const n, per = 1_500_000, 5000
+	rng := rand.New(rand.NewPCG(9, 10))
+	keys := benchKeys(rng, n)
+	absent := benchKeys(rng, 100_000)
+	seed := maphash.MakeSeed()
+	b.Run("add", func(b *testing.B) {
+		var h []uint64
+		var size int
+		for b.Loop() {
+			m := &memTable{limit: 64 << 20}
+			for lo := 0; lo < n; lo += per {
+				h = m.addKeys(seed, per, func(i int) (uint64, []byte) { return 1, keys[lo+i] }, h)
+			}
+			size = m.size
+			m.free()
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+		b.ReportMetric(float64(size)/n, "B/key")
+	})
+	m := &memTable{limit: 64 << 20}
+	defer m.free()
+	for lo := 0; lo < n; lo += per {
+		m.addKeys(seed, per, func(i int) (uint64, []byte) { return 1, keys[lo+i] }, nil)
+	}
+	for _, c := range []struct {
+		name string
+		keys [][]byte
+		want bool
+	}{{"has-present", keys, true}, {"has-absent", absent, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				k := c.keys[i%len(c.keys)]
+				if m.has(1, k, maphash.Bytes(seed, k)) != c.want {
+					b.Fatal("wrong answer")
+				}
+				i += 7919
+			}
+		})
+	}
+}
+
+// BenchmarkFlushWrite writes a flush of 1.5M random 16-byte keys of one
+// generation: sort, filter, sstable.
+func BenchmarkFlushWrite(b *testing.B) {
+	const n = 1_500_000
+	rng := rand.New(rand.NewPCG(9, 10))
+	keys := benchKeys(rng, n)
+	seed := maphash.MakeSeed()
+	m := &memTable{limit: 64 << 20}
+	defer m.free()
+	m.addKeys(seed, n, func(i int) (uint64, []byte) { return 1, keys[i] }, nil)
+	s := mustOpen(b, b.TempDir(), Options{})
+	defer mustClose(b, s)
+	var sc sortScratch
+	path := s.fs.PathJoin(s.dir, "bench.sst")
+	for b.Loop() {
+		if _, err := s.writeGenTable(path, m.gens[0], 1, &sc); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
 }

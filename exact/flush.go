@@ -51,7 +51,7 @@ func (s *Store) freezeLocked() error {
 	s.segNum++
 	s.memMu.Lock()
 	s.frozen = append(s.frozen, s.active)
-	s.active = &memTable{seg: seg}
+	s.active = &memTable{seg: seg, limit: s.memLimit}
 	s.memMu.Unlock()
 	s.seg = seg
 	if !s.bgRunning {
@@ -320,7 +320,11 @@ type sortScratch struct {
 	ents, tmp []sortEnt
 	keys      []byte
 	ends      []int
+	hashes    []uint64
 }
+
+// gatherAhead is how many keys ahead the gathering prefetches.
+const gatherAhead = 16
 
 // gatherChunk is the number of keys copied into sorted order at a time
 // before they go to the sstable writer: reading each from its random place
@@ -342,10 +346,18 @@ func (s *Store) writeGenTable(path string, g *memGen, flush uint64, sc *sortScra
 	for lo := 0; lo < len(sc.ents); lo += gatherChunk {
 		chunk := sc.ents[lo:min(lo+gatherChunk, len(sc.ents))]
 		sc.keys, sc.ends = sc.keys[:0], sc.ends[:0]
-		for _, e := range chunk {
-			sc.keys = appendFlushKey(sc.keys, g.gen, flush, g.keyAt(int(e.off)))
+		sc.hashes = sc.hashes[:0]
+		for i, e := range chunk {
+			if j := i + gatherAhead; j < len(chunk) {
+				g.prefetchKey(int(chunk[j].off))
+			}
+			k := g.keyAt(int(e.off))
+			sc.keys = appendFlushKey(sc.keys, g.gen, flush, k)
 			sc.ends = append(sc.ends, len(sc.keys))
+			sc.hashes = append(sc.hashes, keyHash(k))
 		}
+		// A key added twice sets the same bits twice.
+		f.addAll(sc.hashes)
 		start := 0
 		for _, end := range sc.ends {
 			k := sc.keys[start:end]
@@ -356,7 +368,6 @@ func (s *Store) writeGenTable(path string, g *memGen, flush uint64, sc *sortScra
 			if err := w.Set(k, nil); err != nil {
 				return f, fmt.Errorf("write %q: %w", path, err)
 			}
-			f.add(keyHash(k[flushKeyPrefix:]))
 			prev = append(prev[:0], k...)
 		}
 	}

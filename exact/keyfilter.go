@@ -6,8 +6,10 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/streamdedup/dedup/internal/prefetch"
 )
 
 // Each flush writes the keys of a generation as a key range of their own
@@ -56,6 +58,19 @@ func (f keyFilter) add(h uint64) {
 		bit := p >> 55 // 9 bits: one of 512
 		f.words[b+int(bit>>6)] |= 1 << (bit & 63)
 		p = p<<9 | p>>55
+	}
+}
+
+// addAll adds the keys of hashes hs, prefetching the blocks of those a few
+// places ahead: a filter of a flush is megabytes, and its blocks are
+// cache misses taken in turn otherwise.
+func (f keyFilter) addAll(hs []uint64) {
+	const ahead = 16
+	for i, h := range hs {
+		if j := i + ahead; j < len(hs) {
+			prefetch.Addr(unsafe.Pointer(&f.words[f.block(hs[j])]))
+		}
+		f.add(h)
 	}
 }
 

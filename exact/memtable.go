@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
-	"math/bits"
 	"slices"
 	"unsafe"
 
@@ -22,8 +21,9 @@ import (
 // for writing; a frozen one is immutable, read by Has under Store.memMu and
 // by its flush without a lock.
 type memTable struct {
-	seg  *segment // the segment holding these commits; nil for a replay
-	gens []*memGen
+	seg   *segment // the segment holding these commits; nil for a replay
+	limit int      // the size at which it is flushed
+	gens  []*memGen
 
 	recs   []memRec
 	runs   []run
@@ -48,16 +48,40 @@ type memRec struct {
 }
 
 // memGen holds the keys of one generation: each is uvarint(len) key in an
-// arena of chunks, indexed by an open-addressing table of slots, each the
-// top 24 bits of the key's hash and 1 + the key's offset in the arena (its
-// chunk's index << chunkBits | its place in the chunk). Chunks are never
-// moved: the arena grows without copying, and holds little slack.
+// arena of chunks, indexed by hash partitions: a key of hash h is listed in
+// partition h >> (64-pbits) as an entry holding the next 24 bits of h and
+// 1 + the key's offset in the arena (its chunk's index << chunkBits | its
+// place in the chunk). Adding a key appends to its partition, whose tail
+// stays in the cache with those of the others (thousands of cache lines,
+// where an open-addressing table took a miss per key, and a rehash of
+// everything at every growth); Has scans one partition, a hundred-odd
+// entries. Chunks are never moved: the arena grows without copying, and
+// holds little slack.
 type memGen struct {
 	gen    uint64
 	chunks []offHeapBuf
-	slots  []uint64
-	slotsB offHeapBuf // the memory of slots
-	n      int
+	parts  [][]uint64
+	pbits  uint
+	// partBytes is the memory of parts' entries.
+	partBytes int
+	n         int
+}
+
+// partitionBits returns the number of partitions, as a power of two, for a
+// memtable of limit bytes: about 128 entries each when it is full (keys of
+// some 40 bytes in the table), within [2^6, 2^14].
+func partitionBits(limit int) uint {
+	b := uint(6)
+	for b < 14 && 1<<b < limit/(40*128) {
+		b++
+	}
+	return b
+}
+
+func newMemGen(gen uint64, limit int) *memGen {
+	g := &memGen{gen: gen, pbits: partitionBits(limit)}
+	g.parts = make([][]uint64, 1<<g.pbits)
+	return g
 }
 
 // offHeapBuf is memory from offHeap.
@@ -86,8 +110,7 @@ func (g *memGen) free() {
 	for _, c := range g.chunks {
 		c.free()
 	}
-	g.slotsB.free()
-	g.chunks, g.slots, g.slotsB = nil, nil, offHeapBuf{}
+	g.chunks, g.parts = nil, nil
 }
 
 // chunkBits sets the size of an arena chunk, 1 MiB: a key (at most
@@ -100,15 +123,11 @@ const (
 	firstChunk = 64 << 10
 )
 
+// An index entry: the 24 bits of a key's hash after its partition bits,
+// then 1 + its offset in the arena.
 const (
-	slotOffBits = 40
-	slotOffMask = 1<<slotOffBits - 1
-	// tagBits is the width of the hash fragment a slot holds; a table of up
-	// to 1<<tagBits slots can be regrown from its slots alone.
-	tagBits  = 64 - slotOffBits
-	minSlots = 1 << 10
-	// prefetchAhead is how many keys ahead addKeys prefetches slots.
-	prefetchAhead = 8
+	entryOffBits = 40
+	entryOffMask = 1<<entryOffBits - 1
 )
 
 // empty reports whether the table holds no commit.
@@ -174,15 +193,12 @@ func (m *memTable) addKeys(seed maphash.Seed, n int, key func(int) (uint64, []by
 		if gen >= m.floor {
 			g := m.gen(gen)
 			if g == nil {
-				g = &memGen{gen: gen}
+				g = newMemGen(gen, m.limit)
 				m.gens = append(m.gens, g)
+				m.size += 24 * len(g.parts)
 			}
 			before := g.bytes()
-			g.reserve(seed, hi-lo)
 			for i := lo; i < hi; i++ {
-				if j := i + prefetchAhead; j < hi {
-					g.prefetch(h[j])
-				}
 				_, k := key(i)
 				g.add(h[i], k)
 			}
@@ -199,36 +215,22 @@ func (m *memTable) has(gen uint64, key []byte, h uint64) bool {
 	return g != nil && g.has(h, key)
 }
 
+// bytes is the memory of g's keys and entries.
 func (g *memGen) bytes() int {
-	n := 8 * cap(g.slots)
+	n := g.partBytes
 	for _, c := range g.chunks {
 		n += cap(c.b)
 	}
 	return n
 }
 
-// pos returns the home slot of hash h: its top bits, so that a slot's tag
-// gives its home in a table of up to 1<<tagBits slots.
-func (g *memGen) pos(h uint64) uint64 {
-	return h >> (64 - uint(bits.TrailingZeros(uint(len(g.slots)))))
+// entry returns the partition of hash h and the index entry of a key of
+// hash h at offset off.
+func (g *memGen) entry(h uint64, off int) (part int, e uint64) {
+	return int(h >> (64 - g.pbits)), (h<<g.pbits)&^entryOffMask | uint64(off+1)
 }
 
-// reserve makes room in the index for n more keys, at most half full.
-func (g *memGen) reserve(seed maphash.Seed, n int) {
-	size := max(minSlots, len(g.slots))
-	for 2*(g.n+n) > size {
-		size *= 2
-	}
-	if size > len(g.slots) {
-		g.grow(seed, size)
-	}
-}
-
-func (g *memGen) prefetch(h uint64) {
-	prefetch.Addr(unsafe.Pointer(&g.slots[g.pos(h)]))
-}
-
-// add adds key of hash h; the index must have room (reserve).
+// add adds key of hash h.
 func (g *memGen) add(h uint64, key []byte) {
 	need := len(key) + uvarintLen(uint64(len(key)))
 	ci := len(g.chunks) - 1
@@ -248,7 +250,15 @@ func (g *memGen) add(h uint64, key []byte) {
 		c = binary.AppendUvarint(c, uint64(len(key)))
 	}
 	g.chunks[ci].b = append(c, key...)
-	g.insert(g.pos(h), h&^slotOffMask|uint64(off+1))
+	p, e := g.entry(h, off)
+	ents := g.parts[p]
+	if len(ents) == cap(ents) {
+		grown := make([]uint64, len(ents), max(8, 2*cap(ents)))
+		copy(grown, ents)
+		g.partBytes += 8 * (cap(grown) - cap(ents))
+		ents = grown
+	}
+	g.parts[p] = append(ents, e)
 	g.n++
 }
 
@@ -268,40 +278,11 @@ func (g *memGen) each(fn func(off int, key []byte)) {
 	}
 }
 
-func (g *memGen) insert(i uint64, v uint64) {
-	mask := uint64(len(g.slots) - 1)
-	for ; g.slots[i] != 0; i = (i + 1) & mask {
-	}
-	g.slots[i] = v
+// prefetchKey starts loading the key at off.
+func (g *memGen) prefetchKey(off int) {
+	c := g.chunks[off>>chunkBits].b
+	prefetch.Addr(unsafe.Pointer(&c[:cap(c)][off&(chunkSize-1)]))
 }
-
-// grow rebuilds the index with size slots. Up to 1<<tagBits slots, the
-// tags give the new homes; past that the keys are hashed again.
-func (g *memGen) grow(seed maphash.Seed, size int) {
-	old, oldB := g.slots, g.slotsB
-	defer oldB.free()
-	g.slotsB = newOffHeapBuf(8 * size)
-	g.slots = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(g.slotsB.b[:1]))), size)
-	if size <= regrowFromTags {
-		shift := uint(tagBits - bits.TrailingZeros(uint(size)))
-		for _, v := range old {
-			if v != 0 {
-				g.insert(v>>slotOffBits>>shift, v)
-			}
-		}
-		return
-	}
-	for _, v := range old {
-		if v != 0 {
-			h := maphash.Bytes(seed, g.keyAt(int(v&slotOffMask)-1))
-			g.insert(g.pos(h), v)
-		}
-	}
-}
-
-// regrowFromTags is the largest index grow rebuilds from the slots' tags
-// (a variable for tests).
-var regrowFromTags = 1 << tagBits
 
 // keyAt returns the key at off.
 func (g *memGen) keyAt(off int) []byte {
@@ -315,17 +296,13 @@ func (g *memGen) keyAt(off int) []byte {
 }
 
 func (g *memGen) has(h uint64, key []byte) bool {
-	if len(g.slots) == 0 {
+	if g.parts == nil {
 		return false
 	}
-	mask := uint64(len(g.slots) - 1)
-	tag := h &^ slotOffMask
-	for i := g.pos(h); g.slots[i] != 0; i = (i + 1) & mask {
-		v := g.slots[i]
-		if v&^slotOffMask != tag {
-			continue
-		}
-		if bytes.Equal(g.keyAt(int(v&slotOffMask)-1), key) {
+	p, e := g.entry(h, 0)
+	tag := e &^ entryOffMask
+	for _, v := range g.parts[p] {
+		if v&^entryOffMask == tag && bytes.Equal(g.keyAt(int(v&entryOffMask)-1), key) {
 			return true
 		}
 	}

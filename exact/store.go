@@ -301,7 +301,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.memLimit = opts.memLimit
 	}
 	s.stallCond.L = &s.stallMu
-	s.active = &memTable{}
+	s.active = &memTable{limit: s.memLimit}
 	if err := s.init(existing); err != nil {
 		return nil, errors.Join(err, s.closeDB())
 	}
@@ -532,7 +532,7 @@ func (s *Store) replay() (err error) {
 	s.memFloor.Store(s.floor)
 	if !m.empty() {
 		s.frozen = []*memTable{m}
-		s.active = &memTable{}
+		s.active = &memTable{limit: s.memLimit}
 		if err := s.flushOne(m); err != nil {
 			return err
 		}
@@ -553,7 +553,7 @@ func (s *Store) replay() (err error) {
 		return err
 	}
 	s.seg = seg
-	s.active = &memTable{seg: seg}
+	s.active = &memTable{seg: seg, limit: s.memLimit}
 	return nil
 }
 

@@ -376,7 +376,7 @@ func TestSortKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	seed := maphash.MakeSeed()
 	for _, n := range []int{0, 1, 100, 5000, 50000} {
-		g := &memGen{gen: 1}
+		g := newMemGen(1, 0)
 		var want []string
 		for i := 0; i < n; i++ {
 			var key []byte
@@ -396,7 +396,6 @@ func TestSortKeys(t *testing.T) {
 			default:
 				key = binary.BigEndian.AppendUint64(nil, rng.Uint64())
 			}
-			g.reserve(seed, 1)
 			g.add(maphash.Bytes(seed, key), key)
 			want = append(want, fmt.Sprintf("%x", key))
 		}
