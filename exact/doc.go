@@ -13,9 +13,10 @@
 //     commit order, are persisted and never reused.
 //   - Checkpoint returns the checkpoint of the newest committed batch that set
 //     one (nil if none ever did). It never goes backwards.
-//   - DropGenerationsBefore(g) deletes every key of every generation < g,
-//     including keys added to the same batch, with one range deletion, and
-//     hides the log pairs of those generations from ScanLog.
+//   - DropGenerationsBefore(g) raises the drop floor to g: every key of every
+//     generation < g is gone for Has and ScanKeys, including keys added to
+//     the same batch or later, and the log pairs of those generations are
+//     hidden from ScanLog. Reclaim gives their disk space back.
 //   - A Store opened with Options.LogOnly keeps no per-key entries: Add only
 //     logs the hash and Has reports ErrLogOnly (probabilistic mode).
 //   - Once a write fails (I/O error, full disk...), the Store is broken: every
@@ -24,54 +25,83 @@
 //   - Keys are 1..MaxKeySize bytes. A bad key makes the batch's Commit fail
 //     with ErrEmptyKey or ErrKeyTooLarge; nothing of that batch is written.
 //   - Keys written by a commit in progress may be seen by Has before that
-//     Commit returns (Pebble applies a batch to its memtable before the WAL
-//     fsync completes); they become durable when Commit returns nil.
+//     Commit returns (they enter the memtable before the log's fsync
+//     completes); they become durable when Commit returns nil.
+//
+// # Write path
+//
+// Keys are written once and leave by whole generations, so the store does
+// not use Pebble's write-ahead log and memtable for them (a skiplist
+// insert, a cache miss per level, took most of the commit's CPU):
+//
+//  1. Commit appends one checksummed record (keys, hashes, checkpoint,
+//     drop) to the current segment of its own commit log and fsyncs it;
+//     commits running at the same time share fsyncs (commitlog.go).
+//  2. The keys go into the active memtable: per generation, an arena of
+//     keys outside the Go heap and a hash-partitioned index for Has
+//     (memtable.go).
+//  3. When the memtable reaches Options.MemTableSize it is frozen with its
+//     segment, and a background flush writes it to Pebble: its keys sorted
+//     into one sstable per generation, a Bloom filter per generation, and
+//     its log records, ingested in one atomic step; then the sequence
+//     number, checkpoint and drop floor of its last commit, synced through
+//     Pebble; then the segment is retired (flush.go). Commits stall while
+//     more than two frozen memtables wait.
+//  4. A retired segment is renamed and reused by a later one: an fsync
+//     that overwrites allocated blocks changes no file-system metadata.
+//  5. Open replays the segments past the last flushed commit (a torn record
+//     ends the log) and flushes them.
+//
+// Each flush writes a generation's keys as a key range of its own
+// (generation, flush), so that no two tables overlap: every table goes to
+// Pebble's last level and none is ever compacted. Has asks Pebble only for
+// the flushes whose in-memory filter may hold the key (keyfilter.go):
+// about one table read for a stored key, one per hundred flushes for an
+// absent one. Reclaim drops expired generations by excising their ranges
+// (whole tables, nothing rewritten).
 //
 // # Wire format
 //
 // Every Pebble key starts with a one-byte tag; integers are big-endian so
 // that byte order is numeric order:
 //
-//	0x00 "dedup-exact"          -> format version (uvarint)  marker of our directories
-//	0x01 name                   -> value                     metadata (SetMeta)
-//	0x02                        -> checkpoint bytes          last committed checkpoint
-//	0x03                        -> gen (8 bytes)             drop floor: generations < gen are gone
-//	0x04                        -> seq (8 bytes)             last committed sequence number
-//	0x05 seq (8 bytes)          -> log record                one per commit
-//	0x06 gen (8 bytes) key      -> empty                     one per stored key
+//	0x00 "dedup-exact"            -> format version (1 byte)   marker of our directories
+//	0x01 name                     -> value                     metadata (SetMeta)
+//	0x02                          -> checkpoint bytes          checkpoint of the last flushed commit
+//	0x03                          -> gen (8 bytes)             drop floor: generations < gen are gone
+//	0x04                          -> seq (8 bytes)             last flushed sequence number
+//	0x05 seq (8 bytes)            -> log record                one per commit
+//	0x06 gen (8 bytes) key        -> empty                     a key stored by format 1
+//	0x07                          -> seq (8 bytes)             log records of seq <= it are truncated
+//	0x08 gen flush (8 bytes) key  -> empty                     a key, written by flush number flush
+//	0x09 gen flush (8 bytes)      -> key filter                the Bloom filter of that flush's keys
 //
-// A generation is therefore one contiguous key range, and dropping the
-// generations below g is the single range deletion [0x06 0, 0x06 g).
+// A flush's number is the sequence number of its first commit. A log
+// record is a format byte (1) followed by runs, each run being
+// uvarint(gen) uvarint(n) and n hashes of 8 bytes little-endian. Runs
+// follow Add order, so a commit that adds keys of one generation has one
+// run. A key filter is a format byte (1) and 64-byte blocks of 8
+// little-endian words; a key of xxhash64 h sets 7 bits of one block.
 //
-// A log record is a format byte (1) followed by runs, each run being
-// uvarint(gen) uvarint(n) and n hashes of 8 bytes little-endian. Runs follow
-// Add order, so a commit that adds keys of one generation has one run.
-//
-// # Write paths
-//
-// By default a commit is one Pebble batch (WAL + memtable), applied with one
-// synced WAL write; its keys are sorted first, which makes the memtable
-// insert about twice as fast as random order. With Options.IngestThreshold
-// set, a commit of at least that many keys is instead written as one sorted
-// sstable and ingested with DB.Ingest (no WAL, no memtable). Both are
-// atomic: an ingested sstable carries the checkpoint, the sequence number and
-// the log record of its commit in the same file. Commits from several
-// goroutines are handed to Pebble in sequence-number order and share WAL
-// fsyncs.
+// Commits past the last flush are in the commit log's segments,
+// exact-commits-NNNNNN (retired ones waiting for reuse are
+// exact-commits-free-NNNNNN), described in commitlog.go. Format 2 (this
+// one) adds the commit log and tags 0x07-0x09; a format-1 store is
+// upgraded when opened, its keys still found.
 //
 // # Fatal Pebble errors
 //
 // Pebble treats a failed MANIFEST write as fatal, and its default logger
-// exits the process. The Store never lets it: inside a Store call the
-// fatal error is returned (wrapping ErrBroken); in one of Pebble's
-// background goroutines (a flush or compaction) it breaks the Store, so
-// that every later call returns ErrBroken wrapping it, and that goroutine
-// ends. Pebble then stays wedged: Close gives up after two seconds, an Open
-// waiting for the failed flush returns the error, and the directory stays
-// locked until the process exits. What was committed is on disk; the next
-// process opens it as after a crash.
+// exits the process. The Store never lets it: inside a Store call, or in
+// the store's own flush goroutine, the fatal error is returned (wrapping
+// ErrBroken); in one of Pebble's background goroutines (a flush or
+// compaction of its metadata) it breaks the Store, so that every later
+// call returns ErrBroken wrapping it, and that goroutine ends. Pebble then
+// stays wedged: Close gives up after two seconds, an Open waiting for the
+// failed flush returns the error, and the directory stays locked until the
+// process exits. What was committed is on disk; the next process opens it
+// as after a crash.
 //
-// A failed flush breaks the Store too: Pebble would retry it for ever and
-// stall writes once its memtables are full, so commits would hang. There
-// Pebble is not wedged: closing and reopening the Store recovers.
+// A failed flush breaks the Store too; closing and reopening it recovers
+// (the commit log still holds what the flush did not write).
 package exact
