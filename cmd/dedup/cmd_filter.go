@@ -156,6 +156,9 @@ type filterRun struct {
 	job       checkpoint // identity and position, updated as we go
 	resumed   bool
 	resumedAt string // where, for --stats
+	// relocatable: the state's last job wrote these outputs, at a position
+	// in a file identified (see locate).
+	relocatable bool
 
 	out, dups, rejects *output
 	rejectsW           io.Writer // where reject records go
@@ -309,7 +312,8 @@ func splitSnapshotErr(err error) (snap, rest error) {
 
 // setup resolves the job and decides whether this run resumes the
 // state's last one: the same inputs and outputs, files all, and no
-// --from-start.
+// --from-start; or the same outputs and inputs that start with the file
+// of its position, rotated since (locate).
 func (f *filterRun) setup() error {
 	c := f.cfg
 	abs := func(name string) (string, error) {
@@ -350,13 +354,20 @@ func (f *filterRun) setup() error {
 			return fmt.Errorf("state %s: %w", c.state, err)
 		}
 		f.prev = &cp
+		// The same outputs and a position in a known file: a run over
+		// other inputs may resume it where one of them is that file
+		// (locate).
+		f.relocatable = seekable && cp.sameOutputs(j) && cp.File < len(cp.Inputs) && (cp.Ino != 0 || cp.Sum != "")
 		if seekable && cp.sameJob(j) {
 			*j = cp
 			f.resumed = true
-			if j.File < len(c.inputs) {
-				f.resumedAt = fmt.Sprintf("%s byte %d, line %d", c.inputs[j.File], j.Offset, j.Line)
-			}
 		}
+	}
+	if err := f.locate(); err != nil {
+		return err
+	}
+	if f.resumed && j.File < len(c.inputs) {
+		f.resumedAt = fmt.Sprintf("%s byte %d, line %d", c.inputs[j.File], j.Offset, j.Line)
 	}
 	f.run0 = j.Counts
 	return nil

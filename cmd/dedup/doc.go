@@ -72,7 +72,11 @@
 // writes each distinct event exactly once. The input and the outputs must
 // not be changed by others between runs: the checkpoint records the
 // input's inode and a hash of its bytes before the offset, and an input
-// rotated or rewritten since, or shorter, is an error naming --from-start.
+// rotated or rewritten since, or shorter, is an error naming the way out.
+// A rotated log is read whole by listing the rotated file first, --in
+// app.log.1 --in app.log: the run finds the file holding the committed
+// position among the inputs (by its inode, or a copy by its bytes), reads
+// its tail from there and the inputs after it from their start (locate.go).
 // The position stays at the end of the last input when it is done, so
 // running the same command after that input grew reads only what was
 // appended; a last line without a newline there is not consumed, since
@@ -138,6 +142,7 @@
 //	checkpoint.go    the checkpoint committed with the keys
 //	ident.go         an input's identity (inode, hash of its bytes), so
 //	                 that a rotated input is not resumed into
+//	locate.go        finding the committed position in a rotated log
 //	progress.go      the progress bar
 //	metrics.go       the Prometheus metrics of --metrics
 //	report.go        the --stats summary at the end of a run, and the
