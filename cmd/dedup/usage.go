@@ -82,9 +82,10 @@ State directory
   error naming it, never replaced by the default.
 
 Signals
-  SIGINT or SIGTERM, even while the input is idle, commits what was
-  written and ends the run with exit status 1; run the same command
-  again to resume.
+  SIGINT or SIGTERM, even while the input is idle, ends the run with exit
+  status 1, after committing what was written with --state; with files as
+  inputs, run the same command again to resume (stdin cannot be resumed:
+  its keys committed count as duplicates in a rerun).
 
 Examples
   # Distinct events of a stream, keys in memory.

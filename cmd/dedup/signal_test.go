@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// interruptIdle runs dedup with args in a child process, feeds it one line
+// on a stdin left open, waits for that line on stdout, sends SIGINT and
+// returns the exit status and stderr.
+func interruptIdle(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := dedupProcess(t, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wait := make(chan error, 1)
+	go func() { wait <- cmd.Wait() }()
+	if _, err := io.WriteString(stdin, `{"id":"first"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != `{"id":"first"}`+"\n" {
+		t.Fatalf("read %q, %v", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	// A hang detector, not a timing target.
+	select {
+	case err = <-wait:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-wait
+		t.Fatalf("SIGINT did not stop the run: %s", stderr.String())
+	}
+	var xe *exec.ExitError
+	if !errors.As(err, &xe) {
+		t.Fatalf("exit: %v: %s", err, stderr.String())
+	}
+	return xe.ExitCode(), stderr.String()
+}
+
+// TestInterruptedPromisesResume: interrupted, a run without --state, or
+// reading stdin, said "state committed, run the same command again to
+// resume": there is no state, or stdin cannot be resumed. The message
+// says what is true of the run.
+func TestInterruptedPromisesResume(t *testing.T) {
+	dir := t.TempDir()
+	code, stderr := interruptIdle(t, "filter", "--key", "id", "--progress", "never")
+	if code != exitRuntime || !strings.Contains(stderr, "interrupted") || strings.Contains(stderr, "state") || strings.Contains(stderr, "resume") {
+		t.Fatalf("without --state: exit %d: %s", code, stderr)
+	}
+	code, stderr = interruptIdle(t, "filter", "--key", "id", "--progress", "never", "--state", filepath.Join(dir, "state"))
+	if code != exitRuntime || !strings.Contains(stderr, "committed") || strings.Contains(stderr, "run the same command again to resume") {
+		t.Fatalf("stdin with --state: exit %d: %s", code, stderr)
+	}
+}
