@@ -89,6 +89,11 @@ func runFilter(e *env, args []string) error {
 	if err := c.validate(); err != nil {
 		return usageErr(err)
 	}
+	if c.metrics != "" {
+		if err := checkAddr("--metrics", c.metrics); err != nil {
+			return err
+		}
+	}
 	x, err := newExtractor(c.keys)
 	if err != nil {
 		return usageErr(err)

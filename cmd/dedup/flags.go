@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 )
 
@@ -107,5 +108,19 @@ func (s *stringList) String() string { return strings.Join(*s, ",") }
 // Set appends one value.
 func (s *stringList) Set(v string) error {
 	*s = append(*s, v)
+	return nil
+}
+
+// checkAddr checks the HOST:PORT value addr of the flag fl (a listen
+// address) before anything is opened: a malformed one is bad usage naming
+// the flag, unlike a port in use, which only listening finds.
+func checkAddr(fl, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return usagef("%s %q: want HOST:PORT, e.g. 127.0.0.1:9090: %w", fl, addr, err)
+	}
 	return nil
 }

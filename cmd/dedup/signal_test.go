@@ -74,3 +74,20 @@ func TestInterruptedPromisesResume(t *testing.T) {
 		t.Fatalf("stdin with --state: exit %d: %s", code, stderr)
 	}
 }
+
+// TestMetricsBadAddressExit1: a malformed --metrics (or serve's --listen)
+// address, bad usage, exited with status 1 like a port in use.
+func TestMetricsBadAddressExit1(t *testing.T) {
+	for _, args := range [][]string{
+		{"filter", "--key", "id", "--metrics", "bogus"},
+		{"filter", "--key", "id", "--metrics", "127.0.0.1:99999"},
+		{"serve", "--metrics", "localhost"},
+		{"serve", "--listen", "127.0.0.1:-1"},
+	} {
+		code, _, stderr := runCmd(t, "", args...)
+		flag := args[len(args)-2]
+		if code != exitBad || !strings.Contains(stderr, flag) {
+			t.Errorf("%q: exit %d, want %d naming %s: %s", args, code, exitBad, flag, stderr)
+		}
+	}
+}
