@@ -91,3 +91,24 @@ func TestMetricsBadAddressExit1(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressFinalLineStale: the progress bar's last line kept the
+// events/s and duplicate share of its last tick (none at all for a run
+// shorter than a tick), not those of the whole run.
+func TestProgressFinalLineStale(t *testing.T) {
+	in := ndjsonLines("k", 3) + ndjsonLines("k", 1) // 4 events, 1 duplicate
+	code, _, stderr := runCmd(t, in, "filter", "--key", "id", "--progress", "always")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.FieldsFunc(stderr, func(r rune) bool { return r == '\r' || r == '\n' })
+	last := ""
+	for _, l := range lines {
+		if strings.TrimSpace(l) != "" {
+			last = l
+		}
+	}
+	if !strings.Contains(last, "25.0% dup") {
+		t.Fatalf("last progress line %q, want 25.0%% dup", last)
+	}
+}
