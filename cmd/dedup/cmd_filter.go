@@ -76,13 +76,12 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 
 func runFilter(e *env, args []string) error {
 	fs, c := newFilterFlags(e)
-	pos, err := flagArgs(fs, args)
-	if err != nil {
+	// --in FILEs and positional FILEs are one list, in the order given.
+	if err := flagArgsTo(fs, args, func(a string) { c.inputs = append(c.inputs, a) }); err != nil {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
 	c.keys.fieldSet = c.explicit["field"]
-	c.inputs = append(c.inputs, pos...)
 	if len(c.inputs) == 0 {
 		c.inputs = stringList{"-"}
 	}

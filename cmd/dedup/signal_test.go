@@ -112,3 +112,19 @@ func TestProgressFinalLineStale(t *testing.T) {
 		t.Fatalf("last progress line %q, want 25.0%% dup", last)
 	}
 }
+
+// TestInputsOutOfOrder: the inputs are the FILEs and --in FILEs in the
+// order given, as the help says; --in FILEs were read before every
+// positional FILE, so "a --in b" read b first (and a rotated log's file
+// given first as a positional came second).
+func TestInputsOutOfOrder(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "c")
+	writeFile(t, a, `{"id":"a"}`+"\n")
+	writeFile(t, b, `{"id":"b"}`+"\n")
+	writeFile(t, c, `{"id":"c"}`+"\n")
+	code, stdout, stderr := runCmd(t, "", "filter", "--key", "id", a, "--in", b, c)
+	if want := "{\"id\":\"a\"}\n{\"id\":\"b\"}\n{\"id\":\"c\"}\n"; code != 0 || stdout != want {
+		t.Fatalf("exit %d, out %q, want %q: %s", code, stdout, want, stderr)
+	}
+}
