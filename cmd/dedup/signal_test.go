@@ -128,3 +128,27 @@ func TestInputsOutOfOrder(t *testing.T) {
 		t.Fatalf("exit %d, out %q, want %q: %s", code, stdout, want, stderr)
 	}
 }
+
+// TestStrayLineFailsResumedRun: a resumed job (cron over a growing log)
+// whose run read one line, garbage, failed with exit status 2 and "every
+// line was rejected ... is the input NDJSON?", though the job's other
+// lines were keyed fine. A resumed run is judged with its job's counts; a
+// run of its own fails only when most of at least 1000 lines are rejected.
+func TestStrayLineFailsResumedRun(t *testing.T) {
+	dir := t.TempDir()
+	log, out, rej, state := filepath.Join(dir, "app.log"), filepath.Join(dir, "out"), filepath.Join(dir, "rej"), filepath.Join(dir, "state")
+	args := []string{"filter", "--key", "id", "--state", state, "--in", log, "--out", out, "--rejects", rej}
+	writeFile(t, log, ndjsonLines("a", 100))
+	if code, _, stderr := runCmd(t, "", args...); code != 0 {
+		t.Fatalf("first run: exit %d: %s", code, stderr)
+	}
+	appendFile(t, log, "a line from a crashed writer\n")
+	if code, _, stderr := runCmd(t, "", args...); code != 0 {
+		t.Fatalf("one stray line: exit %d: %s", code, stderr)
+	}
+	// The data changed shape: most of 1000 new lines rejected fails.
+	appendFile(t, log, strings.Repeat(`{"event":"x"}`+"\n", 1000))
+	if code, _, stderr := runCmd(t, "", args...); code != exitBad || !strings.Contains(stderr, "1000 of them") {
+		t.Fatalf("1000 new lines rejected: exit %d, want %d: %s", code, exitBad, stderr)
+	}
+}

@@ -30,7 +30,8 @@ Bad lines
   one stops the run with exit status 2 (the lines before it are done).
   A run that rejects every line it reads, or more than half of at least
   1000, ends with exit status 2 and one line naming the commonest reason
-  (a wrong --key, say), after committing what it did.
+  (a wrong --key, say), after committing what it did. A resumed job
+  counts its earlier lines too: one stray line read alone is no failure.
 
 Exactly once, file to file
   With --state DIR, files as inputs and --out FILE, every commit records
