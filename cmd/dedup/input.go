@@ -372,6 +372,11 @@ func openInput(name string, stdin io.Reader) (io.Reader, func() error, os.FileIn
 	if err != nil {
 		return nil, nil, nil, errors.Join(err, f.Close())
 	}
+	if fi.IsDir() {
+		// Opened, a directory fails only when read, after the outputs
+		// were created.
+		return nil, nil, nil, errors.Join(fmt.Errorf("%s is a directory", name), f.Close())
+	}
 	return f, f.Close, fi, nil
 }
 

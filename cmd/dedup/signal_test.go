@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -150,5 +151,20 @@ func TestStrayLineFailsResumedRun(t *testing.T) {
 	appendFile(t, log, strings.Repeat(`{"event":"x"}`+"\n", 1000))
 	if code, _, stderr := runCmd(t, "", args...); code != exitBad || !strings.Contains(stderr, "1000 of them") {
 		t.Fatalf("1000 new lines rejected: exit %d, want %d: %s", code, exitBad, stderr)
+	}
+}
+
+// TestDirectoryInputLeavesOutput: a directory given as input failed only
+// when read, after --out was created empty, with "read D: read D: is a
+// directory". It fails before any output is created, naming it once.
+func TestDirectoryInputLeavesOutput(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	code, _, stderr := runCmd(t, "", "filter", "--key", "id", "--in", dir, "--out", out)
+	if code != exitRuntime || strings.Count(stderr, dir) != 1 || !strings.Contains(stderr, "is a directory") {
+		t.Fatalf("exit %d, want %d naming %s once: %s", code, exitRuntime, dir, stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("--out was created: %v", err)
 	}
 }
