@@ -436,7 +436,7 @@ func (f *filterRun) checkIdentity(name string, fi os.FileInfo) error {
 	j, p := &f.job, f.prev
 	copyOK := p != nil && p.File < len(p.Inputs) && j.Inputs[j.File] != p.Inputs[p.File]
 	if err := positionFileErr(f.inFiles[j.File], fi, j, copyOK); err != nil {
-		return fmt.Errorf("input %s %w: %s", name, err, rotationFix(name))
+		return fmt.Errorf("input %s %w: %s", name, err, rotationFix(name, f.cfg.inputs))
 	}
 	return nil
 }

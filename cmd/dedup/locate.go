@@ -67,13 +67,17 @@ func positionFile(name string, p *checkpoint) (mismatch, err error) {
 	return nil, nil
 }
 
-// rotationFix is the way out named when the input name is not the file of
-// the committed position and no input is.
-func rotationFix(name string) string {
+// rotationFix is the way out named when the input name, one of inputs,
+// is not the file of the committed position and no input is.
+func rotationFix(name string, inputs []string) string {
+	fromStart := fmt.Sprintf("--from-start reads %s from its start (the keys committed stay remembered, and the outputs are kept and appended to)", name)
+	if len(inputs) > 1 {
+		return fmt.Sprintf("it was rotated, truncated or rewritten since, and no input is the file of the position (a rotated file is found by its inode, a copy by its bytes). "+
+			"If it was rotated more than once since the last run, give the older rotated files first too (e.g. --in %s.2); otherwise %s", name, fromStart)
+	}
 	return fmt.Sprintf("it was rotated, truncated or rewritten since. If it was rotated (renamed, or copied and truncated), give the rotated file first, e.g. --in %s.1 --in %s: "+
-		"the run finds the committed position in it by its inode (or, copied, by its bytes) and reads its tail, then %s from its start. "+
-		"Otherwise --from-start reads %s from its start (the keys committed stay remembered, and the outputs are kept and appended to)",
-		name, name, name, name)
+		"the run finds the committed position in it by its inode (or, copied, by its bytes) and reads its tail, then %s from its start. Otherwise %s",
+		name, name, name, fromStart)
 }
 
 // locate makes sure a resumed run starts in the file that holds the
@@ -98,7 +102,7 @@ func (f *filterRun) locate() error {
 		}
 		k := f.findPosition()
 		if k < 0 || k >= p.File {
-			return fmt.Errorf("%w: %s", mismatch, rotationFix(f.cfg.inputs[j.File]))
+			return fmt.Errorf("%w: %s", mismatch, rotationFix(f.cfg.inputs[j.File], f.cfg.inputs))
 		}
 		f.relocate(k)
 		return nil
