@@ -98,14 +98,16 @@
 //
 //	{"format":"dedup-filter/1",
 //	 "inputs":["/abs/a.ndjson",...], "out":"/abs/out.ndjson", "dups":"...", "rejects":"...",
-//	 "file":0, "offset":1234, "line":57, "ino":1835, "dev":2049, "sum":"9f2c...",
+//	 "file":1, "offset":1234, "line":57, "ino":1835, "dev":2049, "sum":"9f2c...",
+//	 "read":[{"ino":1834,"offset":52011,"sum":"0b61..."}],
 //	 "out_len":900, "dups_len":120, "rejects_len":0,
 //	 "counts":{"events":56,"distinct":40,"duplicates":14,"rejects":2,"bytes":1234}}
 //
 // inputs, out, dups and rejects identify the job ("-" is stdin or stdout);
 // inputs[file] has been consumed up to byte offset, the start of line
 // number line; ino and dev identify that file, sum is a hash of its first
-// and last 4 KiB before offset (absent for stdin). The lengths
+// and last 4 KiB before offset (absent for stdin); read has the same of
+// each input before file, when it was read to its end. The lengths
 // are those of the output files at the commit, and counts the job's
 // counters up to the position.
 //

@@ -85,11 +85,12 @@ func rotationFix(name string, inputs []string) string {
 // input under its name is another one now (rotated), or when this run
 // lists other inputs than the last job with the same outputs (the rotated
 // file added in front). The inputs before the file found are taken as
-// read, those after it are read from their start, so it must be the
-// first input, or, in the same job, come before the position's input (a
-// rotation shifts names: app.log became app.log.1). With other inputs,
-// none after it may be one the last job read before its position: it
-// would be read again.
+// read and those after it are read from their start, so the inputs
+// before it must be files the last job read (checkpoint.Read), and none
+// after it may be one. (With a checkpoint from before Read was recorded:
+// it must be the first input, or, in the same job, come before the
+// position's input, and with other inputs none after it may have the name
+// of one the last job read.)
 func (f *filterRun) locate() error {
 	j, p := &f.job, f.prev
 	if f.resumed {
@@ -97,11 +98,15 @@ func (f *filterRun) locate() error {
 			return nil // complete, or a position without an identity
 		}
 		mismatch, err := positionFile(f.cfg.inputs[j.File], p)
-		if err != nil || mismatch == nil {
-			return err // cannot be opened, or the same file
+		if err != nil {
+			return err // cannot be opened
+		}
+		if mismatch == nil {
+			f.warnGrown(j.File)
+			return nil
 		}
 		k := f.findPosition()
-		if k < 0 || k >= p.File {
+		if k < 0 || !f.readBefore(k, true) || !f.unreadAfter(k, true) {
 			return fmt.Errorf("%w: %s", mismatch, rotationFix(f.cfg.inputs[j.File], f.cfg.inputs))
 		}
 		f.relocate(k)
@@ -111,20 +116,101 @@ func (f *filterRun) locate() error {
 		return nil
 	}
 	k := f.findPosition()
-	if k < 0 {
+	switch {
+	case k < 0:
 		return nil
-	}
-	if k > 0 {
+	case !f.readBefore(k, false):
 		return usagef("input %s holds the committed position of the state's last job (byte %d of %s), but it comes after %s, which would be taken as read: give it first, or use --from-start to read every input from its start",
 			f.cfg.inputs[k], p.Offset, displayName(p.Inputs[p.File]), f.cfg.inputs[k-1])
-	}
-	for _, in := range j.Inputs[1:] {
-		if slices.Contains(p.Inputs[:p.File], in) {
-			return nil // read before: not a resume (openOutput decides)
-		}
+	case !f.unreadAfter(k, false):
+		return nil // an input after it was read: not a resume (openOutput decides)
 	}
 	f.relocate(k)
 	return nil
+}
+
+// readBefore reports whether the inputs before k are files the last job
+// read (see locate); sameJob: this run's inputs are the last job's.
+func (f *filterRun) readBefore(k int, sameJob bool) bool {
+	p := f.prev
+	if len(p.Read) != p.File {
+		return k == 0 || (sameJob && k < p.File)
+	}
+	for _, in := range f.cfg.inputs[:k] {
+		if i, _ := readMark(in, p.Read); i < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// unreadAfter reports whether none of the inputs after k is a file the
+// last job read (see locate); sameJob: this run's inputs are the last
+// job's.
+func (f *filterRun) unreadAfter(k int, sameJob bool) bool {
+	p := f.prev
+	if len(p.Read) != p.File {
+		if sameJob {
+			return true // a rotation shifts the names: trust them
+		}
+		for _, in := range f.job.Inputs[k+1:] {
+			if slices.Contains(p.Inputs[:p.File], in) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, in := range f.cfg.inputs[k+1:] {
+		if i, _ := readMark(in, p.Read); i >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// readMark returns the index of the mark in marks that the input name is
+// (the same inode, at least as long, the same bytes before the mark's
+// offset) and how many bytes it got since; -1 if none. A mark of a file
+// read empty identifies none: its inode may be another file's by now.
+func readMark(name string, marks []fileMark) (int, int64) {
+	fl, err := os.Open(name)
+	if err != nil {
+		return -1, 0
+	}
+	defer fl.Close()
+	fi, err := fl.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return -1, 0
+	}
+	_, ino, ok := fileID(fi)
+	for i, m := range marks {
+		if m.Ino == 0 || m.Offset == 0 || (ok && ino != m.Ino) || fi.Size() < m.Offset {
+			continue
+		}
+		if sum, err := inputSum(fl, m.Offset); err == nil && sum == m.Sum {
+			return i, fi.Size() - m.Offset
+		}
+	}
+	return -1, 0
+}
+
+// warnGrown warns of the inputs before n, taken as read, that grew after
+// the last job read them to their end (a writer that had not reopened its
+// rotated log yet): what they got since is not read. Resuming the same
+// job, their marks move to their end, so that the warning is given once.
+func (f *filterRun) warnGrown(n int) {
+	p := f.prev
+	if len(p.Read) != p.File {
+		return
+	}
+	for i, in := range f.cfg.inputs[:n] {
+		if k, grown := readMark(in, p.Read); k >= 0 && grown > 0 {
+			fmt.Fprintf(f.env.stderr, "dedup: warning: %s got %d bytes after a run read it to its end: they are not read (the writer should reopen its log when it is rotated)\n", in, grown)
+			if m, ok := markPath(in); ok && i < len(f.job.Read) {
+				f.job.Read[i] = m
+			}
+		}
+	}
 }
 
 // findPosition returns the index of the first input that is the file of
@@ -143,10 +229,62 @@ func (f *filterRun) findPosition() int {
 // in this run, and says so on stderr.
 func (f *filterRun) relocate(k int) {
 	j, p := &f.job, f.prev
+	f.warnGrown(k)
 	inputs := j.Inputs
 	*j = *p
 	j.Inputs, j.File = inputs, k
+	// The inputs before k, taken as read, as they are now.
+	j.Read = nil
+	for _, in := range f.cfg.inputs[:k] {
+		m, ok := markPath(in)
+		if !ok {
+			j.Read = nil
+			break
+		}
+		j.Read = append(j.Read, m)
+	}
 	f.resumed = true
 	fmt.Fprintf(f.env.stderr, "dedup: note: the committed position, byte %d of %s, is in %s now (rotated): resuming there\n",
 		p.Offset, displayName(p.Inputs[p.File]), f.cfg.inputs[k])
+}
+
+// markPath is the fileMark of the input name at its end; false if it is
+// not a regular file that can be read.
+func markPath(name string) (fileMark, bool) {
+	fl, err := os.Open(name)
+	if err != nil {
+		return fileMark{}, false
+	}
+	defer fl.Close()
+	fi, err := fl.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return fileMark{}, false
+	}
+	m, err := markAt(fl, fi, fi.Size())
+	return m, err == nil
+}
+
+// markInput is the fileMark of input i of the run read to byte off, a
+// zero mark for a stream.
+func (f *filterRun) markInput(i int, off int64) (fileMark, error) {
+	fl := f.inFiles[i]
+	if fl == nil {
+		return fileMark{Offset: off}, nil
+	}
+	fi, err := fl.Stat()
+	if err != nil {
+		return fileMark{}, fmt.Errorf("stat input %s: %w", fl.Name(), err)
+	}
+	m, err := markAt(fl, fi, off)
+	if err != nil {
+		return fileMark{}, fmt.Errorf("input %s: %w", fl.Name(), err)
+	}
+	return m, nil
+}
+
+// markAt is the fileMark of the file fl (fi) read to byte off.
+func markAt(fl *os.File, fi os.FileInfo, off int64) (fileMark, error) {
+	_, ino, _ := fileID(fi)
+	sum, err := inputSum(fl, off)
+	return fileMark{Ino: ino, Offset: off, Sum: sum}, err
 }

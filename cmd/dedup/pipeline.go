@@ -332,6 +332,15 @@ func (f *filterRun) writeBatch(b *batch) (end bool, err error) {
 		// On to the next input. The last input keeps its end as the
 		// position, so that a run after it grew reads only what was
 		// appended.
+		m, err := f.markInput(b.file, j.Offset)
+		if err != nil {
+			return true, err
+		}
+		if len(j.Read) == b.file {
+			j.Read = append(j.Read, m)
+		} else {
+			j.Read = nil // a checkpoint from before the marks: none
+		}
 		j.File, j.Offset, j.Line = b.file+1, 0, 1
 	}
 	return false, nil

@@ -110,3 +110,63 @@ func TestRotatedLogTailLost_positionNotFirst(t *testing.T) {
 		t.Fatalf("out changed: %q", got)
 	}
 }
+
+// TestRotatedTwiceHint: rotated twice between runs, with the rotated file
+// given already, the error told the operator to give it first; it says
+// to add the older one.
+func TestRotatedTwiceHint(t *testing.T) {
+	dir := t.TempDir()
+	log, out, state := filepath.Join(dir, "app.log"), filepath.Join(dir, "out"), filepath.Join(dir, "state")
+	args := []string{"filter", "--key", "id", "--state", state, "--out", out, "--in", log + ".1", "--in", log}
+	writeFile(t, log+".1", "")
+	writeFile(t, log, ndjsonLines("a", 10))
+	if code, _, stderr := runCmd(t, "", args...); code != 0 {
+		t.Fatalf("first run: exit %d: %s", code, stderr)
+	}
+	for range 2 {
+		if err := os.Rename(log+".1", log+".2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(log, log+".1"); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, log, ndjsonLines("b", 10))
+	}
+	code, _, stderr := runCmd(t, "", args...)
+	if code != exitRuntime || !strings.Contains(stderr, "--in "+log+".2") {
+		t.Fatalf("rotated twice: exit %d, want %d and a hint at %s.2: %s", code, exitRuntime, log, stderr)
+	}
+	// Given, the older one holds the position.
+	if code, _, stderr := runCmd(t, "", append(args[:len(args)-4], "--in", log+".2", "--in", log+".1", "--in", log)...); code != 0 {
+		t.Fatalf("with %s.2: exit %d: %s", log, code, stderr)
+	}
+	if got, want := readFile(t, out), ndjsonLines("a", 10)+ndjsonLines("b", 10); got != want {
+		t.Fatalf("out %q, want %q", got, want)
+	}
+}
+
+// TestRotatedLogGrewAfterRead: lines a writer appends to app.log.1 after a
+// run read it to its end (it had not reopened its log yet) are not read,
+// and nothing said so. The run warns, naming the file.
+func TestRotatedLogGrewAfterRead(t *testing.T) {
+	dir := t.TempDir()
+	log, out, state := filepath.Join(dir, "app.log"), filepath.Join(dir, "out"), filepath.Join(dir, "state")
+	args := []string{"filter", "--key", "id", "--state", state, "--out", out, "--in", log + ".1", "--in", log}
+	writeFile(t, log+".1", ndjsonLines("a", 10))
+	writeFile(t, log, ndjsonLines("b", 10))
+	if code, _, stderr := runCmd(t, "", args...); code != 0 {
+		t.Fatalf("first run: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", args...); code != 0 || strings.Contains(stderr, "warning") {
+		t.Fatalf("rerun: exit %d: %s", code, stderr)
+	}
+	appendFile(t, log+".1", ndjsonLines("late", 2))
+	code, _, stderr := runCmd(t, "", args...)
+	if code != 0 || !strings.Contains(stderr, "warning: "+log+".1 got") {
+		t.Fatalf("grown: exit %d, want 0 and a warning naming %s.1: %s", code, log, stderr)
+	}
+	// Once.
+	if code, _, stderr := runCmd(t, "", args...); code != 0 || strings.Contains(stderr, "warning") {
+		t.Fatalf("after the warning: exit %d: %s", code, stderr)
+	}
+}

@@ -61,10 +61,11 @@ Rotated logs
   committed position in app.log.1, by its inode or, for a copy, its
   bytes, reads what it got after the last run, then app.log from its
   start. Keep app.log.1 uncompressed (logrotate's delaycompress), run
-  often enough that a log is rotated at most once between runs, and have
-  the writer reopen the log when it is rotated (postrotate): lines written
-  to app.log.1 after a run read past its end are not read. --from-start
-  reads app.log from its start instead, app.log.1's tail unread.
+  often enough that a log is rotated at most once between runs (else give
+  app.log.2 first too), and have the writer reopen the log when it is
+  rotated (postrotate): lines written to app.log.1 after a run read past
+  its end are not read (a warning names it). --from-start reads app.log
+  from its start instead, app.log.1's tail unread.
 
 State directory
   --state DIR keeps the keys in DIR. A new DIR takes its shape from
