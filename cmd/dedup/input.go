@@ -454,6 +454,13 @@ func (f *filterRun) recordIdentity() error {
 	if err != nil {
 		return fmt.Errorf("stat input %s: %w", fl.Name(), err)
 	}
+	if fi.Size() < j.Offset {
+		// The bytes read are gone: the position cannot be identified, and
+		// this run commits nothing more. The next one resumes from the last
+		// commit, in the rotated copy if it is given first (locate).
+		return fmt.Errorf("input %s was truncated while it was read (to %d bytes, below the %d read): rotated by copytruncate? What was read since the last commit is not committed; run again, with the rotated copy given first (--in %s.1 --in %s)",
+			fl.Name(), fi.Size(), j.Offset, fl.Name(), fl.Name())
+	}
 	j.Dev, j.Ino, _ = fileID(fi)
 	if j.Sum, err = inputSum(fl, j.Offset); err != nil {
 		return fmt.Errorf("input %s: %w", fl.Name(), err)
