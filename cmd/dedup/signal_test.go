@@ -168,3 +168,14 @@ func TestDirectoryInputLeavesOutput(t *testing.T) {
 		t.Fatalf("--out was created: %v", err)
 	}
 }
+
+// TestEngineLogDoublePrefix: the engine's log lines, which start with
+// "dedup: " already, were shown as "dedup: engine: dedup: rebuilding
+// filters from the exact store" after a kill -9.
+func TestEngineLogDoublePrefix(t *testing.T) {
+	var b bytes.Buffer
+	engineLog(&env{stderr: &b})("dedup: rebuilding filters from the exact store")
+	if got, want := b.String(), "dedup: engine: rebuilding filters from the exact store\n"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+}
