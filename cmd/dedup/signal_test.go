@@ -179,3 +179,12 @@ func TestEngineLogDoublePrefix(t *testing.T) {
 		t.Fatalf("%q, want %q", got, want)
 	}
 }
+
+// TestRateHelpPlaceholder: the help showed "-rate SECOND  expected
+// distinct keys per SECOND", as if the value were a duration.
+func TestRateHelpPlaceholder(t *testing.T) {
+	_, stdout, _ := runCmd(t, "", "help", "filter")
+	if strings.Contains(stdout, "-rate SECOND") || !strings.Contains(stdout, "-rate N") || !strings.Contains(stdout, "-shards N") {
+		t.Fatalf("help:\n%s", stdout)
+	}
+}
