@@ -218,12 +218,8 @@ func (f *filterRun) run() (err error) {
 		if f.metricsLn != nil {
 			_ = f.metricsLn.Close()
 		}
-		err = openErr(c.state, err)
-		var xe *exitError
-		if errors.As(err, &xe) {
-			return err
-		}
-		return fmt.Errorf("open state: %w", err)
+		// The engine's error names the state already ("open state DIR").
+		return openErr(c.state, err)
 	}
 	f.durable = c.state != ""
 	defer func() { err = f.finish(err, opts.SnapshotInterval) }()

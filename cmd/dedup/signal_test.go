@@ -188,3 +188,14 @@ func TestRateHelpPlaceholder(t *testing.T) {
 		t.Fatalf("help:\n%s", stdout)
 	}
 }
+
+// TestOpenStateNamedTwice: a directory that is not a state failed with
+// "dedup: open state: dedup: open state "DIR": ...".
+func TestOpenStateNamedTwice(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "readme.txt"), "not a state\n")
+	code, _, stderr := runCmd(t, "", "filter", "--key", "id", "--state", dir)
+	if code != exitRuntime || strings.Count(stderr, "open state") != 1 || strings.Count(stderr, "dedup:") != 1 {
+		t.Fatalf("exit %d: %q", code, stderr)
+	}
+}
