@@ -78,6 +78,14 @@ func runServe(e *env, args []string) error {
 	if c.snapshotInterval <= 0 {
 		return usagef("serve: --snapshot-interval must be positive, got %v", c.snapshotInterval)
 	}
+	if err := checkAddr("--listen", c.listen); err != nil {
+		return err
+	}
+	if c.metrics != "" {
+		if err := checkAddr("--metrics", c.metrics); err != nil {
+			return err
+		}
+	}
 	opts := c.engine.options("")
 	if c.state != "" {
 		// The default table keeps the shape it was created with; a flag

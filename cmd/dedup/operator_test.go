@@ -491,9 +491,12 @@ func TestProgressRate(t *testing.T) {
 	last := m[len(m)-1]
 	v, _ := strconv.ParseFloat(last[1], 64)
 	v *= map[string]float64{"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15}[last[2]]
-	// The bar starts with the run, so its rate is at most the input over
-	// the whole run's time, give or take the opening of the engine.
-	if v > 3*size/el {
+	// The bar starts with the reading, so its rate is the input over the
+	// reading's time: more than the input over the whole run's time by
+	// what opening and closing the engine take, which under -race on a
+	// loaded machine is most of the run. The bug this pins was off by a
+	// factor of thousands.
+	if v > 20*size/el {
 		t.Fatalf("progress shows %s %s/s; %.0f bytes were read in %.3fs", last[1], last[2], size, el)
 	}
 }
