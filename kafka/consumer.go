@@ -334,12 +334,21 @@ func (c *Consumer) stage(fs kgo.Fetches) (int, error) {
 // then commits the engines of the staged partitions, or releases their new
 // keys if the transaction did not commit.
 func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TransactionTimeout)
+	defer cancel()
+	// Flush first and look at every record's outcome: End would commit a
+	// transaction whose records failed with a non-retriable error (a
+	// policy violation, a record too large), losing them.
+	if commit {
+		if err := sess.Client().Flush(ctx); err != nil {
+			c.logf("kafka: aborting the transaction: flush: %v", err)
+			commit = false
+		}
+	}
 	if p := c.produceErr.Load(); p != nil {
 		c.logf("kafka: aborting the transaction: produce: %v", *p)
 		commit = false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TransactionTimeout)
-	defer cancel()
 	committed, err := sess.End(ctx, kgo.TransactionEndTry(commit))
 	staged := c.staged
 	c.staged = c.staged[:0]
@@ -348,6 +357,14 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 		c.release(staged)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrTxn, err)
+		}
+		if commit {
+			// An abort we did not ask for: an EndTxn whose outcome the
+			// client could not confirm may leave the transaction open on
+			// the broker. A new session's InitProducerID (same
+			// transactional ID) fences and aborts it before anything else
+			// is written.
+			return fmt.Errorf("%w: aborted", ErrTxn)
 		}
 		return nil
 	}

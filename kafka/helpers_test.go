@@ -51,7 +51,7 @@ func testConfig(t *testing.T, addrs []string, group string) Config {
 		MaxTxnTime:         50 * time.Millisecond,
 		SessionTimeout:     3 * time.Second,
 		RebalanceTimeout:   5 * time.Second,
-		TransactionTimeout: 10 * time.Second,
+		TransactionTimeout: 4 * time.Second,
 		RetryBackoff:       100 * time.Millisecond,
 		Logf:               t.Logf,
 		ClientOpts: []kgo.Opt{
