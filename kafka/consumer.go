@@ -407,9 +407,13 @@ func (c *Consumer) release(staged []*partition) {
 // distinct records go to the output topic (and duplicates and rejects to
 // theirs) in the open transaction; without it (replay) nothing is written.
 func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
-	keys, batch := c.keys[:0], c.recs[:0]
-	if !emit {
-		keys, batch = nil, nil // replay runs in a callback, beside the loop
+	// The scratch slices belong to the poll loop; a replay runs in a
+	// callback beside it and allocates its own.
+	var keys [][]byte
+	var batch []*kgo.Record
+	var scratch []dedup.Verdict
+	if emit {
+		keys, batch, scratch = c.keys[:0], c.recs[:0], c.verdicts
 	}
 	var lo int64
 	flush := func() error {
@@ -417,11 +421,7 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 			return nil
 		}
 		pt.clock.Store(lo)
-		verdicts := c.verdicts
-		if !emit {
-			verdicts = nil
-		}
-		verdicts = slices.Grow(verdicts[:0], len(keys))[:len(keys)]
+		verdicts := slices.Grow(scratch[:0], len(keys))[:len(keys)]
 		if err := pt.eng.ObserveBatch(keys, verdicts); err != nil {
 			return fmt.Errorf("kafka: observe %s: %w", pt.tp, err)
 		}
@@ -443,9 +443,7 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 				}
 			}
 		}
-		if emit {
-			c.verdicts = verdicts
-		}
+		scratch = verdicts
 		keys, batch = keys[:0], batch[:0]
 		return nil
 	}
@@ -479,7 +477,7 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 		return err
 	}
 	if emit {
-		c.keys, c.recs = keys[:0], batch[:0]
+		c.keys, c.recs, c.verdicts = keys[:0], batch[:0], scratch
 		c.stats.records.Add(uint64(len(recs)))
 	}
 	last := recs[len(recs)-1]
