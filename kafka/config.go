@@ -71,6 +71,11 @@ type Config struct {
 	// MaxTxnTime bounds how long one transaction collects records after
 	// its first. Default 100ms.
 	MaxTxnTime time.Duration
+	// EngineCommitInterval is how often the engines commit (fsync) the
+	// keys of committed transactions; until then a crash costs a replay
+	// of that much input, with output suppressed. Engines also commit
+	// when one holds half of Engine.MaxInFlight keys. Default 1s.
+	EngineCommitInterval time.Duration
 	// SessionTimeout is the group session timeout. Default 45s (Kafka's).
 	SessionTimeout time.Duration
 	// RebalanceTimeout is the group rebalance timeout. Default 60s.
@@ -109,13 +114,14 @@ type Ready struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxTxnRecords      = 10000
-	DefaultMaxTxnTime         = 100 * time.Millisecond
-	DefaultSessionTimeout     = 45 * time.Second
-	DefaultRebalanceTimeout   = 60 * time.Second
-	DefaultTransactionTimeout = 40 * time.Second
-	DefaultRetryBackoff       = time.Second
-	defaultSnapshotInterval   = time.Minute
+	DefaultMaxTxnRecords        = 10000
+	DefaultMaxTxnTime           = 100 * time.Millisecond
+	DefaultSessionTimeout       = 45 * time.Second
+	DefaultRebalanceTimeout     = 60 * time.Second
+	DefaultTransactionTimeout   = 40 * time.Second
+	DefaultRetryBackoff         = time.Second
+	DefaultEngineCommitInterval = time.Second
+	defaultSnapshotInterval     = time.Minute
 )
 
 // withDefaults returns c with every zero field set to its default.
@@ -137,6 +143,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TransactionTimeout == 0 {
 		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if c.EngineCommitInterval == 0 {
+		c.EngineCommitInterval = DefaultEngineCommitInterval
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
@@ -207,8 +216,8 @@ func (c *Config) validate() error {
 	}
 	if c.MaxTxnRecords < 1 {
 		bad("MaxTxnRecords", "must be at least 1, got %d", c.MaxTxnRecords)
-	} else if c.MaxTxnRecords > eo.MaxInFlight {
-		bad("MaxTxnRecords", "must not exceed Engine.MaxInFlight %d, got %d", eo.MaxInFlight, c.MaxTxnRecords)
+	} else if c.MaxTxnRecords > eo.MaxInFlight/2 {
+		bad("MaxTxnRecords", "must not exceed half of Engine.MaxInFlight (%d), got %d", eo.MaxInFlight, c.MaxTxnRecords)
 	}
 	if c.MaxTxnTime <= 0 {
 		bad("MaxTxnTime", "must be positive, got %v", c.MaxTxnTime)
@@ -223,6 +232,9 @@ func (c *Config) validate() error {
 	}
 	if c.TransactionTimeout <= 0 {
 		bad("TransactionTimeout", "must be positive, got %v", c.TransactionTimeout)
+	}
+	if c.EngineCommitInterval < 0 {
+		bad("EngineCommitInterval", "must not be negative, got %v", c.EngineCommitInterval)
 	}
 	if c.RetryBackoff < 0 {
 		bad("RetryBackoff", "must not be negative, got %v", c.RetryBackoff)

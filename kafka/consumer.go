@@ -37,9 +37,18 @@ type Consumer struct {
 	// The open transaction; only the poll loop touches these.
 	staged     []*partition
 	produceErr atomic.Pointer[error]
-	keys       [][]byte
-	recs       []*kgo.Record
-	verdicts   []dedup.Verdict
+	txnRecords int // input records in the open transaction
+
+	// The engines' commits after the last transaction, running beside the
+	// loop.
+	commits   sync.WaitGroup
+	commitErr atomic.Pointer[error]
+	dirty     []*partition // partitions with keys to commit
+	lastRound time.Time    // when the last commit round started
+	inFlight  int          // the most keys a dirty partition holds
+	keys      [][]byte
+	recs      []*kgo.Record
+	verdicts  []dedup.Verdict
 
 	// testHook, set by tests, is called at the crash points "before-end"
 	// (records staged, transaction open) and "after-end" (transaction
@@ -50,6 +59,7 @@ type Consumer struct {
 	stats struct {
 		records, news, dups, rejected       atomic.Uint64
 		committed, aborted, replayed, sessn atomic.Uint64
+		committedRecords                    atomic.Uint64
 	}
 }
 
@@ -72,19 +82,28 @@ type partition struct {
 	news   [][]byte // keys observed New, released with Forget on abort
 	next   int64    // the offset after the last staged record
 	lastMs int64    // the latest record timestamp seen
+
+	// Committed transactions whose keys the engine has not committed yet
+	// (poll loop and gated callbacks only).
+	dirty       bool
+	barrier     dedup.Barrier // marks those keys
+	pendingCP   []byte        // the checkpoint that goes with them
+	pendingKeys int           // how many they are
 }
 
 // Stats counts what a Consumer has done since New.
 type Stats struct {
-	Records    uint64 // input records processed (replays excluded)
-	New        uint64 // records written to the output topic
-	Duplicates uint64 // records dropped (or sent to DupsTopic) as duplicates
-	Rejected   uint64 // records without a usable key
-	Committed  uint64 // transactions committed
-	Aborted    uint64 // transactions aborted
-	Replayed   uint64 // records replayed into engines, output suppressed
-	Sessions   uint64 // group sessions started
-	Partitions int    // partitions assigned now
+	Records uint64 // input records processed (replays excluded)
+	// CommittedRecords counts the input records of committed transactions.
+	CommittedRecords uint64
+	New              uint64 // records written to the output topic
+	Duplicates       uint64 // records dropped (or sent to DupsTopic) as duplicates
+	Rejected         uint64 // records without a usable key
+	Committed        uint64 // transactions committed
+	Aborted          uint64 // transactions aborted
+	Replayed         uint64 // records replayed into engines, output suppressed
+	Sessions         uint64 // group sessions started
+	Partitions       int    // partitions assigned now
 }
 
 // New validates cfg and returns a Consumer; Run starts it.
@@ -111,15 +130,16 @@ func (c *Consumer) Stats() Stats {
 	n := len(c.parts)
 	c.mu.Unlock()
 	return Stats{
-		Records:    c.stats.records.Load(),
-		New:        c.stats.news.Load(),
-		Duplicates: c.stats.dups.Load(),
-		Rejected:   c.stats.rejected.Load(),
-		Committed:  c.stats.committed.Load(),
-		Aborted:    c.stats.aborted.Load(),
-		Replayed:   c.stats.replayed.Load(),
-		Sessions:   c.stats.sessn.Load(),
-		Partitions: n,
+		Records:          c.stats.records.Load(),
+		CommittedRecords: c.stats.committedRecords.Load(),
+		New:              c.stats.news.Load(),
+		Duplicates:       c.stats.dups.Load(),
+		Rejected:         c.stats.rejected.Load(),
+		Committed:        c.stats.committed.Load(),
+		Aborted:          c.stats.aborted.Load(),
+		Replayed:         c.stats.replayed.Load(),
+		Sessions:         c.stats.sessn.Load(),
+		Partitions:       n,
 	}
 }
 
@@ -235,8 +255,11 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		if err := c.fatalErr(); err != nil {
 			return err
 		}
+		if p := c.commitErr.Load(); p != nil {
+			return c.waitCommits()
+		}
 		if ctx.Err() != nil {
-			return nil
+			return c.commitRound(true)
 		}
 		pctx, cancel := context.WithTimeout(ctx, pollWait)
 		fetches := sess.PollRecords(pctx, c.cfg.MaxTxnRecords)
@@ -253,6 +276,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			return fmt.Errorf("%w: begin: %w", ErrTxn, err)
 		}
 		c.produceErr.Store(nil)
+		c.txnRecords = 0
 		start := time.Now()
 		n, err := c.stage(fetches)
 		for err == nil && n < c.cfg.MaxTxnRecords && ctx.Err() == nil {
@@ -314,6 +338,7 @@ func (c *Consumer) stage(fs kgo.Fetches) (int, error) {
 			return
 		}
 		n += len(p.Records)
+		c.txnRecords += len(p.Records)
 		c.mu.Lock()
 		pt := c.parts[tp{p.Topic, p.Partition}]
 		ok := pt != nil && pt.ready
@@ -369,23 +394,73 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 		return nil
 	}
 	c.stats.committed.Add(1)
+	c.stats.committedRecords.Add(uint64(c.txnRecords))
 	if c.testHook != nil {
 		if err := c.testHook("after-end"); err != nil {
 			return err
 		}
 	}
-	// The transaction is durable: now, and only now, the engines commit
-	// (E <= C, rule 1 of the package doc).
-	var errs []error
+	// The transaction is durable: now, and only now, may the engines
+	// commit its keys (E <= C, rule 1 of the package doc). Each partition
+	// marks them with a barrier; the engines commit through their barriers
+	// in rounds (see commitRound), beside the loop. Until then the keys
+	// are in flight: their repeats are reported InFlight, dropped as
+	// duplicates, which they are.
 	for _, pt := range staged {
-		cp := checkpoint{Offset: pt.next, Millis: pt.lastMs}
-		if err := pt.eng.Commit(cp.encode()); err != nil {
-			errs = append(errs, fmt.Errorf("kafka: commit engine %s: %w", pt.tp, err))
+		pt.pendingCP = checkpoint{Offset: pt.next, Millis: pt.lastMs}.encode()
+		pt.barrier = pt.eng.Barrier()
+		pt.pendingKeys += len(pt.news)
+		if !pt.dirty {
+			pt.dirty = true
+			c.dirty = append(c.dirty, pt)
 		}
+		c.inFlight = max(c.inFlight, pt.pendingKeys)
 		pt.news = pt.news[:0]
 		pt.next = -1
 	}
-	return errors.Join(errs...)
+	if time.Since(c.lastRound) >= c.cfg.EngineCommitInterval || c.inFlight >= c.engine.MaxInFlight/2 {
+		return c.commitRound(false)
+	}
+	return nil
+}
+
+// commitRound commits every engine holding keys of committed transactions
+// through its barrier, in parallel; with wait it returns when they are
+// done, else it lets them run beside the loop. The previous round must
+// have finished first, so at most one is outstanding.
+func (c *Consumer) commitRound(wait bool) error {
+	if err := c.waitCommits(); err != nil {
+		return err
+	}
+	c.lastRound = time.Now()
+	c.inFlight = 0
+	for _, pt := range c.dirty {
+		b, cp := pt.barrier, pt.pendingCP
+		pt.dirty, pt.pendingKeys = false, 0
+		c.commits.Add(1)
+		go func() {
+			defer c.commits.Done()
+			if err := pt.eng.CommitThrough(b, cp); err != nil {
+				c.commitErr.CompareAndSwap(nil, &err)
+			}
+		}()
+	}
+	clear(c.dirty)
+	c.dirty = c.dirty[:0]
+	if wait {
+		return c.waitCommits()
+	}
+	return nil
+}
+
+// waitCommits waits for the engines' outstanding commits and returns the
+// first error among them.
+func (c *Consumer) waitCommits() error {
+	c.commits.Wait()
+	if p := c.commitErr.Swap(nil); p != nil {
+		return fmt.Errorf("kafka: commit engine: %w", *p)
+	}
+	return nil
 }
 
 // release forgets the new keys staged in an aborted transaction: the
@@ -526,6 +601,13 @@ func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 }
 
 func (c *Consumer) closeParts(m map[string][]int32, why string) {
+	// The keys in flight belong to committed transactions (the loop is
+	// between two): commit them before closing, so that the partition
+	// needs no replay if it comes back.
+	if err := c.commitRound(true); err != nil {
+		// Leave it for the loop, which ends the session on it.
+		c.commitErr.CompareAndSwap(nil, &err)
+	}
 	for topic, ps := range m {
 		for _, p := range ps {
 			c.mu.Lock()
@@ -545,8 +627,12 @@ func (c *Consumer) closeParts(m map[string][]int32, why string) {
 	}
 }
 
-// closeAll closes every engine, dropping what is in flight.
+// closeAll commits the keys of committed transactions and closes every
+// engine, dropping what else is in flight.
 func (c *Consumer) closeAll() {
+	if err := c.commitRound(true); err != nil {
+		c.logf("kafka: %v", err)
+	}
 	c.mu.Lock()
 	parts := c.parts
 	c.parts = make(map[tp]*partition)

@@ -23,7 +23,13 @@
 //
 //  1. The engine commits only after the transaction has committed, so
 //     E <= C always holds: Kafka is the source of truth and the engine is a
-//     cache of it that may lag but never leads.
+//     cache of it that may lag but never leads. To keep fsyncs off the
+//     path of every transaction, each partition marks the keys of a
+//     committed transaction with [dedup.Engine.Barrier], and the engines
+//     commit through their barriers ([dedup.Engine.CommitThrough]) in
+//     rounds, every [Config.EngineCommitInterval], beside the next
+//     transactions; until then those keys are in flight, and a repeat of
+//     one is reported InFlight and dropped, as it should be.
 //  2. A transaction that aborts (a failed produce, offset commit or EndTxn,
 //     a rebalance, a lost session) releases its new keys with
 //     [dedup.Engine.Forget]; the session rewinds the input to C and the
