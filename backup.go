@@ -35,17 +35,17 @@ func (e *Engine) Backup(dest string) error {
 	e.snapMu.Lock()
 	defer e.snapMu.Unlock()
 	if _, err := e.writeSnapshot(false); err != nil {
-		return fmt.Errorf("dedup: backup: %w", err)
+		return wrap(err, "backup")
 	}
 	snap, err := snapshot.Latest(e.fs, e.snapDir)
 	if err != nil {
-		return fmt.Errorf("dedup: backup: read back the snapshot: %w", err)
+		return wrap(err, "backup: read back the snapshot")
 	}
 	if err := e.store.Backup(dest); err != nil {
-		return fmt.Errorf("dedup: backup: %w", err)
+		return wrap(err, "backup")
 	}
 	if err := copySnapshot(e.fs, snap, e.fs.PathJoin(dest, SnapshotDir), snap.Header.CommitSeq); err != nil {
-		return fmt.Errorf("dedup: backup: %w", err)
+		return wrap(err, "backup")
 	}
 	return nil
 }
@@ -74,16 +74,16 @@ func StateOptions(dir string) (Options, error) {
 
 func stateOptions(fs vfs.FS, dir string) (Options, error) {
 	if _, err := fs.Stat(dir); err != nil {
-		return Options{}, fmt.Errorf("dedup: state %q: %w", dir, err)
+		return Options{}, wrap(err, "state %q", dir)
 	}
 	st, err := exact.Open(dir, exact.Options{FS: fs, LogOnly: true})
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: state %q: %w", dir, err)
+		return Options{}, wrap(err, "state %q", dir)
 	}
 	defer st.Close()
 	raw, ok, err := st.GetMeta(metaOptions)
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: state %q: %w", dir, err)
+		return Options{}, wrap(err, "state %q", dir)
 	}
 	if !ok {
 		return Options{}, fmt.Errorf("%w: %q holds no dedup options (not a state directory, or never opened)", ErrNotOurs, dir)
@@ -110,7 +110,7 @@ func RestoreBackup(src, dst string) (Options, error) {
 	if ents, err := os.ReadDir(dst); err == nil && len(ents) > 0 {
 		return Options{}, fmt.Errorf("dedup: restore: %q is not empty", dst)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
 	if _, err := os.Stat(filepath.Join(src, SnapshotDir)); err == nil {
 		return restoreFullBackup(src, dst)
@@ -123,28 +123,23 @@ func restoreFullBackup(src, dst string) (Options, error) {
 	// Pebble store may write to it).
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dst)), ".dedup-restore-*")
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
 	defer os.RemoveAll(tmp)
 	work := filepath.Join(tmp, "state")
 	if err := os.CopyFS(work, os.DirFS(src)); err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: copy %q: %w", src, err)
+		return Options{}, wrap(err, "restore: copy %q", src)
 	}
 	opts, err := StateOptions(work)
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %q is not a dedup backup: %w", src, err)
+		return Options{}, wrap(err, "restore: %q is not a dedup backup", src)
 	}
 	if _, err := snapshot.Latest(vfs.Default, filepath.Join(work, SnapshotDir)); err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: backup snapshot: %w", err)
+		return Options{}, wrap(err, "restore: backup snapshot")
 	}
-	o := opts
-	e, err := Open(o)
+	from, err := restoredFrom(opts)
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: backup does not open: %w", err)
-	}
-	from := e.Stats().RestoredFrom
-	if err := e.Close(); err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore: backup does not open")
 	}
 	if from != RestoredSnapshot && from != RestoredFresh {
 		return Options{}, fmt.Errorf("%w: restore: backup snapshot unusable (restored from %s)", ErrCorrupt, from)
@@ -152,13 +147,24 @@ func restoreFullBackup(src, dst string) (Options, error) {
 	return installDir(work, dst, opts)
 }
 
+// restoredFrom opens the state of opts and closes it again, and reports
+// where Open restored its filters from (Stats.RestoredFrom).
+func restoredFrom(opts Options) (string, error) {
+	e, err := Open(opts)
+	if err != nil {
+		return "", err
+	}
+	from := e.Stats().RestoredFrom
+	return from, e.Close()
+}
+
 // installDir moves the verified state work into dst.
 func installDir(work, dst string, opts Options) (Options, error) {
 	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
 	if err := os.Rename(work, dst); err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: install into %q: %w", dst, err)
+		return Options{}, wrap(err, "restore: install into %q", dst)
 	}
 	opts.Dir = dst
 	return opts, nil
@@ -167,44 +173,40 @@ func installDir(work, dst string, opts Options) (Options, error) {
 func restoreLoneSnapshot(src, dst string) (Options, error) {
 	snap, err := snapshot.Latest(vfs.Default, src)
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %q holds neither a backup nor a valid snapshot: %w", src, err)
+		return Options{}, wrap(err, "restore: %q holds neither a backup nor a valid snapshot", src)
 	}
 	p, err := decodePersisted(snap.Header.Options)
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
 	if !p.Probabilistic {
 		return Options{}, fmt.Errorf("dedup: restore: a lone snapshot can only restore a probabilistic state; an exact state needs a backup with its store (dedup backup)")
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dst)), ".dedup-restore-*")
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
 	defer os.RemoveAll(tmp)
 	work := filepath.Join(tmp, "state")
 	opts := p.options(work)
 	st, err := exact.Open(work, exact.Options{LogOnly: true})
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
 	err = errors.Join(
 		st.SetMeta(metaSeed, beUint64(snap.Header.Seed)),
 		st.SetMeta(metaOptions, p.encode()),
 		st.Close())
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
 	// The new store has no commits: the snapshot covers commit 0 of it.
 	if err := copySnapshot(vfs.Default, snap, filepath.Join(work, SnapshotDir), 0); err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
-	e, err := Open(opts)
+	from, err := restoredFrom(opts)
 	if err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
-	}
-	from := e.Stats().RestoredFrom
-	if err := e.Close(); err != nil {
-		return Options{}, fmt.Errorf("dedup: restore: %w", err)
+		return Options{}, wrap(err, "restore")
 	}
 	if from != RestoredSnapshot {
 		return Options{}, fmt.Errorf("dedup: restore: the installed snapshot did not load (restored from %s)", from)

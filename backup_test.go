@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	. "github.com/streamdedup/dedup"
 )
 
 // TestBackupWhileCommitting takes a backup while another goroutine observes

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/streamdedup/dedup"
 )
 
 // TestCloseWhileBusy closes an engine while goroutines observe and commit

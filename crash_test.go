@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/streamdedup/dedup"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/internal/testclock"

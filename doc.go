@@ -55,4 +55,23 @@
 // folder (package snapshot). Dir "" runs the same engine on an in-memory
 // file system. Backup, RestoreBackup and RebuildSnapshot copy, install and
 // repair state directories; the dedup command wraps them.
+//
+// # Map
+//
+// [Open] creates or reopens an [Engine] described by [Options].
+// [Engine.Observe] and [Engine.ObserveBatch] answer each key with a
+// [Verdict]. [Engine.Commit], or [Engine.Barrier] then
+// [Engine.CommitThrough], makes the keys in flight durable with a
+// checkpoint ([Engine.Checkpoint] reads it back); [Engine.Forget] releases
+// one. [Engine.Snapshot], [Engine.Backup], [RestoreBackup],
+// [RebuildSnapshot] and [StateOptions] manage the state directory;
+// [Engine.Stats] reports [Stats]. Errors wrap this package's sentinels
+// (ErrClosed, ErrCorrupt, ...); [ErrCorrupt] is the corruption class of
+// every layer below too.
+//
+// In the source: engine.go holds the Engine and its lock order, open.go
+// Open and recovery, observe.go the Verdict and the observe path, inflight.go the in-flight
+// key set, shard.go a shard's filters and in-flight sets, commit.go group
+// commit and barriers, snapshot.go and restore.go writing and restoring
+// snapshots, backup.go backups, stats.go Stats, options.go Options.
 package dedup

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"encoding/binary"
@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	. "github.com/streamdedup/dedup"
 )
 
 // benchKeys returns n 16-byte keys; about dupShare of them repeat a key

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"bytes"
@@ -10,43 +10,11 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/streamdedup/dedup"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
-
-var t0 = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
-
-func openT(t testing.TB, o Options) *Engine {
-	t.Helper()
-	e, err := Open(o)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e
-}
-
-func mustObserve(t testing.TB, e *Engine, key string, want Verdict) {
-	t.Helper()
-	got, err := e.Observe([]byte(key))
-	if err != nil {
-		t.Fatalf("Observe(%q): %v", key, err)
-	}
-	if got != want {
-		t.Fatalf("Observe(%q) = %v, want %v", key, got, want)
-	}
-}
-
-func mustCommit(t testing.TB, e *Engine, cp string) {
-	t.Helper()
-	var b []byte
-	if cp != "" {
-		b = []byte(cp)
-	}
-	if err := e.Commit(b); err != nil {
-		t.Fatalf("Commit(%q): %v", cp, err)
-	}
-}
 
 func TestVerdictLifecycle(t *testing.T) {
 	for _, prob := range []bool{false, true} {
@@ -618,5 +586,27 @@ func TestObserveBatchLarge(t *testing.T) {
 				t.Fatalf("%d false positives among %d keys, over 2%% at a 1%% target", fps, len(state))
 			}
 		})
+	}
+}
+
+// TestRecentCommitsAnswerDuplicates pins the exact-mode shortcut: a
+// duplicate of a key of one of the last commits is answered from memory,
+// an older one by the store, and either way it is a Duplicate.
+func TestRecentCommitsAnswerDuplicates(t *testing.T) {
+	// One shard: every commit holds keys of the shard of "a".
+	e := openT(t, Options{Window: time.Minute, Shards: 1, Now: testclock.New(t0).Now})
+	mustObserve(t, e, "a", New)
+	mustCommit(t, e, "")
+	mustObserve(t, e, "a", Duplicate)
+	if n := e.Stats().StoreLookups; n != 0 {
+		t.Fatalf("StoreLookups = %d after a duplicate of the last commit, want 0", n)
+	}
+	for i := range RecentSets {
+		mustObserve(t, e, fmt.Sprint("b", i), New)
+		mustCommit(t, e, "")
+	}
+	mustObserve(t, e, "a", Duplicate)
+	if n := e.Stats().StoreLookups; n != 1 {
+		t.Fatalf("StoreLookups = %d after a duplicate of an older commit, want 1", n)
 	}
 }

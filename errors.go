@@ -2,8 +2,11 @@ package dedup
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/errclass"
 )
 
 // Sentinel errors. Test with errors.Is; returned errors wrap them with
@@ -29,9 +32,40 @@ var (
 	// another program's files.
 	ErrNotOurs = exact.ErrNotOurs
 	// ErrCorrupt is the corruption class: persisted state that fails its
-	// checks (a bad snapshot, unreadable metadata).
-	ErrCorrupt = errors.New("dedup: corrupt state")
+	// checks (a bad snapshot, unreadable metadata). Every layer's
+	// corruption matches it: filter.ErrCorrupt, exact.ErrCorrupt and
+	// snapshot.ErrCorrupt wrap it.
+	ErrCorrupt = errclass.ErrCorrupt
+	// ErrBroken is wrapped by every call that reaches the state after a
+	// write to it failed: a failed commit write leaves the store in an
+	// unknown state. Close the engine and Open it again, which restores
+	// what was committed; after a fatal error in Pebble's background work
+	// the state directory is released only when the process exits.
+	ErrBroken = exact.ErrBroken
 	// ErrBatchLength is returned by ObserveBatch when out is shorter than
 	// keys.
 	ErrBatchLength = errors.New("dedup: out is shorter than keys")
 )
+
+// prefix begins every error message of this package.
+const prefix = "dedup: "
+
+// wrap returns err with context, under the package prefix written once: an
+// err made in this package, which carries the prefix already, is not
+// prefixed a second time ("dedup: backup: snapshot: ...", never "dedup:
+// backup: dedup: snapshot: ..."). errors.Is and errors.As see err.
+func wrap(err error, format string, args ...any) error {
+	return &wrapError{context: fmt.Sprintf(format, args...), err: err}
+}
+
+// wrapError is an error with the context of the operation that met it.
+type wrapError struct {
+	context string
+	err     error
+}
+
+func (w *wrapError) Error() string {
+	return prefix + w.context + ": " + strings.TrimPrefix(w.err.Error(), prefix)
+}
+
+func (w *wrapError) Unwrap() error { return w.err }

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	. "github.com/streamdedup/dedup"
 
 	"github.com/streamdedup/dedup/internal/testclock"
 )

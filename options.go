@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/rotate"
 )
 
 // Options configure an Engine. The zero value of every field selects its
@@ -107,7 +108,7 @@ type Options struct {
 // Limits on option values.
 const (
 	maxShards      = 1 << 12
-	maxGenerations = 1024
+	maxGenerations = rotate.MaxGenerations
 	maxKeySizeCap  = 1 << 20
 )
 
@@ -216,7 +217,7 @@ func (p persisted) encode() []byte {
 func decodePersisted(b []byte) (persisted, error) {
 	var p persisted
 	if err := json.Unmarshal(b, &p); err != nil {
-		return p, fmt.Errorf("%w: persisted options: %v", ErrCorrupt, err)
+		return p, fmt.Errorf("%w: persisted options: %w", ErrCorrupt, err)
 	}
 	return p, nil
 }

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"flag"
@@ -8,65 +8,12 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/streamdedup/dedup"
+
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
 var oracleEvents = flag.Int("oracle.events", 60000, "events per configuration in the oracle tests")
-
-// oracle is the plain model of semantics 1, 2 and 5: a map from key to the
-// time it was last observed New, and whether that sighting is committed.
-type oracle struct {
-	window, span time.Duration
-	seen         map[string]*oracleEntry
-	inflight     []string
-}
-
-type oracleEntry struct {
-	at        time.Time // when it was observed New
-	hw        time.Time // the highest clock reading at that moment
-	committed bool
-}
-
-// expect returns the verdict the model requires, or 0 if either New or
-// Duplicate is allowed (the grace span between W and W + W/N).
-//
-// The engine may expire a key as soon as any clock reading has passed its
-// expiry, so Duplicate is required only while the highest reading so far
-// (hw) is within W of the sighting; New is required once the clock is past
-// W + W/N of the highest reading at the sighting (after a backwards step a
-// key goes into the newest generation).
-func (o *oracle) expect(key string, now, hw time.Time) Verdict {
-	en := o.seen[key]
-	if en == nil {
-		return New
-	}
-	if !en.committed {
-		return InFlight
-	}
-	switch {
-	case hw.Sub(en.at) < o.window:
-		return Duplicate
-	case now.Sub(en.hw) >= o.window+o.span:
-		return New
-	}
-	return 0
-}
-
-func (o *oracle) record(key string, v Verdict, now, hw time.Time) {
-	if v == New {
-		o.seen[key] = &oracleEntry{at: now, hw: hw}
-		o.inflight = append(o.inflight, key)
-	}
-}
-
-func (o *oracle) commit() {
-	for _, k := range o.inflight {
-		if en := o.seen[k]; en != nil {
-			en.committed = true
-		}
-	}
-	o.inflight = o.inflight[:0]
-}
 
 // TestOracle runs a long random stream, with duplicates at many delays and
 // a clock that mostly moves forward, through the engine and the model:

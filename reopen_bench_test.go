@@ -1,10 +1,12 @@
-package dedup
+package dedup_test
 
 import (
 	"encoding/binary"
 	"flag"
 	"testing"
 	"time"
+
+	. "github.com/streamdedup/dedup"
 
 	"github.com/streamdedup/dedup/internal/testclock"
 )

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"errors"
@@ -7,15 +7,15 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	. "github.com/streamdedup/dedup"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/streamdedup/dedup/internal/faultfs"
 	"github.com/streamdedup/dedup/internal/testclock"
-	"github.com/streamdedup/dedup/snapshot"
 )
 
 // stream drives an engine with a deterministic random stream: new keys and
@@ -264,26 +264,9 @@ func TestSnapshotCrashAtEveryWrite(t *testing.T) {
 
 func snapshotCrashAt(t *testing.T, prob bool, k int) bool {
 	mem := vfs.NewCrashableMem()
-	var armed atomic.Bool
-	var crashed *vfs.MemFS
-	var mu sync.Mutex
-	n := 0
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if !armed.Load() || op.Kind.ReadOrWrite() != errorfs.OpIsWrite {
-			return nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if crashed != nil {
-			return errorfs.ErrInjected
-		}
-		if n == k {
-			crashed = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(uint64(k), 5))})
-			return errorfs.ErrInjected
-		}
-		n++
-		return nil
-	})
+	crash := faultfs.NewCrash(mem, errorfs.OnIndex(int32(k)),
+		vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(uint64(k), 5))})
+	inj := &errorfs.Toggle{Injector: crash}
 	clk := testclock.New(t0)
 	o := Options{Dir: "/s", FS: errorfs.Wrap(mem, inj), Probabilistic: prob, Now: clk.Now, Window: time.Minute, Generations: 4, Shards: 2}
 	e, err := Open(o)
@@ -305,11 +288,9 @@ func snapshotCrashAt(t *testing.T, prob bool, k int) bool {
 			}
 		}
 	}
-	armed.Store(true)
+	inj.On()
 	snapErr := e.Snapshot()
-	mu.Lock()
-	c := crashed
-	mu.Unlock()
+	c, _ := crash.Crashed()
 	if c == nil {
 		if snapErr != nil {
 			t.Fatalf("snapshot without a crash: %v", snapErr)
@@ -341,22 +322,16 @@ func snapshotCrashAt(t *testing.T, prob bool, k int) bool {
 // committing, and the next Snapshot (fault cleared) succeeds.
 func TestSnapshotIOError(t *testing.T) {
 	for k := 0; ; k++ {
-		var armed atomic.Bool
-		var n atomic.Int64
-		inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-			if armed.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && n.Add(1)-1 == int64(k) {
-				return errorfs.ErrInjected
-			}
-			return nil
-		})
+		at := errorfs.OnIndex(int32(k))
+		inj := &errorfs.Toggle{Injector: faultfs.If(errorfs.And(errorfs.Writes, at), errorfs.ErrInjected)}
 		e := openT(t, Options{Dir: "/s", FS: errorfs.Wrap(vfs.NewMem(), inj), Shards: 2})
 		mustObserve(t, e, "a", New)
 		mustCommit(t, e, "1")
-		armed.Store(true)
+		inj.On()
 		err := e.Snapshot()
-		armed.Store(false)
+		inj.Off()
 		if err == nil {
-			if n.Load() <= int64(k) {
+			if at.Load() >= 0 { // not reached: fewer than k+1 writes
 				return // k is past the last write of a Snapshot
 			}
 			t.Fatalf("k=%d: injected error swallowed", k)
@@ -376,5 +351,3 @@ func TestSnapshotIOError(t *testing.T) {
 		_ = e.Close()
 	}
 }
-
-var _ = snapshot.ErrCorrupt

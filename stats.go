@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -120,7 +121,7 @@ func (e *Engine) Stats() Stats {
 	for _, id := range order {
 		st.GenerationStats = append(st.GenerationStats, *gens[id])
 	}
-	st.InFlightKeys = e.inflight.Load()
+	st.InFlightKeys = e.inflightCount.Load()
 	st.Commits = e.stats.commits.Load()
 	st.CommitErrors = e.stats.commitErrors.Load()
 	st.CommittedKeys = e.stats.committedKeys.Load()
@@ -150,4 +151,26 @@ func (e *Engine) Stats() Stats {
 	}
 	e.lifecycle.RUnlock()
 	return st
+}
+
+// engineStats are counters outside the shards.
+type engineStats struct {
+	commits         atomic.Uint64
+	commitErrors    atomic.Uint64
+	committedKeys   atomic.Uint64
+	commitNanos     atomic.Uint64
+	lastCommitNs    atomic.Int64
+	maxCommitNs     atomic.Int64
+	lastCommitErr   atomic.Pointer[string]
+	restoredKeys    uint64
+	restoreNanos    int64
+	restoredFrom    string
+	restoreProblems []string
+
+	snapshots           atomic.Uint64
+	snapshotErrors      atomic.Uint64
+	lastSnapshotNs      atomic.Int64
+	lastSnapshotWritten atomic.Int64
+	snapshotBytes       atomic.Int64
+	lastSnapshotErr     atomic.Pointer[string]
 }

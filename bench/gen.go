@@ -25,7 +25,7 @@ const (
 // Delay distributions a Stream can draw redelivery delays from.
 const (
 	// DelayExponential draws every delay from an exponential distribution
-	// with mean DelayConfig.Mean: the seed article's model.
+	// with mean DelayConfig.Mean: the window model's ([Article]).
 	DelayExponential = "exp"
 	// DelayBimodal draws an immediate retry (exponential with mean
 	// RetryMean) or, with probability ReplayShare, a replay hours later

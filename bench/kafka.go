@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -682,7 +683,7 @@ func (p *passthrough) run(ctx context.Context, addrs []string, group, in, out st
 func (r *KafkaResult) WriteText(w io.Writer) error {
 	rows := make([][]string, 0, len(r.Rows))
 	for _, x := range r.Rows {
-		rows = append(rows, []string{strconv.Itoa(x.Instances), human(x.Passthrough), human(x.Dedup), fmt.Sprintf("%.2f", x.Ratio), human(x.Produce)})
+		rows = append(rows, []string{strconv.Itoa(x.Instances), humanize.Count(x.Passthrough), humanize.Count(x.Dedup), fmt.Sprintf("%.2f", x.Ratio), humanize.Count(x.Produce)})
 	}
 	fmt.Fprintf(w, "Kafka (in-process kfake broker, %d partitions, %d events, %.0f%% duplicates; events/s between 10%% and 90%% of the input)\n\n",
 		r.Config.Partitions, r.Config.Events, 100*r.Config.DuplicateFraction)
@@ -693,7 +694,7 @@ func (r *KafkaResult) WriteText(w io.Writer) error {
 		r.Config.LatencyRate, lat(r.P50Passthrough), lat(r.P99Passthrough), lat(r.P50Dedup), lat(r.P99Dedup))
 	m := r.Move
 	_, err := fmt.Fprintf(w, "Partition move: %d partitions to a new instance with no state, %s records replayed, ready in %s (slowest); replay %s records/s vs ingest %s events/s: %.1fx\n",
-		m.Moved, human(float64(m.Replayed)), lat(m.Ready), human(m.ReplayRate), human(m.IngestRate), m.Ratio)
+		m.Moved, humanize.Count(float64(m.Replayed)), lat(m.Ready), humanize.Count(m.ReplayRate), humanize.Count(m.IngestRate), m.Ratio)
 	return err
 }
 

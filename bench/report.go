@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/streamdedup/dedup/internal/humanize"
 )
 
 // WriteJSON writes v as indented JSON.
@@ -31,26 +33,6 @@ func table(w io.Writer, header string, rows [][]string) error {
 		fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
 	}
 	return tw.Flush()
-}
-
-// human formats n with thousands separators, or with k/M/G suffixes when
-// large.
-func human(n float64) string {
-	switch {
-	case n >= 10e9:
-		return fmt.Sprintf("%.1fG", n/1e9)
-	case n >= 10e6:
-		return fmt.Sprintf("%.1fM", n/1e6)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", n/1e6)
-	case n >= 100e3:
-		return fmt.Sprintf("%.0fk", n/1e3)
-	case n >= 1000:
-		return fmt.Sprintf("%.1fk", n/1e3)
-	case n == float64(int64(n)):
-		return fmt.Sprintf("%d", int64(n))
-	}
-	return fmt.Sprintf("%.2f", n)
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
@@ -90,7 +72,7 @@ func (r *SimResult) WriteText(w io.Writer) error {
 		{"distinct keys/s (insert rate)", fmt.Sprintf("%.0f (shown as 2k/s)", a.DistinctPerSec), fmt.Sprintf("%.0f", m.RequestsPerSec-m.DuplicatesPerSec), ""},
 		{"duplicates/s", fmt.Sprintf("%.0f", a.DuplicatesPerSec), fmt.Sprintf("%.1f", m.DuplicatesPerSec), ""},
 		{"delay mean / p50 / p99", "2m / - / -", fmt.Sprintf("%.1fs / %.1fs / %.1fs", d.Mean.Seconds(), d.P50.Seconds(), d.P99.Seconds()), fmt.Sprintf("%d duplicates", d.Count)},
-		{"keys held in steady state", fmt.Sprintf("%.0f", a.KeysHeld), fmt.Sprintf("%.0f", m.KeysHeld), fmt.Sprintf("engine FilterKeys; model %s", human(m.KeysModel))},
+		{"keys held in steady state", fmt.Sprintf("%.0f", a.KeysHeld), fmt.Sprintf("%.0f", m.KeysHeld), fmt.Sprintf("engine FilterKeys; model %s", humanize.Count(m.KeysModel))},
 		{"store memory at 64 B/key", fmt.Sprintf("%.1f MiB", a.MemoryMiB), mib(m.MemoryModel), "engine filters: " + mib(m.FilterBytes)},
 		{"duplicates suppressed/s", fmt.Sprintf("%.2f", a.SuppressedPerSec), fmt.Sprintf("%.2f", m.SuppressedPerSec), ""},
 		{"duplicates after expiry/s", fmt.Sprintf("%.2f", a.LeakedPerSec), fmt.Sprintf("%.2f", m.LeakedPerSec), ""},
@@ -98,7 +80,7 @@ func (r *SimResult) WriteText(w io.Writer) error {
 		{"leaks per million requests", fmt.Sprintf("%.0f", a.LeaksPerMillion), fmt.Sprintf("%.0f", m.LeaksPerMillion), fmt.Sprintf("±%.0f (1 SE)", m.LeaksSE)},
 		{fmt.Sprintf("window suppressing %g%%", 100*c.SuppressTarget), minutes(a.Window99), minutes(r.Window99), fmt.Sprintf("engine there: %.4f suppressed", r.Run99.ShareSuppressed)},
 		{fmt.Sprintf("window for < %g leaks/M", c.LeakTarget), "~" + minutes(a.WindowTarget), minutes(r.WindowTarget), fmt.Sprintf("engine there: %.1f/M", r.RunTarget.LeaksPerMillion)},
-		{"keys held at that window", "~" + human(a.KeysAtWindowTarget), human(r.RunTarget.KeysHeld), mib(r.RunTarget.MemoryModel) + " at 64 B/key"},
+		{"keys held at that window", "~" + humanize.Count(a.KeysAtWindowTarget), humanize.Count(r.RunTarget.KeysHeld), mib(r.RunTarget.MemoryModel) + " at 64 B/key"},
 		{"false drops per million (FP)", "-", fmt.Sprintf("%.0f", m.FalseDropsPerMillion), "probabilistic mode only"},
 	}
 	if err := table(w, "figure\tarticle\tsimulated\tnote", rows); err != nil {
@@ -107,7 +89,7 @@ func (r *SimResult) WriteText(w io.Writer) error {
 	fmt.Fprintln(w)
 	rows = rows[:0]
 	for _, x := range r.Runs {
-		rows = append(rows, []string{x.Label, minutes(x.Window), human(x.KeysHeld), mib(x.MemoryModel), mib(x.FilterBytes),
+		rows = append(rows, []string{x.Label, minutes(x.Window), humanize.Count(x.KeysHeld), mib(x.MemoryModel), mib(x.FilterBytes),
 			fmt.Sprintf("%.4f", x.ShareSuppressed), fmt.Sprintf("%.0f ±%.0f", x.LeaksPerMillion, x.LeaksSE), fmt.Sprintf("%.0f", x.FalseDropsPerMillion)})
 	}
 	fmt.Fprintln(w, "Engine runs (window -> keys held, memory, leaks):")
@@ -121,7 +103,7 @@ func (r *SimResult) WriteText(w io.Writer) error {
 		rows = rows[:0]
 		for _, x := range r.Bimodal {
 			rows = append(rows, []string{minutes(x.Window), x.Mode, fmt.Sprintf("%.3f", x.RetryShareSuppressed), fmt.Sprintf("%.3f", x.ReplayShareSuppressed),
-				fmt.Sprintf("%.0f", x.LeaksPerMillion), human(x.KeysHeld), mib(x.MemoryModel)})
+				fmt.Sprintf("%.0f", x.LeaksPerMillion), humanize.Count(x.KeysHeld), mib(x.MemoryModel)})
 		}
 		if err := table(w, "retention\tmode\tretries suppressed\treplays suppressed\tleaks/M\tkeys held\tmemory @64B", rows); err != nil {
 			return err
@@ -150,9 +132,9 @@ func (r *CompareResult) WriteText(w io.Writer) error {
 		if x.RAMRatio > 0 {
 			ramRatio = fmt.Sprintf("%.2fx", x.RAMRatio)
 		}
-		rows = append(rows, []string{x.Name, human(x.EventsPerSec), ratio,
+		rows = append(rows, []string{x.Name, humanize.Count(x.EventsPerSec), ratio,
 			fmt.Sprintf("%d / %d", x.DupsMissed, x.Duplicates), fmt.Sprintf("%d", x.FalseDrops),
-			human(float64(x.Keys)), bytesPerKey(x.RAMPerKey), ramRatio, bytesPerKey(x.DiskPerKey)})
+			humanize.Count(float64(x.Keys)), bytesPerKey(x.RAMPerKey), ramRatio, bytesPerKey(x.DiskPerKey)})
 	}
 	if err := table(w, "target\tevents/s\tvs "+shortRef(r.Reference)+"\tdups missed\tfalse drops\tkeys held\tRAM/key\tvs "+shortRef(r.Reference)+"\tdisk/key", rows); err != nil {
 		return err
@@ -195,13 +177,13 @@ func (r *LoadResult) WriteText(w io.Writer, series bool) error {
 		c.Engine.ModeName(), c.Engine.Filter, c.Engine.Window, c.Engine.AutoCommit, c.Duration, c.Tick)
 	var rows [][]string
 	for _, s := range r.Steps {
-		ach := human(s.Achieved)
+		ach := humanize.Count(s.Achieved)
 		if s.Saturated {
 			ach += " (saturated)"
 		}
-		rows = append(rows, []string{human(s.Target), ach, lat(s.P50), lat(s.P99), lat(s.P999),
-			fmt.Sprintf("%d / %d", s.DupsMissed, s.Duplicates), fmt.Sprintf("%d", s.FalseDrops), human(float64(s.StoreLookups)),
-			human(float64(s.Keys)), bytesPerKey(s.RAMPerKey), bytesPerKey(s.DiskPerKey)})
+		rows = append(rows, []string{humanize.Count(s.Target), ach, lat(s.P50), lat(s.P99), lat(s.P999),
+			fmt.Sprintf("%d / %d", s.DupsMissed, s.Duplicates), fmt.Sprintf("%d", s.FalseDrops), humanize.Count(float64(s.StoreLookups)),
+			humanize.Count(float64(s.Keys)), bytesPerKey(s.RAMPerKey), bytesPerKey(s.DiskPerKey)})
 	}
 	if err := table(w, "target/s\tachieved/s\tp50\tp99\tp999\tdups missed\tfalse drops\tstore lookups\tkeys\tRAM/key\tdisk/key", rows); err != nil {
 		return err
@@ -211,7 +193,7 @@ func (r *LoadResult) WriteText(w io.Writer, series bool) error {
 		return nil
 	}
 	for _, s := range r.Steps {
-		fmt.Fprintf(w, "\nover time at %s events/s:\n", human(s.Target))
+		fmt.Fprintf(w, "\nover time at %s events/s:\n", humanize.Count(s.Target))
 		rows = rows[:0]
 		for _, x := range s.Samples {
 			perKey := func(b uint64) string {
@@ -220,8 +202,8 @@ func (r *LoadResult) WriteText(w io.Writer, series bool) error {
 				}
 				return bytesPerKey(float64(b) / float64(x.Keys))
 			}
-			rows = append(rows, []string{x.At.String(), human(x.Rate), lat(x.P50), lat(x.P99), lat(x.P999),
-				human(float64(x.Keys)), mib(float64(x.HeapBytes)), mib(float64(x.FilterBytes)), perKey(x.DiskBytes), human(float64(x.StoreLookups))})
+			rows = append(rows, []string{x.At.String(), humanize.Count(x.Rate), lat(x.P50), lat(x.P99), lat(x.P999),
+				humanize.Count(float64(x.Keys)), mib(float64(x.HeapBytes)), mib(float64(x.FilterBytes)), perKey(x.DiskBytes), humanize.Count(float64(x.StoreLookups))})
 		}
 		if err := table(w, "t\trate\tp50\tp99\tp999\tkeys\theap\tfilters\tdisk/key\tlookups", rows); err != nil {
 			return err

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/streamdedup/dedup/internal/faultfs"
 )
 
 // crashBatch commits batch i: keys i*per..i*per+per in generation 1, and
@@ -166,22 +166,16 @@ func TestCommitIOError(t *testing.T) {
 			injections := 0
 			for k := int64(0); ; k++ {
 				mem := vfs.NewCrashableMem()
-				var on atomic.Bool
-				var n atomic.Int64
-				inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-					// Every write counts, MANIFEST writes (fatal to Pebble)
-					// and those of background flushes included.
-					if on.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && n.Add(1)-1 == k {
-						return errorfs.ErrInjected
-					}
-					return nil
-				})
+				// Every write counts, MANIFEST writes (fatal to Pebble) and
+				// those of background flushes included.
+				at := errorfs.OnIndex(int32(k))
+				inj := &errorfs.Toggle{Injector: faultfs.If(errorfs.And(errorfs.Writes, at), errorfs.ErrInjected)}
 				o := Options{FS: errorfs.Wrap(mem, inj), IngestThreshold: m.ingest}
 				s := mustOpen(t, "db", o)
 				if _, err := crashBatch(s, 0, per); err != nil {
 					t.Fatal(err)
 				}
-				on.Store(true)
+				inj.On()
 				committed := 1
 				var cerr error
 				for i := 1; i < total && cerr == nil; i++ {
@@ -189,8 +183,8 @@ func TestCommitIOError(t *testing.T) {
 						committed = i + 1
 					}
 				}
-				on.Store(false)
-				if n.Load() <= k {
+				inj.Off()
+				if at.Load() >= 0 { // fewer than k+1 writes: nothing injected
 					if cerr != nil {
 						t.Fatalf("k=%d: Commit failed without injection: %v", k, cerr)
 					}
@@ -231,17 +225,12 @@ func TestCommitIOError(t *testing.T) {
 // and closing and reopening must recover every committed batch.
 func TestFlushError(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	var on atomic.Bool
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if on.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.HasSuffix(op.Path, ".sst") {
-			return &fs.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
-		}
-		return nil
-	})
+	sstWrites := errorfs.And(errorfs.Writes, errorfs.PathMatch("db/*.sst"))
+	inj := &errorfs.Toggle{Injector: faultfs.If(sstWrites, &fs.PathError{Op: "write", Path: "sstable", Err: syscall.ENOSPC})}
 	o := Options{FS: errorfs.Wrap(mem, inj), MemTableSize: 1 << 20}
 	s := mustOpen(t, "db", o)
 	const per = 2000 // ~100 KB of memtable per batch
-	on.Store(true)
+	inj.On()
 	done := make(chan struct{})
 	var committed int
 	var cerr error
@@ -258,7 +247,7 @@ func TestFlushError(t *testing.T) {
 	case <-time.After(time.Minute): // 1000 batches are 100 memtables
 		t.Fatalf("Commit hangs after %d batches while sstable writes fail", committed)
 	}
-	on.Store(false)
+	inj.Off()
 	t.Logf("%d batches committed before: %v", committed, cerr)
 	if !errors.Is(cerr, syscall.ENOSPC) || !errors.Is(cerr, ErrBroken) {
 		t.Fatalf("after %d batches: Commit error %v, want ErrBroken wrapping ENOSPC", committed, cerr)
@@ -279,22 +268,8 @@ func TestFlushError(t *testing.T) {
 // stop every key is found again: a failed read breaks nothing.
 func TestHasReadError(t *testing.T) {
 	mem := vfs.NewMem()
-	var on atomic.Bool
-	rng := rand.New(rand.NewPCG(7, 8))
-	var mu sync.Mutex
-	var fired int
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if !on.Load() || op.Kind.ReadOrWrite() != errorfs.OpIsRead {
-			return nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if rng.IntN(4) == 0 {
-			fired++
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
+	faults := &errorfs.Counter{Injector: faultfs.If(errorfs.And(errorfs.Reads, errorfs.Randomly(0.25, 7)), errorfs.ErrInjected)}
+	inj := &errorfs.Toggle{Injector: faults}
 	o := Options{FS: errorfs.Wrap(mem, inj), MemTableSize: 1 << 20, CacheSize: 1}
 	s := mustOpen(t, "db", o)
 	const batches, per = 20, 5000 // ~10 MB of sstables against a 2 MB cache
@@ -309,7 +284,7 @@ func TestHasReadError(t *testing.T) {
 	// A spread sample of the keys (each lookup is slow under -race).
 	const lookups = 3000
 	sample := func(i int) int { return i * 7919 % (batches * per) }
-	on.Store(true)
+	inj.On()
 	var errs int
 	for i := 0; i < lookups; i++ {
 		k := sample(i)
@@ -324,8 +299,8 @@ func TestHasReadError(t *testing.T) {
 			t.Fatalf("key %d: reported absent while reads fail", k)
 		}
 	}
-	on.Store(false)
-	t.Logf("%d read faults, %d of %d lookups failed", fired, errs, lookups)
+	inj.Off()
+	t.Logf("%d read faults, %d of %d lookups failed", faults.Load(), errs, lookups)
 	if errs == 0 {
 		t.Fatal("no read fault reached Has")
 	}

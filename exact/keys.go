@@ -23,7 +23,7 @@ const formatVersion = 1
 const logFormat = 1
 
 var (
-	markerKey     = []byte("\x00dedup-exact")
+	markerKey     = append([]byte{tagMarker}, "dedup-exact"...)
 	checkpointKey = []byte{tagCheckpoint}
 	floorKey      = []byte{tagFloor}
 	seqKey        = []byte{tagSeq}

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/internal/errclass"
 )
 
 // Sentinel errors. Errors returned by the package wrap them with context;
@@ -24,8 +25,9 @@ var (
 	ErrClosed = errors.New("exact: store closed")
 	// ErrBroken reports a Store on which a write failed; close and reopen it.
 	ErrBroken = errors.New("exact: store broken by an earlier write error")
-	// ErrCorrupt reports stored data that cannot be decoded.
-	ErrCorrupt = errors.New("exact: corrupt store")
+	// ErrCorrupt reports stored data that cannot be decoded. It matches
+	// dedup.ErrCorrupt too.
+	ErrCorrupt = errclass.Corrupt("exact: corrupt store")
 	// ErrEmptyKey reports an empty key.
 	ErrEmptyKey = errors.New("exact: empty key")
 	// ErrKeyTooLarge reports a key longer than MaxKeySize.
@@ -139,10 +141,9 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 		// Keys are written once and leave by whole generations (one range
 		// delete, then a delete-only compaction), and lookups are rare
 		// (filter hits only), so L0 is allowed to grow: compacting it
-		// eagerly cost half the engine's CPU in exact mode, and raising
-		// the threshold from 4 to 64 sublevels raised ObserveBatch with
-		// AutoCommit 1.6-2.4x (BenchmarkObserveBatch/exact) at the price of
-		// slower lookups (a bloom check per L0 file).
+		// eagerly would spend the engine's CPU on data that expires
+		// anyway, at the price of slower lookups (a bloom check per L0
+		// file).
 		L0CompactionThreshold:     64,
 		L0CompactionFileThreshold: 2000,
 		L0StopWritesThreshold:     o.L0StopWritesThreshold,

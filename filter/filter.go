@@ -60,8 +60,9 @@
 package filter
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/streamdedup/dedup/internal/errclass"
 )
 
 // Kind names a filter backend.
@@ -101,8 +102,8 @@ func ParseKind(s string) (Kind, error) {
 }
 
 // ErrCorrupt marks bytes that Unmarshal cannot accept: truncated, altered, or
-// not a filter at all. Test with errors.Is.
-var ErrCorrupt = errors.New("filter: corrupt encoding")
+// not a filter at all. It matches dedup.ErrCorrupt too. Test with errors.Is.
+var ErrCorrupt = errclass.Corrupt("filter: corrupt encoding")
 
 // Prefetcher is implemented by filters that can start loading the memory
 // that a Test, Add or TestOrAdd of h will read, without waiting for it.

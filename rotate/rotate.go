@@ -27,49 +27,41 @@ import (
 	"github.com/streamdedup/dedup/filter"
 )
 
-// Config shapes a Ring.
+// Config shapes a Ring. Every field is required: the ring has no defaults
+// of its own, its caller (the dedup engine, through dedup.Options) owns
+// them.
 type Config struct {
-	// Window is how long a hash is remembered at least. Required.
+	// Window is how long a hash is remembered at least.
 	Window time.Duration
-	// Generations is N, the number of generations the window is cut into; a
-	// hash may be remembered up to Window + Window/N. Default 8.
+	// Generations is N, the number of generations the window is cut into,
+	// in [1, MaxGenerations]; a hash may be remembered up to Window +
+	// Window/N.
 	Generations int
-	// Kind is the filter backend. Default filter.Blocked.
+	// Kind is the filter backend.
 	Kind filter.Kind
 	// Capacity is the number of distinct hashes one generation is sized for
 	// (the expected rate times the span). A generation that receives more
-	// grows by chaining, keeping its false-positive rate. Default 1024.
+	// grows by chaining, keeping its false-positive rate.
 	Capacity uint64
 	// FalsePositiveRate is the target rate of a lookup across the whole
-	// ring. Default 0.01.
+	// ring, in (0, 1).
 	FalsePositiveRate float64
 }
 
-// ensureDefaults fills zero fields.
-func (c *Config) ensureDefaults() {
-	if c.Generations == 0 {
-		c.Generations = 8
-	}
-	if c.Kind == 0 {
-		c.Kind = filter.Blocked
-	}
-	if c.Capacity == 0 {
-		c.Capacity = 1024
-	}
-	if c.FalsePositiveRate == 0 {
-		c.FalsePositiveRate = 0.01
-	}
-}
+// MaxGenerations is the largest Config.Generations.
+const MaxGenerations = 1024
 
 // validate reports the first bad field by name.
 func (c *Config) validate() error {
 	switch {
 	case c.Window <= 0:
 		return fmt.Errorf("rotate: Window must be positive, got %v", c.Window)
-	case c.Generations < 1 || c.Generations > 1024:
-		return fmt.Errorf("rotate: Generations must be in [1, 1024], got %d", c.Generations)
+	case c.Generations < 1 || c.Generations > MaxGenerations:
+		return fmt.Errorf("rotate: Generations must be in [1, %d], got %d", MaxGenerations, c.Generations)
 	case c.Window/time.Duration(c.Generations) <= 0:
 		return fmt.Errorf("rotate: Window %v is too short for %d Generations", c.Window, c.Generations)
+	case c.Capacity < 1:
+		return fmt.Errorf("rotate: Capacity must be at least 1, got %d", c.Capacity)
 	case !(c.FalsePositiveRate > 0 && c.FalsePositiveRate < 1):
 		return fmt.Errorf("rotate: FalsePositiveRate must be in (0, 1), got %v", c.FalsePositiveRate)
 	}
@@ -101,9 +93,8 @@ type Ring struct {
 	nextAt int64
 }
 
-// New returns an empty ring.
+// New returns an empty ring, or an error naming the first bad field of cfg.
 func New(cfg Config) (*Ring, error) {
-	cfg.ensureDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -6,12 +6,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/streamdedup/dedup/internal/faultfs"
 )
 
 // crashScenario is a sequence of Writes; the last one is crashed.
@@ -102,29 +102,9 @@ func crashAt(t *testing.T, sc crashScenario, k int, cfg vfs.CrashCloneCfg) bool 
 	for i, sp := range sc.before {
 		mustWrite(t, mem, header(uint64(i+1)), sp, nil)
 	}
-	var crashed *vfs.MemFS
-	var crashOp errorfs.Op
-	n := 0
-	var mu sync.Mutex // Write writes segments concurrently
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind.ReadOrWrite() != errorfs.OpIsWrite {
-			return nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if crashed != nil {
-			return errorfs.ErrInjected // the machine is down
-		}
-		if n == k {
-			crashed, crashOp = mem.CrashClone(cfg), op
-			return errorfs.ErrInjected
-		}
-		n++
-		return nil
-	})
-	_, err := Write(errorfs.Wrap(mem, inj), testDir, header(uint64(len(sc.before)+1)), gens(sc.last, nil))
-	mu.Lock()
-	defer mu.Unlock()
+	crash := faultfs.NewCrash(mem, errorfs.OnIndex(int32(k)), cfg)
+	_, err := Write(errorfs.Wrap(mem, crash), testDir, header(uint64(len(sc.before)+1)), gens(sc.last, nil))
+	crashed, crashOp := crash.Crashed()
 	if crashed == nil {
 		if err != nil {
 			t.Fatalf("Write without a crash: %v", err)
@@ -173,23 +153,9 @@ func TestErrorAtEveryOp(t *testing.T) {
 						fired = func() bool { return idx.Load() < 0 }
 					} else {
 						// Disk full: the k-th write of data fails.
-						n, hit := 0, false
-						var mu sync.Mutex // Write writes segments concurrently
-						inj = errorfs.InjectorFunc(func(op errorfs.Op) error {
-							if op.Kind != errorfs.OpFileWrite {
-								return nil
-							}
-							mu.Lock()
-							defer mu.Unlock()
-							n++
-							if n-1 == k {
-								hit = true
-								return enospc
-							}
-							return nil
-						})
-						want = syscall.ENOSPC
-						fired = func() bool { mu.Lock(); defer mu.Unlock(); return hit }
+						idx := errorfs.OnIndex(int32(k))
+						inj, want = faultfs.If(errorfs.And(fileWrites, idx), enospc), syscall.ENOSPC
+						fired = func() bool { return idx.Load() < 0 }
 					}
 					info, err := Write(errorfs.Wrap(mem, inj), testDir, header(uint64(len(sc.before)+1)), gens(sc.last, nil))
 					if !fired() {
@@ -253,3 +219,12 @@ func opName(k errorfs.OpKind) string {
 	}
 	return fmt.Sprintf("op%d", int(k))
 }
+
+// fileWrites selects the operations that write file data.
+var fileWrites errorfs.Predicate = opKind(errorfs.OpFileWrite)
+
+// opKind is an errorfs predicate selecting one kind of operation.
+type opKind errorfs.OpKind
+
+func (k opKind) String() string              { return fmt.Sprintf("(OpKind %d)", int(k)) }
+func (k opKind) Evaluate(op errorfs.Op) bool { return op.Kind == errorfs.OpKind(k) }

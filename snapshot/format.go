@@ -10,6 +10,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/errclass"
 )
 
 // Version is the format version that Write produces.
@@ -19,8 +20,9 @@ const Version uint32 = 1
 var (
 	// ErrCorrupt marks a snapshot file that failed a magic, length, checksum,
 	// version or consistency check, or a segment that a manifest references
-	// but that is missing. Test with errors.Is.
-	ErrCorrupt = errors.New("snapshot: corrupt")
+	// but that is missing. Test with errors.Is. It matches dedup.ErrCorrupt
+	// too.
+	ErrCorrupt = errclass.Corrupt("snapshot: corrupt")
 	// ErrNotFound is returned by Latest when the directory holds no snapshot.
 	ErrNotFound = errors.New("snapshot: not found")
 	// ErrVersion is returned for an intact file written by a newer, unknown
@@ -406,13 +408,6 @@ func sumPayload(head, payload []byte) (*xxhash.Digest, uint64) {
 		payload = payload[n:]
 	}
 	return whole, part.Sum64()
-}
-
-// encodeSegment encodes a whole segment (tests and golden files).
-func encodeSegment(m meta, payload []byte) []byte {
-	head := segmentHead(m, len(payload))
-	b := append(head, payload...)
-	return append(b, segmentTail(head, payload)...)
 }
 
 // decodeSegmentHead decodes the first segHeadLen bytes of a segment of

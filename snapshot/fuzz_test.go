@@ -75,3 +75,10 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// encodeSegment encodes a whole segment .
+func encodeSegment(m meta, payload []byte) []byte {
+	head := segmentHead(m, len(payload))
+	b := append(head, payload...)
+	return append(b, segmentTail(head, payload)...)
+}

@@ -201,8 +201,7 @@ func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
 		todo = append(todo, i)
 	}
 	// A few segments are written at once, so that one's encoding, write
-	// and fsync overlap the others': one after the other, the 16 segments
-	// of the dedup command's final snapshot took 0.34 s (BenchmarkFilter).
+	// and fsync overlap the others' instead of following them.
 	errs := make([]error, len(todo))
 	var next atomic.Int64
 	var failed atomic.Bool
@@ -463,7 +462,7 @@ func scan(fs vfs.FS, dir string) (dirState, error) {
 	}
 	var errs []error
 	for _, name := range names {
-		base, isTmp := cutSuffix(name, tmpSuffix)
+		base, isTmp := strings.CutSuffix(name, tmpSuffix)
 		seq, ok := parseManifestName(base)
 		isManifest := ok
 		if !ok {
@@ -486,13 +485,6 @@ func scan(fs vfs.FS, dir string) (dirState, error) {
 	slices.Sort(st.manifests)
 	slices.Reverse(st.manifests)
 	return st, errors.Join(errs...)
-}
-
-func cutSuffix(s, suffix string) (string, bool) {
-	if len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix {
-		return s[:len(s)-len(suffix)], true
-	}
-	return s, false
 }
 
 // newestManifest returns the newest manifest of seqs that decodes, and its

@@ -93,4 +93,39 @@
 // number line. The lengths
 // are those of the output files at the commit, and counts the job's
 // counters up to the position.
+//
+// # Source layout
+//
+// The commands, one file each, listed in the command table of main.go
+// (one line per command: its run function and its flag set):
+//
+//	cmd_filter.go    dedup filter: its flags, filterRun, setup and resume
+//	cmd_stats.go     dedup stats
+//	cmd_snapshot.go  dedup snapshot inspect, verify and rebuild
+//	cmd_backup.go    dedup backup and dedup restore
+//	cmd_help.go      dedup help, and dedup's own help text
+//	usage.go         the help text of each command
+//
+// Shared by the commands:
+//
+//	main.go          env, exit statuses, the command table, dispatch
+//	flags.go         flag sets, positional arguments, interspersed flags
+//	engineflags.go   --window, --rate, --fp, --filter, --probabilistic,
+//	                 --generations, --shards: one registration for every
+//	                 command that opens an engine
+//	state.go         state directories: adopting their options, lock and
+//	                 open errors, snapshot files, sizes
+//
+// The stream filter, in the order a line goes through it:
+//
+//	input.go         reading inputs into batches of lines, in parallel
+//	key.go           taking the key out of a line (--key, --field, --regex)
+//	jsonscan.go      the validating JSON scanner behind --key
+//	pipeline.go      reader -> engine -> writer, and where commits fall
+//	output.go        the output streams and the rejects records
+//	commit.go        do-then-mark commits, run in the background
+//	checkpoint.go    the checkpoint committed with the keys
+//	progress.go      the progress bar
+//	metrics.go       the Prometheus metrics of --metrics
+//	report.go        the --stats summary at the end of a run
 package main

@@ -356,3 +356,39 @@ func openInput(name string, stdin io.Reader) (io.Reader, func() error, os.FileIn
 	}
 	return f, f.Close, fi, nil
 }
+
+// openSources opens the inputs still to read, at the job's position, and
+// sums their sizes (-1 if unknown) for the progress bar.
+func (f *filterRun) openSources() ([]source, error) {
+	c := f.cfg
+	j := &f.job
+	var srcs []source
+	f.totalSize = 0
+	for i := j.File; i < len(c.inputs); i++ {
+		r, closeFn, fi, err := openInput(c.inputs[i], f.env.stdin)
+		if err != nil {
+			return nil, fmt.Errorf("open input: %w", err)
+		}
+		f.closers = append(f.closers, closeFn)
+		src := source{name: c.inputs[i], r: r, line: 1}
+		if fi == nil || !fi.Mode().IsRegular() {
+			f.totalSize = -1
+		} else if f.totalSize >= 0 {
+			f.totalSize += fi.Size()
+		}
+		if i == j.File && f.resumed {
+			if fi == nil || fi.Size() < j.Offset {
+				return nil, fmt.Errorf("input %s is shorter than the committed offset %d: it was changed since; use --from-start", c.inputs[i], j.Offset)
+			}
+			if _, err := r.(io.Seeker).Seek(j.Offset, io.SeekStart); err != nil {
+				return nil, fmt.Errorf("seek input %s: %w", c.inputs[i], err)
+			}
+			src.off, src.line = j.Offset, j.Line
+			if f.totalSize >= 0 {
+				f.totalSize -= j.Offset
+			}
+		}
+		srcs = append(srcs, src)
+	}
+	return srcs, nil
+}

@@ -4,31 +4,24 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
 // This file holds a small validating scanner of one JSON object per line
 // that records the raw text of the members named by dotted paths.
 //
-// Why not encoding/json: the key extraction is on the path of every event.
-// Measured on this (shared, 2-core) machine over a 190-byte clickstream
-// event, per CPU-second (BenchmarkExtractJSON in key_test.go):
-// json.Unmarshal into map[string]json.RawMessage 28-43 MB/s with 25
-// allocations per line, json.Decoder tokens 10-17 MB/s with 110; either
-// alone would cap the command far under its 300 MB/s target. This scanner
-// runs at 600-790 MB/s (one field; 440-600 for user.id,seq) without
-// allocating, and validates the whole line, so a line it accepts is valid
-// JSON per RFC 8259 (like encoding/json's Valid, it does not check UTF-8).
-// In the whole command's profile (probabilistic mode) it is still about
-// 40% of the CPU, spread over the reader's extraction workers.
+// Why not encoding/json: key extraction is on the path of every event, and
+// encoding/json allocates per line (json.Unmarshal into a map of
+// json.RawMessage, or json.Decoder's tokens) at a small fraction of this
+// scanner's speed (BenchmarkExtractJSON in key_test.go compares them).
+// This scanner does not allocate and validates the whole line, so a line
+// it accepts is valid JSON per RFC 8259 (like encoding/json's Valid, it
+// does not check UTF-8).
 //
-// What made it fast: the position lives in a local (each step takes and
-// returns an index; -26% against a field of the scanner), a string
-// without escapes is read eight bytes at a time to its quote, and a
-// member whose name has no wanted length skips the name comparison. What
-// did not: an AVX2 string scan (a call per string costs what it saves),
-// and sixteen bytes a step.
+// How it is fast: the position lives in a local (each step takes and
+// returns an index, which stays in a register), a string without escapes
+// is read eight bytes at a time to its quote (swarSpecial), and a member
+// whose name has no wanted length skips the name comparison (lenBit).
 
 // maxDepth bounds the nesting of a line, as encoding/json does.
 const maxDepth = 10000
@@ -505,24 +498,4 @@ func hex4(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
-}
-
-// parsePaths splits "user.id,seq" into paths. Member names containing '.'
-// or ',' cannot be named.
-func parsePaths(spec string) ([]jsonPath, error) {
-	var paths []jsonPath
-	for _, f := range strings.Split(spec, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			return nil, errorf("--key %q: empty field", spec)
-		}
-		p := jsonPath(strings.Split(f, "."))
-		for _, name := range p {
-			if name == "" {
-				return nil, errorf("--key %q: empty member name in %q", spec, f)
-			}
-		}
-		paths = append(paths, p)
-	}
-	return paths, nil
 }

@@ -10,10 +10,6 @@ import (
 	"strings"
 )
 
-// errorf builds a plain error; usage errors are wrapped in usageError by
-// the caller.
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
-
 // rejectCode says why a line was rejected.
 type rejectCode uint8
 
@@ -155,6 +151,26 @@ func newExtractor(cfg extractorConfig) (*extractor, error) {
 		return nil, fmt.Errorf("--format %q: want json or lines", cfg.format)
 	}
 	return x, nil
+}
+
+// parsePaths splits "user.id,seq" into paths. Member names containing '.'
+// or ',' cannot be named.
+func parsePaths(spec string) ([]jsonPath, error) {
+	var paths []jsonPath
+	for _, f := range strings.Split(spec, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			return nil, fmt.Errorf("--key %q: empty field", spec)
+		}
+		p := jsonPath(strings.Split(f, "."))
+		for _, name := range p {
+			if name == "" {
+				return nil, fmt.Errorf("--key %q: empty member name in %q", spec, f)
+			}
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // extract returns the key of line (without its newline). The key aliases

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
-
-	"github.com/streamdedup/dedup"
+	"syscall"
 )
 
 // Exit statuses.
@@ -29,29 +29,46 @@ type env struct {
 	sigs <-chan os.Signal
 }
 
-// command is one subcommand.
+// command is one command of dedup, or a subcommand of one.
 type command struct {
 	name    string
 	summary string
-	run     func(e *env, args []string) error
+	// run runs the command on the arguments after its name.
+	run func(e *env, args []string) error
+	// flags builds the command's flag set; its Usage is the command's help,
+	// which `dedup help NAME` prints.
+	flags func(e *env) *flag.FlagSet
+	// subs are the subcommands, for `dedup help NAME SUB`; run dispatches
+	// to them itself.
+	subs []command
 }
 
+// commands are dedup's commands, in the order the help lists them. A new
+// command is one line here: its run function and its flag set.
 var commands []command
 
+// init fills commands, whose help command refers back to the table.
 func init() {
 	commands = []command{
-		{"filter", "pass each distinct event through once (the stream filter)", runFilter},
-		{"stats", "print what a state directory holds", runStats},
-		{"snapshot", "inspect, verify or rebuild the filter snapshots of a state", runSnapshot},
-		{"backup", "copy a state directory consistently into a new directory", runBackup},
-		{"restore", "install a backup (or a lone snapshot) into a new state directory", runRestore},
-		{"help", "print help for dedup or a command", runHelp},
+		{"filter", "pass each distinct event through once (the stream filter)", runFilter, flagSetOf(newFilterFlags), nil},
+		{"serve", "serve dedup over the Redis protocol (SET NX EX, BF.*, DEDUP.*)", runServe, flagSetOf(newServeFlags), nil},
+		{"stats", "print what a state directory holds", runStats, flagSetOf(newStatsFlags), nil},
+		{"snapshot", "inspect, verify or rebuild the filter snapshots of a state", runSnapshot, newSnapshotFlags, snapshotSubs},
+		{"backup", "copy a state directory consistently into a new directory", runBackup, newBackupFlags, nil},
+		{"restore", "install a backup (or a lone snapshot) into a new state directory", runRestore, newRestoreFlags, nil},
+		{"help", "print help for dedup or a command", runHelp, newHelpFlags, nil},
 	}
 }
 
-// engineDefaults are the engine's option defaults: the flags that mirror
-// options show them, so the command never drifts from the library.
-var engineDefaults = *(&dedup.Options{}).EnsureDefaults()
+// findCommand returns the command of cmds called name, nil if none.
+func findCommand(cmds []command, name string) *command {
+	for i := range cmds {
+		if cmds[i].name == name {
+			return &cmds[i]
+		}
+	}
+	return nil
+}
 
 // exitError carries an exit status.
 type exitError struct {
@@ -74,6 +91,14 @@ func main() {
 	os.Exit(run(e, os.Args[1:]))
 }
 
+// notifySignals delivers SIGINT and SIGTERM: the run commits what it has
+// written and stops.
+func notifySignals() <-chan os.Signal {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return c
+}
+
 // run dispatches args to a subcommand and returns the exit status.
 func run(e *env, args []string) int {
 	if len(args) == 0 {
@@ -86,10 +111,8 @@ func run(e *env, args []string) int {
 		fmt.Fprint(e.stdout, mainHelp())
 		return exitOK
 	}
-	for _, c := range commands {
-		if c.name == name {
-			return status(e, c.run(e, args[1:]))
-		}
+	if c := findCommand(commands, name); c != nil {
+		return status(e, c.run(e, args[1:]))
 	}
 	fmt.Fprintf(e.stderr, "dedup: unknown command %q\n\n%s", name, mainHelp())
 	return exitBad
@@ -116,124 +139,4 @@ func status(e *env, err error) int {
 func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-func runHelp(e *env, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(e.stdout, mainHelp())
-		return nil
-	}
-	var fs *flag.FlagSet
-	switch args[0] {
-	case "filter":
-		fs, _ = newFilterFlags(e)
-	case "stats":
-		fs, _ = newStatsFlags(e)
-	case "backup":
-		fs = newBackupFlags(e)
-	case "restore":
-		fs = newRestoreFlags(e)
-	case "snapshot":
-		if len(args) == 1 {
-			fmt.Fprint(e.stdout, snapshotHelp)
-			return nil
-		}
-		for _, s := range snapshotSubs {
-			if s.name == args[1] {
-				fs = s.flags(e)
-			}
-		}
-		if fs == nil {
-			return usagef("help: unknown command %q", strings.Join(args, " "))
-		}
-	case "help":
-		fmt.Fprint(e.stdout, mainHelp())
-		return nil
-	default:
-		return usagef("help: unknown command %q", args[0])
-	}
-	fs.SetOutput(e.stdout)
-	fs.Usage()
-	return nil
-}
-
-func mainHelp() string {
-	var b strings.Builder
-	b.WriteString(`dedup removes duplicate events from streams: each distinct key passes once
-within a time window, and the state survives restarts.
-
-Usage:
-  dedup <command> [flags] [args]
-
-Commands:
-`)
-	for _, c := range commands {
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
-	}
-	b.WriteString(`
-Examples:
-  # Drop repeated event_ids from an NDJSON stream (state in memory).
-  cat events.ndjson | dedup filter --key event_id > distinct.ndjson
-
-  # Exactly once, file to file, resumable after a crash: run it again.
-  dedup filter --state ./state --key user.id,seq --in events.ndjson --out distinct.ndjson
-
-  # What does the state directory hold? (no need to repeat its flags)
-  dedup stats ./state
-
-  # Resume later: the state's window, filter and mode are adopted from it.
-  dedup filter --state ./state --key user.id,seq --in more.ndjson --out more.distinct.ndjson
-
-  # Snapshots: what they hold, whether they are sound, a fresh one from the store.
-  dedup snapshot inspect ./state
-  dedup snapshot verify ./state
-  dedup snapshot rebuild ./state
-
-  # Back up a state (not in use), and restore it into a new directory.
-  dedup backup ./state /backups/state-1
-  dedup restore /backups/state-1 ./state2
-
-Run 'dedup help <command>' (or 'dedup <command> -h') for the flags.
-
-Exit status: 0 success; 1 runtime error (I/O, state directory, a state in
-use by another process, an invalid snapshot for 'snapshot verify'); 2 bad
-usage, options that contradict the state directory, or a bad input line
-under --strict.
-`)
-	return b.String()
-}
-
-// parseInterspersed parses flags and positional arguments in any order
-// ("dedup filter a.ndjson --key id"), returning the positionals. "--"
-// ends the flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		// flag stops at "--" (consumed) or at the first positional; tell
-		// them apart by what preceded rest.
-		consumed := args[:len(args)-len(rest)]
-		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (s *stringList) String() string { return strings.Join(*s, ",") }
-
-// Set appends one value.
-func (s *stringList) Set(v string) error {
-	*s = append(*s, v)
-	return nil
 }

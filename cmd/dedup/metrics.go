@@ -66,26 +66,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the engine's Stats once and sends every metric.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.eng.Stats()
-	vals := map[string]float64{
-		"dedup_engine_observed_total":              float64(st.Observed),
-		"dedup_engine_new_total":                   float64(st.New),
-		"dedup_engine_duplicate_total":             float64(st.Duplicate),
-		"dedup_engine_inflight_total":              float64(st.InFlight),
-		"dedup_engine_inflight_keys":               float64(st.InFlightKeys),
-		"dedup_engine_store_lookups_total":         float64(st.StoreLookups),
-		"dedup_engine_false_positives_total":       float64(st.FalsePositives),
-		"dedup_engine_generations":                 float64(st.Generations),
-		"dedup_engine_filter_bytes":                float64(st.FilterBytes),
-		"dedup_engine_filter_keys":                 float64(st.FilterKeys),
-		"dedup_engine_estimated_fp_rate":           st.EstimatedFPRate,
-		"dedup_engine_commits_total":               float64(st.Commits),
-		"dedup_engine_commit_errors_total":         float64(st.CommitErrors),
-		"dedup_engine_committed_keys_total":        float64(st.CommittedKeys),
-		"dedup_engine_commit_latency_mean_seconds": st.CommitLatencyMean.Seconds(),
-		"dedup_engine_commit_latency_max_seconds":  st.CommitLatencyMax.Seconds(),
-		"dedup_engine_disk_bytes":                  float64(st.DiskBytes),
-	}
+	vals := engineMetricValues(c.eng.Stats())
 	if r := c.run; r != nil {
 		vals["dedup_filter_events_total"] = float64(r.pub.events.Load())
 		vals["dedup_filter_distinct_total"] = float64(r.pub.distinct.Load())
@@ -106,18 +87,48 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// engineMetricValues maps an engine's Stats to the dedup_engine_* metrics
+// of metricDefs.
+func engineMetricValues(st dedup.Stats) map[string]float64 {
+	return map[string]float64{
+		"dedup_engine_observed_total":              float64(st.Observed),
+		"dedup_engine_new_total":                   float64(st.New),
+		"dedup_engine_duplicate_total":             float64(st.Duplicate),
+		"dedup_engine_inflight_total":              float64(st.InFlight),
+		"dedup_engine_inflight_keys":               float64(st.InFlightKeys),
+		"dedup_engine_store_lookups_total":         float64(st.StoreLookups),
+		"dedup_engine_false_positives_total":       float64(st.FalsePositives),
+		"dedup_engine_generations":                 float64(st.Generations),
+		"dedup_engine_filter_bytes":                float64(st.FilterBytes),
+		"dedup_engine_filter_keys":                 float64(st.FilterKeys),
+		"dedup_engine_estimated_fp_rate":           st.EstimatedFPRate,
+		"dedup_engine_commits_total":               float64(st.Commits),
+		"dedup_engine_commit_errors_total":         float64(st.CommitErrors),
+		"dedup_engine_committed_keys_total":        float64(st.CommittedKeys),
+		"dedup_engine_commit_latency_mean_seconds": st.CommitLatencyMean.Seconds(),
+		"dedup_engine_commit_latency_max_seconds":  st.CommitLatencyMax.Seconds(),
+		"dedup_engine_disk_bytes":                  float64(st.DiskBytes),
+	}
+}
+
 // serveMetrics serves /metrics on --metrics ADDR until the returned stop.
 func (f *filterRun) serveMetrics() (stop func() error, err error) {
 	if f.cfg.metrics == "" {
 		return func() error { return nil }, nil
 	}
+	return listenMetrics(f.cfg.metrics, newCollector(f.eng, f))
+}
+
+// listenMetrics serves the metrics of c at /metrics on addr until the
+// returned stop.
+func listenMetrics(addr string, c prometheus.Collector) (stop func() error, err error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(newCollector(f.eng, f)); err != nil {
+	if err := reg.Register(c); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ln, err := net.Listen("tcp", f.cfg.metrics)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}

@@ -2,21 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"math"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"github.com/streamdedup/dedup/internal/humanize"
 )
-
-// notifySignals delivers SIGINT and SIGTERM: the run commits what it has
-// written and stops.
-func notifySignals() <-chan os.Signal {
-	c := make(chan os.Signal, 1)
-	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
-	return c
-}
 
 // progressEvery is how often the progress bar is refreshed.
 const progressEvery = 250 * time.Millisecond
@@ -62,7 +53,7 @@ func (f *filterRun) startProgress() (stop func()) {
 			}
 			st := f.eng.Stats()
 			rate := float64(ev) / time.Since(start).Seconds()
-			bar.Describe(fmt.Sprintf("%s ev/s, %.1f%% dup, %d lookups", humanCount(rate), dup, st.StoreLookups))
+			bar.Describe(fmt.Sprintf("%s ev/s, %.1f%% dup, %d lookups", humanize.Count(math.Round(rate)), dup, st.StoreLookups))
 			_ = bar.Set64(f.pub.bytes.Load())
 		}
 	}()
@@ -70,17 +61,4 @@ func (f *filterRun) startProgress() (stop func()) {
 		close(quit)
 		<-done
 	}
-}
-
-// humanCount formats n with a k/M/G suffix.
-func humanCount(n float64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2fG", n/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", n/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1fk", n/1e3)
-	}
-	return fmt.Sprintf("%.0f", n)
 }

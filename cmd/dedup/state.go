@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,13 +15,6 @@ import (
 
 	"github.com/streamdedup/dedup"
 )
-
-// explicitFlags returns the names of the flags set on the command line.
-func explicitFlags(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set
-}
 
 // isState reports whether dir exists and holds something: a state to
 // adopt options from (or a directory Open refuses), not a new one.
@@ -210,17 +202,4 @@ func describeOptions(o dedup.Options) string {
 		mode = "probabilistic"
 	}
 	return fmt.Sprintf("window %v, %d generations, %d shards, %s filter, %s", o.Window, o.Generations, o.Shards, o.Filter, mode)
-}
-
-// flagArgs parses fs and returns the positional arguments; a parse error
-// is bad usage.
-func flagArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usageErr(err)
-	}
-	return pos, nil
 }

@@ -68,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSimulate(ctx, args, stdout, stderr)
 	case "load":
 		return runLoad(ctx, args, stdout, stderr)
+	case "serve":
+		return runServe(ctx, args, stdout, stderr)
 	case "kafka":
 		return runKafka(ctx, args, stdout, stderr)
 	case "help":

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"errors"
@@ -9,13 +9,15 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/streamdedup/dedup"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
-// relSighting is one New verdict: the clock readings just before and just
+// sighting is one New verdict: the clock readings just before and just
 // after the Observe that returned it.
-type relSighting struct{ before, after time.Time }
+type sighting struct{ before, after time.Time }
 
 // TestStress races Observe, ObserveBatch and Forget against Commit (with
 // checkpoints), a clock that keeps rotating and expiring generations,
@@ -31,12 +33,12 @@ func TestStress(t *testing.T) {
 	for _, prob := range []bool{false, true} {
 		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
 			t.Parallel()
-			relStress(t, prob)
+			runStress(t, prob)
 		})
 	}
 }
 
-func relStress(t *testing.T, prob bool) {
+func runStress(t *testing.T, prob bool) {
 	const (
 		W        = 10 * time.Second
 		gens     = 4
@@ -55,8 +57,8 @@ func relStress(t *testing.T, prob bool) {
 	defer func() { _ = e.Close() }()
 
 	var smu sync.Mutex
-	sightings := make([][]relSighting, mainKeys)
-	record := func(k int, s relSighting) {
+	sightings := make([][]sighting, mainKeys)
+	record := func(k int, s sighting) {
 		smu.Lock()
 		sightings[k] = append(sightings[k], s)
 		smu.Unlock()
@@ -92,7 +94,7 @@ func relStress(t *testing.T, prob bool) {
 						return
 					}
 					if v == New {
-						record(k, relSighting{before, clk.Now()})
+						record(k, sighting{before, clk.Now()})
 					}
 					continue
 				}
@@ -112,7 +114,7 @@ func relStress(t *testing.T, prob bool) {
 						if seen[idx[j]] {
 							report(fmt.Errorf("key k%d New twice in one batch", idx[j]))
 						}
-						record(idx[j], relSighting{before, after})
+						record(idx[j], sighting{before, after})
 					}
 					seen[idx[j]] = true
 				}

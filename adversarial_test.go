@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"bufio"
@@ -12,31 +12,33 @@ import (
 	"sync"
 	"testing"
 
+	. "github.com/streamdedup/dedup"
+
 	"github.com/cespare/xxhash/v2"
 )
 
-var relAdvGenerate = flag.Bool("adversarial.generate", false, "regenerate testdata/adversarial_keys.txt (takes a few seconds)")
+var advGenerate = flag.Bool("adversarial.generate", false, "regenerate testdata/adversarial_keys.txt (takes a few seconds)")
 
-const relAdvFile = "testdata/adversarial_keys.txt"
+const advFile = "testdata/adversarial_keys.txt"
 
-// relAdvKeys is how many crafted keys the file holds.
-const relAdvKeys = 4000
+// advKeys is how many crafted keys the file holds.
+const advKeys = 4000
 
-// relAdversarial reports whether key is one an attacker would craft against
+// isAdversarial reports whether key is one an attacker would craft against
 // an engine hashing with unseeded xxhash: its seed-0 hash falls into shard 0
 // of 16 (the top 4 bits of the splitmix64 remix are zero) and its top 12
 // bits are zero, so that in any blocked filter of up to 4096 blocks it lands
 // in block 0 (the block is (h>>32)*nblocks>>32).
-func relAdversarial(key []byte) bool {
+func isAdversarial(key []byte) bool {
 	h := xxhash.Sum64(key)
-	return h>>52 == 0 && mix64(h)>>60 == 0
+	return h>>52 == 0 && Mix64(h)>>60 == 0
 }
 
 // TestGenerateAdversarialKeys regenerates the crafted keys with
 // -adversarial.generate: about 2^16 hashes per key.
 func TestGenerateAdversarialKeys(t *testing.T) {
-	if !*relAdvGenerate {
-		t.Skip("run with -adversarial.generate to regenerate " + relAdvFile)
+	if !*advGenerate {
+		t.Skip("run with -adversarial.generate to regenerate " + advFile)
 	}
 	workers := runtime.NumCPU()
 	var mu sync.Mutex
@@ -49,11 +51,11 @@ func TestGenerateAdversarialKeys(t *testing.T) {
 			buf := make([]byte, 0, 32)
 			for i := uint64(w); ; i += uint64(workers) {
 				buf = strconv.AppendUint(append(buf[:0], "evt-"...), i, 36)
-				if !relAdversarial(buf) {
+				if !isAdversarial(buf) {
 					continue
 				}
 				mu.Lock()
-				if len(found) >= relAdvKeys {
+				if len(found) >= advKeys {
 					mu.Unlock()
 					return
 				}
@@ -64,18 +66,18 @@ func TestGenerateAdversarialKeys(t *testing.T) {
 	}
 	wg.Wait()
 	var out bytes.Buffer
-	out.WriteString("# keys crafted against unseeded xxhash: see relAdversarial in reliability_adversarial_test.go\n")
+	out.WriteString("# keys crafted against unseeded xxhash: see isAdversarial in reliability_adversarial_test.go\n")
 	for _, k := range found {
 		out.Write(k)
 		out.WriteByte('\n')
 	}
-	if err := os.WriteFile(relAdvFile, out.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(advFile, out.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func relLoadAdversarial(t *testing.T) [][]byte {
-	f, err := os.Open(relAdvFile)
+func loadAdversarial(t *testing.T) [][]byte {
+	f, err := os.Open(advFile)
 	if err != nil {
 		t.Fatalf("%v (regenerate with -run TestGenerateAdversarialKeys -adversarial.generate)", err)
 	}
@@ -84,26 +86,26 @@ func relLoadAdversarial(t *testing.T) [][]byte {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if line := sc.Bytes(); len(line) > 0 && line[0] != '#' {
-			if !relAdversarial(line) {
-				t.Fatalf("%s: %q is not adversarial", relAdvFile, line)
+			if !isAdversarial(line) {
+				t.Fatalf("%s: %q is not adversarial", advFile, line)
 			}
 			keys = append(keys, bytes.Clone(line))
 		}
 	}
 	if len(keys) < 1000 {
-		t.Fatalf("%s holds %d keys", relAdvFile, len(keys))
+		t.Fatalf("%s holds %d keys", advFile, len(keys))
 	}
 	return keys
 }
 
-// relChi2Crit15 is the chi-square critical value for 15 degrees of freedom
+// chi2Crit15 is the chi-square critical value for 15 degrees of freedom
 // at p = 1e-4 (Wilson-Hilferty): a uniform spread fails once in 10^4 runs.
-const relChi2Crit15 = 44.6
+const chi2Crit15 = 44.6
 
-// relAdvProbe commits the first half of keys into e and observes the second
+// advProbe commits the first half of keys into e and observes the second
 // half: it returns how many of those were reported as seen (probabilistic
 // mode) or cost a false-positive store lookup (exact mode).
-func relAdvProbe(t *testing.T, e *Engine, keys [][]byte) (fps, probes int) {
+func advProbe(t *testing.T, e *Engine, keys [][]byte) (fps, probes int) {
 	t.Helper()
 	half := len(keys) / 2
 	out := make([]Verdict, len(keys))
@@ -122,7 +124,7 @@ func relAdvProbe(t *testing.T, e *Engine, keys [][]byte) (fps, probes int) {
 			fps++
 		}
 	}
-	if !e.opts.Probabilistic {
+	if !EngineOptions(e).Probabilistic {
 		if fps != 0 {
 			t.Fatalf("exact mode said Duplicate for %d keys never committed", fps)
 		}
@@ -137,7 +139,7 @@ func relAdvProbe(t *testing.T, e *Engine, keys [][]byte) (fps, probes int) {
 // shards (chi-square) and meet the configured false-positive rate. A
 // control engine whose seed is forced to 0 shows what they would do.
 func TestAdversarialKeys(t *testing.T) {
-	keys := relLoadAdversarial(t)
+	keys := loadAdversarial(t)
 	const fpTarget = 0.01
 	opts := func(prob bool) Options {
 		// One generation holds every key (the clock does not move);
@@ -148,13 +150,13 @@ func TestAdversarialKeys(t *testing.T) {
 
 	t.Run("control-unseeded", func(t *testing.T) {
 		e := openT(t, opts(true))
-		e.seed = 0 // what an unseeded engine would do (fresh, nothing persisted)
+		SetSeed(e, 0) // what an unseeded engine would do (fresh, nothing persisted)
 		for _, k := range keys {
-			if s := e.shardIndex(e.hash(k)); s != 0 {
+			if s := ShardOfKey(e, k); s != 0 {
 				t.Fatalf("control: key %q in shard %d", k, s)
 			}
 		}
-		fps, probes := relAdvProbe(t, e, keys)
+		fps, probes := advProbe(t, e, keys)
 		t.Logf("unseeded: every key in shard 0; %d of %d probes false positive (%.1f%%)", fps, probes, 100*float64(fps)/float64(probes))
 		if float64(fps) < 0.5*float64(probes) {
 			t.Fatalf("control: only %d of %d false positives: the keys are not adversarial", fps, probes)
@@ -168,17 +170,17 @@ func TestAdversarialKeys(t *testing.T) {
 			e := openT(t, o)
 			var counts [16]float64
 			for _, k := range keys {
-				counts[e.shardIndex(e.hash(k))]++
+				counts[ShardOfKey(e, k)]++
 			}
 			exp := float64(len(keys)) / 16
 			var chi2 float64
 			for _, c := range counts {
 				chi2 += (c - exp) * (c - exp) / exp
 			}
-			if chi2 > relChi2Crit15 {
-				t.Fatalf("shards not uniform: chi-square %.1f > %.1f, counts %v", chi2, relChi2Crit15, counts)
+			if chi2 > chi2Crit15 {
+				t.Fatalf("shards not uniform: chi-square %.1f > %.1f, counts %v", chi2, chi2Crit15, counts)
 			}
-			fps, probes := relAdvProbe(t, e, keys)
+			fps, probes := advProbe(t, e, keys)
 			rate := float64(fps) / float64(probes)
 			bound := fpTarget + 4*math.Sqrt(fpTarget*(1-fpTarget)/float64(probes))
 			t.Logf("seeded: shard chi-square %.1f (15 df); %d of %d probes false positive (%.2f%%, bound %.2f%%)",

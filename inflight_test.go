@@ -4,19 +4,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
-
-	"github.com/streamdedup/dedup/internal/testclock"
 )
 
-// TestPendingSetModel checks the open-addressing in-flight set against a
+// TestInflightSetModel checks the open-addressing in-flight set against a
 // map over random adds, lookups and removals, with hashes drawn from a
 // small range so that probe runs overlap, wrap around the table and are cut
 // by removals, with keys sharing a hash (exact mode) and with hash 0.
-func TestPendingSetModel(t *testing.T) {
-	for _, exact := range []bool{true, false} {
+func TestInflightSetModel(t *testing.T) {
+	for _, exactMode := range []bool{true, false} {
 		for seed := range uint64(20) {
-			t.Run(fmt.Sprintf("exact=%v/seed=%d", exact, seed), func(t *testing.T) {
+			t.Run(fmt.Sprintf("exact=%v/seed=%d", exactMode, seed), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(seed, 7))
 				type k struct {
 					h   uint64
@@ -24,7 +21,7 @@ func TestPendingSetModel(t *testing.T) {
 				}
 				model := map[k]uint64{} // key -> gen
 				heldHash := map[uint64]int{}
-				p := newPendingSet(r.IntN(100))
+				p := newInflightSet(r.IntN(100))
 				// Hashes share their slot bits often: few distinct values
 				// in bits 20.., and 0 now and then.
 				draw := func() k {
@@ -33,7 +30,7 @@ func TestPendingSetModel(t *testing.T) {
 						h = 0
 					}
 					key := fmt.Sprint(r.IntN(3)) // up to 3 keys per hash
-					if !exact {
+					if !exactMode {
 						key = ""
 					}
 					return k{h, key}
@@ -41,30 +38,30 @@ func TestPendingSetModel(t *testing.T) {
 				for op := range 20000 {
 					x := draw()
 					_, want := model[x]
-					if !exact {
+					if !exactMode {
 						want = heldHash[x.h] > 0
 					}
-					if got := p.has(x.h, []byte(x.key), exact); got != want {
+					if got := p.has(x.h, []byte(x.key), exactMode); got != want {
 						t.Fatalf("op %d: has(%#x, %q) = %v, want %v", op, x.h, x.key, got, want)
 					}
 					switch r.IntN(3) {
 					case 0, 1:
 						if !want {
 							gen := uint64(r.IntN(5))
-							p.add(x.h, []byte(x.key), gen, exact)
+							p.add(x.h, []byte(x.key), gen, exactMode)
 							model[x] = gen
 							heldHash[x.h]++
 						}
 					case 2:
-						gen, ok := p.remove(x.h, []byte(x.key), exact)
+						gen, ok := p.remove(x.h, []byte(x.key), exactMode)
 						if ok != want {
 							t.Fatalf("op %d: remove(%#x, %q) ok = %v, want %v", op, x.h, x.key, ok, want)
 						}
 						if ok {
-							if exact && gen != model[x] {
+							if exactMode && gen != model[x] {
 								t.Fatalf("op %d: remove(%#x, %q) gen %d, want %d", op, x.h, x.key, gen, model[x])
 							}
-							if !exact {
+							if !exactMode {
 								// Any key of that hash: the model drops one of them.
 								for mk := range model {
 									if mk.h == x.h && model[mk] == gen {
@@ -82,16 +79,16 @@ func TestPendingSetModel(t *testing.T) {
 					}
 				}
 				seen := map[k]bool{}
-				p.each(func(h uint64, en pendingEntry) {
+				p.each(func(h uint64, en inflightEntry) {
 					x := k{h, string(p.key(en))}
-					if exact {
+					if exactMode {
 						if gen, ok := model[x]; !ok || gen != en.gen || seen[x] {
 							t.Fatalf("each: unexpected %#x %q gen %d", h, x.key, en.gen)
 						}
 					}
 					seen[x] = true
 				})
-				if exact && len(seen) != len(model) {
+				if exactMode && len(seen) != len(model) {
 					t.Fatalf("each visited %d keys, want %d", len(seen), len(model))
 				}
 			})
@@ -99,9 +96,9 @@ func TestPendingSetModel(t *testing.T) {
 	}
 }
 
-// BenchmarkPendingSet measures the in-flight set's lookups of keys not
+// BenchmarkInflightSet measures the in-flight set's lookups of keys not
 // held (the common case: every new key) and its adds.
-func BenchmarkPendingSet(b *testing.B) {
+func BenchmarkInflightSet(b *testing.B) {
 	const n = 8192
 	r := rand.New(rand.NewPCG(1, 2))
 	hs := make([]uint64, 1<<16)
@@ -110,7 +107,7 @@ func BenchmarkPendingSet(b *testing.B) {
 	}
 	key := []byte("0123456789abcdef")
 	b.Run("miss", func(b *testing.B) {
-		p := newPendingSet(n)
+		p := newInflightSet(n)
 		for _, h := range hs[:n] {
 			p.add(h, key, 1, true)
 		}
@@ -123,7 +120,7 @@ func BenchmarkPendingSet(b *testing.B) {
 		}
 	})
 	b.Run("add", func(b *testing.B) {
-		p := newPendingSet(0)
+		p := newInflightSet(0)
 		i := 0
 		for b.Loop() {
 			if i%n == 0 {
@@ -133,26 +130,4 @@ func BenchmarkPendingSet(b *testing.B) {
 			i++
 		}
 	})
-}
-
-// TestRecentCommitsAnswerDuplicates pins the exact-mode shortcut: a
-// duplicate of a key of one of the last commits is answered from memory,
-// an older one by the store, and either way it is a Duplicate.
-func TestRecentCommitsAnswerDuplicates(t *testing.T) {
-	// One shard: every commit holds keys of the shard of "a".
-	e := openT(t, Options{Window: time.Minute, Shards: 1, Now: testclock.New(t0).Now})
-	mustObserve(t, e, "a", New)
-	mustCommit(t, e, "")
-	mustObserve(t, e, "a", Duplicate)
-	if n := e.Stats().StoreLookups; n != 0 {
-		t.Fatalf("StoreLookups = %d after a duplicate of the last commit, want 0", n)
-	}
-	for i := range recentSets {
-		mustObserve(t, e, fmt.Sprint("b", i), New)
-		mustCommit(t, e, "")
-	}
-	mustObserve(t, e, "a", Duplicate)
-	if n := e.Stats().StoreLookups; n != 1 {
-		t.Fatalf("StoreLookups = %d after a duplicate of an older commit, want 1", n)
-	}
 }

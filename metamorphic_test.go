@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"errors"
@@ -10,37 +10,39 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/streamdedup/dedup"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
 var (
-	relMetaSeed = flag.Int64("metamorphic.seed", -1, "replay one seed of TestMetamorphic (printed by a failure)")
-	relMetaLong = flag.Bool("metamorphic.long", false, "run TestMetamorphic over many more seeds and operations")
-	relMetaOps  = flag.Int("metamorphic.ops", 0, "operations per seed in TestMetamorphic (default 600, 3000 with -metamorphic.long)")
+	metaSeed = flag.Int64("metamorphic.seed", -1, "replay one seed of TestMetamorphic (printed by a failure)")
+	metaLong = flag.Bool("metamorphic.long", false, "run TestMetamorphic over many more seeds and operations")
+	metaOps  = flag.Int("metamorphic.ops", 0, "operations per seed in TestMetamorphic (default 600, 3000 with -metamorphic.long)")
 )
 
-// relMetaConfig is one engine configuration of the metamorphic test.
-type relMetaConfig struct {
+// metaConfig is one engine configuration of the metamorphic test.
+type metaConfig struct {
 	kind   string
 	shards int
 	gens   int
 	prob   bool
 }
 
-func (c relMetaConfig) String() string {
+func (c metaConfig) String() string {
 	return fmt.Sprintf("%s/shards=%d/gens=%d/prob=%v", c.kind, c.shards, c.gens, c.prob)
 }
 
-// relMetaConfigs is the full grid: every backend, shard count, generation
-// count and mode. Seed s runs relMetaConfigs()[s % len].
-func relMetaConfigs() []relMetaConfig {
-	var cs []relMetaConfig
+// metaConfigs is the full grid: every backend, shard count, generation
+// count and mode. Seed s runs metaConfigs()[s % len].
+func metaConfigs() []metaConfig {
+	var cs []metaConfig
 	for _, kind := range []string{"bloom", "cuckoo", "blocked"} {
 		for _, shards := range []int{1, 4, 16} {
 			for _, gens := range []int{1, 3, 8} {
 				for _, prob := range []bool{false, true} {
-					cs = append(cs, relMetaConfig{kind, shards, gens, prob})
+					cs = append(cs, metaConfig{kind, shards, gens, prob})
 				}
 			}
 		}
@@ -48,30 +50,30 @@ func relMetaConfigs() []relMetaConfig {
 	return cs
 }
 
-// relOracle extends the oracle of oracle_test.go with what crashes, closes
+// metaOracle extends the oracle of oracle_test.go with what crashes, closes
 // and Forget need: the committed entry a key had before it was observed New
 // again (in the grace span), so that dropping the uncommitted sighting
 // restores it rather than forgetting the key altogether.
-type relOracle struct {
+type metaOracle struct {
 	*oracle
 	prev map[string]*oracleEntry
 }
 
-func newRelOracle(w time.Duration, n int) *relOracle {
-	return &relOracle{
+func newMetaOracle(w time.Duration, n int) *metaOracle {
+	return &metaOracle{
 		oracle: &oracle{window: w, span: w / time.Duration(n), seen: map[string]*oracleEntry{}},
 		prev:   map[string]*oracleEntry{},
 	}
 }
 
-func (o *relOracle) recordNew(key string, now, hw time.Time) {
+func (o *metaOracle) recordNew(key string, now, hw time.Time) {
 	if old := o.seen[key]; old != nil && old.committed {
 		o.prev[key] = old
 	}
 	o.record(key, New, now, hw)
 }
 
-func (o *relOracle) commitAll() {
+func (o *metaOracle) commitAll() {
 	for _, k := range o.inflight {
 		delete(o.prev, k)
 	}
@@ -79,7 +81,7 @@ func (o *relOracle) commitAll() {
 }
 
 // drop forgets the uncommitted sighting of key (Forget, or a crash).
-func (o *relOracle) drop(key string) {
+func (o *metaOracle) drop(key string) {
 	if p := o.prev[key]; p != nil {
 		o.seen[key] = p
 		delete(o.prev, key)
@@ -90,15 +92,15 @@ func (o *relOracle) drop(key string) {
 
 // dropInflight is a crash, or Close without AutoCommit: every key in flight
 // is forgotten.
-func (o *relOracle) dropInflight() {
+func (o *metaOracle) dropInflight() {
 	for _, k := range o.inflight {
 		o.drop(k)
 	}
 	o.inflight = o.inflight[:0]
 }
 
-// relMetaResult is what one seed contributes to the probabilistic bound.
-type relMetaResult struct {
+// metaResult is what one seed contributes to the probabilistic bound.
+type metaResult struct {
 	prob         bool
 	fps, news    int
 	ops, reopens int
@@ -118,21 +120,21 @@ type relMetaResult struct {
 // A failure names its seed; -metamorphic.seed=N replays it and
 // -metamorphic.long runs twenty times as many seeds, each ten times longer.
 func TestMetamorphic(t *testing.T) {
-	cfgs := relMetaConfigs()
-	ops := *relMetaOps
+	cfgs := metaConfigs()
+	ops := *metaOps
 	if ops == 0 {
 		ops = 600
-		if *relMetaLong {
+		if *metaLong {
 			ops = 3000
 		}
 	}
-	if *relMetaSeed >= 0 {
-		res := relRunMetamorphic(t, uint64(*relMetaSeed), cfgs, ops)
-		t.Logf("seed %d: %+v", *relMetaSeed, res)
+	if *metaSeed >= 0 {
+		res := runMetamorphic(t, uint64(*metaSeed), cfgs, ops)
+		t.Logf("seed %d: %+v", *metaSeed, res)
 		return
 	}
 	seeds := len(cfgs)
-	if *relMetaLong {
+	if *metaLong {
 		seeds *= 20
 	}
 	var mu sync.Mutex
@@ -142,7 +144,7 @@ func TestMetamorphic(t *testing.T) {
 			seed := uint64(s)
 			t.Run(fmt.Sprintf("seed=%d/%v", seed, cfgs[seed%uint64(len(cfgs))]), func(t *testing.T) {
 				t.Parallel()
-				res := relRunMetamorphic(t, seed, cfgs, ops)
+				res := runMetamorphic(t, seed, cfgs, ops)
 				mu.Lock()
 				defer mu.Unlock()
 				if res.prob {
@@ -163,7 +165,7 @@ func TestMetamorphic(t *testing.T) {
 	}
 }
 
-func relRunMetamorphic(t *testing.T, seed uint64, cfgs []relMetaConfig, ops int) (res relMetaResult) {
+func runMetamorphic(t *testing.T, seed uint64, cfgs []metaConfig, ops int) (res metaResult) {
 	cfg := cfgs[seed%uint64(len(cfgs))]
 	res.prob = cfg.prob
 	const W = time.Minute
@@ -185,7 +187,7 @@ func relRunMetamorphic(t *testing.T, seed uint64, cfgs []relMetaConfig, ops int)
 	}
 	defer func() { _ = e.Close() }()
 
-	o := newRelOracle(W, cfg.gens)
+	o := newMetaOracle(W, cfg.gens)
 	var history []string
 	var lastCP []byte // the last checkpoint committed
 	nextKey := 0

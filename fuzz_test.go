@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"bytes"
@@ -11,13 +11,15 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/streamdedup/dedup"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
-// relOptionFields are the names Validate may use.
-var relOptionFields = []string{"Window", "ExpectedRate", "FalsePositiveRate", "Filter", "Generations", "Shards",
+// optionFields are the names Validate may use.
+var optionFields = []string{"Window", "ExpectedRate", "FalsePositiveRate", "Filter", "Generations", "Shards",
 	"AutoCommit", "MaxInFlight", "SnapshotInterval", "MaxKeySize"}
 
 // FuzzOptions: Open with arbitrary option values never panics; a rejection
@@ -79,7 +81,7 @@ func FuzzOptions(f *testing.F) {
 			}
 			for _, line := range strings.Split(err.Error(), "\n") {
 				named := false
-				for _, f := range relOptionFields {
+				for _, f := range optionFields {
 					named = named || strings.Contains(line, f)
 				}
 				if !named {
@@ -103,10 +105,10 @@ func FuzzOptions(f *testing.F) {
 		}
 		// Use it, unless its filters would be huge (see the report: an
 		// enormous ExpectedRate*Window is accepted and allocated lazily).
-		eo := e.opts
+		eo := EngineOptions(e)
 		span := eo.Window / time.Duration(eo.Generations)
 		capacity := uint64(eo.ExpectedRate*span.Seconds()/float64(eo.Shards)) + 1
-		size, err := filter.EstimateBytes(e.kind, max(capacity, 64), eo.FalsePositiveRate/float64(eo.Generations+1))
+		size, err := filter.EstimateBytes(EngineKind(e), max(capacity, 64), eo.FalsePositiveRate/float64(eo.Generations+1))
 		if err != nil || size > 32<<20 {
 			return
 		}
@@ -213,9 +215,9 @@ func FuzzObserveBatch(f *testing.F) {
 	})
 }
 
-// relSnapTemplate is an exact-mode state with keys committed before, between
+// snapTemplate is an exact-mode state with keys committed before, between
 // and after two snapshots, built once for FuzzSnapshotOpen.
-var relSnapTemplate struct {
+var snapTemplate struct {
 	once  sync.Once
 	fs    *vfs.MemFS
 	opts  Options
@@ -224,8 +226,8 @@ var relSnapTemplate struct {
 	err   error
 }
 
-func relSnapState() error {
-	t := &relSnapTemplate
+func snapState() error {
+	t := &snapTemplate
 	t.once.Do(func() {
 		t.fs = vfs.NewMem()
 		clk := testclock.New(t0)
@@ -278,7 +280,7 @@ func relSnapState() error {
 	return t.err
 }
 
-func relReadFile(fs vfs.FS, path string) []byte {
+func readFile(fs vfs.FS, path string) []byte {
 	f, err := fs.Open(path)
 	if err != nil {
 		return nil
@@ -294,13 +296,13 @@ func relReadFile(fs vfs.FS, path string) []byte {
 // state in exact mode: Open never panics, never fails, and loses no
 // committed key; the checkpoint is intact.
 func FuzzSnapshotOpen(f *testing.F) {
-	if err := relSnapState(); err != nil {
+	if err := snapState(); err != nil {
 		f.Fatal(err)
 	}
-	tm := &relSnapTemplate
-	newest := relReadFile(tm.fs, "/s/"+SnapshotDir+"/"+tm.files[len(tm.files)-1])
-	older := relReadFile(tm.fs, "/s/"+SnapshotDir+"/"+tm.files[len(tm.files)-2])
-	seg := relReadFile(tm.fs, "/s/"+SnapshotDir+"/"+tm.files[0])
+	tm := &snapTemplate
+	newest := readFile(tm.fs, "/s/"+SnapshotDir+"/"+tm.files[len(tm.files)-1])
+	older := readFile(tm.fs, "/s/"+SnapshotDir+"/"+tm.files[len(tm.files)-2])
+	seg := readFile(tm.fs, "/s/"+SnapshotDir+"/"+tm.files[0])
 	f.Add(newest, uint8(0))
 	f.Add(newest[:len(newest)/2], uint8(0))
 	f.Add(older, uint8(0)) // the older, valid manifest under the newest name

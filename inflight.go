@@ -7,7 +7,7 @@ import (
 	"github.com/streamdedup/dedup/internal/prefetch"
 )
 
-// pendingSet holds one shard's keys in flight (or being committed), keyed
+// inflightSet holds one shard's keys in flight (or being committed), keyed
 // by hash. In exact mode the key bytes are appended to an arena, so a New
 // key costs no allocation of its own, and keys that share a 64-bit hash
 // (rare, but a New must never be wrong) each get an entry. In probabilistic
@@ -17,43 +17,41 @@ import (
 // It is an open-addressing table with linear probing: hashes holds the
 // 64-bit hash of each slot's key (0 for an empty slot) and idx the key's
 // entry in ents, so that a lookup of a key not held, the common case,
-// reads one or two neighbouring words of hashes and nothing else (a Go map
-// lookup costed about a fifth of ObserveBatch). Keys whose hash is 0 live
-// in zero. The table is at most half full.
-type pendingSet struct {
+// reads one or two neighbouring words of hashes and nothing else, where a
+// Go map would chase pointers. Keys whose hash is 0 live in zero. The table is at most half full.
+type inflightSet struct {
 	hashes []uint64 // per slot; 0: empty
 	idx    []uint32 // per slot: index in ents
 	mask   uint64   // len(hashes)-1 (a power of two)
-	ents   []pendingEntry
-	zero   []pendingEntry // keys whose hash is 0
+	ents   []inflightEntry
+	zero   []inflightEntry // keys whose hash is 0
 	arena  []byte
 	n      int
 }
 
-// pendingEntry is one key in flight: its hash, its generation and, in
+// inflightEntry is one key in flight: its hash, its generation and, in
 // exact mode, where its bytes are in the arena.
-type pendingEntry struct {
+type inflightEntry struct {
 	h   uint64
 	gen uint64
 	off int
 	n   int32
 }
 
-// minPendingSlots is the smallest table.
-const minPendingSlots = 64
+// minInflightSlots is the smallest table.
+const minInflightSlots = 64
 
-func newPendingSet(hint int) *pendingSet {
-	p := &pendingSet{}
+func newInflightSet(hint int) *inflightSet {
+	p := &inflightSet{}
 	p.init(hint, 0)
 	return p
 }
 
 // init empties p and sizes it for hint keys of arenaHint bytes in all
-// (exact mode), so that a set as large as the one before it never grows:
-// growing the arena and the entries was a third of ObserveBatch's adds in
-// exact mode (BenchmarkFilter).
-func (p *pendingSet) init(hint, arenaHint int) {
-	slots := minPendingSlots
+// (exact mode), so that a set as large as the one before it never grows
+// (growing the arena and the entries would copy them on the observe path).
+func (p *inflightSet) init(hint, arenaHint int) {
+	slots := minInflightSlots
 	for slots < 2*hint {
 		slots *= 2
 	}
@@ -72,28 +70,28 @@ func (p *pendingSet) init(hint, arenaHint int) {
 	p.n = 0
 }
 
-func (p *pendingSet) key(en pendingEntry) []byte { return p.arena[en.off : en.off+int(en.n)] }
+func (p *inflightSet) key(en inflightEntry) []byte { return p.arena[en.off : en.off+int(en.n)] }
 
 // slot is the home slot of hash h. The table's size is a power of two and
 // the low bits of h feed the filters' in-block positions, the shard index
 // its remix: take the slot from the middle bits, away from both ends.
-func (p *pendingSet) slot(h uint64) uint64 { return (h >> 20) & p.mask }
+func (p *inflightSet) slot(h uint64) uint64 { return (h >> 20) & p.mask }
 
 // prefetch starts loading the home slot of hash h (see internal/prefetch).
-func (p *pendingSet) prefetch(h uint64) {
+func (p *inflightSet) prefetch(h uint64) {
 	prefetch.Addr(unsafe.Pointer(&p.hashes[p.slot(h)]))
 }
 
 // has reports whether key (hash h) is held. Without exact, the hash alone
 // decides. A nil set holds nothing.
-func (p *pendingSet) has(h uint64, key []byte, exact bool) bool {
-	_, ok := p.find(h, key, exact)
+func (p *inflightSet) has(h uint64, key []byte, exactMode bool) bool {
+	_, ok := p.find(h, key, exactMode)
 	return ok
 }
 
 // lookup returns the generation of key (hash h), exact mode. A nil set
 // holds nothing.
-func (p *pendingSet) lookup(h uint64, key []byte) (gen uint64, ok bool) {
+func (p *inflightSet) lookup(h uint64, key []byte) (gen uint64, ok bool) {
 	en, ok := p.find(h, key, true)
 	return en.gen, ok
 }
@@ -101,26 +99,26 @@ func (p *pendingSet) lookup(h uint64, key []byte) (gen uint64, ok bool) {
 // find returns the entry of key (hash h). Without exact, the hash alone
 // decides, and the entry returned is empty: a hit then reads nothing but
 // the probe array. A nil set holds nothing.
-func (p *pendingSet) find(h uint64, key []byte, exact bool) (pendingEntry, bool) {
+func (p *inflightSet) find(h uint64, key []byte, exactMode bool) (inflightEntry, bool) {
 	if p == nil || p.n == 0 {
-		return pendingEntry{}, false
+		return inflightEntry{}, false
 	}
 	if h == 0 {
 		for _, en := range p.zero {
-			if !exact || string(p.key(en)) == string(key) {
+			if !exactMode || string(p.key(en)) == string(key) {
 				return en, true
 			}
 		}
-		return pendingEntry{}, false
+		return inflightEntry{}, false
 	}
 	hashes := p.hashes
 	for i := p.slot(h); ; i = (i + 1) & p.mask {
 		switch hashes[i] {
 		case 0:
-			return pendingEntry{}, false
+			return inflightEntry{}, false
 		case h:
-			if !exact {
-				return pendingEntry{}, true
+			if !exactMode {
+				return inflightEntry{}, true
 			}
 			if en := p.ents[p.idx[i]]; string(p.key(en)) == string(key) {
 				return en, true
@@ -131,9 +129,9 @@ func (p *pendingSet) find(h uint64, key []byte, exact bool) (pendingEntry, bool)
 
 // add inserts key (hash h) of generation gen; the caller has checked that
 // it is not held.
-func (p *pendingSet) add(h uint64, key []byte, gen uint64, exact bool) {
-	en := pendingEntry{h: h, gen: gen}
-	if exact {
+func (p *inflightSet) add(h uint64, key []byte, gen uint64, exactMode bool) {
+	en := inflightEntry{h: h, gen: gen}
+	if exactMode {
 		en.off, en.n = len(p.arena), int32(len(key))
 		p.arena = append(p.arena, key...)
 	}
@@ -150,7 +148,7 @@ func (p *pendingSet) add(h uint64, key []byte, gen uint64, exact bool) {
 }
 
 // place puts entry index e of hash h into the first free slot from h's home.
-func (p *pendingSet) place(h uint64, e uint32) {
+func (p *inflightSet) place(h uint64, e uint32) {
 	i := p.slot(h)
 	for p.hashes[i] != 0 {
 		i = (i + 1) & p.mask
@@ -160,7 +158,7 @@ func (p *pendingSet) place(h uint64, e uint32) {
 }
 
 // grow doubles the table.
-func (p *pendingSet) grow() {
+func (p *inflightSet) grow() {
 	oldH, oldI := p.hashes, p.idx
 	p.hashes = make([]uint64, 2*len(oldH))
 	p.idx = make([]uint32, 2*len(oldH))
@@ -174,13 +172,13 @@ func (p *pendingSet) grow() {
 
 // remove deletes key (hash h) and returns its generation. Its arena bytes
 // stay until the set is dropped.
-func (p *pendingSet) remove(h uint64, key []byte, exact bool) (gen uint64, ok bool) {
+func (p *inflightSet) remove(h uint64, key []byte, exactMode bool) (gen uint64, ok bool) {
 	if p.n == 0 {
 		return 0, false
 	}
 	if h == 0 {
 		for i, en := range p.zero {
-			if !exact || string(p.key(en)) == string(key) {
+			if !exactMode || string(p.key(en)) == string(key) {
 				p.zero = append(p.zero[:i], p.zero[i+1:]...)
 				p.n--
 				return en.gen, true
@@ -195,7 +193,7 @@ func (p *pendingSet) remove(h uint64, key []byte, exact bool) (gen uint64, ok bo
 		case h:
 			e := p.idx[i]
 			en := p.ents[e]
-			if exact && string(p.key(en)) != string(key) {
+			if exactMode && string(p.key(en)) != string(key) {
 				continue
 			}
 			p.deleteSlot(i)
@@ -219,7 +217,7 @@ func (p *pendingSet) remove(h uint64, key []byte, exact bool) (gen uint64, ok bo
 
 // deleteSlot empties slot i and shifts back the slots after it that would
 // otherwise be cut off from their home slot (deletion without tombstones).
-func (p *pendingSet) deleteSlot(i uint64) {
+func (p *inflightSet) deleteSlot(i uint64) {
 	for j := (i + 1) & p.mask; p.hashes[j] != 0; j = (j + 1) & p.mask {
 		home := p.slot(p.hashes[j])
 		// Slot j's key may move to i if its home is not in (i, j], cyclically.
@@ -232,7 +230,7 @@ func (p *pendingSet) deleteSlot(i uint64) {
 }
 
 // each calls fn for every key held.
-func (p *pendingSet) each(fn func(h uint64, en pendingEntry)) {
+func (p *inflightSet) each(fn func(h uint64, en inflightEntry)) {
 	for _, en := range p.ents {
 		fn(en.h, en)
 	}

@@ -7,23 +7,17 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/humanize"
 )
 
-func newBackupFlags(e *env) *flag.FlagSet {
-	fs := flag.NewFlagSet("dedup backup", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), backupHelp) }
-	return fs
-}
+// newBackupFlags is the flag set of `dedup backup`: no flags.
+func newBackupFlags(e *env) *flag.FlagSet { return newFlags(e, "dedup backup", backupHelp, "") }
 
 func runBackup(e *env, args []string) error {
 	fs := newBackupFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 2, "a state directory and a destination")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 2 {
-		return usagef("backup: want a state directory and a destination, got %d arguments", len(pos))
 	}
 	dir, dest := pos[0], pos[1]
 	if !isState(dir) {
@@ -53,26 +47,19 @@ func runBackup(e *env, args []string) error {
 	}
 	size, _ := dirSize(dest)
 	fmt.Fprintf(e.stdout, "backed up %s into %s: %d keys, %s (%s), in %v\n", dir, dest, st.FilterKeys,
-		humanBytes(size), describeOptions(opts), time.Since(start).Round(time.Millisecond))
+		humanize.Bytes(size), describeOptions(opts), time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(e.stdout, "restore it with: dedup restore %s NEWDIR\n", dest)
 	return nil
 }
 
-func newRestoreFlags(e *env) *flag.FlagSet {
-	fs := flag.NewFlagSet("dedup restore", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), restoreHelp) }
-	return fs
-}
+// newRestoreFlags is the flag set of `dedup restore`: no flags.
+func newRestoreFlags(e *env) *flag.FlagSet { return newFlags(e, "dedup restore", restoreHelp, "") }
 
 func runRestore(e *env, args []string) error {
 	fs := newRestoreFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 2, "a backup (or snapshot folder) and a new state directory")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 2 {
-		return usagef("restore: want a backup (or snapshot folder) and a new state directory, got %d arguments", len(pos))
 	}
 	src, dir := pos[0], pos[1]
 	if _, err := os.Stat(src); err != nil {
@@ -98,7 +85,7 @@ func runRestore(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "keys             %d in the filters (from %s)\n", st.FilterKeys, st.RestoredFrom)
 	if snap := newestSnapshot(dir); snap != nil && snap.Error == "" {
-		fmt.Fprintf(e.stdout, "snapshot         %s, %s, commit %d, created %s\n", snap.Manifest, humanBytes(uint64(snap.Bytes)), snap.CommitSeq, snap.Created.Format(time.RFC3339))
+		fmt.Fprintf(e.stdout, "snapshot         %s, %s, commit %d, created %s\n", snap.Manifest, humanize.Bytes(uint64(snap.Bytes)), snap.CommitSeq, snap.Created.Format(time.RFC3339))
 	}
 	switch cp, err := decodeCheckpoint(raw); {
 	case raw == nil:

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"bufio"
@@ -11,45 +11,47 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/streamdedup/dedup"
 )
 
 // The child process of TestProcessCrash is this test binary, re-executed
-// with relChildEnv set: TestReliabilityCrashChild then runs the workload
+// with childEnv set: TestReliabilityCrashChild then runs the workload
 // instead of returning at once.
-const relChildEnv = "DEDUP_RELIABILITY_CHILD"
+const childEnv = "DEDUP_RELIABILITY_CHILD"
 
-func relChildOptions(dir string, prob bool, snap time.Duration) Options {
+func childOptions(dir string, prob bool, snap time.Duration) Options {
 	return Options{Dir: dir, Probabilistic: prob, Window: time.Hour, Generations: 4, Shards: 4,
 		ExpectedRate: 2000, SnapshotInterval: snap}
 }
 
-// relChildKey is key k of commit c of round r.
-func relChildKey(r, c, k int) string { return fmt.Sprintf("r%d-c%d-k%d", r, c, k) }
+// childKey is key k of commit c of round r.
+func childKey(r, c, k int) string { return fmt.Sprintf("r%d-c%d-k%d", r, c, k) }
 
-// relChildKeys is the number of keys of commit c.
-func relChildKeys(c int) int { return 5 + (c*37)%60 }
+// childKeys is the number of keys of commit c.
+func childKeys(c int) int { return 5 + (c*37)%60 }
 
 // TestReliabilityCrashChild is the child of TestProcessCrash: it observes
 // keys and commits in a loop, printing "C <round> <commit>" after each
 // Commit returns, until it is killed.
 func TestReliabilityCrashChild(t *testing.T) {
-	if os.Getenv(relChildEnv) != "1" {
+	if os.Getenv(childEnv) != "1" {
 		return
 	}
 	dir := os.Getenv("DEDUP_CHILD_DIR")
 	round, _ := strconv.Atoi(os.Getenv("DEDUP_CHILD_ROUND"))
 	prob := os.Getenv("DEDUP_CHILD_PROB") == "1"
 	snapMs, _ := strconv.Atoi(os.Getenv("DEDUP_CHILD_SNAP_MS"))
-	e, err := Open(relChildOptions(dir, prob, time.Duration(snapMs)*time.Millisecond))
+	e, err := Open(childOptions(dir, prob, time.Duration(snapMs)*time.Millisecond))
 	if err != nil {
 		fmt.Printf("ERR open: %v\n", err)
 		os.Exit(3)
 	}
 	for c := 0; ; c++ {
-		for k := 0; k < relChildKeys(c); k++ {
-			v, err := e.Observe([]byte(relChildKey(round, c, k)))
+		for k := 0; k < childKeys(c); k++ {
+			v, err := e.Observe([]byte(childKey(round, c, k)))
 			if err != nil || v != New {
-				fmt.Printf("ERR observe %s: %v %v\n", relChildKey(round, c, k), v, err)
+				fmt.Printf("ERR observe %s: %v %v\n", childKey(round, c, k), v, err)
 				os.Exit(3)
 			}
 		}
@@ -75,7 +77,7 @@ func TestReliabilityCrashChild(t *testing.T) {
 // checkpoint's commit is Duplicate and, in exact mode, the keys of the
 // commit after it are New.
 func TestProcessCrash(t *testing.T) {
-	if os.Getenv(relChildEnv) == "1" {
+	if os.Getenv(childEnv) == "1" {
 		return
 	}
 	if testing.Short() {
@@ -86,12 +88,12 @@ func TestProcessCrash(t *testing.T) {
 		rounds int
 	}{{false, 14}, {true, 6}} {
 		t.Run(fmt.Sprintf("prob=%v", tc.prob), func(t *testing.T) {
-			relProcessCrash(t, tc.prob, tc.rounds)
+			processCrash(t, tc.prob, tc.rounds)
 		})
 	}
 }
 
-func relProcessCrash(t *testing.T, prob bool, rounds int) {
+func processCrash(t *testing.T, prob bool, rounds int) {
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	// lastCommit[round] is the last commit of that round found durable.
@@ -100,7 +102,7 @@ func relProcessCrash(t *testing.T, prob bool, rounds int) {
 	for round := 0; round < rounds; round++ {
 		snapMs := []int{0, 10, 40}[r.IntN(3)]
 		cmd := exec.Command(os.Args[0], "-test.run=^TestReliabilityCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), relChildEnv+"=1", "DEDUP_CHILD_DIR="+dir,
+		cmd.Env = append(os.Environ(), childEnv+"=1", "DEDUP_CHILD_DIR="+dir,
 			"DEDUP_CHILD_ROUND="+strconv.Itoa(round), "DEDUP_CHILD_SNAP_MS="+strconv.Itoa(snapMs),
 			"DEDUP_CHILD_PROB="+map[bool]string{false: "0", true: "1"}[prob])
 		stdout, err := cmd.StdoutPipe()
@@ -151,7 +153,7 @@ func relProcessCrash(t *testing.T, prob bool, rounds int) {
 			}
 		}
 
-		e, err := Open(relChildOptions(dir, prob, 0))
+		e, err := Open(childOptions(dir, prob, 0))
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
 		}
@@ -174,11 +176,11 @@ func relProcessCrash(t *testing.T, prob bool, rounds int) {
 				continue
 			}
 			for c := 0; c <= last; c++ {
-				for k := 0; k < relChildKeys(c); k++ {
+				for k := 0; k < childKeys(c); k++ {
 					if rr < round && (k+c)%5 != round%5 {
 						continue // earlier rounds were checked in full: a sample
 					}
-					key := relChildKey(rr, c, k)
+					key := childKey(rr, c, k)
 					if v, err := e.Observe([]byte(key)); err != nil || v != Duplicate {
 						t.Fatalf("round %d: key %s of commit %d:%d (checkpoint %q, reported %d): %v, %v; want Duplicate",
 							round, key, rr, c, cp, reported, v, err)
@@ -192,8 +194,8 @@ func relProcessCrash(t *testing.T, prob bool, rounds int) {
 			if c, ok := lastCommit[round]; ok {
 				next = c + 1
 			}
-			for k := 0; k < relChildKeys(next); k++ {
-				key := relChildKey(round, next, k)
+			for k := 0; k < childKeys(next); k++ {
+				key := childKey(round, next, k)
 				if v, err := e.Observe([]byte(key)); err != nil || v != New {
 					t.Fatalf("round %d: key %s of the uncommitted commit %d: %v, %v; want New", round, key, next, v, err)
 				}

@@ -1,4 +1,4 @@
-package dedup
+package dedup_test
 
 import (
 	"context"
@@ -16,16 +16,18 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/streamdedup/dedup"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
-var relFaultsMax = flag.Int("faults.max", 0, "if positive, try only the first n operations of each scenario in TestFaultInjection")
+var faultsMax = flag.Int("faults.max", 0, "if positive, try only the first n operations of each scenario in TestFaultInjection")
 
-// relInjector fails the n-th operation it sees while armed. In sticky mode
+// faultInjector fails the n-th operation it sees while armed. In sticky mode
 // (a full disk) every write from the n-th on fails until it is disarmed.
-type relInjector struct {
+type faultInjector struct {
 	mu     sync.Mutex
 	armed  bool
 	writes bool // count (and fail) write operations only
@@ -37,13 +39,13 @@ type relInjector struct {
 	ops    []string // the operations that failed, for messages
 }
 
-func (in *relInjector) MaybeError(op errorfs.Op) error {
+func (in *faultInjector) MaybeError(op errorfs.Op) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if !in.armed {
 		return nil
 	}
-	if relBackground() || (in.writes && op.Kind.ReadOrWrite() != errorfs.OpIsWrite) {
+	if inBackground() || (in.writes && op.Kind.ReadOrWrite() != errorfs.OpIsWrite) {
 		return nil
 	}
 	i := in.seen
@@ -58,12 +60,12 @@ func (in *relInjector) MaybeError(op errorfs.Op) error {
 	return nil
 }
 
-// relBackground reports whether the caller runs in one of Pebble's
+// inBackground reports whether the caller runs in one of Pebble's
 // background flushes, compactions or table-statistics scans. The injector
 // does not count those operations: they interleave with the call under test
 // at random, and counting them would make "the n-th operation" a different
 // one on every run. Faults there are TestFaultBackground's.
-func relBackground() bool {
+func inBackground() bool {
 	var pcs [128]uintptr
 	n := runtime.Callers(3, pcs[:])
 	frames := runtime.CallersFrames(pcs[:n])
@@ -79,9 +81,9 @@ func relBackground() bool {
 	}
 }
 
-func (in *relInjector) String() string { return "relInjector" }
+func (in *faultInjector) String() string { return "faultInjector" }
 
-func (in *relInjector) arm(target int) {
+func (in *faultInjector) arm(target int) {
 	in.mu.Lock()
 	in.armed, in.target, in.seen, in.fired, in.ops = true, target, 0, 0, nil
 	in.mu.Unlock()
@@ -89,19 +91,19 @@ func (in *relInjector) arm(target int) {
 
 // disarm stops injecting and reports how many faults fired and how many
 // operations were counted.
-func (in *relInjector) disarm() (fired, seen int, ops []string) {
+func (in *faultInjector) disarm() (fired, seen int, ops []string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.armed = false
 	return in.fired, in.seen, in.ops
 }
 
-// relENOSPC is a full disk as the OS reports it.
-func relENOSPC(path string) error {
+// errNoSpace is a full disk as the OS reports it.
+func errNoSpace(path string) error {
 	return &fs.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
 }
 
-type relFaultKind struct {
+type faultKind struct {
 	name   string
 	err    error
 	writes bool
@@ -109,16 +111,16 @@ type relFaultKind struct {
 	is     func(error) bool
 }
 
-var relFaultKinds = []relFaultKind{
+var faultKinds = []faultKind{
 	{name: "EIO", err: errorfs.ErrInjected, is: func(err error) bool { return errors.Is(err, errorfs.ErrInjected) }},
-	{name: "ENOSPC", err: relENOSPC("disk"), writes: true, sticky: true, is: func(err error) bool { return errors.Is(err, syscall.ENOSPC) }},
+	{name: "ENOSPC", err: errNoSpace("disk"), writes: true, sticky: true, is: func(err error) bool { return errors.Is(err, syscall.ENOSPC) }},
 }
 
-// relFaultState is a small state with keys committed ("a" keys, checkpoint
+// faultState is a small state with keys committed ("a" keys, checkpoint
 // "1") and keys in flight ("b" keys).
-type relFaultState struct {
+type faultState struct {
 	mem   *vfs.MemFS
-	inj   *relInjector
+	inj   *faultInjector
 	clk   *testclock.Clock
 	opts  Options
 	e     *Engine
@@ -126,13 +128,13 @@ type relFaultState struct {
 	bKeys []string
 }
 
-const relFaultW = time.Minute
+const faultW = time.Minute
 
-func relFaultSetup(t *testing.T, inj *relInjector, prob, rotate bool) *relFaultState {
+func faultSetup(t *testing.T, inj *faultInjector, prob, rotate bool) *faultState {
 	t.Helper()
-	s := &relFaultState{mem: vfs.NewCrashableMem(), inj: inj, clk: testclock.New(t0)}
+	s := &faultState{mem: vfs.NewCrashableMem(), inj: inj, clk: testclock.New(t0)}
 	s.opts = Options{Dir: "/f", FS: errorfs.Wrap(s.mem, inj), Probabilistic: prob, Now: s.clk.Now,
-		Window: relFaultW, Generations: 4, Shards: 2, ExpectedRate: 20}
+		Window: faultW, Generations: 4, Shards: 2, ExpectedRate: 20}
 	var err error
 	if s.e, err = Open(s.opts); err != nil {
 		t.Fatal(err)
@@ -144,7 +146,7 @@ func relFaultSetup(t *testing.T, inj *relInjector, prob, rotate bool) *relFaultS
 			s.aKeys = append(s.aKeys, k)
 		}
 		mustCommit(t, s.e, "")
-		s.clk.Advance(relFaultW / 4)
+		s.clk.Advance(faultW / 4)
 	}
 	mustCommit(t, s.e, "1")
 	if err := s.e.Snapshot(); err != nil {
@@ -152,7 +154,7 @@ func relFaultSetup(t *testing.T, inj *relInjector, prob, rotate bool) *relFaultS
 	}
 	if rotate {
 		// Past every generation: the next Commit range-deletes them all.
-		s.clk.Advance(3 * relFaultW)
+		s.clk.Advance(3 * faultW)
 	}
 	for i := 0; i < 20; i++ {
 		k := fmt.Sprintf("b-%d", i)
@@ -166,7 +168,7 @@ func relFaultSetup(t *testing.T, inj *relInjector, prob, rotate bool) *relFaultS
 // promised: the "a" keys are there (or expired, after a rotation), the
 // checkpoint is one of allowed, and the "b" keys are there exactly when the
 // checkpoint says their commit is.
-func (s *relFaultState) verify(t *testing.T, what string, fs vfs.FS, rotated bool, allowed ...string) string {
+func (s *faultState) verify(t *testing.T, what string, fs vfs.FS, rotated bool, allowed ...string) string {
 	t.Helper()
 	o := s.opts
 	o.FS = fs
@@ -217,14 +219,14 @@ func (s *relFaultState) verify(t *testing.T, what string, fs vfs.FS, rotated boo
 //   - Close and Open on the same files recover everything committed.
 func TestFaultInjection(t *testing.T) {
 	scenarios := []string{"commit", "rotate", "snapshot", "open"}
-	for _, fk := range relFaultKinds {
+	for _, fk := range faultKinds {
 		for _, prob := range []bool{false, true} {
 			for _, sc := range scenarios {
 				t.Run(fmt.Sprintf("%s/%s/prob=%v", fk.name, sc, prob), func(t *testing.T) {
 					t.Parallel()
 					var broken, refused, n int
-					for n = 0; *relFaultsMax <= 0 || n < *relFaultsMax; n++ {
-						res, done := relFaultAt(t, fk, sc, prob, n)
+					for n = 0; *faultsMax <= 0 || n < *faultsMax; n++ {
+						res, done := faultAt(t, fk, sc, prob, n)
 						if done {
 							break
 						}
@@ -242,12 +244,12 @@ func TestFaultInjection(t *testing.T) {
 	}
 }
 
-// relFaultAt runs one scenario with the fault at operation n. done reports
+// faultAt runs one scenario with the fault at operation n. done reports
 // that n is past the last operation of the call under test.
-func relFaultAt(t *testing.T, fk relFaultKind, sc string, prob bool, n int) (result string, done bool) {
-	inj := &relInjector{err: fk.err, writes: fk.writes, sticky: fk.sticky}
+func faultAt(t *testing.T, fk faultKind, sc string, prob bool, n int) (result string, done bool) {
+	inj := &faultInjector{err: fk.err, writes: fk.writes, sticky: fk.sticky}
 	rotated := sc == "rotate"
-	s := relFaultSetup(t, inj, prob, rotated)
+	s := faultSetup(t, inj, prob, rotated)
 	what := fmt.Sprintf("%s %s prob=%v n=%d", fk.name, sc, prob, n)
 	defer func() {
 		if s.e != nil {
@@ -432,8 +434,8 @@ func TestFaultOpenIOErrorIsNotOurs(t *testing.T) {
 	}
 }
 
-// relBackgroundEnv makes TestFaultBackground's child run a scenario.
-const relBackgroundEnv = "DEDUP_RELIABILITY_BACKGROUND"
+// backgroundEnv makes TestFaultBackground's child run a scenario.
+const backgroundEnv = "DEDUP_RELIABILITY_BACKGROUND"
 
 // TestFaultBackgroundChild is the child of TestFaultBackground. Each round
 // builds a state in a fresh directory with a commit log to replay, opens it
@@ -442,7 +444,7 @@ const relBackgroundEnv = "DEDUP_RELIABILITY_BACKGROUND"
 // checks that every committed key is there. It prints OK if the process
 // survived every round.
 func TestFaultBackgroundChild(t *testing.T) {
-	scenario := os.Getenv(relBackgroundEnv)
+	scenario := os.Getenv(backgroundEnv)
 	if scenario == "" {
 		return
 	}
@@ -457,7 +459,7 @@ func TestFaultBackgroundChild(t *testing.T) {
 		case "background-manifest":
 			// A MANIFEST write of a background flush (Open flushes the
 			// WAL it replays): fatal to Pebble.
-			if relBackground() && strings.Contains(op.Path, "MANIFEST") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			if inBackground() && strings.Contains(op.Path, "MANIFEST") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 				fired.Add(1)
 				return errorfs.ErrInjected
 			}
@@ -558,7 +560,7 @@ func TestFaultBackground(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestFaultBackgroundChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), relBackgroundEnv+"="+sc)
+			cmd.Env = append(os.Environ(), backgroundEnv+"="+sc)
 			out, err := cmd.CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "OK") {
 				first := string(out)

@@ -11,14 +11,6 @@ import (
 	"github.com/streamdedup/dedup/snapshot"
 )
 
-// metaLogTruncated records the commit sequence through which the commit log
-// has been truncated: a snapshot older than it cannot be brought up to date
-// from the log. It is written before the log is truncated.
-const metaLogTruncated = "log-truncated"
-
-// SnapshotDir is the folder of the state directory that holds snapshots.
-const SnapshotDir = "snapshots"
-
 // Restore sources reported in Stats.RestoredFrom.
 const (
 	RestoredFresh    = "fresh"    // a new state: nothing to restore
@@ -27,104 +19,6 @@ const (
 	RestoredLog      = "log"      // rebuilt from the whole commit log
 	RestoredEmpty    = "empty"    // nothing usable: started empty (AllowEmptyRestore)
 )
-
-// Snapshot writes a snapshot of the filters now, so that Open restores from
-// it instead of rebuilding. Observe is stalled only while each shard's
-// changing generation is copied, and commits while all are; sealed
-// generations already on disk are not written again.
-func (e *Engine) Snapshot() error {
-	e.lifecycle.RLock()
-	defer e.lifecycle.RUnlock()
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	return e.snapshot(false)
-}
-
-// snapshot writes a snapshot. closing says the caller is Close, which
-// holds the lifecycle lock exclusively: no commit can change a filter any
-// more.
-func (e *Engine) snapshot(closing bool) error {
-	e.snapMu.Lock()
-	defer e.snapMu.Unlock()
-	start := time.Now()
-	info, err := e.writeSnapshot(closing)
-	if err != nil {
-		e.stats.snapshotErrors.Add(1)
-		msg := err.Error()
-		e.stats.lastSnapshotErr.Store(&msg)
-		return err
-	}
-	e.stats.snapshots.Add(1)
-	e.stats.lastSnapshotNs.Store(int64(time.Since(start)))
-	e.stats.lastSnapshotWritten.Store(info.Written)
-	e.stats.snapshotBytes.Store(info.TotalSize)
-	return nil
-}
-
-func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
-	now := e.opts.Now()
-	current := max(e.timing.GenerationAt(now), e.newestGen.Load())
-	var gens []snapshot.Generation
-	// The commit gate holds commits off while the filters are captured, so
-	// the snapshot holds exactly the commits through seq.
-	e.commitGate.Lock()
-	e.cpMu.Lock()
-	seq := e.commitSeq
-	e.cpMu.Unlock()
-	for i := range e.shards {
-		s := &e.shards[i]
-		s.mu.Lock()
-		s.ring.Advance(now)
-		for _, g := range s.ring.Generations() {
-			f := g.Filter
-			sg := snapshot.Generation{
-				ID: g.ID, Shard: uint32(i), Count: f.Count(), Kind: e.kind,
-				Start: e.timing.Start(g.ID).UnixNano(), End: e.timing.End(g.ID).UnixNano(),
-				// A past generation with no key in flight can never
-				// change again: no new key goes into it.
-				Sealed: g.ID < current && s.pendingGens[g.ID] == 0,
-			}
-			// A filter that cannot change is encoded by the snapshot's
-			// writers, in parallel, when they reach it; the others are
-			// copied now, under the lock. At Close that is every filter:
-			// copying 157 MiB here, serially, took 0.15 s of the dedup
-			// command's 0.37 s final snapshot (BenchmarkFilter).
-			if sg.Sealed || closing {
-				sg.Payload = f.MarshalBinary
-			} else {
-				b, err := f.MarshalBinary()
-				if err != nil {
-					s.mu.Unlock()
-					e.commitGate.Unlock()
-					return snapshot.Info{}, fmt.Errorf("dedup: snapshot: generation %d shard %d: %w", g.ID, i, err)
-				}
-				sg.Payload = func() ([]byte, error) { return b, nil }
-			}
-			gens = append(gens, sg)
-		}
-		s.mu.Unlock()
-	}
-	e.commitGate.Unlock()
-	h := snapshot.Header{Seed: e.seed, Options: e.opts.persisted().encode(), CommitSeq: seq, Created: now.UnixNano()}
-	info, err := snapshot.Write(e.fs, e.snapDir, h, gens)
-	if err != nil {
-		return info, fmt.Errorf("dedup: snapshot: %w", err)
-	}
-	// The snapshot package keeps the previous snapshot as a fallback, so the
-	// log is truncated only through it: either can still be brought up to
-	// date.
-	if prev := e.lastSnapSeq; prev > 0 {
-		if err := e.store.SetMeta(metaLogTruncated, binary.BigEndian.AppendUint64(nil, prev)); err != nil {
-			return info, fmt.Errorf("dedup: snapshot: %w", err)
-		}
-		if err := e.store.TruncateLog(prev); err != nil {
-			return info, fmt.Errorf("dedup: snapshot: truncate log: %w", err)
-		}
-	}
-	e.lastSnapSeq = seq
-	return info, nil
-}
 
 // restore refills the filters after Open: from the newest valid snapshot
 // plus the commit log after it, or, if there is none, from the exact store
@@ -147,7 +41,7 @@ func (e *Engine) restore() error {
 	}
 	if err == nil {
 		for _, sk := range snap.Skipped {
-			e.problem(fmt.Errorf("%w: skipped snapshot: %v", ErrCorrupt, sk))
+			e.problem(wrap(sk, "skipped snapshot"))
 		}
 		err = e.restoreFrom(snap, truncated)
 		if err == nil {
@@ -158,10 +52,10 @@ func (e *Engine) restore() error {
 		e.resetFilters()
 	}
 	if !errors.Is(err, snapshot.ErrNotFound) && !e.opts.IgnoreSnapshots {
-		e.problem(fmt.Errorf("dedup: snapshot unusable: %w", err))
+		e.problem(wrap(err, "snapshot unusable"))
 	}
 	switch {
-	case e.exact:
+	case e.exactMode:
 		e.logf("dedup: rebuilding filters from the exact store")
 		e.stats.restoredFrom = RestoredStore
 		return e.rebuild()
@@ -173,7 +67,7 @@ func (e *Engine) restore() error {
 		e.stats.restoredFrom = RestoredEmpty
 		return nil
 	}
-	return fmt.Errorf("%w: no usable snapshot, and probabilistic mode cannot rebuild its filters (the commit log was truncated through commit %d): committed keys would be forgotten; set AllowEmptyRestore to start empty (last problem: %v)",
+	return fmt.Errorf("%w: no usable snapshot, and probabilistic mode cannot rebuild its filters (the commit log was truncated through commit %d): committed keys would be forgotten; set AllowEmptyRestore to start empty (last problem: %w)",
 		ErrCorrupt, truncated, err)
 }
 
@@ -181,7 +75,7 @@ func (e *Engine) logTruncatedThrough() (uint64, error) {
 	v, ok, err := e.store.GetMeta(metaLogTruncated)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("dedup: read log truncation mark: %w", err)
+		return 0, wrap(err, "read log truncation mark")
 	case !ok:
 		return 0, nil
 	case len(v) != 8:
@@ -215,13 +109,13 @@ func (e *Engine) restoreFrom(snap *snapshot.Snapshot, truncated uint64) error {
 		}
 		f, err := filter.Unmarshal(g.Payload)
 		if err != nil {
-			return fmt.Errorf("%w: snapshot generation %d shard %d: %v", ErrCorrupt, g.ID, g.Shard, err)
+			return fmt.Errorf("%w: snapshot generation %d shard %d: %w", ErrCorrupt, g.ID, g.Shard, err)
 		}
 		if f.Kind() != e.kind {
 			return fmt.Errorf("%w: snapshot generation %d holds a %v filter, want %v", ErrCorrupt, g.ID, f.Kind(), e.kind)
 		}
 		if _, err := e.shards[g.Shard].ring.Insert(&rotate.Generation{ID: g.ID, Filter: f}); err != nil {
-			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		e.raiseNewestGen(g.ID)
 		n += f.Count()
@@ -250,7 +144,7 @@ func (e *Engine) replayLog(seq uint64, now time.Time) (uint64, error) {
 		return nil
 	})
 	if err != nil {
-		return n, fmt.Errorf("dedup: replay commit log: %w", err)
+		return n, wrap(err, "replay commit log")
 	}
 	return n, nil
 }
@@ -259,7 +153,7 @@ func (e *Engine) replayLog(seq uint64, now time.Time) (uint64, error) {
 // generation in exact mode, the whole commit log in probabilistic mode.
 func (e *Engine) rebuild() error {
 	now := e.opts.Now()
-	if !e.exact {
+	if !e.exactMode {
 		n, err := e.replayLog(0, now)
 		e.stats.restoredKeys = n
 		return err
@@ -282,7 +176,7 @@ func (e *Engine) rebuild() error {
 	})
 	e.stats.restoredKeys = n
 	if err != nil {
-		return fmt.Errorf("dedup: rebuild filters from the store: %w", err)
+		return wrap(err, "rebuild filters from the store")
 	}
 	return nil
 }
@@ -310,10 +204,4 @@ func (e *Engine) resetFilters() {
 func (e *Engine) problem(err error) {
 	e.stats.restoreProblems = append(e.stats.restoreProblems, err.Error())
 	e.logf("%v", err)
-}
-
-func (e *Engine) logf(format string, args ...any) {
-	if e.opts.Logf != nil {
-		e.opts.Logf(format, args...)
-	}
 }

@@ -10,39 +10,22 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
 // statsConfig is what the flags of `dedup stats` say.
 type statsConfig struct {
-	window        time.Duration
-	rate          float64
-	fp            float64
-	filter        string
-	probabilistic bool
-	generations   int
-	shards        int
-	json          bool
-	explicit      map[string]bool
+	engine   engineFlags
+	json     bool
+	explicit map[string]bool
 }
 
 func newStatsFlags(e *env) (*flag.FlagSet, *statsConfig) {
 	c := &statsConfig{}
-	fs := flag.NewFlagSet("dedup stats", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Float64Var(&c.rate, "rate", engineDefaults.ExpectedRate, "expected distinct keys per `SECOND` (sizes a new generation; not persisted)")
-	fs.Float64Var(&c.fp, "fp", engineDefaults.FalsePositiveRate, "pre-filter false-positive `RATE` (sizes a new generation; not persisted)")
-	fs.DurationVar(&c.window, "window", engineDefaults.Window, "check: fail unless the state was created with this window (default: adopt the state's)")
-	fs.StringVar(&c.filter, "filter", engineDefaults.Filter, "check: fail unless the state uses this filter (default: adopt)")
-	fs.BoolVar(&c.probabilistic, "probabilistic", false, "check: fail unless the state's mode is this (default: adopt)")
-	fs.IntVar(&c.generations, "generations", engineDefaults.Generations, "check: fail unless the state has this many generations (default: adopt)")
-	fs.IntVar(&c.shards, "shards", engineDefaults.Shards, "check: fail unless the state has this many shards (default: adopt)")
+	fs := newFlags(e, "dedup stats", statsHelpHead, statsHelpTail)
+	c.engine.register(fs, checkUsage)
 	fs.BoolVar(&c.json, "json", false, "print JSON")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), statsHelpHead)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), statsHelpTail)
-	}
 	return fs, c
 }
 
@@ -107,14 +90,11 @@ func newestSnapshot(dir string) *snapshotSummary {
 
 func runStats(e *env, args []string) error {
 	fs, c := newStatsFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 1, "one state directory")
 	if err != nil {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
-	if len(pos) != 1 {
-		return usagef("stats: want one state directory, got %d arguments", len(pos))
-	}
 	dir := pos[0]
 	// Open would create a missing directory: refuse instead.
 	ents, err := os.ReadDir(dir)
@@ -128,16 +108,7 @@ func runStats(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("stats: %w", stateErr(dir, err))
 	}
-	opts := dedup.Options{
-		Dir:               dir,
-		Window:            c.window,
-		ExpectedRate:      c.rate,
-		FalsePositiveRate: c.fp,
-		Filter:            c.filter,
-		Probabilistic:     c.probabilistic,
-		Generations:       c.generations,
-		Shards:            c.shards,
-	}
+	opts := c.engine.options(dir)
 	if err := adoptOptions(dir, have, c.explicit, &opts); err != nil {
 		return err
 	}
@@ -177,7 +148,7 @@ func printStatsReport(e *env, r *statsReport) {
 	}
 	fmt.Fprintf(w, "state directory  %s\n", r.Dir)
 	fmt.Fprintf(w, "options          window %s, %d generations, %d shards, %s filter, %s\n", o.Window, o.Generations, o.Shards, o.Filter, mode)
-	fmt.Fprintf(w, "disk             %s in all, %s of it the store\n", humanBytes(r.DirBytes), humanBytes(st.DiskBytes))
+	fmt.Fprintf(w, "disk             %s in all, %s of it the store\n", humanize.Bytes(r.DirBytes), humanize.Bytes(st.DiskBytes))
 	fmt.Fprintf(w, "keys             %d in the filters (%d restored from %s in %v)\n", st.FilterKeys, st.RestoredKeys, st.RestoredFrom, st.RestoreDuration.Round(time.Millisecond))
 	for _, p := range st.RestoreProblems {
 		fmt.Fprintf(w, "restore problem  %s\n", p)
@@ -189,13 +160,13 @@ func printStatsReport(e *env, r *statsReport) {
 		fmt.Fprintf(w, "snapshot         %s: DAMAGED: %s\n", s.Manifest, s.Error)
 	default:
 		fmt.Fprintf(w, "snapshot         %s, %s in %d segments, commit %d, created %s\n", s.Manifest,
-			humanBytes(uint64(s.Bytes)), s.Segments, s.CommitSeq, s.Created.Format(time.RFC3339))
+			humanize.Bytes(uint64(s.Bytes)), s.Segments, s.CommitSeq, s.Created.Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "filter memory    %s, estimated FP rate %.4g\n", humanBytes(st.FilterBytes), st.EstimatedFPRate)
+	fmt.Fprintf(w, "filter memory    %s, estimated FP rate %.4g\n", humanize.Bytes(st.FilterBytes), st.EstimatedFPRate)
 	fmt.Fprintf(w, "generations      %d live\n", len(st.GenerationStats))
 	for _, g := range st.GenerationStats {
 		fmt.Fprintf(w, "  gen %-8d %s .. %s  %10d keys  %10s  fp %.4g\n", g.ID,
-			g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.Keys, humanBytes(g.Bytes), g.FPRate)
+			g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.Keys, humanize.Bytes(g.Bytes), g.FPRate)
 	}
 	switch {
 	case r.Checkpoint != nil:
@@ -209,22 +180,10 @@ func printStatsReport(e *env, r *statsReport) {
 		fmt.Fprintf(w, "output lengths   out %d, dups %d, rejects %d bytes\n", cp.OutLen, cp.DupsLen, cp.RejectsLen)
 		n := cp.Counts
 		fmt.Fprintf(w, "committed counts %d events: %d distinct, %d duplicates, %d rejects, %s read\n",
-			n.Events, n.Distinct, n.Duplicates, n.Rejects, humanBytes(uint64(n.Bytes)))
+			n.Events, n.Distinct, n.Duplicates, n.Rejects, humanize.Bytes(uint64(n.Bytes)))
 	case r.ForeignCheckpoint > 0:
 		fmt.Fprintf(w, "checkpoint       %d bytes, not written by dedup filter\n", r.ForeignCheckpoint)
 	default:
 		fmt.Fprintf(w, "checkpoint       none\n")
 	}
-}
-
-func humanBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -5,26 +5,29 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/fprate"
+	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
 // snapshotSubs are the subcommands of `dedup snapshot`.
-var snapshotSubs = []struct {
-	name    string
-	summary string
-	flags   func(e *env) *flag.FlagSet
-	run     func(e *env, args []string) error
-}{
-	{"inspect", "print the generations, spans, counts, fill, estimated FP and sizes of a snapshot", func(e *env) *flag.FlagSet { fs, _ := newInspectFlags(e); return fs }, runInspect},
-	{"verify", "check every checksum and decode every filter (exit 0 valid, 1 invalid)", func(e *env) *flag.FlagSet { fs, _ := newVerifyFlags(e); return fs }, runVerify},
-	{"rebuild", "rebuild an exact state's filters from its store and write a fresh snapshot", newRebuildFlags, runRebuild},
+var snapshotSubs = []command{
+	{"inspect", "print the generations, spans, counts, fill, estimated FP and sizes of a snapshot", runInspect, flagSetOf(newInspectFlags), nil},
+	{"verify", "check every checksum and decode every filter (exit 0 valid, 1 invalid)", runVerify, flagSetOf(newVerifyFlags), nil},
+	{"rebuild", "rebuild an exact state's filters from its store and write a fresh snapshot", runRebuild, newRebuildFlags, nil},
 }
+
+// newSnapshotFlags is the flag set of `dedup snapshot` itself, which has
+// no flags: its Usage lists the subcommands.
+func newSnapshotFlags(e *env) *flag.FlagSet { return newFlags(e, "dedup snapshot", snapshotHelp, "") }
 
 func runSnapshot(e *env, args []string) error {
 	if len(args) == 0 {
@@ -36,10 +39,8 @@ func runSnapshot(e *env, args []string) error {
 		fmt.Fprint(e.stdout, snapshotHelp)
 		return nil
 	}
-	for _, s := range snapshotSubs {
-		if s.name == args[0] {
-			return s.run(e, args[1:])
-		}
+	if s := findCommand(snapshotSubs, args[0]); s != nil {
+		return s.run(e, args[1:])
 	}
 	return usagef("snapshot: unknown subcommand %q (want inspect, verify or rebuild)", args[0])
 }
@@ -53,16 +54,10 @@ type inspectConfig struct {
 
 func newInspectFlags(e *env) (*flag.FlagSet, *inspectConfig) {
 	c := &inspectConfig{}
-	fs := flag.NewFlagSet("dedup snapshot inspect", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlags(e, "dedup snapshot inspect", inspectHelpHead, inspectHelpTail)
 	fs.BoolVar(&c.json, "json", false, "print JSON (every segment included)")
 	fs.BoolVar(&c.segments, "segments", false, "also print one line per segment (generation and shard)")
 	fs.BoolVar(&c.quick, "quick", false, "read the manifest and segment headers only: no fill, capacity or FP (which need every payload decoded)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), inspectHelpHead)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), inspectHelpTail)
-	}
 	return fs, c
 }
 
@@ -117,7 +112,8 @@ type inspectReport struct {
 	Capacity    uint64 `json:"capacity,omitempty"`
 	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
 	// EstimatedFPRate is the false-positive rate a new key meets across
-	// the generations (1 - prod(1 - fp) per shard, averaged over shards).
+	// the generations (fprate.Mean: 1 - prod(1 - fp) per shard, averaged
+	// over the shards).
 	EstimatedFPRate float64            `json:"estimated_fp_rate,omitempty"`
 	Generations     []generationReport `json:"generations"`
 	Segments        []segmentReport    `json:"segments"`
@@ -125,20 +121,13 @@ type inspectReport struct {
 
 func runInspect(e *env, args []string) error {
 	fs, c := newInspectFlags(e)
-	pos, err := flagArgs(fs, args)
+	path, ms, err := manifestsArg(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usagef("snapshot inspect: want one PATH (a manifest, a snapshots folder or a state directory), got %d arguments", len(pos))
-	}
-	ms, err := findManifests(pos[0])
-	if err != nil {
-		return fmt.Errorf("snapshot inspect: %w", err)
-	}
 	rep, err := inspect(ms[0], !c.quick)
 	if err != nil {
-		return fmt.Errorf("snapshot inspect: %w (run 'dedup snapshot verify %s' to check every snapshot there)", err, pos[0])
+		return fmt.Errorf("snapshot inspect: %w (run 'dedup snapshot verify %s' to check every snapshot there)", err, path)
 	}
 	if c.json {
 		enc := json.NewEncoder(e.stdout)
@@ -147,6 +136,19 @@ func runInspect(e *env, args []string) error {
 	}
 	printInspect(e, rep, c.segments)
 	return nil
+}
+
+// manifestsArg parses the flags and the one PATH argument of inspect and
+// verify, and resolves PATH to its manifests, newest first (findManifests).
+func manifestsArg(fs *flag.FlagSet, args []string) (path string, manifests []string, err error) {
+	pos, err := positionals(fs, args, 1, "one PATH (a manifest, a snapshots folder or a state directory)")
+	if err != nil {
+		return "", nil, err
+	}
+	if manifests, err = findManifests(pos[0]); err != nil {
+		return "", nil, fmt.Errorf("%s: %w", strings.TrimPrefix(fs.Name(), "dedup "), err)
+	}
+	return pos[0], manifests, nil
 }
 
 // inspect summarises the snapshot whose manifest is path; with decode it
@@ -217,7 +219,7 @@ func decodeSegment(g *snapshot.GenerationInfo) (filter.Filter, error) {
 func summarise(rep *inspectReport) {
 	byID := map[uint64]*generationReport{}
 	var ids []uint64
-	shardMiss := map[uint32]float64{}
+	shardFP := map[uint32][]float64{} // each shard's generations' rates
 	for _, s := range rep.Segments {
 		g := byID[s.Generation]
 		if g == nil {
@@ -234,10 +236,7 @@ func summarise(rep *inspectReport) {
 		g.FPRate += s.FPRate
 		rep.Capacity += s.Capacity
 		rep.MemoryBytes += s.MemoryBytes
-		if _, ok := shardMiss[s.Shard]; !ok {
-			shardMiss[s.Shard] = 1
-		}
-		shardMiss[s.Shard] *= 1 - s.FPRate
+		shardFP[s.Shard] = append(shardFP[s.Shard], s.FPRate)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
@@ -248,13 +247,12 @@ func summarise(rep *inspectReport) {
 		}
 		rep.Generations = append(rep.Generations, *g)
 	}
-	if len(shardMiss) > 0 {
-		var fp float64
-		for _, miss := range shardMiss {
-			fp += 1 - miss
-		}
-		rep.EstimatedFPRate = fp / float64(len(shardMiss))
+	shards := slices.Sorted(maps.Keys(shardFP))
+	perShard := make([][]float64, len(shards))
+	for i, sh := range shards {
+		perShard[i] = shardFP[sh]
 	}
+	rep.EstimatedFPRate = fprate.Mean(perShard)
 }
 
 func printInspect(e *env, r *inspectReport, segments bool) {
@@ -274,9 +272,9 @@ func printInspect(e *env, r *inspectReport, segments bool) {
 	} else if r.Options != nil {
 		fmt.Fprintf(w, "options      %s\n", r.Options)
 	}
-	fmt.Fprintf(w, "size         %s on disk (%d segments, manifest %d B)\n", humanBytes(uint64(r.TotalBytes)), len(r.Segments), r.ManifestBytes)
+	fmt.Fprintf(w, "size         %s on disk (%d segments, manifest %d B)\n", humanize.Bytes(uint64(r.TotalBytes)), len(r.Segments), r.ManifestBytes)
 	if r.Decoded {
-		fmt.Fprintf(w, "keys         %d, capacity %d, fill %.3g%%, filter memory %s\n", r.Keys, r.Capacity, 100*ratio(r.Keys, r.Capacity), humanBytes(r.MemoryBytes))
+		fmt.Fprintf(w, "keys         %d, capacity %d, fill %.3g%%, filter memory %s\n", r.Keys, r.Capacity, 100*ratio(r.Keys, r.Capacity), humanize.Bytes(r.MemoryBytes))
 		fmt.Fprintf(w, "estimated FP %.4g (a new key, across the generations)\n", r.EstimatedFPRate)
 	} else {
 		fmt.Fprintf(w, "keys         %d (--quick: payloads not decoded)\n", r.Keys)
@@ -287,7 +285,7 @@ func printInspect(e *env, r *inspectReport, segments bool) {
 		if g.Sealed {
 			state = "sealed"
 		}
-		fmt.Fprintf(w, "  gen %-6d %s .. %s  %-6s %10d keys  %10s", g.ID, g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), state, g.Keys, humanBytes(uint64(g.FileBytes)))
+		fmt.Fprintf(w, "  gen %-6d %s .. %s  %-6s %10d keys  %10s", g.ID, g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), state, g.Keys, humanize.Bytes(uint64(g.FileBytes)))
 		if r.Decoded {
 			fmt.Fprintf(w, "  fill %.3g%%  fp %.4g", 100*g.Fill, g.FPRate)
 		}
@@ -296,7 +294,7 @@ func printInspect(e *env, r *inspectReport, segments bool) {
 	if segments {
 		fmt.Fprintf(w, "segments\n")
 		for _, s := range r.Segments {
-			fmt.Fprintf(w, "  gen %-6d shard %-4d %-7s %10d keys  %10s", s.Generation, s.Shard, s.Kind, s.Keys, humanBytes(uint64(s.FileBytes)))
+			fmt.Fprintf(w, "  gen %-6d shard %-4d %-7s %10d keys  %10s", s.Generation, s.Shard, s.Kind, s.Keys, humanize.Bytes(uint64(s.FileBytes)))
 			if r.Decoded {
 				fmt.Fprintf(w, "  cap %d  fill %.3g%%  fp %.4g", s.Capacity, 100*s.Fill, s.FPRate)
 			}
@@ -319,14 +317,8 @@ type verifyConfig struct {
 
 func newVerifyFlags(e *env) (*flag.FlagSet, *verifyConfig) {
 	c := &verifyConfig{}
-	fs := flag.NewFlagSet("dedup snapshot verify", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlags(e, "dedup snapshot verify", verifyHelpHead, verifyHelpTail)
 	fs.BoolVar(&c.newest, "newest", false, "in a folder, verify only the newest snapshot (the one a restart loads) instead of every one")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), verifyHelpHead)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), verifyHelpTail)
-	}
 	return fs, c
 }
 
@@ -336,16 +328,9 @@ var errInvalid = errors.New("snapshot verify: invalid")
 
 func runVerify(e *env, args []string) error {
 	fs, c := newVerifyFlags(e)
-	pos, err := flagArgs(fs, args)
+	_, ms, err := manifestsArg(fs, args)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("snapshot verify: want one PATH (a manifest, a snapshots folder or a state directory), got %d arguments", len(pos))
-	}
-	ms, err := findManifests(pos[0])
-	if err != nil {
-		return fmt.Errorf("snapshot verify: %w", err)
 	}
 	if c.newest {
 		ms = ms[:1]
@@ -358,7 +343,7 @@ func runVerify(e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "INVALID %s: %v\n", m, err)
 			continue
 		}
-		fmt.Fprintf(e.stdout, "ok      %s: %d segments, %s, every checksum and filter good\n", m, n, humanBytes(uint64(size)))
+		fmt.Fprintf(e.stdout, "ok      %s: %d segments, %s, every checksum and filter good\n", m, n, humanize.Bytes(uint64(size)))
 	}
 	if bad > 0 {
 		return fmt.Errorf("%w: %d of %d snapshots", errInvalid, bad, len(ms))
@@ -386,21 +371,16 @@ func verify(path string) (segments int, size int64, err error) {
 	return len(snap.Generations), size, nil
 }
 
+// newRebuildFlags is the flag set of `dedup snapshot rebuild`: no flags.
 func newRebuildFlags(e *env) *flag.FlagSet {
-	fs := flag.NewFlagSet("dedup snapshot rebuild", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), rebuildHelp) }
-	return fs
+	return newFlags(e, "dedup snapshot rebuild", rebuildHelp, "")
 }
 
 func runRebuild(e *env, args []string) error {
 	fs := newRebuildFlags(e)
-	pos, err := flagArgs(fs, args)
+	pos, err := positionals(fs, args, 1, "one state directory")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("snapshot rebuild: want one state directory, got %d arguments", len(pos))
 	}
 	dir := pos[0]
 	if !isState(dir) {
@@ -412,7 +392,7 @@ func runRebuild(e *env, args []string) error {
 		return fmt.Errorf("snapshot rebuild: %w", stateErr(dir, err))
 	}
 	fmt.Fprintf(e.stdout, "rebuilt %s from its store: %d keys restored in %v; snapshot written (%s) in %v; %v in all\n",
-		dir, st.RestoredKeys, st.RestoreDuration.Round(time.Millisecond), humanBytes(uint64(st.SnapshotBytes)),
+		dir, st.RestoredKeys, st.RestoreDuration.Round(time.Millisecond), humanize.Bytes(uint64(st.SnapshotBytes)),
 		st.LastSnapshotDuration.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -1,0 +1,31 @@
+// Package bench measures the dedup engine: the duplicate-suppression
+// window model run through it, open-loop load, and the engine side by
+// side with the layers users would otherwise pick. It is a
+// library; cmd/dedupbench binds its configs to flags and prints its
+// reports.
+//
+// Three runs, each a Config in and a Result out, with a WriteText report:
+//
+//   - [Simulate] (simulate.go): the window model ([Article]) on
+//     a virtual clock: keys held, memory, duplicates leaked per window, and
+//     the window that meets a leak target; bimodal redelivery too.
+//   - [Load] (load.go): events offered at fixed rates whether or not the
+//     engine keeps up; latency quantiles and a time series per rate.
+//   - [Compare] (compare.go): one stream through every engine mode and
+//     every baseline; [MemorySweep], filter memory per key against the
+//     false-positive target.
+//
+// What they run on:
+//
+//   - [Stream] (gen.go): a synthetic clickstream, originals as a Poisson
+//     process and duplicates after a random delay ([DelayConfig]).
+//   - [Target] (target.go): a layer under test. [EngineTarget] is this
+//     engine on a [VirtualClock]; the baselines are [MapTarget],
+//     [BloomTarget], [PebbleTarget] (baselines.go) and [RedisTarget]
+//     (redis.go, against a real redis-server started by [StartRedis]).
+//   - [Histogram] (hist.go): log-linear latency quantiles.
+//
+// Output: report.go writes the text tables and [WriteJSON] the JSON;
+// plot.go draws the charts ([PlotLoad], [PlotMemory]). Long runs report to
+// a [Progress].
+package bench

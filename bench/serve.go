@@ -1,0 +1,472 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/humanize"
+	"github.com/streamdedup/dedup/resp"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// ErrNoRedisBenchmark reports that redis-benchmark is not on PATH.
+var ErrNoRedisBenchmark = errors.New("bench: redis-benchmark not installed")
+
+// ServeConfig configures the drop-in comparison: redis-benchmark driving
+// `SET key:__rand_int__ 1 NX EX ttl` against a real redis-server and
+// against dedup's RESP server (package resp), one after the other on the
+// same machine, then BF.MADD batches against dedup.
+type ServeConfig struct {
+	// Requests is redis-benchmark's -n for SET NX. Default 2,000,000.
+	Requests int
+	// Clients is -c. Default 8.
+	Clients int
+	// Pipeline is -P. Default 16.
+	Pipeline int
+	// KeySpace is -r: keys are key:0 .. key:KeySpace-1. Default 10,000,000.
+	KeySpace int
+	// TTL is the EX of every SET, in seconds; dedup's window is TTL.
+	// Default 3600.
+	TTL int
+	// Modes are the dedup modes to run: "exact", "probabilistic". Default
+	// both.
+	Modes []string
+	// Fsync is dedup's durability mode. Default "everysec".
+	Fsync string
+	// FalsePositiveRate is dedup's filter target. Default 0.01.
+	FalsePositiveRate float64
+	// MaddItems is the items per BF.MADD call. Default 100; 0 with
+	// MaddRequests < 0 skips the BF.MADD run.
+	MaddItems int
+	// MaddRequests is redis-benchmark's -n for BF.MADD. Default 100,000;
+	// negative skips the run.
+	MaddRequests int
+	// Rounds repeats the whole sequence (redis, then each dedup mode) on
+	// fresh servers; each row is the round with the median ops/s, so that
+	// a machine loaded by other work disturbs the ratios less. Default 1.
+	Rounds int
+	// Dir is the parent of the temporary state directories. Default the
+	// system's temporary directory.
+	Dir string
+}
+
+func (c *ServeConfig) defaults() {
+	if c.Requests == 0 {
+		c.Requests = 2_000_000
+	}
+	if c.Clients == 0 {
+		c.Clients = 8
+	}
+	if c.Pipeline == 0 {
+		c.Pipeline = 16
+	}
+	if c.KeySpace == 0 {
+		c.KeySpace = 10_000_000
+	}
+	if c.TTL == 0 {
+		c.TTL = 3600
+	}
+	if c.Modes == nil {
+		c.Modes = []string{"exact", "probabilistic"}
+	}
+	if c.Fsync == "" {
+		c.Fsync = resp.FsyncEverySec
+	}
+	if c.FalsePositiveRate == 0 {
+		c.FalsePositiveRate = 0.01
+	}
+	if c.MaddItems == 0 {
+		c.MaddItems = 100
+	}
+	if c.MaddRequests == 0 {
+		c.MaddRequests = 100_000
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 1
+	}
+}
+
+// ServeRow is one target's SET NX run.
+type ServeRow struct {
+	Target    string  `json:"target"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	// Keys is DBSIZE after the run.
+	Keys uint64 `json:"keys"`
+	// UsedMemory is the growth of INFO memory's used_memory over the run
+	// (for dedup the process's resident set, see package resp).
+	UsedMemory  uint64  `json:"used_memory"`
+	BytesPerKey float64 `json:"bytes_per_key"`
+	// RSS is the growth of used_memory_rss.
+	RSS            uint64  `json:"rss"`
+	RSSBytesPerKey float64 `json:"rss_bytes_per_key"`
+}
+
+// MaddRow is one dedup mode's BF.MADD run.
+type MaddRow struct {
+	Target      string  `json:"target"`
+	Items       int     `json:"items_per_call"`
+	CallsPerSec float64 `json:"calls_per_sec"`
+	ItemsPerSec float64 `json:"items_per_sec"`
+}
+
+// ServeResult is the comparison's outcome.
+type ServeResult struct {
+	Config ServeConfig `json:"config"`
+	Set    []ServeRow  `json:"set_nx"`
+	Madd   []MaddRow   `json:"bf_madd"`
+}
+
+// Serve runs the comparison. It needs redis-benchmark; without
+// redis-server the Redis row is left out.
+func Serve(ctx context.Context, cfg ServeConfig, p Progress) (*ServeResult, error) {
+	cfg.defaults()
+	if _, err := exec.LookPath("redis-benchmark"); err != nil {
+		return nil, ErrNoRedisBenchmark
+	}
+	res := &ServeResult{Config: cfg}
+	for _, mode := range cfg.Modes {
+		if mode != "exact" && mode != "probabilistic" {
+			return nil, fmt.Errorf("bench: serve mode %q: want exact or probabilistic", mode)
+		}
+	}
+	if p != nil {
+		p.Stage("serve: redis-benchmark runs", int64(cfg.Rounds*(1+2*len(cfg.Modes))))
+	}
+	step := func() {
+		if p != nil {
+			p.Add(1)
+		}
+	}
+	setArgs := []string{"SET", "key:__rand_int__", "1", "NX", "EX", strconv.Itoa(cfg.TTL)}
+	sets := map[string][]ServeRow{}
+	madds := map[string][]MaddRow{}
+	var order []string
+	for range cfg.Rounds {
+		rs, err := StartRedis(ctx)
+		switch {
+		case errors.Is(err, ErrNoRedis):
+		case err != nil:
+			return nil, err
+		default:
+			row, err := setRun(ctx, "redis-server "+redisVersion(ctx, rs.Addr), rs.Addr, cfg, setArgs)
+			err = errors.Join(err, rs.Stop())
+			if err != nil {
+				return nil, err
+			}
+			sets[row.Target] = append(sets[row.Target], row)
+			if len(sets[row.Target]) == 1 {
+				order = append(order, row.Target)
+			}
+		}
+		step()
+		for _, mode := range cfg.Modes {
+			row, madd, err := dedupRuns(ctx, mode, cfg, setArgs, step)
+			if err != nil {
+				return nil, err
+			}
+			sets[row.Target] = append(sets[row.Target], row)
+			if len(sets[row.Target]) == 1 {
+				order = append(order, row.Target)
+			}
+			if madd != nil {
+				madds[madd.Target] = append(madds[madd.Target], *madd)
+			}
+		}
+	}
+	for _, name := range order {
+		rows := sets[name]
+		slices.SortFunc(rows, func(a, b ServeRow) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
+		res.Set = append(res.Set, rows[len(rows)/2])
+		if m := madds[name]; len(m) > 0 {
+			slices.SortFunc(m, func(a, b MaddRow) int { return cmp.Compare(a.ItemsPerSec, b.ItemsPerSec) })
+			res.Madd = append(res.Madd, m[len(m)/2])
+		}
+	}
+	return res, nil
+}
+
+// dedupRuns starts a dedup server in mode, runs SET NX against it, then
+// BF.MADD against a fresh table of another server.
+func dedupRuns(ctx context.Context, mode string, cfg ServeConfig, setArgs []string, step func()) (ServeRow, *MaddRow, error) {
+	name := "dedup serve " + mode
+	window := time.Duration(cfg.TTL) * time.Second
+	start := func() (*resp.Server, string, func() error, error) {
+		dir, err := os.MkdirTemp(cfg.Dir, "dedupbench-serve-")
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("bench: serve dir: %w", err)
+		}
+		// Sized for the run: the distinct keys redis-benchmark sends in
+		// one window.
+		distinct := float64(min(cfg.Requests, cfg.KeySpace))
+		srv, err := resp.New(resp.Config{
+			Dir:   dir,
+			Fsync: cfg.Fsync,
+			Engine: dedup.Options{
+				Window:            window,
+				ExpectedRate:      distinct / window.Seconds(),
+				FalsePositiveRate: cfg.FalsePositiveRate,
+				Probabilistic:     mode == "probabilistic",
+			},
+		})
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, "", nil, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", nil, errors.Join(fmt.Errorf("bench: listen: %w", err), srv.Shutdown(), os.RemoveAll(dir))
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ln) }()
+		stop := func() error {
+			err := srv.Shutdown()
+			if serr := <-done; !errors.Is(serr, resp.ErrServerClosed) {
+				err = errors.Join(err, serr)
+			}
+			return errors.Join(err, os.RemoveAll(dir))
+		}
+		return srv, ln.Addr().String(), stop, nil
+	}
+
+	_, addr, stop, err := start()
+	if err != nil {
+		return ServeRow{}, nil, err
+	}
+	row, err := setRun(ctx, name, addr, cfg, setArgs)
+	if err = errors.Join(err, stop()); err != nil {
+		return row, nil, err
+	}
+	step()
+	if cfg.MaddRequests < 0 {
+		step()
+		return row, nil, nil
+	}
+	_, addr, stop, err = start()
+	if err != nil {
+		return row, nil, err
+	}
+	// The table is reserved for the items the run sends, as a RedisBloom
+	// user would.
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	err = rc.Do(ctx, "BF.RESERVE", "t", cfg.FalsePositiveRate, cfg.MaddRequests*cfg.MaddItems).Err()
+	rc.Close()
+	if err != nil {
+		return row, nil, errors.Join(fmt.Errorf("bench: bf.reserve: %w", err), stop())
+	}
+	madd := []string{"BF.MADD", "t"}
+	for range cfg.MaddItems {
+		madd = append(madd, "item:__rand_int__")
+	}
+	rps, err := redisBenchmark(ctx, addr, cfg, cfg.MaddRequests, madd)
+	if err = errors.Join(err, stop()); err != nil {
+		return row, nil, err
+	}
+	step()
+	return row, &MaddRow{Target: name, Items: cfg.MaddItems, CallsPerSec: rps, ItemsPerSec: rps * float64(cfg.MaddItems)}, nil
+}
+
+// setRun measures SET NX on the server at addr: throughput, and the
+// growth of its memory per key from INFO.
+func setRun(ctx context.Context, name, addr string, cfg ServeConfig, args []string) (ServeRow, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Do(ctx, "MEMORY", "PURGE").Err(); err != nil {
+		return ServeRow{}, fmt.Errorf("bench: %s memory purge: %w", name, err)
+	}
+	base, baseRSS, err := infoMemory(ctx, c)
+	if err != nil {
+		return ServeRow{}, err
+	}
+	rps, err := redisBenchmark(ctx, addr, cfg, cfg.Requests, args)
+	if err != nil {
+		return ServeRow{}, err
+	}
+	// Let everysec commit what is in flight, so that the memory is that of
+	// remembered keys.
+	if cfg.Fsync == resp.FsyncEverySec && !strings.HasPrefix(name, "redis") {
+		time.Sleep(1500 * time.Millisecond)
+	}
+	// Both servers return freed pages to the system first (jemalloc's purge
+	// on Redis, a collection and scavenge on dedup), so that the memory is
+	// what the keys hold, not garbage.
+	if err := c.Do(ctx, "MEMORY", "PURGE").Err(); err != nil {
+		return ServeRow{}, fmt.Errorf("bench: %s memory purge: %w", name, err)
+	}
+	keys, err := c.DBSize(ctx).Result()
+	if err != nil {
+		return ServeRow{}, fmt.Errorf("bench: %s dbsize: %w", name, err)
+	}
+	used, usedRSS, err := infoMemory(ctx, c)
+	if err != nil {
+		return ServeRow{}, err
+	}
+	row := ServeRow{Target: name, OpsPerSec: rps, Keys: uint64(keys),
+		UsedMemory: max(used, base) - base, RSS: max(usedRSS, baseRSS) - baseRSS}
+	if keys > 0 {
+		row.BytesPerKey = float64(row.UsedMemory) / float64(keys)
+		row.RSSBytesPerKey = float64(row.RSS) / float64(keys)
+	}
+	return row, nil
+}
+
+// infoMemory reads used_memory and used_memory_rss.
+func infoMemory(ctx context.Context, c *redis.Client) (used, rss uint64, err error) {
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: info memory: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "used_memory":
+			used, err = strconv.ParseUint(v, 10, 64)
+		case "used_memory_rss":
+			rss, err = strconv.ParseUint(v, 10, 64)
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("bench: info memory %s %q: %w", k, v, err)
+		}
+	}
+	return used, rss, nil
+}
+
+func redisVersion(ctx context.Context, addr string) string {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// redisBenchmark runs redis-benchmark with the command args and returns
+// its requests per second.
+func redisBenchmark(ctx context.Context, addr string, cfg ServeConfig, n int, args []string) (float64, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	cmdArgs := append([]string{"-h", host, "-p", port,
+		"-P", strconv.Itoa(cfg.Pipeline), "-c", strconv.Itoa(cfg.Clients),
+		"-r", strconv.Itoa(cfg.KeySpace), "-n", strconv.Itoa(n), "--csv"}, args...)
+	cmd := exec.CommandContext(ctx, "redis-benchmark", cmdArgs...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("bench: redis-benchmark: %w: %s", err, stderr.String())
+	}
+	r := csv.NewReader(strings.NewReader(string(out)))
+	r.FieldsPerRecord = -1
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("bench: redis-benchmark output %q: %w", out, err)
+		}
+		if len(rec) >= 2 && rec[0] != "test" {
+			v, err := strconv.ParseFloat(rec[1], 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: redis-benchmark rps %q: %w", rec[1], err)
+			}
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("bench: redis-benchmark printed no result: %q %s", out, stderr.String())
+}
+
+// WriteText writes the comparison's tables, with dedup's ratios to Redis.
+func (r *ServeResult) WriteText(w io.Writer) error {
+	c := r.Config
+	if c.Rounds > 1 {
+		fmt.Fprintf(w, "median of %d rounds (redis, then each dedup mode, fresh servers each round)\n", c.Rounds)
+	}
+	fmt.Fprintf(w, "redis-benchmark -P %d -c %d -r %d -n %d SET key:__rand_int__ 1 NX EX %d\n\n",
+		c.Pipeline, c.Clients, c.KeySpace, c.Requests, c.TTL)
+	var ref *ServeRow
+	for i := range r.Set {
+		if strings.HasPrefix(r.Set[i].Target, "redis") {
+			ref = &r.Set[i]
+		}
+	}
+	var rows [][]string
+	for _, s := range r.Set {
+		ops, mem := "-", "-"
+		if ref != nil && ref.OpsPerSec > 0 && s.BytesPerKey > 0 {
+			ops = fmt.Sprintf("%.2fx", s.OpsPerSec/ref.OpsPerSec)
+			mem = fmt.Sprintf("1/%.1f", ref.BytesPerKey/s.BytesPerKey)
+		}
+		rows = append(rows, []string{s.Target, humanize.Count(s.OpsPerSec), ops, humanize.Count(float64(s.Keys)),
+			mib(float64(s.UsedMemory)), bytesPerKey(s.BytesPerKey), mem, bytesPerKey(s.RSSBytesPerKey)})
+	}
+	if err := table(w, "target\tops/s\tvs redis\tkeys\tused_memory\tB/key\tvs redis\tRSS B/key", rows); err != nil {
+		return err
+	}
+	if len(r.Madd) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nredis-benchmark -P %d -c %d -r %d -n %d BF.MADD t item:__rand_int__ x%d\n\n",
+		c.Pipeline, c.Clients, c.KeySpace, c.MaddRequests, c.MaddItems)
+	rows = nil
+	for _, m := range r.Madd {
+		rows = append(rows, []string{m.Target, strconv.Itoa(m.Items), humanize.Count(m.CallsPerSec), humanize.Count(m.ItemsPerSec)})
+	}
+	return table(w, "target\titems/call\tcalls/s\titems/s", rows)
+}
+
+// PlotServe draws the SET NX throughput and the memory per key of each
+// target: serve_throughput and serve_memory, as SVG and PNG in dir.
+func PlotServe(r *ServeResult, dir string) ([]string, error) {
+	bars := func(title, ylabel, name string, val func(ServeRow) float64) ([]string, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.Y.Label.Text = ylabel
+		var vs plotter.Values
+		var names []string
+		for _, s := range r.Set {
+			vs = append(vs, val(s))
+			names = append(names, s.Target)
+		}
+		b, err := plotter.NewBarChart(vs, vg.Points(40))
+		if err != nil {
+			return nil, fmt.Errorf("bench: plot %s: %w", name, err)
+		}
+		p.Add(b)
+		p.NominalX(names...)
+		return savePlot(p, dir, name)
+	}
+	files, err := bars("SET key 1 NX EX 3600, redis-benchmark -P16 -c8", "ops/s", "serve_throughput",
+		func(s ServeRow) float64 { return s.OpsPerSec })
+	if err != nil {
+		return files, err
+	}
+	more, err := bars("memory per remembered key (INFO used_memory growth)", "bytes per key", "serve_memory",
+		func(s ServeRow) float64 { return s.BytesPerKey })
+	return append(files, more...), err
+}

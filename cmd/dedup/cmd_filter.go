@@ -1,0 +1,302 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/streamdedup/dedup"
+)
+
+// filterConfig is what the flags of `dedup filter` say.
+type filterConfig struct {
+	inputs         stringList
+	out            string
+	dups           string
+	rejects        string
+	state          string
+	engine         engineFlags
+	commitEvery    int
+	commitInterval time.Duration
+	strict         bool
+	stats          bool
+	metrics        string
+	progress       string
+	fromStart      bool
+	chunk          int
+	keys           extractorConfig
+	// snapshotInterval is the period of filter snapshots with --state.
+	snapshotInterval time.Duration
+	// explicit holds the names of the flags given on the command line.
+	explicit map[string]bool
+}
+
+// defaultChunk is --chunk: a batch of 256 KiB, read, scanned and written
+// again, stays in the CPU caches between its passes (BenchmarkFilter
+// measured larger and smaller batches slower).
+const defaultChunk = 256 << 10
+
+func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
+	c := &filterConfig{}
+	fs := newFlags(e, "dedup filter", filterHelpHead, filterHelpTail)
+	fs.Var(&c.inputs, "in", "input `FILE` (repeatable; positional arguments too; - or none is stdin)")
+	fs.StringVar(&c.out, "out", "-", "write distinct events to `FILE` (- is stdout)")
+	fs.StringVar(&c.dups, "dups", "", "write duplicate events to `FILE`")
+	fs.StringVar(&c.rejects, "rejects", "", "write rejected lines to `FILE` (default stderr)")
+	fs.StringVar(&c.state, "state", "", "state `DIR`: remember keys across runs and resume after a crash (default: in memory)")
+	fs.StringVar(&c.keys.format, "format", "json", "input format: json (NDJSON, one object per line) or lines")
+	fs.StringVar(&c.keys.key, "key", "", "json: key `PATHS`, dotted, comma-separated (event_id, user.id,seq)")
+	fs.IntVar(&c.keys.field, "field", 0, "lines: key is field `N` (from 1) of --delim separated fields")
+	fs.StringVar(&c.keys.delim, "delim", "\t", "lines: field delimiter for --field")
+	fs.StringVar(&c.keys.regex, "regex", "", "lines: key is the first group (or the match) of `RE`")
+	fs.IntVar(&c.keys.maxKey, "max-key", 4096, "reject keys over `N` bytes")
+	fs.IntVar(&c.keys.maxLine, "max-line", 16<<20, "reject lines over `N` bytes")
+	c.engine.register(fs, tuneUsage)
+	fs.IntVar(&c.commitEvery, "commit-every", 100000, "commit after `N` events")
+	fs.DurationVar(&c.commitInterval, "commit-interval", time.Second, "commit at least every `DURATION`")
+	fs.BoolVar(&c.strict, "strict", false, "stop with exit status 2 at the first rejected line")
+	fs.BoolVar(&c.stats, "stats", false, "print a summary on stderr at the end")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. :9090) at /metrics")
+	fs.StringVar(&c.progress, "progress", "auto", "progress bar on stderr: auto (when a terminal), always, never")
+	fs.BoolVar(&c.fromStart, "from-start", false, "ignore the committed position: read the inputs from the start (committed keys still count)")
+	fs.IntVar(&c.chunk, "chunk", defaultChunk, "read `BYTES` per batch")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "with --state: snapshot the filters every `DURATION` and at the end, so a restart loads them instead of rebuilding (0: only at the end)")
+	return fs, c
+}
+
+func runFilter(e *env, args []string) error {
+	fs, c := newFilterFlags(e)
+	pos, err := flagArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	c.explicit = explicitFlags(fs)
+	c.inputs = append(c.inputs, pos...)
+	if len(c.inputs) == 0 {
+		c.inputs = stringList{"-"}
+	}
+	if err := c.validate(); err != nil {
+		return usageErr(err)
+	}
+	x, err := newExtractor(c.keys)
+	if err != nil {
+		return usageErr(err)
+	}
+	f := &filterRun{env: e, cfg: c, x: x, start: time.Now()}
+	return f.run()
+}
+
+func (c *filterConfig) validate() error {
+	switch {
+	case c.commitEvery < 1:
+		return fmt.Errorf("--commit-every %d: must be at least 1", c.commitEvery)
+	case c.commitInterval <= 0:
+		return fmt.Errorf("--commit-interval %v: must be positive", c.commitInterval)
+	case c.keys.maxLine < 1 || c.keys.maxLine > 1<<29:
+		return fmt.Errorf("--max-line %d: must be in [1, %d]", c.keys.maxLine, 1<<29)
+	case c.keys.maxKey < 1:
+		return fmt.Errorf("--max-key %d: must be at least 1", c.keys.maxKey)
+	case c.snapshotInterval < 0:
+		return fmt.Errorf("--snapshot-interval %v: must not be negative", c.snapshotInterval)
+	case c.chunk < 4096 || c.chunk > 1<<28:
+		return fmt.Errorf("--chunk %d: must be in [4096, %d]", c.chunk, 1<<28)
+	case c.progress != "auto" && c.progress != "always" && c.progress != "never":
+		return fmt.Errorf("--progress %q: want auto, always or never", c.progress)
+	}
+	stdin := 0
+	for _, in := range c.inputs {
+		if in == "-" {
+			stdin++
+		}
+	}
+	if stdin > 1 {
+		return errors.New("stdin (-) given more than once")
+	}
+	outs := map[string]string{}
+	for _, o := range [][2]string{{"--out", c.out}, {"--dups", c.dups}, {"--rejects", c.rejects}} {
+		if o[1] == "" || o[1] == "-" {
+			continue
+		}
+		abs, err := filepath.Abs(o[1])
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", o[0], o[1], err)
+		}
+		if prev, ok := outs[abs]; ok {
+			return fmt.Errorf("%s and %s name the same file %s", prev, o[0], o[1])
+		}
+		outs[abs] = o[0]
+		for _, in := range c.inputs {
+			if ain, err := filepath.Abs(in); err == nil && in != "-" && ain == abs {
+				return fmt.Errorf("%s %s is also an input", o[0], o[1])
+			}
+		}
+	}
+	return nil
+}
+
+// filterRun is one run of `dedup filter`.
+type filterRun struct {
+	env   *env
+	cfg   *filterConfig
+	x     *extractor
+	eng   *dedup.Engine
+	start time.Time
+
+	job       checkpoint // identity and position, updated as we go
+	resumed   bool
+	resumedAt string // where, for --stats
+
+	out, dups, rejects *output
+	rejectsW           io.Writer // where reject records go
+	closers            []func() error
+
+	run0 counts // job counters at the start of this run
+	// The engine goroutine's commit counters (see loop).
+	sinceCmt int // events since the last commit barrier
+	lastCmt  time.Time
+
+	durable   bool       // a state directory: fsync outputs before commits
+	cmtDone   chan error // the commit running in the background, nil if none
+	totalSize int64      // input bytes to read in this run, -1 if unknown
+
+	// Published for progress and metrics.
+	pub struct {
+		events, distinct, dups, rejects, bytes atomic.Int64
+	}
+}
+
+func (f *filterRun) run() (err error) {
+	c := f.cfg
+	opts := c.engine.options(c.state)
+	opts.MaxInFlight = maxInFlight(c)
+	opts.MaxKeySize = c.keys.maxKey
+	if c.state != "" {
+		// An existing state keeps its shape: adopt what the flags leave
+		// unsaid, refuse what they contradict.
+		if err := adoptState(c.state, c.explicit, &opts); err != nil {
+			return err
+		}
+		opts.SnapshotInterval = c.snapshotInterval // Close writes a last one too
+		opts.Logf = engineLog(f.env)
+	}
+	if f.eng, err = dedup.Open(opts); err != nil {
+		err = openErr(c.state, err)
+		var xe *exitError
+		if errors.As(err, &xe) {
+			return err
+		}
+		return fmt.Errorf("open state: %w", err)
+	}
+	f.durable = c.state != ""
+	defer func() {
+		if werr := f.waitCommit(); werr != nil && err == nil {
+			err = werr
+		}
+		for i := len(f.closers) - 1; i >= 0; i-- {
+			if cerr := f.closers[i](); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+		// With periodic snapshots Close writes a last one. Without, write
+		// it here, after a run that ended well (or was interrupted, its
+		// state committed), so that the next start loads it.
+		if f.durable && opts.SnapshotInterval == 0 && (err == nil || errors.Is(err, errInterrupted)) {
+			if serr := f.eng.Snapshot(); serr != nil {
+				err = errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
+			}
+		}
+		if cerr := f.eng.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close state: %w", cerr)
+		}
+	}()
+	if err := f.setup(); err != nil {
+		return err
+	}
+	stopMetrics, err := f.serveMetrics()
+	if err != nil {
+		return err
+	}
+	f.closers = append(f.closers, stopMetrics)
+	srcs, err := f.openSources()
+	if err != nil {
+		return err
+	}
+	stopProgress := f.startProgress()
+	err = f.loop(srcs)
+	stopProgress()
+	if c.stats {
+		f.printStats()
+	}
+	return err
+}
+
+// setup resolves the job, decides whether to resume, and opens outputs.
+func (f *filterRun) setup() error {
+	c := f.cfg
+	abs := func(name string) (string, error) {
+		if name == "" || name == "-" {
+			return name, nil
+		}
+		return filepath.Abs(name)
+	}
+	j := &f.job
+	for _, in := range c.inputs {
+		a, err := abs(in)
+		if err != nil {
+			return err
+		}
+		j.Inputs = append(j.Inputs, a)
+	}
+	var err error
+	if j.Out, err = abs(c.out); err != nil {
+		return err
+	}
+	if j.Dups, err = abs(c.dups); err != nil {
+		return err
+	}
+	if j.Rejects, err = abs(c.rejects); err != nil {
+		return err
+	}
+	j.Line = 1
+
+	seekable := c.state != "" && !c.fromStart
+	for _, in := range c.inputs {
+		if in == "-" {
+			seekable = false
+		}
+	}
+	if raw := f.eng.Checkpoint(); raw != nil && c.state != "" {
+		cp, err := decodeCheckpoint(raw)
+		if err != nil {
+			return fmt.Errorf("state %s: %w", c.state, err)
+		}
+		if seekable && cp.sameJob(j) {
+			*j = cp
+			f.resumed = true
+			if j.File < len(c.inputs) {
+				f.resumedAt = fmt.Sprintf("%s byte %d, line %d", c.inputs[j.File], j.Offset, j.Line)
+			}
+		}
+	}
+	f.run0 = j.Counts
+
+	if f.out, err = f.openOutput(c.out, j.OutLen); err != nil {
+		return err
+	}
+	if f.dups, err = f.openOutput(c.dups, j.DupsLen); err != nil {
+		return err
+	}
+	if f.rejects, err = f.openOutput(c.rejects, j.RejectsLen); err != nil {
+		return err
+	}
+	if f.rejects != nil {
+		f.rejectsW = f.rejects
+	} else {
+		f.rejectsW = f.env.stderr
+	}
+	return nil
+}

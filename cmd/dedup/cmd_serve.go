@@ -1,0 +1,224 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/streamdedup/dedup/resp"
+)
+
+// serveConfig holds the flags of `dedup serve`.
+type serveConfig struct {
+	listen           string
+	state            string
+	engine           engineFlags
+	fsync            string
+	requirepass      string
+	maxClients       int
+	maxArgSize       int
+	metrics          string
+	snapshotInterval time.Duration
+}
+
+const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
+
+Serve dedup over the Redis protocol (RESP2): any Redis client deduplicates
+unchanged with SET key value NX [EX s], SETNX and EXISTS, RedisBloom's
+BF.RESERVE/ADD/MADD/EXISTS/MEXISTS/INFO over named tables, and
+DEDUP.OBSERVE/FORGET/COMMIT/CHECKPOINT/STATS for verdicts and checkpoints.
+
+Flags:
+`
+
+const serveHelpTail = `
+A key is remembered for --window: SET NX with an EX longer than the window
+is an error, a shorter EX holds as "at least". Each table keeps its state
+in DIR/<table> (the plain commands use DIR/default).
+
+Durability (--fsync): always answers a write only after the group commit
+holding it is fsynced, and loses nothing answered on a crash; everysec
+commits every second (and every 65536 keys), losing about the last second
+on a crash; no commits at each snapshot (--snapshot-interval), losing the
+keys since. SIGTERM or SIGINT: stop accepting, commit, snapshot, exit 0.
+
+Examples:
+  dedup serve --state ./state
+  redis-cli -p 6380 SET order:42 1 NX EX 3600     # OK, then (nil) on a repeat
+  dedup serve --listen 0.0.0.0:6380 --state ./state --fsync always --requirepass "$PASS"
+`
+
+func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
+	c := &serveConfig{}
+	fs := newFlags(e, "dedup serve", serveHelpHead, serveHelpTail)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:6380", "listen on `ADDR` (host:port; the default is loopback only)")
+	fs.StringVar(&c.state, "state", "", "state `DIR`: each table in DIR/<table> (default: in memory, lost on exit)")
+	c.engine.register(fs, tuneUsage)
+	fs.StringVar(&c.fsync, "fsync", resp.FsyncEverySec, "durability: always, everysec or no")
+	fs.StringVar(&c.requirepass, "requirepass", "", "clients must AUTH with `SECRET` first (default $DEDUP_REQUIREPASS; none if unset)")
+	fs.IntVar(&c.maxClients, "max-clients", 10000, "serve at most `N` connections at once")
+	fs.IntVar(&c.maxArgSize, "max-arg-size", 1<<20, "refuse (and disconnect) a request with an argument over `BYTES`")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "snapshot every table's filters every `DURATION` (under --fsync no, commit too)")
+	return fs, c
+}
+
+func runServe(e *env, args []string) error {
+	fs, c := newServeFlags(e)
+	if _, err := positionals(fs, args, 0, "no arguments"); err != nil {
+		return err
+	}
+	if c.requirepass == "" {
+		c.requirepass = os.Getenv("DEDUP_REQUIREPASS")
+	}
+	if c.snapshotInterval <= 0 {
+		return usagef("serve: --snapshot-interval must be positive, got %v", c.snapshotInterval)
+	}
+	opts := c.engine.options("")
+	if c.state != "" {
+		// The default table keeps the shape it was created with; a flag
+		// that contradicts it is an error naming both.
+		dir := resp.EngineDir(c.state, resp.DefaultTable)
+		if err := adoptState(dir, explicitFlags(fs), &opts); err != nil {
+			return err
+		}
+	}
+	cfg := resp.Config{
+		Dir:              c.state,
+		Engine:           opts,
+		Fsync:            c.fsync,
+		SnapshotInterval: c.snapshotInterval,
+		RequirePass:      c.requirepass,
+		MaxClients:       c.maxClients,
+		MaxArgSize:       c.maxArgSize,
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(e.stderr, "dedup serve: "+format+"\n", args...)
+		},
+	}
+	if err := cfg.EnsureDefaults().Validate(); err != nil {
+		return usageErr(err)
+	}
+	srv, err := resp.New(cfg)
+	if err != nil {
+		if c.state != "" {
+			return stateErr(c.state, err)
+		}
+		return err
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return errors.Join(fmt.Errorf("serve: %w", err), srv.Shutdown())
+	}
+	stopMetrics := func() error { return nil }
+	if c.metrics != "" {
+		if stopMetrics, err = listenMetrics(c.metrics, newServeCollector(srv)); err != nil {
+			return errors.Join(err, ln.Close(), srv.Shutdown())
+		}
+	}
+	if host, _, _ := net.SplitHostPort(c.listen); !isLoopback(host) && c.requirepass == "" {
+		fmt.Fprintf(e.stderr, "dedup serve: warning: listening on %s without --requirepass: anyone who reaches it can write keys\n", c.listen)
+	}
+	state := c.state
+	if state == "" {
+		state = "in memory"
+	}
+	fmt.Fprintf(e.stderr, "dedup serve: listening on %s (fsync %s, window %v, state %s)\n", ln.Addr(), c.fsync, opts.Window, state)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-e.sigs:
+		fmt.Fprintln(e.stderr, "dedup serve: shutting down: committing and writing snapshots")
+	case serveErr = <-served:
+	}
+	err = errors.Join(srv.Shutdown(), stopMetrics())
+	if serveErr == nil {
+		serveErr = <-served
+	}
+	if errors.Is(serveErr, resp.ErrServerClosed) {
+		serveErr = nil
+	}
+	return errors.Join(serveErr, err)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serveCollector exports every table's engine metrics (the dedup_engine_*
+// of `dedup filter`, labelled by table) and the server's own counters.
+type serveCollector struct {
+	srv    *resp.Server
+	engine map[string]*prometheus.Desc
+	server map[string]*prometheus.Desc
+}
+
+// serveMetricDefs are the server's own metrics.
+var serveMetricDefs = []struct {
+	name, help string
+	counter    bool
+	value      func(resp.ServerStats) float64
+}{
+	{"dedup_serve_clients", "Connections served now.", false, func(s resp.ServerStats) float64 { return float64(s.Clients) }},
+	{"dedup_serve_connections_total", "Connections accepted or refused.", true, func(s resp.ServerStats) float64 { return float64(s.TotalConnections) }},
+	{"dedup_serve_rejected_connections_total", "Connections refused at --max-clients.", true, func(s resp.ServerStats) float64 { return float64(s.RejectedConnections) }},
+	{"dedup_serve_rejected_requests_total", "Requests over a size limit (each closed its connection).", true, func(s resp.ServerStats) float64 { return float64(s.RejectedRequests) }},
+	{"dedup_serve_commands_total", "Commands served.", true, func(s resp.ServerStats) float64 { return float64(s.Commands) }},
+	{"dedup_serve_net_input_bytes_total", "Bytes read from clients.", true, func(s resp.ServerStats) float64 { return float64(s.NetInputBytes) }},
+	{"dedup_serve_fsync_commits_total", "Commits requested for --fsync always replies.", true, func(s resp.ServerStats) float64 { return float64(s.Syncs) }},
+	{"dedup_serve_used_memory_bytes", "Resident memory of the server process.", false, func(s resp.ServerStats) float64 { return float64(s.UsedMemory) }},
+}
+
+func newServeCollector(srv *resp.Server) *serveCollector {
+	c := &serveCollector{srv: srv, engine: map[string]*prometheus.Desc{}, server: map[string]*prometheus.Desc{}}
+	for _, d := range metricDefs {
+		if _, ok := engineMetricValues(resp.TableStats{}.Stats)[d.name]; ok {
+			c.engine[d.name] = prometheus.NewDesc(d.name, d.help, []string{"table"}, nil)
+		}
+	}
+	for _, d := range serveMetricDefs {
+		c.server[d.name] = prometheus.NewDesc(d.name, d.help, nil, nil)
+	}
+	return c
+}
+
+// Describe sends every metric's description.
+func (c *serveCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.engine {
+		ch <- d
+	}
+	for _, d := range c.server {
+		ch <- d
+	}
+}
+
+// Collect reads every table's Stats and the server's counters once.
+func (c *serveCollector) Collect(ch chan<- prometheus.Metric) {
+	kind := func(counter bool) prometheus.ValueType {
+		if counter {
+			return prometheus.CounterValue
+		}
+		return prometheus.GaugeValue
+	}
+	for _, t := range c.srv.Tables() {
+		vals := engineMetricValues(t.Stats)
+		for _, d := range metricDefs {
+			if desc, ok := c.engine[d.name]; ok {
+				ch <- prometheus.MustNewConstMetric(desc, kind(d.counter), vals[d.name], t.Name)
+			}
+		}
+	}
+	st := c.srv.Stats()
+	for _, d := range serveMetricDefs {
+		ch <- prometheus.MustNewConstMetric(c.server[d.name], kind(d.counter), d.value(st))
+	}
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// serveChild is a running `dedup serve`.
+type serveChild struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *strings.Builder
+	done   chan error
+}
+
+// startServe runs the binary's serve command on a free loopback port and
+// waits until it listens.
+func startServe(t *testing.T, bin string, args ...string) *serveChild {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &serveChild{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-c.done
+	})
+	r := bufio.NewReader(pipe)
+	for c.addr == "" {
+		line, err := r.ReadString('\n')
+		c.stderr.WriteString(line)
+		if err != nil {
+			t.Fatalf("dedup serve did not start: %v\n%s", err, c.stderr)
+		}
+		if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			c.addr, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	var mu sync.Mutex
+	go func() {
+		b, _ := io.ReadAll(r)
+		mu.Lock()
+		c.stderr.Write(b)
+		mu.Unlock()
+		c.done <- cmd.Wait()
+	}()
+	return c
+}
+
+// TestServe runs the real binary: a scripted redis-cli session, a SIGKILL
+// under --fsync always, and a SIGTERM under --fsync no.
+func TestServe(t *testing.T) {
+	bin := buildBinary(t, t.TempDir())
+
+	t.Run("redis-cli", func(t *testing.T) {
+		cli, err := exec.LookPath("redis-cli")
+		if err != nil {
+			t.Skip("redis-cli not installed (Debian: redis-tools)")
+		}
+		s := startServe(t, bin, "--window", "1h", "--requirepass", "pw")
+		_, port, _ := strings.Cut(s.addr, ":")
+		script := strings.Join([]string{
+			"PING",
+			"AUTH pw",
+			"PING",
+			"SET order:1 x NX EX 600",
+			"SET order:1 x NX EX 600",
+			"SETNX order:2 x",
+			"SETNX order:2 x",
+			"EXISTS order:1 order:2 order:3",
+			"SET order:3 x NX EX 7200",
+			"SET order:3 x",
+			"BF.RESERVE users 0.001 1000",
+			"BF.MADD users a b a",
+			"BF.EXISTS users b",
+			"BF.EXISTS users z",
+			"DEDUP.OBSERVE jobs j1 j1",
+			"DEDUP.COMMIT jobs offset-9",
+			"DEDUP.OBSERVE jobs j1",
+			"DEDUP.CHECKPOINT jobs",
+			"DBSIZE",
+			"SELECT 1",
+		}, "\n") + "\n"
+		cmd := exec.Command(cli, "-p", port, "--no-auth-warning")
+		cmd.Stdin = strings.NewReader(script)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("redis-cli: %v\n%s", err, out)
+		}
+		lines := []string{
+			"NOAUTH Authentication required.",
+			"OK",
+			"PONG",
+			"OK",
+			"",
+			"1",
+			"0",
+			"2",
+			"ERR EX 7200 is longer than the dedup window 1h0m0s: this server remembers a key for its window (--window), at least as long as any shorter EX",
+			"ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: a SET without NX would overwrite, and a remembered key cannot be",
+			"OK",
+			"1", "1", "0",
+			"1",
+			"0",
+			"new", "in-flight",
+			"OK",
+			"duplicate",
+			"offset-9",
+			"2",
+			"ERR DB index is out of range: dedup serves database 0 only (use BF.* or DEDUP.* tables)",
+		}
+		// redis-cli prints a blank line after each error (on Redis too).
+		var want strings.Builder
+		for _, l := range lines {
+			want.WriteString(l + "\n")
+			if strings.HasPrefix(l, "ERR ") || strings.HasPrefix(l, "NOAUTH ") {
+				want.WriteString("\n")
+			}
+		}
+		if string(out) != want.String() {
+			t.Errorf("redis-cli session:\n%q\nwant:\n%q", out, want.String())
+		}
+	})
+
+	t.Run("kill9 fsync always", func(t *testing.T) {
+		dir := t.TempDir()
+		s := startServe(t, bin, "--state", dir, "--fsync", "always")
+		const writers, batch, killAfter = 4, 20, 2000
+		var (
+			mu    sync.Mutex
+			acked []string
+			n     atomic.Int64
+			wg    sync.WaitGroup
+			stop  atomic.Bool
+		)
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+				defer c.Close()
+				for i := 0; !stop.Load(); i++ {
+					pipe := c.Pipeline()
+					keys := make([]string, batch)
+					cmds := make([]*redis.BoolCmd, batch)
+					for j := range keys {
+						keys[j] = fmt.Sprintf("w%d-%d-%d", w, i, j)
+						cmds[j] = pipe.SetNX(t.Context(), keys[j], 1, time.Minute)
+					}
+					_, _ = pipe.Exec(t.Context())
+					mu.Lock()
+					for j, cmd := range cmds {
+						if ok, err := cmd.Result(); err == nil && ok {
+							acked = append(acked, keys[j])
+							n.Add(1)
+						}
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		for n.Load() < killAfter {
+			time.Sleep(time.Millisecond)
+		}
+		if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-s.done
+		s.done <- nil // for the cleanup
+		stop.Store(true)
+		wg.Wait()
+
+		s = startServe(t, bin, "--state", dir, "--fsync", "always")
+		c := redis.NewClient(&redis.Options{Addr: s.addr})
+		defer c.Close()
+		pipe := c.Pipeline()
+		cmds := make([]*redis.BoolCmd, len(acked))
+		for i, k := range acked {
+			cmds[i] = pipe.SetNX(t.Context(), k, 1, time.Minute)
+		}
+		if _, err := pipe.Exec(t.Context()); err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		lost := 0
+		for i, cmd := range cmds {
+			if ok, err := cmd.Result(); err != nil || ok {
+				if lost++; lost <= 3 {
+					t.Errorf("%s was answered OK before SIGKILL and is new after (%v)", acked[i], err)
+				}
+			}
+		}
+		t.Logf("%d keys acknowledged before SIGKILL, %d lost", len(acked), lost)
+	})
+
+	t.Run("sigterm commits", func(t *testing.T) {
+		dir := t.TempDir()
+		// Under --fsync no nothing commits before the snapshot interval:
+		// only the shutdown's commit can save the keys.
+		s := startServe(t, bin, "--state", dir, "--fsync", "no", "--snapshot-interval", "1h", "--probabilistic")
+		c := redis.NewClient(&redis.Options{Addr: s.addr})
+		for i := range 100 {
+			if ok, err := c.SetNX(t.Context(), fmt.Sprint("k", i), 1, 0).Result(); err != nil || !ok {
+				t.Fatalf("SETNX k%d = %v, %v", i, ok, err)
+			}
+		}
+		c.Close()
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-s.done; err != nil {
+			t.Fatalf("dedup serve after SIGTERM: %v\n%s", err, s.stderr)
+		}
+		s.done <- nil
+		s = startServe(t, bin, "--state", dir, "--fsync", "no")
+		c = redis.NewClient(&redis.Options{Addr: s.addr})
+		defer c.Close()
+		for i := range 100 {
+			if ok, err := c.SetNX(t.Context(), fmt.Sprint("k", i), 1, 0).Result(); err != nil || ok {
+				t.Fatalf("after SIGTERM and restart SETNX k%d = %v, %v; want false", i, ok, err)
+			}
+		}
+		// The state's mode was adopted: the restart did not say --probabilistic.
+		info, err := c.Info(t.Context(), "dedup").Result()
+		if err != nil || !strings.Contains(info, "table_default:mode=probabilistic") {
+			t.Errorf("INFO dedup after restart: %v\n%s", err, info)
+		}
+	})
+}

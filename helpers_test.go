@@ -1,0 +1,105 @@
+package dedup_test
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/streamdedup/dedup"
+)
+
+// Helpers shared by the black-box tests of package dedup.
+
+// t0 is the tests' starting clock reading: a fixed instant, so that
+// generation boundaries fall the same way in every run.
+var t0 = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+
+// openT opens an engine that the test closes when it ends.
+func openT(t testing.TB, o Options) *Engine {
+	t.Helper()
+	e, err := Open(o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// mustObserve observes key and fails the test unless the verdict is want.
+func mustObserve(t testing.TB, e *Engine, key string, want Verdict) {
+	t.Helper()
+	got, err := e.Observe([]byte(key))
+	if err != nil {
+		t.Fatalf("Observe(%q): %v", key, err)
+	}
+	if got != want {
+		t.Fatalf("Observe(%q) = %v, want %v", key, got, want)
+	}
+}
+
+// mustCommit commits with checkpoint cp ("" for none), failing the test
+// on an error.
+func mustCommit(t testing.TB, e *Engine, cp string) {
+	t.Helper()
+	var b []byte
+	if cp != "" {
+		b = []byte(cp)
+	}
+	if err := e.Commit(b); err != nil {
+		t.Fatalf("Commit(%q): %v", cp, err)
+	}
+}
+
+// oracle is the plain model of semantics 1, 2 and 5: a map from key to the
+// time it was last observed New, and whether that sighting is committed.
+type oracle struct {
+	window, span time.Duration
+	seen         map[string]*oracleEntry
+	inflight     []string
+}
+
+type oracleEntry struct {
+	at        time.Time // when it was observed New
+	hw        time.Time // the highest clock reading at that moment
+	committed bool
+}
+
+// expect returns the verdict the model requires, or 0 if either New or
+// Duplicate is allowed (the grace span between W and W + W/N).
+//
+// The engine may expire a key as soon as any clock reading has passed its
+// expiry, so Duplicate is required only while the highest reading so far
+// (hw) is within W of the sighting; New is required once the clock is past
+// W + W/N of the highest reading at the sighting (after a backwards step a
+// key goes into the newest generation).
+func (o *oracle) expect(key string, now, hw time.Time) Verdict {
+	en := o.seen[key]
+	if en == nil {
+		return New
+	}
+	if !en.committed {
+		return InFlight
+	}
+	switch {
+	case hw.Sub(en.at) < o.window:
+		return Duplicate
+	case now.Sub(en.hw) >= o.window+o.span:
+		return New
+	}
+	return 0
+}
+
+func (o *oracle) record(key string, v Verdict, now, hw time.Time) {
+	if v == New {
+		o.seen[key] = &oracleEntry{at: now, hw: hw}
+		o.inflight = append(o.inflight, key)
+	}
+}
+
+func (o *oracle) commit() {
+	for _, k := range o.inflight {
+		if en := o.seen[k]; en != nil {
+			en.committed = true
+		}
+	}
+	o.inflight = o.inflight[:0]
+}

@@ -1,0 +1,384 @@
+package dedup
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/rotate"
+)
+
+// Verdict is the answer of Observe for one key.
+type Verdict uint8
+
+// The verdicts.
+const (
+	// New is the first sighting within the window: the caller owns the
+	// event, processes it, then Commits (or Forgets it if processing fails).
+	New Verdict = 1
+	// Duplicate means the key was committed earlier within the window: drop
+	// the event.
+	Duplicate Verdict = 2
+	// InFlight means the key was observed New since the last Commit and is
+	// not committed yet: another worker owns it.
+	InFlight Verdict = 3
+)
+
+// String returns "new", "duplicate" or "in-flight".
+func (v Verdict) String() string {
+	switch v {
+	case New:
+		return "new"
+	case Duplicate:
+		return "duplicate"
+	case InFlight:
+		return "in-flight"
+	}
+	return fmt.Sprintf("verdict(%d)", uint8(v))
+}
+
+func (e *Engine) checkKey(key []byte) error {
+	if len(key) == 0 {
+		return ErrEmptyKey
+	}
+	if len(key) > e.opts.MaxKeySize {
+		return fmt.Errorf("%w: %d bytes, MaxKeySize is %d", ErrKeyTooLarge, len(key), e.opts.MaxKeySize)
+	}
+	return nil
+}
+
+// Observe reports whether key was seen within the window. New makes the
+// caller the owner of the event until it commits ([Engine.Commit]) or
+// forgets ([Engine.Forget]) it; every other Observe of the key meanwhile
+// gets [InFlight].
+func (e *Engine) Observe(key []byte) (Verdict, error) {
+	if err := e.checkKey(key); err != nil {
+		return 0, err
+	}
+	h := e.hash(key)
+	s := e.shardOf(h)
+	now := e.opts.Now()
+	s.mu.Lock()
+	v, err := e.observeIn(s, key, h, now)
+	s.mu.Unlock()
+	return v, err
+}
+
+// ObserveBatch observes keys[i] into out[i], taking each shard's lock once.
+// Every key is checked before any is observed: a nil, empty or oversized
+// entry fails the whole batch with an error naming its index. If an error
+// occurs while observing, the keys not observed have out[i] == 0. Repeated
+// keys within a batch get New once and InFlight after.
+func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
+	if len(out) < len(keys) {
+		return fmt.Errorf("%w: %d keys, %d verdicts", ErrBatchLength, len(keys), len(out))
+	}
+	for i, k := range keys {
+		if err := e.checkKey(k); err != nil {
+			return wrap(err, "batch entry %d", i)
+		}
+	}
+	clear(out[:len(keys)])
+	if len(keys) == 0 {
+		return nil
+	}
+	b := getBatchScratch(len(keys), len(e.shards))
+	defer putBatchScratch(b)
+	// Counting sort of the keys by shard, stable, so repeats keep order.
+	for i, k := range keys {
+		h := e.hash(k)
+		si := e.shardIndex(h)
+		b.hashes[i] = h
+		b.shardOf[i] = int32(si)
+		b.start[si+1]++
+	}
+	for i := 1; i < len(b.start); i++ {
+		b.start[i] += b.start[i-1]
+	}
+	pos := b.pos
+	copy(pos, b.start[:len(e.shards)])
+	for i := range keys {
+		si := b.shardOf[i]
+		b.order[pos[si]] = int32(i)
+		pos[si]++
+	}
+	now := e.opts.Now()
+	gen := e.generationFor(now)
+	for si := range e.shards {
+		lo, hi := b.start[si], b.start[si+1]
+		if lo == hi {
+			continue
+		}
+		s := &e.shards[si]
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
+		s.ring.Advance(now)
+		s.rollEpoch(e.epoch.Load())
+		group := b.order[lo:hi]
+		maybe := b.probe(s.ring, group)
+		inflight := b.probeInflight(s, group, keys, e.exactMode)
+		a := admit{gen: gen}
+		e.reserve(&a, len(group))
+		for j, i := range group {
+			// A key first observed earlier in this group is in s.inflight
+			// since the in-flight probe: ask that set again.
+			inFlight := inflight[j] || s.inflight.has(b.hashes[i], keys[i], e.exactMode)
+			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, &a)
+			if err != nil {
+				e.finish(s, &a)
+				s.mu.Unlock()
+				return wrap(err, "batch entry %d", i)
+			}
+			out[i] = v
+		}
+		e.finish(s, &a)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// observeIn is Observe under the shard's lock.
+func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdict, error) {
+	if s.closed {
+		return 0, ErrClosed
+	}
+	s.ring.Advance(now)
+	s.rollEpoch(e.epoch.Load())
+	a := admit{gen: e.generationFor(now)}
+	v, err := e.decide(s, key, h, s.ring.Contains(h), s.inFlight(h, key, e.exactMode), &a)
+	e.finish(s, &a)
+	return v, err
+}
+
+// admit carries, through a group of decide calls under one shard lock, the
+// generation new keys go into and the in-flight slots reserved for them,
+// so that the shared counters are touched once per group, not per key.
+type admit struct {
+	gen      uint64
+	reserved int64 // slots of MaxInFlight reserved and not yet used
+	news     int   // keys admitted into gen
+}
+
+// reserve tries to reserve n in-flight slots at once; without them decide
+// checks the limit key by key.
+func (e *Engine) reserve(a *admit, n int) {
+	if e.inflightCount.Add(int64(n)) > int64(e.opts.MaxInFlight) {
+		e.inflightCount.Add(-int64(n))
+		return
+	}
+	a.reserved = int64(n)
+}
+
+// finish settles a group: counts its new keys against their generation and
+// returns unused reserved slots. The shard's lock is held.
+func (e *Engine) finish(s *shard, a *admit) {
+	if a.news > 0 {
+		s.inflightGens[a.gen] += a.news
+	}
+	if a.reserved > 0 {
+		e.inflightCount.Add(-a.reserved)
+	}
+}
+
+// decide gives the verdict for key once the filters and the in-flight
+// sets have been asked: maybe says whether any live generation may hold h,
+// inFlight whether the key is in flight or being committed. The shard's
+// lock is held, the ring is advanced; a New key goes into a.gen.
+func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, a *admit) (Verdict, error) {
+	if inFlight {
+		s.observed++
+		s.inflightHits++
+		return InFlight, nil
+	}
+	if maybe {
+		if !e.exactMode {
+			s.observed++
+			s.dups++
+			return Duplicate, nil
+		}
+		if s.recentlyCommitted(h, key) {
+			s.observed++
+			s.dups++
+			return Duplicate, nil
+		}
+		var found bool
+		var err error
+		s.ring.Lookup(h, func(g *rotate.Generation) bool {
+			s.lookups++
+			found, err = e.store.Has(g.ID, key)
+			return err == nil && !found
+		})
+		if err != nil {
+			return 0, wrap(err, "store lookup")
+		}
+		if found {
+			s.observed++
+			s.dups++
+			return Duplicate, nil
+		}
+		s.falsePositives++
+	}
+	if a.reserved > 0 {
+		a.reserved--
+	} else if e.inflightCount.Add(1) > int64(e.opts.MaxInFlight) {
+		e.inflightCount.Add(-1)
+		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
+	}
+	s.inflight.add(h, key, a.gen, e.exactMode)
+	a.news++
+	s.observed++
+	s.news++
+	return New, nil
+}
+
+// generationFor returns the generation a key observed New at now goes
+// into: the one covering now, or the newest one any key went into if the
+// clock has stepped back since.
+func (e *Engine) generationFor(now time.Time) uint64 {
+	id := e.timing.GenerationAt(now)
+	for {
+		newest := e.newestGen.Load()
+		if id <= newest {
+			return newest
+		}
+		if e.newestGen.CompareAndSwap(newest, id) {
+			return id
+		}
+	}
+}
+
+// Forget releases a key observed New and not yet committed: its processing
+// failed, and its next Observe is New again. It returns ErrNotInFlight if
+// the key is not in flight, including when a Commit that holds it has
+// already begun.
+func (e *Engine) Forget(key []byte) error {
+	if err := e.checkKey(key); err != nil {
+		return err
+	}
+	h := e.hash(key)
+	s := e.shardOf(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	gen, ok := s.inflight.remove(h, key, e.exactMode)
+	for i := 0; !ok && i < len(s.older); i++ {
+		gen, ok = s.older[i].set.remove(h, key, e.exactMode)
+	}
+	if ok {
+		s.uncount(gen, 1)
+		e.inflightCount.Add(-1)
+		return nil
+	}
+	if hasIn(s.committing, h, key, e.exactMode) {
+		return fmt.Errorf("%w: its commit has begun", ErrNotInFlight)
+	}
+	return ErrNotInFlight
+}
+
+type batchScratch struct {
+	maybe    []bool
+	inflight []bool
+	hashes   []uint64
+	shardOf  []int32
+	order    []int32
+	start    []int32
+	pos      []int32
+}
+
+var batchPool sync.Pool
+
+func getBatchScratch(n, shards int) *batchScratch {
+	b, _ := batchPool.Get().(*batchScratch)
+	if b == nil {
+		b = &batchScratch{}
+	}
+	b.hashes = grow(b.hashes, n)
+	b.maybe = grow(b.maybe, n)
+	b.inflight = grow(b.inflight, n)
+	b.shardOf = grow(b.shardOf, n)
+	b.order = grow(b.order, n)
+	b.start = grow(b.start, shards+1)
+	clear(b.start)
+	b.pos = grow(b.pos, shards)
+	return b
+}
+
+func putBatchScratch(b *batchScratch) { batchPool.Put(b) }
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// probe asks every live generation of r about the keys of group at once,
+// generation by generation: the probes of one filter are independent of
+// each other, so the processor overlaps their memory misses, where asking
+// key by key would wait for each miss in turn. Filters do not change while
+// the shard's lock is held, so the answers stay valid for the whole group.
+func (b *batchScratch) probe(r *rotate.Ring, group []int32) []bool {
+	maybe := b.maybe[:len(group)]
+	clear(maybe)
+	gens := r.Generations()
+	for gi := len(gens) - 1; gi >= 0; gi-- {
+		f := gens[gi].Filter
+		pf, _ := f.(filter.Prefetcher)
+		if pf != nil {
+			for _, i := range group[:min(prefetchAhead, len(group))] {
+				pf.Prefetch(b.hashes[i])
+			}
+		}
+		for j, i := range group {
+			if k := j + prefetchAhead; pf != nil && k < len(group) {
+				pf.Prefetch(b.hashes[group[k]])
+			}
+			maybe[j] = maybe[j] || f.Test(b.hashes[i])
+		}
+	}
+	return maybe
+}
+
+// prefetchAhead is how many filter operations ahead probe and the commit's
+// inserts prefetch (filter.Prefetcher): enough misses in flight to cover
+// DRAM latency, few enough that the lines are still cached when used.
+const prefetchAhead = 8
+
+// probeInflight reports, for each key of group, whether it is in flight
+// or being committed in s, set by set for the same reason as probe: the
+// lookups of one set are independent, so their cache misses overlap. The
+// sets other than s.inflight do not change while the shard's lock is held.
+func (b *batchScratch) probeInflight(s *shard, group []int32, keys [][]byte, exactMode bool) []bool {
+	inflight := b.inflight[:len(group)]
+	clear(inflight)
+	ask := func(p *inflightSet) {
+		if p == nil || p.n == 0 {
+			return
+		}
+		for _, i := range group[:min(prefetchAhead, len(group))] {
+			p.prefetch(b.hashes[i])
+		}
+		for j, i := range group {
+			if k := j + prefetchAhead; k < len(group) {
+				p.prefetch(b.hashes[group[k]])
+			}
+			if !inflight[j] {
+				inflight[j] = p.has(b.hashes[i], keys[i], exactMode)
+			}
+		}
+	}
+	ask(s.inflight)
+	for _, es := range s.older {
+		ask(es.set)
+	}
+	for _, es := range s.committing {
+		ask(es.set)
+	}
+	return inflight
+}

@@ -1,0 +1,198 @@
+package resp_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/streamdedup/dedup/resp"
+)
+
+// raw sends req on a fresh connection and returns everything the server
+// answers until it closes the connection (or, with keep, until n lines).
+func raw(t *testing.T, addr, req string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	// A deadline keeps a server that never closes from hanging the test.
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	// A server that closes with our request unread resets the connection:
+	// what it wrote before is still the answer.
+	if err != nil && !(errors.Is(err, syscall.ECONNRESET) && len(b) > 0) {
+		t.Fatalf("reading the answer to %q: %v (got %q)", req, err, b)
+	}
+	return string(b)
+}
+
+// TestProtocolGarbage: a malformed or oversized request is answered an
+// error and its connection closed (ReadAll returns), the commands before
+// it in the same pipeline are answered, and the server serves on.
+func TestProtocolGarbage(t *testing.T) {
+	_, addr := start(t, resp.Config{MaxArgSize: 1000, MaxArgs: 10, MaxCommandSize: 2000})
+	healthy, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer healthy.Close()
+	hr := bufio.NewReader(healthy)
+	ping := func() {
+		t.Helper()
+		io.WriteString(healthy, "PING\r\n")
+		line, err := hr.ReadString('\n')
+		if err != nil || line != "+PONG\r\n" {
+			t.Fatalf("healthy connection: %q, %v", line, err)
+		}
+	}
+	ping()
+	for _, tc := range []struct {
+		name, req, want string
+	}{
+		{"bad multibulk length", "*abc\r\n", "-ERR Protocol error"},
+		{"bad bulk length", "*1\r\n$x\r\n", "-ERR Protocol error"},
+		{"missing dollar", "*1\r\n+PING\r\n", "-ERR Protocol error"},
+		{"negative count", "*-5\r\n", "-ERR Protocol error"},
+		{"unbalanced quotes", "SET \"k v NX\r\n", "-ERR Protocol error"},
+		{"oversized argument", "*2\r\n$4\r\nPING\r\n$999999999\r\n", "-ERR Protocol error: argument of 999999999 bytes exceeds max-arg-size 1000"},
+		{"too many arguments", "*11\r\n", "-ERR Protocol error: command of 11 arguments exceeds max-args 10"},
+		{"oversized command", "*4\r\n$6\r\nBF.ADD\r\n$1\r\nt\r\n$999\r\n" + strings.Repeat("x", 999) + "\r\n$999\r\n", "-ERR Protocol error: command of more than 2005 bytes exceeds max-command-size 2000"},
+		{"huge number", "*99999999999999999999999\r\n", "-ERR Protocol error: header number too large"},
+		{"inline line too long", strings.Repeat("a", 70<<10), "-ERR Protocol error: inline command longer than"},
+		{"commands before are served", "PING\r\n*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$5000\r\n", "+PONG\r\n+PONG\r\n-ERR Protocol error: argument of 5000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := raw(t, addr, tc.req)
+			if !strings.HasPrefix(got, tc.want) && !strings.Contains(got, tc.want) {
+				t.Errorf("answer %q, want %q", got, tc.want)
+			}
+			ping()
+		})
+	}
+	// A large argument within the limit is served, split across writes.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	val := strings.Repeat("v", 999)
+	req := fmt.Sprintf("*3\r\n$5\r\nSETNX\r\n$3\r\nbig\r\n$%d\r\n%s\r\n", len(val), val)
+	for i := 0; i < len(req); i += 7 {
+		io.WriteString(c, req[i:min(i+7, len(req))])
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != ":1\r\n" {
+		t.Errorf("SETNX of a 999-byte value: %q, %v", line, err)
+	}
+}
+
+func TestMaxClients(t *testing.T) {
+	srv, addr := start(t, resp.Config{MaxClients: 2})
+	var conns []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "PING\r\n")
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "+PONG\r\n" {
+			t.Fatalf("client within the limit: %q, %v", line, err)
+		}
+		conns = append(conns, c)
+	}
+	if got := raw(t, addr, "PING\r\n"); got != "-ERR max number of clients reached\r\n" {
+		t.Errorf("third client got %q", got)
+	}
+	if st := srv.Stats(); st.RejectedConnections != 1 || st.Clients != 2 {
+		t.Errorf("stats %+v", st)
+	}
+	// QUIT frees a place.
+	io.WriteString(conns[0], "QUIT\r\n")
+	if b, _ := io.ReadAll(conns[0]); string(b) != "+OK\r\n" {
+		t.Errorf("QUIT answered %q", b)
+	}
+	for srv.Stats().Clients > 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := raw(t, addr, "PING\r\nQUIT\r\n"); got != "+PONG\r\n+OK\r\n" {
+		t.Errorf("client after QUIT got %q", got)
+	}
+}
+
+// TestManyClients: concurrent clients race for overlapping keys; under
+// every durability mode each key is answered new exactly once.
+func TestManyClients(t *testing.T) {
+	for _, fsync := range []string{resp.FsyncAlways, resp.FsyncEverySec} {
+		t.Run(fsync, func(t *testing.T) {
+			_, addr := start(t, resp.Config{Dir: t.TempDir(), Fsync: fsync})
+			const clients, keys, rounds = 12, 300, 3
+			var mu sync.Mutex
+			wins := map[string]int{}
+			var wg sync.WaitGroup
+			errs := make(chan error, clients)
+			for g := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := client(t, addr)
+					for r := range rounds {
+						pipe := c.Pipeline()
+						var names []string
+						for i := range keys {
+							k := fmt.Sprintf("k%d", (i*7+g*13+r*29)%keys)
+							names = append(names, k)
+							pipe.SetNX(t.Context(), k, 1, time.Minute)
+							if i%50 == 0 {
+								pipe.Exists(t.Context(), k)
+							}
+						}
+						cmds, err := pipe.Exec(t.Context())
+						if err != nil && err.Error() != "redis: nil" {
+							errs <- err
+							return
+						}
+						mu.Lock()
+						j := 0
+						for _, cmd := range cmds {
+							if cmd.Name() != "set" && cmd.Name() != "setnx" {
+								continue
+							}
+							if cmd.(*redis.BoolCmd).Val() {
+								wins[names[j]]++
+							}
+							j++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if len(wins) != keys {
+				t.Errorf("%d keys won, want %d", len(wins), keys)
+			}
+			for k, n := range wins {
+				if n != 1 {
+					t.Errorf("key %s answered new %d times", k, n)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,525 @@
+package resp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/streamdedup/dedup"
+	"github.com/tidwall/redcon"
+)
+
+// Durability modes of [Config.Fsync].
+const (
+	// FsyncAlways answers a command that marked keys only after a commit
+	// holding them is fsynced. Commands of concurrent connections share
+	// one commit (a group commit), so the cost is one fsync per round of
+	// requests, not per key.
+	FsyncAlways = "always"
+	// FsyncEverySec commits every second: a crash loses at most the keys
+	// acknowledged in the last second or so.
+	FsyncEverySec = "everysec"
+	// FsyncNo commits at each snapshot ([Config.SnapshotInterval]) and
+	// when too many keys are in flight: a crash loses the keys since.
+	FsyncNo = "no"
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalidConfig wraps every field [Config.Validate] rejects.
+	ErrInvalidConfig = errors.New("resp: invalid config")
+	// ErrServerClosed is returned by [Server.Serve] after [Server.Shutdown].
+	ErrServerClosed = errors.New("resp: server closed")
+)
+
+// Config configures a [Server]. The zero value of every field selects its
+// documented default; [New] validates them all and names the bad one.
+type Config struct {
+	// Dir is the state root: each table keeps its state in Dir/<table>
+	// (the plain Redis commands use the table [DefaultTable]). "" keeps
+	// every table in memory, lost on Shutdown. Default "".
+	Dir string
+
+	// Engine holds the options of the default table and the defaults of
+	// every table created without BF.RESERVE. Dir, AutoCommit and
+	// SnapshotInterval are the server's to set and are ignored here.
+	// Zero fields take the engine's defaults (see [dedup.Options]).
+	Engine dedup.Options
+
+	// Fsync is the durability mode: [FsyncAlways], [FsyncEverySec] or
+	// [FsyncNo]. Default "everysec".
+	Fsync string
+
+	// SnapshotInterval is how often each table's filters are snapshotted
+	// (and, under [FsyncNo], committed). Default 1m.
+	SnapshotInterval time.Duration
+
+	// RequirePass, when set, makes every connection AUTH with it before any
+	// other command. Default "" (no password).
+	RequirePass string
+
+	// CommitKeys makes a table commit early, under FsyncEverySec, once
+	// this many keys were answered New since its last commit: it bounds
+	// the memory of keys in flight (and what a crash can lose) when the
+	// rate is high. Default 65536.
+	CommitKeys int
+
+	// MaxClients bounds the connections served at once; a connection past
+	// it is answered an error and closed. Default 10000.
+	MaxClients int
+
+	// MaxArgSize bounds one argument of a command, in bytes; a larger one
+	// is answered an error and its connection closed. Default 1 MiB.
+	MaxArgSize int
+
+	// MaxArgs bounds the arguments of one command. Default 1<<20.
+	MaxArgs int
+
+	// MaxCommandSize bounds the argument bytes of one command. Default
+	// 64 MiB.
+	MaxCommandSize int
+
+	// MaxPendingReplies bounds the replies a connection's pipeline keeps
+	// buffered: past it they are written out (under FsyncAlways after
+	// their commit) before more commands are served. Default 1024.
+	MaxPendingReplies int
+
+	// MaxTables bounds the tables, the default one included: each is an
+	// engine with its own memory and store. Default 64.
+	MaxTables int
+
+	// WriteTimeout closes a connection whose replies cannot be written
+	// within it (a client that stopped reading). Default 30s.
+	WriteTimeout time.Duration
+
+	// Logf receives the server's rare log lines (failed commits and
+	// snapshots). nil discards them. Default nil.
+	Logf func(format string, args ...any)
+}
+
+// EnsureDefaults fills every zero field with its default and returns c.
+func (c *Config) EnsureDefaults() *Config {
+	if c.Fsync == "" {
+		c.Fsync = FsyncEverySec
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = time.Minute
+	}
+	if c.MaxClients == 0 {
+		c.MaxClients = 10000
+	}
+	if c.CommitKeys == 0 {
+		c.CommitKeys = 1 << 16
+	}
+	if c.MaxArgSize == 0 {
+		c.MaxArgSize = 1 << 20
+	}
+	if c.MaxArgs == 0 {
+		c.MaxArgs = 1 << 20
+	}
+	if c.MaxCommandSize == 0 {
+		c.MaxCommandSize = 64 << 20
+	}
+	if c.MaxPendingReplies == 0 {
+		c.MaxPendingReplies = 1024
+	}
+	if c.MaxTables == 0 {
+		c.MaxTables = 64
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	c.Engine.EnsureDefaults()
+	return c
+}
+
+// Validate reports every invalid field by name.
+func (c *Config) Validate() error {
+	var bad []string
+	switch c.Fsync {
+	case FsyncAlways, FsyncEverySec, FsyncNo:
+	default:
+		bad = append(bad, fmt.Sprintf("Fsync %q is not always, everysec or no", c.Fsync))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxClients", c.MaxClients}, {"MaxArgSize", c.MaxArgSize}, {"MaxArgs", c.MaxArgs},
+		{"MaxCommandSize", c.MaxCommandSize}, {"MaxPendingReplies", c.MaxPendingReplies},
+		{"MaxTables", c.MaxTables}, {"CommitKeys", c.CommitKeys},
+	} {
+		if f.v < 1 {
+			bad = append(bad, fmt.Sprintf("%s %d < 1", f.name, f.v))
+		}
+	}
+	if c.SnapshotInterval < 0 {
+		bad = append(bad, fmt.Sprintf("SnapshotInterval %v < 0", c.SnapshotInterval))
+	}
+	if c.WriteTimeout < 0 {
+		bad = append(bad, fmt.Sprintf("WriteTimeout %v < 0", c.WriteTimeout))
+	}
+	if c.Engine.AutoCommit != 0 {
+		bad = append(bad, "Engine.AutoCommit is set: the server commits by Fsync")
+	}
+	err := c.Engine.Validate()
+	if len(bad) == 0 && err == nil {
+		return nil
+	}
+	if len(bad) > 0 {
+		err = errors.Join(fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(bad, "; ")), err)
+	}
+	return err
+}
+
+// Server serves engines over RESP2: the plain Redis dedup idiom
+// (SET key value NX EX, SETNX, EXISTS) on the default table, RedisBloom's
+// BF.* names over named tables, and DEDUP.* for what Redis cannot say.
+// All methods are safe for concurrent use.
+type Server struct {
+	cfg Config
+	rc  *redcon.Server
+	def *table
+
+	tmu    sync.RWMutex
+	tables map[string]*table // guarded by tmu; the default table is not in it
+
+	closing atomic.Bool
+	started time.Time
+	stop    chan struct{}
+	kick    chan struct{} // asks commitLoop for an early commit
+	loops   sync.WaitGroup
+
+	// Counters for INFO.
+	clients          atomic.Int64
+	nextID           atomic.Int64
+	totalConns       atomic.Uint64
+	rejectedConns    atomic.Uint64
+	rejectedRequests atomic.Uint64
+	commands         atomic.Uint64
+	netInput         atomic.Uint64
+	syncs            atomic.Uint64
+	peakRSS          atomic.Uint64
+
+	mu      sync.Mutex
+	serving bool         // guarded by mu
+	shut    bool         // guarded by mu
+	ln      net.Listener // guarded by mu; the listener Serve serves
+}
+
+// New opens the default table and returns a server ready to [Server.Serve].
+func New(cfg Config) (*Server, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, tables: map[string]*table{}, started: time.Now(),
+		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
+	def, err := s.openTable(DefaultTable, s.defaultTableOptions())
+	if err != nil {
+		return nil, err
+	}
+	s.def = def
+	s.rc = redcon.NewServerNetwork("tcp", "", s.serveRESP, s.accept, s.closed)
+	s.loops.Add(1)
+	go s.commitLoop()
+	return s, nil
+}
+
+// Config returns the server's configuration, defaults filled in.
+func (s *Server) Config() Config { return s.cfg }
+
+// Serve serves connections from ln until [Server.Shutdown]; it returns
+// [ErrServerClosed] then. ln is closed on return.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.shut || s.serving {
+		s.mu.Unlock()
+		ln.Close()
+		if s.serving {
+			return errors.New("resp: Serve called twice")
+		}
+		return ErrServerClosed
+	}
+	s.serving = true
+	s.ln = ln
+	s.mu.Unlock()
+	err := s.rc.Serve(&limitListener{Listener: ln, srv: s})
+	if s.closing.Load() {
+		return ErrServerClosed
+	}
+	return err
+}
+
+// limitListener wraps each accepted connection in a limitConn.
+type limitListener struct {
+	net.Listener
+	srv *Server
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &limitConn{Conn: c, srv: l.srv}, nil
+}
+
+// client is the state of one connection.
+type client struct {
+	id      int64
+	name    string
+	authed  bool
+	closed  bool
+	pending int      // replies buffered since the last write
+	dirty   []*table // tables with keys answered New and not yet synced (FsyncAlways)
+}
+
+// accept admits a connection unless MaxClients are served.
+func (s *Server) accept(conn redcon.Conn) bool {
+	s.totalConns.Add(1)
+	n := s.clients.Add(1)
+	if n > int64(s.cfg.MaxClients) || s.closing.Load() {
+		s.clients.Add(-1)
+		s.rejectedConns.Add(1)
+		nc := conn.NetConn()
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+		return false
+	}
+	cl := &client{id: s.nextID.Add(1), authed: s.cfg.RequirePass == ""}
+	conn.SetContext(cl)
+	return true
+}
+
+// closed is called once a served connection is gone.
+func (s *Server) closed(conn redcon.Conn, err error) {
+	s.clients.Add(-1)
+}
+
+// serveRESP serves one command. Replies are buffered by redcon and written
+// after the last command of what one read brought (a pipeline); under
+// FsyncAlways they are held until the commit of the keys they acknowledge.
+func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
+	cl := conn.Context().(*client)
+	if cl.closed {
+		return
+	}
+	s.commands.Add(1)
+	s.dispatch(conn, cl, cmd)
+	if cl.closed {
+		return
+	}
+	cl.pending++
+	if len(conn.PeekPipeline()) == 0 {
+		// redcon writes the replies when this returns.
+		s.endBatch(conn, cl)
+	} else if cl.pending >= s.cfg.MaxPendingReplies {
+		if s.endBatch(conn, cl) {
+			if err := redcon.BaseWriter(conn).Flush(); err != nil {
+				cl.closed = true
+				conn.Close()
+			}
+		}
+	}
+}
+
+// endBatch makes the buffered replies writable: under FsyncAlways it
+// commits the tables they marked keys in (concurrent connections share
+// the commit) and, if a commit fails, drops the replies and closes the
+// connection, since they would acknowledge keys that are not durable.
+// It reports whether the connection is still open.
+func (s *Server) endBatch(conn redcon.Conn, cl *client) bool {
+	cl.pending = 0
+	for i, t := range cl.dirty {
+		cl.dirty[i] = nil
+		if cl.closed {
+			continue
+		}
+		s.syncs.Add(1)
+		if err := t.commit(nil); err != nil {
+			s.logf("resp: table %q: commit for a client: %v; closing the connection unanswered", t.name, err)
+			redcon.BaseWriter(conn).SetBuffer(nil)
+			cl.closed = true
+			conn.NetConn().Close()
+			_ = conn.Close()
+		}
+	}
+	cl.dirty = cl.dirty[:0]
+	if cl.closed {
+		return false
+	}
+	_ = conn.NetConn().SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	return true
+}
+
+// marked notes that a reply on cl acknowledges keys marked New in t.
+func (s *Server) marked(cl *client, t *table) {
+	if s.cfg.Fsync != FsyncAlways {
+		return
+	}
+	for _, d := range cl.dirty {
+		if d == t {
+			return
+		}
+	}
+	cl.dirty = append(cl.dirty, t)
+}
+
+// commitLoop commits every table each second under FsyncEverySec, and
+// snapshots (under FsyncNo, commits and snapshots) every SnapshotInterval.
+func (s *Server) commitLoop() {
+	defer s.loops.Done()
+	var tick <-chan time.Time
+	if s.cfg.Fsync == FsyncEverySec {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	var snap <-chan time.Time
+	if s.cfg.SnapshotInterval > 0 {
+		t := time.NewTicker(s.cfg.SnapshotInterval)
+		defer t.Stop()
+		snap = t.C
+	}
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+			for _, t := range s.allTables() {
+				if t.fresh.Load() >= t.commitKeys {
+					if err := t.commit(nil); err != nil && !errors.Is(err, errTableClosed) {
+						s.logf("resp: table %q: commit: %v", t.name, err)
+					}
+				}
+			}
+		case <-tick:
+			for _, t := range s.allTables() {
+				if err := t.commit(nil); err != nil && !errors.Is(err, errTableClosed) {
+					s.logf("resp: table %q: commit: %v", t.name, err)
+				}
+			}
+		case <-snap:
+			for _, t := range s.allTables() {
+				var err error
+				if s.cfg.Fsync == FsyncNo {
+					err = t.commit(nil)
+				}
+				if err == nil {
+					err = t.snapshot()
+				}
+				if err != nil && !errors.Is(err, errTableClosed) {
+					s.logf("resp: table %q: snapshot: %v", t.name, err)
+				}
+			}
+		}
+	}
+}
+
+// kickCommit asks commitLoop for an early commit.
+func (s *Server) kickCommit() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf(format, args...)
+	}
+}
+
+// Shutdown stops accepting connections, closes the ones served once their
+// current command is answered, then commits every table, writes its
+// snapshot and closes it. Keys answered before Shutdown are durable when
+// it returns nil.
+func (s *Server) Shutdown() error {
+	s.mu.Lock()
+	if s.shut {
+		s.mu.Unlock()
+		return nil
+	}
+	s.shut = true
+	ln := s.ln
+	s.mu.Unlock()
+	s.closing.Store(true)
+	close(s.stop)
+	s.loops.Wait()
+	if ln != nil {
+		// Closing the listener ends redcon's accept loop, which then
+		// closes every connection; each connection's goroutine ends after
+		// the command it is serving.
+		_ = ln.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for s.clients.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var errs []error
+	for _, t := range s.allTables() {
+		errs = append(errs, t.close(true))
+	}
+	return errors.Join(errs...)
+}
+
+// TableStats is one table's name, options and engine stats.
+type TableStats struct {
+	Name    string
+	Options TableOptions
+	Stats   dedup.Stats
+}
+
+// Tables returns the stats of the default table and of every open table.
+func (s *Server) Tables() []TableStats {
+	var out []TableStats
+	for _, t := range s.allTables() {
+		st, err := t.stats()
+		if err != nil {
+			continue
+		}
+		out = append(out, TableStats{Name: t.name, Options: t.opts, Stats: st})
+	}
+	return out
+}
+
+// ServerStats are the server's own counters.
+type ServerStats struct {
+	// Clients is the connections served now.
+	Clients int64
+	// TotalConnections counts connections accepted or refused.
+	TotalConnections uint64
+	// RejectedConnections counts connections refused at MaxClients.
+	RejectedConnections uint64
+	// RejectedRequests counts requests over a size limit (each closed
+	// its connection).
+	RejectedRequests uint64
+	// Commands counts commands served.
+	Commands uint64
+	// NetInputBytes counts bytes read from clients.
+	NetInputBytes uint64
+	// Syncs counts the commits requested for FsyncAlways replies (one per
+	// pipeline and table; concurrent ones share a write).
+	Syncs uint64
+	// UsedMemory is the server's resident memory (see INFO memory).
+	UsedMemory uint64
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() ServerStats {
+	return ServerStats{
+		Clients:             s.clients.Load(),
+		TotalConnections:    s.totalConns.Load(),
+		RejectedConnections: s.rejectedConns.Load(),
+		RejectedRequests:    s.rejectedRequests.Load(),
+		Commands:            s.commands.Load(),
+		NetInputBytes:       s.netInput.Load(),
+		Syncs:               s.syncs.Load(),
+		UsedMemory:          s.usedMemory(),
+	}
+}

@@ -1,0 +1,364 @@
+package resp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/resp"
+)
+
+// start serves cfg on a loopback port and shuts it down with the test.
+func start(t *testing.T, cfg resp.Config) (*resp.Server, string) {
+	t.Helper()
+	srv, err := resp.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		if err := srv.Shutdown(); err != nil {
+			t.Error(err)
+		}
+		if err := <-done; !errors.Is(err, resp.ErrServerClosed) {
+			t.Errorf("Serve returned %v, want ErrServerClosed", err)
+		}
+	})
+	return srv, ln.Addr().String()
+}
+
+func client(t *testing.T, addr string, opts ...func(*redis.Options)) *redis.Client {
+	t.Helper()
+	o := &redis.Options{Addr: addr, MaxRetries: -1}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+var ctx = context.Background()
+
+func TestSetNX(t *testing.T) {
+	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
+	c := client(t, addr)
+	for i, tc := range []struct {
+		key  string
+		ttl  time.Duration
+		want bool
+	}{
+		{"a", time.Minute, true},
+		{"a", time.Minute, false}, // in flight
+		{"b", 0, true},            // SETNX
+		{"b", 0, false},
+		{"a", 0, false},
+		{"c", 30 * time.Millisecond, true}, // PX
+		{"c", time.Hour, false},
+	} {
+		got, err := c.SetNX(ctx, tc.key, "1", tc.ttl).Result()
+		if err != nil {
+			t.Fatalf("%d: SetNX(%q, %v): %v", i, tc.key, tc.ttl, err)
+		}
+		if got != tc.want {
+			t.Errorf("%d: SetNX(%q, %v) = %v, want %v", i, tc.key, tc.ttl, got, tc.want)
+		}
+	}
+	// Committed keys are Duplicate: still nil.
+	if _, err := c.Do(ctx, "DEDUP.COMMIT", "default").Result(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.SetNX(ctx, "a", "1", time.Minute).Result(); err != nil || ok {
+		t.Errorf("SetNX of a committed key = %v, %v; want false", ok, err)
+	}
+	n, err := c.Exists(ctx, "a", "b", "zz", "c").Result()
+	if err != nil || n != 3 {
+		t.Errorf("EXISTS a b zz c = %d, %v; want 3", n, err)
+	}
+	// EXISTS marks nothing.
+	if ok, err := c.SetNX(ctx, "zz", "1", time.Minute).Result(); err != nil || !ok {
+		t.Errorf("SetNX after EXISTS = %v, %v; want true", ok, err)
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 4 {
+		t.Errorf("DBSIZE = %d, %v; want 4", n, err)
+	}
+}
+
+func TestSetForms(t *testing.T) {
+	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
+	c := client(t, addr)
+	for _, tc := range []struct {
+		args []any
+		want string // substring of the error
+	}{
+		{[]any{"SET", "k", "v"}, "without NX"},
+		{[]any{"SET", "k", "v", "XX"}, "XX is not supported"},
+		{[]any{"SET", "k", "v", "NX", "GET"}, "GET is not supported"},
+		{[]any{"SET", "k", "v", "NX", "KEEPTTL"}, "KEEPTTL is not supported"},
+		{[]any{"SET", "k", "v", "NX", "EX", "7200"}, "longer than the dedup window 1h0m0s"},
+		{[]any{"SET", "k", "v", "NX", "PX", "3600001"}, "window"},
+		{[]any{"SET", "k", "v", "NX", "EX", "0"}, "invalid expire time"},
+		{[]any{"SET", "k", "v", "NX", "EX", "10", "PX", "5"}, "syntax error"},
+		{[]any{"SET", "k", "v", "NX", "EX"}, "syntax error"},
+		{[]any{"SET", "", "v", "NX"}, "empty key"},
+		{[]any{"SET", strings.Repeat("k", 5000), "v", "NX"}, "too large"},
+		{[]any{"GET", "k"}, "unknown command 'GET'"},
+		{[]any{"SELECT", "1"}, "out of range"},
+		{[]any{"HELLO", "3"}, "unknown command 'HELLO'"},
+		{[]any{"AUTH", "x"}, "without any password"},
+	} {
+		err := c.Do(ctx, tc.args...).Err()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+	// None of the refused forms marked k.
+	if ok, err := c.SetNX(ctx, "k", "v", time.Hour).Result(); err != nil || !ok {
+		t.Errorf("SetNX(k) after refused SETs = %v, %v; want true", ok, err)
+	}
+	// The connection commands clients send.
+	for _, tc := range []struct {
+		args []any
+		want any
+	}{
+		{[]any{"PING"}, "PONG"},
+		{[]any{"PING", "hi"}, "hi"},
+		{[]any{"ECHO", "x"}, "x"},
+		{[]any{"SELECT", "0"}, "OK"},
+		{[]any{"CLIENT", "SETNAME", "me"}, "OK"},
+		{[]any{"CLIENT", "GETNAME"}, "me"},
+		{[]any{"CLIENT", "SETINFO", "LIB-NAME", "x"}, "OK"},
+		{[]any{"COMMAND", "DOCS"}, []any{}},
+		{[]any{"CONFIG", "GET", "save"}, []any{"save", ""}},
+		{[]any{"MEMORY", "PURGE"}, "OK"},
+	} {
+		got, err := c.Do(ctx, tc.args...).Result()
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%v = %v, %v; want %v", tc.args, got, err, tc.want)
+		}
+	}
+	info, err := c.Info(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"# Server", "# Clients", "# Memory", "# Stats", "# Dedup", "used_memory:", "connected_clients:1", "table_default:mode=exact"} {
+		if !strings.Contains(info, s) {
+			t.Errorf("INFO lacks %q:\n%s", s, info)
+		}
+	}
+	mem, err := c.Info(ctx, "memory").Result()
+	if err != nil || strings.Contains(mem, "# Server") || !strings.Contains(mem, "used_memory:") {
+		t.Errorf("INFO memory = %q, %v", mem, err)
+	}
+}
+
+func TestPipeline(t *testing.T) {
+	for _, fsync := range []string{resp.FsyncAlways, resp.FsyncEverySec, resp.FsyncNo} {
+		t.Run(fsync, func(t *testing.T) {
+			_, addr := start(t, resp.Config{Dir: t.TempDir(), Fsync: fsync, MaxPendingReplies: 7})
+			c := client(t, addr)
+			seen := map[string]bool{}
+			for round := range 5 {
+				pipe := c.Pipeline()
+				var keys []string
+				var cmds []*redis.BoolCmd
+				for i := range 100 {
+					k := fmt.Sprintf("key-%d", (round*37+i*11)%240)
+					keys = append(keys, k)
+					cmds = append(cmds, pipe.SetNX(ctx, k, 1, time.Minute))
+				}
+				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+					t.Fatal(err)
+				}
+				for i, cmd := range cmds {
+					got, err := cmd.Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := !seen[keys[i]]; got != want {
+						t.Fatalf("round %d: SetNX(%s) = %v, want %v", round, keys[i], got, want)
+					}
+					seen[keys[i]] = true
+				}
+			}
+		})
+	}
+}
+
+func TestBloom(t *testing.T) {
+	_, addr := start(t, resp.Config{Dir: t.TempDir()})
+	c := client(t, addr)
+	do := func(args ...any) any {
+		t.Helper()
+		v, err := c.Do(ctx, args...).Result()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return v
+	}
+	doErr := func(want string, args ...any) {
+		t.Helper()
+		if err := c.Do(ctx, args...).Err(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: error %v, want %q", args, err, want)
+		}
+	}
+	if got := do("BF.RESERVE", "bf:users", "0.001", 100000); got != "OK" {
+		t.Errorf("BF.RESERVE = %v", got)
+	}
+	doErr("item exists", "BF.RESERVE", "bf:users", "0.01", 10)
+	doErr("error rate", "BF.RESERVE", "x", "1.5", 10)
+	doErr("capacity", "BF.RESERVE", "x", "0.01", 0)
+	doErr("not supported", "BF.RESERVE", "x", "0.01", 10, "NONSCALING")
+	doErr("invalid table name", "BF.ADD", "../etc", "a")
+	doErr("not found", "BF.INFO", "nope")
+
+	if got := do("BF.EXISTS", "bf:users", "u1"); got != int64(0) {
+		t.Errorf("BF.EXISTS before add = %v", got)
+	}
+	if got := do("BF.ADD", "bf:users", "u1"); got != int64(1) {
+		t.Errorf("BF.ADD new = %v", got)
+	}
+	if got := do("BF.ADD", "bf:users", "u1"); got != int64(0) {
+		t.Errorf("BF.ADD again = %v", got)
+	}
+	if got := fmt.Sprint(do("BF.MADD", "bf:users", "u1", "u2", "u3", "u2")); got != "[0 1 1 0]" {
+		t.Errorf("BF.MADD = %v", got)
+	}
+	if got := fmt.Sprint(do("BF.MEXISTS", "bf:users", "u3", "u9", "u1")); got != "[1 0 1]" {
+		t.Errorf("BF.MEXISTS = %v", got)
+	}
+	info := fmt.Sprint(do("BF.INFO", "bf:users"))
+	if !strings.Contains(info, "Capacity 100000") || !strings.Contains(info, "Number of items inserted 3") {
+		t.Errorf("BF.INFO = %v", info)
+	}
+	if got := fmt.Sprint(do("BF.INFO", "bf:users", "CAPACITY")); got != "[100000]" {
+		t.Errorf("BF.INFO CAPACITY = %v", got)
+	}
+	// An unknown name is created with the server's defaults; the default
+	// table is the one SET NX marks.
+	if got := do("BF.ADD", "fresh", "x"); got != int64(1) {
+		t.Errorf("BF.ADD to a new name = %v", got)
+	}
+	if ok, _ := c.SetNX(ctx, "k1", 1, 0).Result(); !ok {
+		t.Error("SETNX k1 not new")
+	}
+	if got := do("BF.ADD", "default", "k1"); got != int64(0) {
+		t.Errorf("BF.ADD default k1 after SETNX k1 = %v", got)
+	}
+	if st := fmt.Sprint(do("DEDUP.STATS", "bf:users")); !strings.Contains(st, "false_positive_rate 0.001") {
+		t.Errorf("DEDUP.STATS = %v", st)
+	}
+}
+
+// TestRestart: a graceful shutdown commits and snapshots; every table and
+// its options come back.
+func TestRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncNo}
+	srv, err := resp.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(ln)
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	if err := c.Do(ctx, "BF.RESERVE", "t1", "0.002", 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Do(ctx, "BF.MADD", "t1", "a", "b")
+	c.SetNX(ctx, "k", 1, time.Minute)
+	c.Do(ctx, "DEDUP.OBSERVE", "t2", "x")
+	c.Do(ctx, "DEDUP.COMMIT", "t2", "offset-7")
+	c.Close()
+	if err := srv.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+
+	_, addr := start(t, cfg)
+	c = client(t, addr)
+	if got, err := c.Do(ctx, "BF.MEXISTS", "t1", "a", "b", "c").Result(); err != nil || fmt.Sprint(got) != "[1 1 0]" {
+		t.Errorf("after restart BF.MEXISTS = %v, %v", got, err)
+	}
+	if ok, err := c.SetNX(ctx, "k", 1, time.Minute).Result(); err != nil || ok {
+		t.Errorf("after restart SetNX(k) = %v, %v; want false", ok, err)
+	}
+	if got, err := c.Do(ctx, "DEDUP.CHECKPOINT", "t2").Result(); err != nil || got != "offset-7" {
+		t.Errorf("after restart DEDUP.CHECKPOINT = %v, %v", got, err)
+	}
+	if got, err := c.Do(ctx, "BF.INFO", "t1", "CAPACITY").Result(); err != nil || fmt.Sprint(got) != "[5000]" {
+		t.Errorf("after restart BF.INFO CAPACITY = %v, %v", got, err)
+	}
+}
+
+func TestDedupCommands(t *testing.T) {
+	_, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	c := client(t, addr)
+	do := func(args ...any) string {
+		t.Helper()
+		v, err := c.Do(ctx, args...).Result()
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprint(v)
+	}
+	for _, tc := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"DEDUP.CHECKPOINT", "jobs"}, "error: redis: nil"},
+		{[]any{"DEDUP.OBSERVE", "jobs", "a", "b", "a"}, "[new new in-flight]"},
+		{[]any{"DEDUP.FORGET", "jobs", "b", "zz"}, "1"},
+		{[]any{"DEDUP.OBSERVE", "jobs", "b"}, "[new]"},
+		{[]any{"DEDUP.COMMIT", "jobs", "cp-1"}, "OK"},
+		{[]any{"DEDUP.OBSERVE", "jobs", "a", "b", "c"}, "[duplicate duplicate new]"},
+		{[]any{"DEDUP.FORGET", "jobs", "a"}, "0"},
+		{[]any{"DEDUP.CHECKPOINT", "jobs"}, "cp-1"},
+		{[]any{"DEDUP.STATS", "nope"}, "error: ERR not found"},
+		{[]any{"DEDUP.OBSERVE", "jobs"}, "error: ERR wrong number of arguments for 'dedup.observe' command"},
+	} {
+		if got := do(tc.args...); got != tc.want {
+			t.Errorf("%v = %s, want %s", tc.args, got, tc.want)
+		}
+	}
+	st := do("DEDUP.STATS", "jobs")
+	if !strings.Contains(st, "committed_keys 2") || !strings.Contains(st, "inflight_keys 1") {
+		t.Errorf("DEDUP.STATS = %s", st)
+	}
+	if got := do("DEDUP.DONE", "jobs", "c"); !strings.Contains(got, "ERR") {
+		t.Errorf("DEDUP.DONE = %s", got)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	_, addr := start(t, resp.Config{RequirePass: "s3cret"})
+	anon := client(t, addr)
+	if err := anon.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("PING without AUTH: %v, want NOAUTH", err)
+	}
+	if err := anon.SetNX(ctx, "k", 1, 0).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("SETNX without AUTH: %v, want NOAUTH", err)
+	}
+	wrong := client(t, addr, func(o *redis.Options) { o.Password = "s3cres" })
+	if err := wrong.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("PING with a wrong password: %v, want WRONGPASS", err)
+	}
+	good := client(t, addr, func(o *redis.Options) { o.Password = "s3cret" })
+	if ok, err := good.SetNX(ctx, "k", 1, 0).Result(); err != nil || !ok {
+		t.Errorf("SETNX after AUTH = %v, %v", ok, err)
+	}
+	user := client(t, addr, func(o *redis.Options) { o.Username, o.Password = "default", "s3cret" })
+	if ok, err := user.SetNX(ctx, "k", 1, 0).Result(); err != nil || ok {
+		t.Errorf("SETNX with AUTH default = %v, %v; want false", ok, err)
+	}
+}
