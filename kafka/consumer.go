@@ -215,6 +215,7 @@ func (c *Consumer) session(ctx context.Context) error {
 	}
 	defer adminCl.Close()
 	c.admin = kadm.NewClient(adminCl)
+	c.checkTopics(ctx)
 
 	opts := c.clientOpts(
 		kgo.ConsumerGroup(c.cfg.Group),
@@ -228,6 +229,9 @@ func (c *Consumer) session(ctx context.Context) error {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Output topics missing are created if the brokers allow it;
+		// checkTopics warns about them.
+		kgo.AllowAutoTopicCreation(),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
 		kgo.AdjustFetchOffsetsFn(c.adjust),
@@ -242,6 +246,30 @@ func (c *Consumer) session(ctx context.Context) error {
 	c.sess = sess
 	defer sess.CloseAllowingRebalance()
 	return c.loop(ctx, sess)
+}
+
+// checkTopics logs the topics this consumer reads or writes that do not
+// exist: without auto-creation on the brokers, every transaction writing
+// to one would abort after TransactionTimeout.
+func (c *Consumer) checkTopics(ctx context.Context) {
+	want := []string{c.cfg.Topic, c.cfg.OutTopic}
+	for _, t := range []string{c.cfg.RejectsTopic, c.cfg.DupsTopic} {
+		if t != "" {
+			want = append(want, t)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	td, err := c.admin.ListTopics(ctx, want...)
+	if err != nil {
+		c.logf("kafka: list topics: %v", err)
+		return
+	}
+	for _, t := range want {
+		if d, ok := td[t]; !ok || d.Err != nil {
+			c.logf("kafka: topic %q does not exist (yet): create it, or let the brokers auto-create it", t)
+		}
+	}
 }
 
 // pollWait bounds one idle poll, so that the loop notices a fatal error

@@ -20,7 +20,9 @@ const (
 
 // KeyFunc returns the dedup key of a record, or an error wrapping ErrNoKey
 // that says why it has none (the text goes into RejectReasonHeader). The
-// key may alias the record's memory; it must not be modified later.
+// key may alias the record's memory; it must not be modified later. A
+// KeyFunc must be safe for concurrent use: replays of newly assigned
+// partitions run beside the main loop.
 type KeyFunc func(r *kgo.Record) ([]byte, error)
 
 // RecordKey uses the record's key.
