@@ -225,6 +225,8 @@ func (c *Consumer) session(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(c.cfg.SessionTimeout),
+		// Kafka's advice: heartbeat at most every third of the session.
+		kgo.HeartbeatInterval(min(3*time.Second, c.cfg.SessionTimeout/3)),
 		kgo.RebalanceTimeout(c.cfg.RebalanceTimeout),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
@@ -645,6 +647,7 @@ func (c *Consumer) closeParts(m map[string][]int32, why string) {
 			if pt == nil {
 				continue
 			}
+			c.logf("kafka: %s %s", pt.tp, why)
 			if len(pt.news) > 0 {
 				c.logf("kafka: %s %s with %d keys staged; dropping them", why, pt.tp, len(pt.news))
 			}

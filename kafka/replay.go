@@ -102,6 +102,8 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 	r.Took = time.Since(start)
 	if r.Replayed > 0 || r.Rebuilt {
 		c.logf("kafka: %s ready: committed %d, local %d, replayed %d records from %d in %v", t, C, r.Local, r.Replayed, r.From, r.Took)
+	} else {
+		c.logf("kafka: %s ready: committed %d, local state current", t, C)
 	}
 	if c.cfg.OnReady != nil {
 		c.cfg.OnReady(r)

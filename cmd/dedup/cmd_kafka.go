@@ -68,7 +68,8 @@ one); it never blocks its partition. --dups-topic receives the duplicates.
 The window runs on record timestamps, not the wall clock. Run one process
 per machine (or per --state); --instance-id makes it a static member, so a
 restart within the session timeout keeps its partitions. SIGTERM or SIGINT:
-end the transaction, commit, leave the group, exit 0.
+end the transaction, commit, leave the group, exit 0. DEDUP_KAFKA_LOG=info
+(or debug) adds the Kafka client's log to stderr.
 
 dev-broker starts an in-process Kafka-protocol broker (franz-go's kfake, in
 memory, for trying dedup locally; topics are created on first use).
@@ -156,6 +157,19 @@ func runKafka(e *env, args []string) error {
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(e.stderr, "dedup kafka: "+strings.TrimPrefix(format, "kafka: ")+"\n", args...)
 		},
+	}
+	switch lvl := os.Getenv("DEDUP_KAFKA_LOG"); lvl {
+	case "":
+	case "info", "debug":
+		// The Kafka client's own log, for diagnosing group and
+		// transaction trouble.
+		level := kgo.LogLevelInfo
+		if lvl == "debug" {
+			level = kgo.LogLevelDebug
+		}
+		cfg.ClientOpts = append(cfg.ClientOpts, kgo.WithLogger(kgo.BasicLogger(e.stderr, level, func() string { return "kgo: " })))
+	default:
+		return usagef("kafka: DEDUP_KAFKA_LOG must be info or debug, got %q", lvl)
 	}
 	cons, err := kafka.New(cfg)
 	if err != nil {
