@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,8 +17,11 @@ import (
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/kafka"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -27,7 +31,7 @@ import (
 // plain transactional consume-produce passthrough on the same in-process
 // broker (kfake), in the same run.
 type KafkaConfig struct {
-	// Events is the input of each throughput run. Default 200000.
+	// Events is the input of each throughput run. Default 500000.
 	Events int
 	// Partitions of the input topic. Default 4.
 	Partitions int32
@@ -40,6 +44,9 @@ type KafkaConfig struct {
 	LatencyRate float64
 	// LatencyFor is how long each latency run produces. Default 5s.
 	LatencyFor time.Duration
+	// Repeat is how many times each throughput run is made; the median is
+	// reported. Default 3.
+	Repeat int
 	// Probabilistic runs the engines without exact stores.
 	Probabilistic bool
 	// Dir holds the engines' states; "" makes a temporary directory.
@@ -48,7 +55,7 @@ type KafkaConfig struct {
 
 func (c *KafkaConfig) ensureDefaults() {
 	if c.Events == 0 {
-		c.Events = 200000
+		c.Events = 500000
 	}
 	if c.Partitions == 0 {
 		c.Partitions = 4
@@ -65,6 +72,9 @@ func (c *KafkaConfig) ensureDefaults() {
 	if c.LatencyFor == 0 {
 		c.LatencyFor = 5 * time.Second
 	}
+	if c.Repeat == 0 {
+		c.Repeat = 3
+	}
 }
 
 // KafkaRow is one group size: events per second through the passthrough
@@ -74,8 +84,8 @@ type KafkaRow struct {
 	Passthrough float64 `json:"passthrough_events_per_sec"`
 	Dedup       float64 `json:"dedup_events_per_sec"`
 	Ratio       float64 `json:"ratio"`
-	// Produce is the slower of the two runs' input producers: a rate
-	// measured near it is capped by the producers, not the consumers.
+	// Produce is the slower of the two runs' input producers, for scale
+	// (the input is produced before it is consumed).
 	Produce float64 `json:"produce_events_per_sec"`
 }
 
@@ -84,10 +94,13 @@ type KafkaRow struct {
 type KafkaMove struct {
 	Moved      int           `json:"partitions_moved"`
 	Replayed   int64         `json:"records_replayed"`
-	Ready      time.Duration `json:"time_to_ready_ns"` // the slowest moved partition
-	ReplayRate float64       `json:"replay_records_per_sec"`
-	IngestRate float64       `json:"ingest_events_per_sec"` // one instance, from the throughput run
-	Ratio      float64       `json:"replay_over_ingest"`
+	Ready      time.Duration `json:"time_to_ready_ns"`       // the slowest moved partition
+	ReplayRate float64       `json:"replay_records_per_sec"` // all moved partitions together, over the slowest's time
+	// PerPartition is the replay rate of one partition (records over its
+	// own time, averaged).
+	PerPartition float64 `json:"replay_records_per_sec_per_partition"`
+	IngestRate   float64 `json:"ingest_events_per_sec"` // one instance, from the throughput run
+	Ratio        float64 `json:"replay_over_ingest"`
 }
 
 // KafkaResult is the scenario's outcome.
@@ -120,7 +133,9 @@ func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResul
 	topics := []string{"in", "move-out", "lat-in-pass", "lat-in-dedup", "lat-out-pass", "lat-out-dedup"}
 	for _, n := range cfg.Instances {
 		for _, m := range []string{"pass", "dedup"} {
-			topics = append(topics, fmt.Sprintf("in-%s-%d", m, n), fmt.Sprintf("out-%s-%d", m, n))
+			for r := range cfg.Repeat {
+				topics = append(topics, fmt.Sprintf("in-%s-%d-%d", m, n, r), fmt.Sprintf("out-%s-%d-%d", m, n, r))
+			}
 		}
 	}
 	cl, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topics...))
@@ -128,7 +143,7 @@ func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResul
 		return nil, fmt.Errorf("bench: kfake: %w", err)
 	}
 	defer cl.Close()
-	k := &kafkaRun{cfg: cfg, addrs: cl.ListenAddrs(), dir: dir, progress: progress}
+	k := &kafkaRun{cfg: cfg, cluster: cl, addrs: cl.ListenAddrs(), dir: dir, progress: progress}
 
 	progress.Stage("kafka: produce input", int64(cfg.Events))
 	if _, err := k.produceInput(ctx, "in", cfg.Events, time.Now()); err != nil {
@@ -138,16 +153,21 @@ func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResul
 	for _, n := range cfg.Instances {
 		var row KafkaRow
 		row.Instances = n
-		progress.Stage(fmt.Sprintf("kafka: passthrough x%d", n), int64(cfg.Events))
-		if row.Passthrough, row.Produce, err = k.throughput(ctx, n, false); err != nil {
-			return nil, err
+		var pass, dd, prod []float64
+		for r := range cfg.Repeat {
+			progress.Stage(fmt.Sprintf("kafka: passthrough x%d (%d/%d)", n, r+1, cfg.Repeat), int64(cfg.Events))
+			p, pr, err := k.throughput(ctx, n, false, r)
+			if err != nil {
+				return nil, err
+			}
+			progress.Stage(fmt.Sprintf("kafka: dedup x%d (%d/%d)", n, r+1, cfg.Repeat), int64(cfg.Events))
+			d, pr2, err := k.throughput(ctx, n, true, r)
+			if err != nil {
+				return nil, err
+			}
+			pass, dd, prod = append(pass, p), append(dd, d), append(prod, pr, pr2)
 		}
-		progress.Stage(fmt.Sprintf("kafka: dedup x%d", n), int64(cfg.Events))
-		var prod float64
-		if row.Dedup, prod, err = k.throughput(ctx, n, true); err != nil {
-			return nil, err
-		}
-		row.Produce = min(row.Produce, prod)
+		row.Passthrough, row.Dedup, row.Produce = median(pass), median(dd), median(prod)
 		if row.Passthrough > 0 {
 			row.Ratio = row.Dedup / row.Passthrough
 		}
@@ -177,6 +197,7 @@ func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResul
 
 type kafkaRun struct {
 	cfg      KafkaConfig
+	cluster  *kfake.Cluster
 	addrs    []string
 	dir      string
 	progress Progress
@@ -307,38 +328,36 @@ func sumProcessed(ws []worker) uint64 {
 	return n
 }
 
-// throughput starts n members on an empty input topic, waits until every
-// partition is assigned and the assignment has held for a second, then
-// produces the input and returns the events per second committed between
-// 10% and 90% of it. The members join before the input arrives, so their
-// rebalances are not measured; the producers' own rate caps what can be
-// measured and is returned too.
-func (k *kafkaRun) throughput(ctx context.Context, n int, dedupOn bool) (rate, produceRate float64, err error) {
+// throughput produces the input, starts n members that cannot fetch it
+// until every partition is assigned and the assignment has held for a
+// second, then returns the events per second committed between 10% and
+// 90% of it, and the producers' rate.
+func (k *kafkaRun) throughput(ctx context.Context, n int, dedupOn bool, rep int) (rate, produceRate float64, err error) {
+	mode := "pass"
+	if dedupOn {
+		mode = "dedup"
+	}
+	in, out := fmt.Sprintf("in-%s-%d-%d", mode, n, rep), fmt.Sprintf("out-%s-%d-%d", mode, n, rep)
+	// kfake holds every record in memory: drop the run's topics after it.
+	defer k.deleteTopics(in, out)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	errs := make(chan error, n+1)
-	mode := "pass"
-	if dedupOn {
-		mode = "dedup"
-	}
-	in := fmt.Sprintf("in-%s-%d", mode, n)
-	ws := k.startWorkers(ctx, &wg, errs, n, dedupOn, in, fmt.Sprintf("out-%s-%d", mode, n), nil)
-	if err := k.waitStable(ctx, ws, errs); err != nil {
+	// The input is there before the members start, and they cannot fetch
+	// it (kfake answers their fetches NOT_LEADER) until the group has
+	// settled: what is measured is consumption, not joins and rebalances.
+	if produceRate, err = k.produceInput(ctx, in, k.cfg.Events, time.Now()); err != nil {
 		return 0, 0, err
 	}
-	prodDone := make(chan float64, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r, err := k.produceInput(ctx, in, k.cfg.Events, time.Now())
-		if err != nil {
-			errs <- err
-			return
-		}
-		prodDone <- r
-	}()
+	gate := k.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: in, Err: kerr.NotLeaderForPartition, Count: -1})
+	ws := k.startWorkers(ctx, &wg, errs, n, dedupOn, in, out, nil)
+	err = k.waitStable(ctx, ws, errs)
+	gate.Remove()
+	if err != nil {
+		return 0, 0, err
+	}
 	total := uint64(k.cfg.Events)
 	lo, hi := total/10, total*9/10
 	var t1, t2 time.Time
@@ -366,11 +385,6 @@ func (k *kafkaRun) throughput(ctx context.Context, n int, dedupOn bool) (rate, p
 		if now.After(deadline) {
 			return 0, 0, fmt.Errorf("bench: %s x%d committed %d of %d events in 10 minutes", mode, n, done, total)
 		}
-	}
-	select {
-	case produceRate = <-prodDone:
-	case err := <-errs:
-		return 0, 0, err
 	}
 	return float64(n2-n1) / t2.Sub(t1).Seconds(), produceRate, nil
 }
@@ -408,6 +422,27 @@ func (k *kafkaRun) waitStable(ctx context.Context, ws []worker, errs <-chan erro
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// deleteTopics deletes topics, once the run's members have stopped.
+func (k *kafkaRun) deleteTopics(topics ...string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, topics...)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	ys := slices.Clone(xs)
+	slices.Sort(ys)
+	return ys[len(ys)/2]
 }
 
 func count(m map[string][]int32) int {
@@ -592,7 +627,10 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 		m.Ready = max(m.Ready, r.Took)
 	}
 	if took > 0 {
-		m.ReplayRate = float64(m.Replayed) / took.Seconds()
+		// The partitions replay in parallel: the group's rate is their
+		// records over the slowest one's time.
+		m.ReplayRate = float64(m.Replayed) / m.Ready.Seconds()
+		m.PerPartition = float64(m.Replayed) / took.Seconds()
 	}
 	return m, nil
 }
@@ -685,16 +723,16 @@ func (r *KafkaResult) WriteText(w io.Writer) error {
 	for _, x := range r.Rows {
 		rows = append(rows, []string{strconv.Itoa(x.Instances), humanize.Count(x.Passthrough), humanize.Count(x.Dedup), fmt.Sprintf("%.2f", x.Ratio), humanize.Count(x.Produce)})
 	}
-	fmt.Fprintf(w, "Kafka (in-process kfake broker, %d partitions, %d events, %.0f%% duplicates; events/s between 10%% and 90%% of the input)\n\n",
-		r.Config.Partitions, r.Config.Events, 100*r.Config.DuplicateFraction)
+	fmt.Fprintf(w, "Kafka (in-process kfake broker, %d partitions, %d events, %.0f%% duplicates; events/s between 10%% and 90%% of the input, median of %d)\n\n",
+		r.Config.Partitions, r.Config.Events, 100*r.Config.DuplicateFraction, r.Config.Repeat)
 	if err := table(w, "instances\tpassthrough ev/s\tdedup ev/s\tdedup/passthrough\tinput produced ev/s", rows); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nEnd to end at %.0f events/s (produce to read_committed output): passthrough p50 %s p99 %s, dedup p50 %s p99 %s\n",
 		r.Config.LatencyRate, lat(r.P50Passthrough), lat(r.P99Passthrough), lat(r.P50Dedup), lat(r.P99Dedup))
 	m := r.Move
-	_, err := fmt.Fprintf(w, "Partition move: %d partitions to a new instance with no state, %s records replayed, ready in %s (slowest); replay %s records/s vs ingest %s events/s: %.1fx\n",
-		m.Moved, humanize.Count(float64(m.Replayed)), lat(m.Ready), humanize.Count(m.ReplayRate), humanize.Count(m.IngestRate), m.Ratio)
+	_, err := fmt.Fprintf(w, "Partition move: %d partitions to a new instance with no state, %s records replayed, ready in %s (slowest);\n  replay %s records/s (%s per partition) vs one instance's ingest %s events/s over %d partitions: %.2fx\n",
+		m.Moved, humanize.Count(float64(m.Replayed)), lat(m.Ready), humanize.Count(m.ReplayRate), humanize.Count(m.PerPartition), humanize.Count(m.IngestRate), r.Config.Partitions, m.Ratio)
 	return err
 }
 
@@ -717,6 +755,9 @@ func (c *KafkaConfig) Validate() error {
 	}
 	if c.DuplicateFraction < 0 || c.DuplicateFraction >= 1 {
 		errs = append(errs, fmt.Errorf("%w: DuplicateFraction must be in [0, 1), got %v", errKafkaBench, c.DuplicateFraction))
+	}
+	if c.Repeat < 0 {
+		errs = append(errs, fmt.Errorf("%w: Repeat must not be negative, got %d", errKafkaBench, c.Repeat))
 	}
 	if c.LatencyRate < 0 || c.LatencyFor < 0 {
 		errs = append(errs, fmt.Errorf("%w: LatencyRate and LatencyFor must not be negative", errKafkaBench))

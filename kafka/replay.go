@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -25,17 +27,49 @@ const replayIdle = 2 * time.Second
 // It runs beside the poll loop, which goes on with the other partitions;
 // ctx is canceled when a new rebalance begins.
 func (c *Consumer) adjust(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	type job struct {
+		t tp
+		C int64
+	}
+	var jobs []job
 	for topic, ps := range offsets {
 		for p, off := range ps {
 			committed := off.EpochOffset().Offset
 			if committed < 0 {
 				committed = -1 // no commit: the reset offset (the log start)
 			}
-			if err := c.prepare(ctx, tp{topic, p}, committed); err != nil {
-				c.logf("kafka: prepare %s-%d: %v", topic, p, err)
-				return nil, err
-			}
+			jobs = append(jobs, job{tp{topic, p}, committed})
 		}
+	}
+	// Partitions are made ready in parallel, a few at a time: a replay is
+	// mostly the engine's work on one core.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	errs := make(chan error, len(jobs))
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs <- ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			if err := c.prepare(ctx, j.t, j.C); err != nil {
+				c.logf("kafka: prepare %s: %v", j.t, err)
+				errs <- err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
 	}
 	return offsets, nil
 }
