@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -84,6 +85,13 @@ type KafkaRow struct {
 	Passthrough float64 `json:"passthrough_events_per_sec"`
 	Dedup       float64 `json:"dedup_events_per_sec"`
 	Ratio       float64 `json:"ratio"`
+	// PassthroughCPU and DedupCPU are the process's CPU microseconds per
+	// event (broker included), and CPURatio passthrough/dedup: the
+	// overhead as capacity, steadier than wall-clock rates on a loaded
+	// machine.
+	PassthroughCPU float64 `json:"passthrough_cpu_us_per_event"`
+	DedupCPU       float64 `json:"dedup_cpu_us_per_event"`
+	CPURatio       float64 `json:"cpu_ratio"`
 	// Produce is the slower of the two runs' input producers, for scale
 	// (the input is produced before it is consumed).
 	Produce float64 `json:"produce_events_per_sec"`
@@ -153,21 +161,26 @@ func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResul
 	for _, n := range cfg.Instances {
 		var row KafkaRow
 		row.Instances = n
-		var pass, dd, prod []float64
+		var pass, dd, passCPU, ddCPU, prod []float64
 		for r := range cfg.Repeat {
 			progress.Stage(fmt.Sprintf("kafka: passthrough x%d (%d/%d)", n, r+1, cfg.Repeat), int64(cfg.Events))
-			p, pr, err := k.throughput(ctx, n, false, r)
+			p, pc, pr, err := k.throughput(ctx, n, false, r)
 			if err != nil {
 				return nil, err
 			}
 			progress.Stage(fmt.Sprintf("kafka: dedup x%d (%d/%d)", n, r+1, cfg.Repeat), int64(cfg.Events))
-			d, pr2, err := k.throughput(ctx, n, true, r)
+			d, dc, pr2, err := k.throughput(ctx, n, true, r)
 			if err != nil {
 				return nil, err
 			}
 			pass, dd, prod = append(pass, p), append(dd, d), append(prod, pr, pr2)
+			passCPU, ddCPU = append(passCPU, pc), append(ddCPU, dc)
 		}
 		row.Passthrough, row.Dedup, row.Produce = median(pass), median(dd), median(prod)
+		row.PassthroughCPU, row.DedupCPU = median(passCPU)*1e6, median(ddCPU)*1e6
+		if row.DedupCPU > 0 {
+			row.CPURatio = row.PassthroughCPU / row.DedupCPU
+		}
 		if row.Passthrough > 0 {
 			row.Ratio = row.Dedup / row.Passthrough
 		}
@@ -331,8 +344,9 @@ func sumProcessed(ws []worker) uint64 {
 // throughput produces the input, starts n members that cannot fetch it
 // until every partition is assigned and the assignment has held for a
 // second, then returns the events per second committed between 10% and
-// 90% of it, and the producers' rate.
-func (k *kafkaRun) throughput(ctx context.Context, n int, dedupOn bool, rep int) (rate, produceRate float64, err error) {
+// 90% of it, the process's CPU seconds per event meanwhile (broker
+// included: everything runs in this process), and the producers' rate.
+func (k *kafkaRun) throughput(ctx context.Context, n int, dedupOn bool, rep int) (rate, cpuPerEvent, produceRate float64, err error) {
 	mode := "pass"
 	if dedupOn {
 		mode = "dedup"
@@ -349,44 +363,45 @@ func (k *kafkaRun) throughput(ctx context.Context, n int, dedupOn bool, rep int)
 	// it (kfake answers their fetches NOT_LEADER) until the group has
 	// settled: what is measured is consumption, not joins and rebalances.
 	if produceRate, err = k.produceInput(ctx, in, k.cfg.Events, time.Now()); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	gate := k.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: in, Err: kerr.NotLeaderForPartition, Count: -1})
 	ws := k.startWorkers(ctx, &wg, errs, n, dedupOn, in, out, nil)
 	err = k.waitStable(ctx, ws, errs)
 	gate.Remove()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	total := uint64(k.cfg.Events)
 	lo, hi := total/10, total*9/10
 	var t1, t2 time.Time
 	var n1, n2, last uint64
+	var cpu1, cpu2 time.Duration
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(10 * time.Minute)
 	for t2.IsZero() {
 		select {
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return 0, 0, 0, ctx.Err()
 		case err := <-errs:
-			return 0, 0, err
+			return 0, 0, 0, err
 		case <-tick.C:
 		}
 		now, done := time.Now(), sumProcessed(ws)
 		k.progress.Add(int64(done - last))
 		last = done
 		if t1.IsZero() && done >= lo {
-			t1, n1 = now, done
+			t1, n1, cpu1 = now, done, processCPU()
 		}
 		if !t1.IsZero() && done >= hi {
-			t2, n2 = now, done
+			t2, n2, cpu2 = now, done, processCPU()
 		}
 		if now.After(deadline) {
-			return 0, 0, fmt.Errorf("bench: %s x%d committed %d of %d events in 10 minutes", mode, n, done, total)
+			return 0, 0, 0, fmt.Errorf("bench: %s x%d committed %d of %d events in 10 minutes", mode, n, done, total)
 		}
 	}
-	return float64(n2-n1) / t2.Sub(t1).Seconds(), produceRate, nil
+	return float64(n2-n1) / t2.Sub(t1).Seconds(), (cpu2 - cpu1).Seconds() / float64(n2-n1), produceRate, nil
 }
 
 // waitStable waits until the members hold every partition, each at least
@@ -434,6 +449,15 @@ func (k *kafkaRun) deleteTopics(topics ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, topics...)
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(xs []float64) float64 {
@@ -721,11 +745,12 @@ func (p *passthrough) run(ctx context.Context, addrs []string, group, in, out st
 func (r *KafkaResult) WriteText(w io.Writer) error {
 	rows := make([][]string, 0, len(r.Rows))
 	for _, x := range r.Rows {
-		rows = append(rows, []string{strconv.Itoa(x.Instances), humanize.Count(x.Passthrough), humanize.Count(x.Dedup), fmt.Sprintf("%.2f", x.Ratio), humanize.Count(x.Produce)})
+		rows = append(rows, []string{strconv.Itoa(x.Instances), humanize.Count(x.Passthrough), humanize.Count(x.Dedup), fmt.Sprintf("%.2f", x.Ratio),
+			fmt.Sprintf("%.2f", x.PassthroughCPU), fmt.Sprintf("%.2f", x.DedupCPU), fmt.Sprintf("%.2f", x.CPURatio)})
 	}
 	fmt.Fprintf(w, "Kafka (in-process kfake broker, %d partitions, %d events, %.0f%% duplicates; events/s between 10%% and 90%% of the input, median of %d)\n\n",
 		r.Config.Partitions, r.Config.Events, 100*r.Config.DuplicateFraction, r.Config.Repeat)
-	if err := table(w, "instances\tpassthrough ev/s\tdedup ev/s\tdedup/passthrough\tinput produced ev/s", rows); err != nil {
+	if err := table(w, "instances\tpassthrough ev/s\tdedup ev/s\tdedup/passthrough\tpassthrough CPU us/ev\tdedup CPU us/ev\tCPU passthrough/dedup", rows); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nEnd to end at %.0f events/s (produce to read_committed output): passthrough p50 %s p99 %s, dedup p50 %s p99 %s\n",
