@@ -8,6 +8,7 @@
 //	dedupbench simulate [flags]   the seed article's window model through the engine
 //	dedupbench load [flags]       open-loop load at a rate, or a sweep of rates
 //	dedupbench compare [flags]    engine modes and backends against the baselines
+//	dedupbench kafka [flags]      dedup on Kafka (in-process broker) against a passthrough
 //
 // Every subcommand takes --json (machine-readable output) and --plot DIR
 // (charts as SVG and PNG). The logic lives in package bench; this command
@@ -73,7 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "kafka":
 		return runKafka(ctx, args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka] [flags]; dedupbench <cmd> -h for flags")
 		return nil
 	}
 	return fmt.Errorf("unknown command %q (want simulate, load or compare)", cmd)
