@@ -129,6 +129,9 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 		if len(s.committing) == 0 && s.inflight.n == 0 {
 			s.idle()
 		}
+		if s.undone != nil {
+			s.undone.shrink(e.exactMode)
+		}
 		if e.exactMode {
 			s.budget = recentBudget(s.filterBytes())
 			s.makeRoom()

@@ -314,6 +314,27 @@ func (p *inflightSet) compact() {
 	p.arena = arena
 }
 
+// shrink rebuilds p at the size its keys need if its table is more than
+// four times that: a set that lives on while keys leave it one by one
+// (the keys not yet Done under ExplicitDone) would otherwise keep the
+// table of its peak for ever. The rebuild is paid for by the removals
+// that emptied the table.
+func (p *inflightSet) shrink(exactMode bool) {
+	if len(p.hashes) <= 4*slotsFor(p.n) {
+		return
+	}
+	q := &inflightSet{}
+	q.init(p.n, p.live)
+	p.each(func(h uint64, en inflightEntry) {
+		var key []byte
+		if exactMode {
+			key = p.key(en)
+		}
+		q.add(h, key, en.gen, exactMode)
+	})
+	*p = *q
+}
+
 // each calls fn for every key held.
 func (p *inflightSet) each(fn func(h uint64, en inflightEntry)) {
 	for _, en := range p.ents {

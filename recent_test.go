@@ -202,3 +202,48 @@ func TestMemoryReleased(t *testing.T) {
 		t.Fatalf("duplicate of a key past the cache's budget took no store lookup")
 	}
 }
+
+// TestUndoneShrinks: under ExplicitDone the set of keys not yet Done lives
+// across commits; once most of a burst is Done, a commit gives up the
+// burst's table, and the keys left stay in flight.
+func TestUndoneShrinks(t *testing.T) {
+	for _, prob := range []bool{false, true} {
+		t.Run(fmt.Sprint("probabilistic=", prob), func(t *testing.T) {
+			e, err := Open(Options{Shards: 1, ExplicitDone: true, Probabilistic: prob, MaxInFlight: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			const burst, left = 100_000, 10
+			keys := make([][]byte, burst)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "key-%08d", i)
+				if v, err := e.Observe(keys[i]); err != nil || v != New {
+					t.Fatalf("Observe: %v, %v", v, err)
+				}
+			}
+			if err := e.DoneBatch(keys[left:]); err != nil {
+				t.Fatal(err)
+			}
+			// The second commit finds the shard idle and drops the spare,
+			// the set the first one committed.
+			for range 2 {
+				if err := e.Commit(nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := e.Stats()
+			if st.NotDoneKeys != left || st.InFlightBytes > minSpareBytes {
+				t.Fatalf("after Done of all but %d keys and a commit: NotDoneKeys %d, InFlightBytes %d", left, st.NotDoneKeys, st.InFlightBytes)
+			}
+			for _, k := range keys[:left] {
+				if v, err := e.Observe(k); err != nil || v != InFlight {
+					t.Fatalf("Observe of a key not Done: %v, %v", v, err)
+				}
+				if err := e.Done(k); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
