@@ -50,6 +50,19 @@ type Stats struct {
 	// generation restored by Open is live.
 	ObservedFPSamples uint64
 	ObservedFPRate    float64
+	// InFlightBytes is the memory held by the sets of keys in flight: the
+	// keys observed New and not committed yet (or being committed), with
+	// their tables sized for as many keys as the last commit took, and
+	// the emptied sets kept for the next ones (released once a commit
+	// finds a shard idle).
+	InFlightBytes uint64
+	// CacheKeys is the number of committed keys exact mode keeps in memory
+	// to answer their duplicates without a store lookup (the newest keys
+	// of the last commits), and CacheBytes the memory they take. The
+	// cache is bounded by an eighth of the memory the filters take when
+	// the window is full. 0 in probabilistic mode.
+	CacheKeys  uint64
+	CacheBytes uint64
 	// EstimatedFPRate is the false-positive rate a new key meets across
 	// the live generations at their current fill, averaged over shards.
 	EstimatedFPRate float64
@@ -127,6 +140,11 @@ func (e *Engine) Stats() Stats {
 		fpObserved += fp
 		if s.undone != nil {
 			st.NotDoneKeys += int64(s.undone.n)
+		}
+		st.InFlightBytes += s.inflightBytes()
+		st.CacheBytes += s.recentBytes + s.freeBytes
+		for _, r := range s.recent {
+			st.CacheKeys += uint64(r.n)
 		}
 		miss := 1.0
 		for _, g := range s.ring.Generations() {
