@@ -80,7 +80,7 @@ type partition struct {
 
 	// Staged in the open transaction (poll loop only).
 	news   [][]byte // keys observed New, released with Forget on abort
-	next   int64    // the offset after the last staged record
+	next   int64    // the offset after the last staged record; -1 if none is staged
 	lastMs int64    // the latest record timestamp seen
 
 	// Committed transactions whose keys the engine has not committed yet
@@ -274,6 +274,9 @@ func (c *Consumer) checkTopics(ctx context.Context) {
 	}
 }
 
+// errClientClosed ends a session whose client was closed under it.
+var errClientClosed = errors.New("kafka: client closed")
+
 // pollWait bounds one idle poll, so that the loop notices a fatal error
 // from a callback.
 const pollWait = 500 * time.Millisecond
@@ -295,7 +298,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		fetches := sess.PollRecords(pctx, c.cfg.MaxTxnRecords)
 		cancel()
 		if fetches.IsClientClosed() {
-			return errors.New("kafka: client closed")
+			return errClientClosed
 		}
 		c.logFetchErrors(fetches)
 		if fetches.NumRecords() == 0 {
@@ -308,26 +311,24 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		c.produceErr.Store(nil)
 		c.txnRecords = 0
 		start := time.Now()
-		n, err := c.stage(fetches)
-		for err == nil && n < c.cfg.MaxTxnRecords && ctx.Err() == nil {
+		err := c.stage(fetches)
+		for err == nil && c.txnRecords < c.cfg.MaxTxnRecords && ctx.Err() == nil {
 			left := c.cfg.MaxTxnTime - time.Since(start)
 			if left <= 0 {
 				break
 			}
 			pctx, cancel := context.WithTimeout(ctx, left)
-			more := sess.PollRecords(pctx, c.cfg.MaxTxnRecords-n)
+			more := sess.PollRecords(pctx, c.cfg.MaxTxnRecords-c.txnRecords)
 			cancel()
 			if more.IsClientClosed() {
-				err = errors.New("kafka: client closed")
+				err = errClientClosed
 				break
 			}
 			c.logFetchErrors(more)
 			if more.NumRecords() == 0 {
 				break
 			}
-			var m int
-			m, err = c.stage(more)
-			n += m
+			err = c.stage(more)
 		}
 		if err != nil {
 			// A failure inside processing (an engine error): abort, and let
@@ -358,16 +359,14 @@ func (c *Consumer) logFetchErrors(fs kgo.Fetches) {
 	})
 }
 
-// stage processes polled records into the open transaction and returns
-// how many there were.
-func (c *Consumer) stage(fs kgo.Fetches) (int, error) {
+// stage processes polled records into the open transaction, counting
+// them in txnRecords.
+func (c *Consumer) stage(fs kgo.Fetches) error {
 	var err error
-	n := 0
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if err != nil || len(p.Records) == 0 {
 			return
 		}
-		n += len(p.Records)
 		c.txnRecords += len(p.Records)
 		c.mu.Lock()
 		pt := c.parts[tp{p.Topic, p.Partition}]
@@ -377,12 +376,12 @@ func (c *Consumer) stage(fs kgo.Fetches) (int, error) {
 			err = fmt.Errorf("kafka: records for %s-%d, which has no ready engine", p.Topic, p.Partition)
 			return
 		}
-		if len(pt.news) == 0 && pt.next < 0 {
+		if pt.next < 0 { // not yet in this transaction
 			c.staged = append(c.staged, pt)
 		}
 		err = c.process(pt, p.Records, true)
 	})
-	return n, err
+	return err
 }
 
 // end ends the open transaction (committing if commit and nothing failed),
