@@ -529,23 +529,21 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 		if err := pt.eng.ObserveBatch(keys, verdicts); err != nil {
 			return fmt.Errorf("kafka: observe %s: %w", pt.tp, err)
 		}
-		for i, v := range verdicts {
-			r := batch[i]
-			if v == dedup.New {
-				if emit {
+		if emit {
+			news := len(pt.news)
+			for i, v := range verdicts {
+				r := batch[i]
+				if v == dedup.New {
 					pt.news = append(pt.news, keys[i])
-					c.stats.news.Add(1)
 					c.produce(&kgo.Record{Topic: c.cfg.OutTopic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp})
-				}
-				continue
-			}
-			if emit {
-				c.stats.dups.Add(1)
-				if c.cfg.DupsTopic != "" {
-					h := append(slices.Clip(r.Headers), kgo.RecordHeader{Key: VerdictHeader, Value: []byte(verdictName(v))})
+				} else if c.cfg.DupsTopic != "" {
+					h := append(slices.Clip(r.Headers), kgo.RecordHeader{Key: VerdictHeader, Value: verdictValue(v)})
 					c.produce(&kgo.Record{Topic: c.cfg.DupsTopic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp})
 				}
 			}
+			news = len(pt.news) - news
+			c.stats.news.Add(uint64(news))
+			c.stats.dups.Add(uint64(len(verdicts) - news))
 		}
 		scratch = verdicts
 		keys, batch = keys[:0], batch[:0]
@@ -590,11 +588,18 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 	return nil
 }
 
-func verdictName(v dedup.Verdict) string {
+// The values of VerdictHeader, shared by every record sent to DupsTopic
+// (the client only reads them).
+var (
+	verdictInFlight  = []byte("inflight")
+	verdictDuplicate = []byte("duplicate")
+)
+
+func verdictValue(v dedup.Verdict) []byte {
 	if v == dedup.InFlight {
-		return "inflight"
+		return verdictInFlight
 	}
-	return "duplicate"
+	return verdictDuplicate
 }
 
 // reject sends r to the rejects topic, or drops it, counting it.
