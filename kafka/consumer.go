@@ -17,7 +17,8 @@ import (
 )
 
 // Consumer is a deduplicating consumer-group member; see the package doc.
-// Create it with New and run it with Run.
+// Create it with [New], run it with [Consumer.Run], and read its counters
+// with [Consumer.Stats], from any goroutine.
 type Consumer struct {
 	cfg    Config
 	engine dedup.Options // cfg.Engine with its defaults
@@ -91,13 +92,14 @@ type partition struct {
 	pendingKeys int           // how many they are
 }
 
-// Stats counts what a Consumer has done since New.
+// Stats counts what a [Consumer] has done since [New]; see
+// [Consumer.Stats].
 type Stats struct {
 	Records uint64 // input records processed (replays excluded)
 	// CommittedRecords counts the input records of committed transactions.
 	CommittedRecords uint64
 	New              uint64 // records written to the output topic
-	Duplicates       uint64 // records dropped (or sent to DupsTopic) as duplicates
+	Duplicates       uint64 // records dropped (or sent to [Config.DupsTopic]) as duplicates
 	Rejected         uint64 // records without a usable key
 	Committed        uint64 // transactions committed
 	Aborted          uint64 // transactions aborted
@@ -106,7 +108,9 @@ type Stats struct {
 	Partitions       int    // partitions assigned now
 }
 
-// New validates cfg and returns a Consumer; Run starts it.
+// New fills cfg's zero fields with their defaults, validates it and
+// returns a [Consumer]; [Consumer.Run] starts it. The errors wrap
+// [ErrInvalidConfig], one for each bad field.
 func New(cfg Config) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -124,7 +128,8 @@ func New(cfg Config) (*Consumer, error) {
 	}, nil
 }
 
-// Stats returns the counters.
+// Stats returns the counters; it is safe to call while [Consumer.Run]
+// runs.
 func (c *Consumer) Stats() Stats {
 	c.mu.Lock()
 	n := len(c.parts)
@@ -173,10 +178,10 @@ func (c *Consumer) fatalErr() error {
 // Run consumes until ctx is done, then ends the open transaction, commits,
 // leaves the group and returns nil. A session that fails (a transaction
 // that cannot end, an engine commit that fails) is closed, its engines
-// dropped as a crash would, and a new one started after RetryBackoff; the
-// recovery on assignment (see the package doc) makes that safe. Run returns
-// an error only for a permanent failure, such as a state directory that
-// cannot be opened.
+// dropped as a crash would, and a new one started after
+// [Config.RetryBackoff]; the recovery on assignment (see the package doc)
+// makes that safe. Run returns an error only for a permanent failure, such
+// as a state directory that cannot be opened.
 func (c *Consumer) Run(ctx context.Context) error {
 	for {
 		c.stats.sessn.Add(1)
