@@ -576,13 +576,10 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 	errs := make(chan error, 2)
 	group := fmt.Sprintf("bench-%d", k.groups.Add(1))
 	var mu sync.Mutex
-	var readies []kafka.Ready
-	first := true
+	var readies []kafka.Ready // of the second member's partitions
 	startOne := func(i int) (*kafka.Consumer, error) {
-		isFirst := first
-		first = false
 		c, err := kafka.New(k.consumerConfig(group, "in", "move-out", filepath.Join(k.dir, group, strconv.Itoa(i)), func(r kafka.Ready) {
-			if !isFirst {
+			if i > 0 {
 				mu.Lock()
 				readies = append(readies, r)
 				mu.Unlock()
@@ -600,18 +597,25 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 		}()
 		return c, nil
 	}
+	// pause waits a little, or returns why the run must stop.
+	pause := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errs:
+			return err
+		case <-time.After(20 * time.Millisecond):
+			return nil
+		}
+	}
 	a, err := startOne(0)
 	if err != nil {
 		return KafkaMove{}, err
 	}
 	var last uint64
 	for a.Stats().CommittedRecords < uint64(k.cfg.Events) {
-		select {
-		case <-ctx.Done():
-			return KafkaMove{}, ctx.Err()
-		case err := <-errs:
+		if err := pause(); err != nil {
 			return KafkaMove{}, err
-		case <-time.After(20 * time.Millisecond):
 		}
 		n := a.Stats().CommittedRecords
 		k.progress.Add(int64(n - last))
@@ -632,12 +636,8 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 		if time.Now().After(deadline) {
 			return KafkaMove{}, fmt.Errorf("bench: %d of %d moved partitions ready after 5 minutes", n, want)
 		}
-		select {
-		case <-ctx.Done():
-			return KafkaMove{}, ctx.Err()
-		case err := <-errs:
+		if err := pause(); err != nil {
 			return KafkaMove{}, err
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	mu.Lock()

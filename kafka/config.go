@@ -13,19 +13,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Sentinel errors. Test with errors.Is.
+// Sentinel errors. Test with [errors.Is].
 var (
-	// ErrInvalidConfig wraps every field that Config validation rejects.
+	// ErrInvalidConfig wraps every field of a [Config] that [New] rejects,
+	// and a bad source given to [ParseKeyFrom].
 	ErrInvalidConfig = errors.New("kafka: invalid config")
-	// ErrNoKey is the class of KeyFunc errors: the record has no usable key.
+	// ErrNoKey is the class of [KeyFunc] errors: the record has no usable
+	// key. Such a record goes to [Config.RejectsTopic].
 	ErrNoKey = errors.New("kafka: no usable key")
-	// ErrTxn wraps a transaction that could not be ended; Run starts a new
-	// session after it.
+	// ErrTxn wraps a transaction that could not be ended. It ends the
+	// session, which [Consumer.Run] logs and follows with a new one; Run
+	// does not return it.
 	ErrTxn = errors.New("kafka: transaction failed")
 )
 
-// Config configures a Consumer. Zero fields select their documented
-// defaults; New validates every field and names the bad ones.
+// Config configures a [Consumer]. Zero fields select their documented
+// defaults; [New] validates every field and names the bad ones, each error
+// wrapping [ErrInvalidConfig].
 type Config struct {
 	// Brokers are the seed brokers, host:port. Required.
 	Brokers []string
@@ -37,11 +41,11 @@ type Config struct {
 	// Required, and distinct from Topic.
 	OutTopic string
 	// RejectsTopic, when set, receives the records without a usable key,
-	// with the reason in the RejectReasonHeader header. "" drops them (they
+	// with the reason in the [RejectReasonHeader] header. "" drops them (they
 	// are counted in Stats). Default "".
 	RejectsTopic string
 	// DupsTopic, when set, receives the duplicates, with the verdict in the
-	// VerdictHeader header. "" drops them. Default "".
+	// [VerdictHeader] header. "" drops them. Default "".
 	DupsTopic string
 	// StateDir holds one engine state per partition, in StateDir/T-P.
 	// Required. Two instances must not share one.
@@ -57,7 +61,7 @@ type Config struct {
 	// "dedup-<Group>-" followed by a hash of the host name and the
 	// absolute StateDir.
 	TransactionalID string
-	// Key extracts each record's key. Default RecordKey().
+	// Key extracts each record's key. Default [RecordKey]().
 	Key KeyFunc
 	// Engine is the template of every partition's engine options: Window,
 	// ExpectedRate (per partition), FalsePositiveRate, Probabilistic,
@@ -85,18 +89,22 @@ type Config struct {
 	// RetryBackoff is the pause before a new session after a failed one.
 	// Default 1s.
 	RetryBackoff time.Duration
-	// Logf receives the consumer's log lines. nil discards them.
+	// Logf receives the consumer's log lines. nil discards them. It is also
+	// the engines' [dedup.Options.Logf] unless Engine sets one.
 	Logf func(format string, args ...any)
 	// OnReady, when set, is called when an assigned partition is ready
-	// (its state current), with how it got there. It must not block.
+	// (its state current), with how it got there ([Ready]). It must not
+	// block.
 	OnReady func(Ready)
 	// ClientOpts are appended to every franz-go client's options (tests
 	// and tuning: timeouts, TLS, SASL, a logger).
 	ClientOpts []kgo.Opt
 }
 
-// Ready describes how an assigned partition became ready.
+// Ready describes how an assigned partition became ready; it is passed
+// to [Config.OnReady].
 type Ready struct {
+	// Topic and Partition name the partition.
 	Topic     string
 	Partition int32
 	// Committed is the group's committed offset (-1 for none).
@@ -112,7 +120,7 @@ type Ready struct {
 	Took time.Duration
 }
 
-// Defaults of Config.
+// Defaults of [Config]'s fields of the same names.
 const (
 	DefaultMaxTxnRecords        = 10000
 	DefaultMaxTxnTime           = 100 * time.Millisecond

@@ -17,7 +17,8 @@ import (
 )
 
 // Consumer is a deduplicating consumer-group member; see the package doc.
-// Create it with New and run it with Run.
+// Create it with [New], run it with [Consumer.Run], and read its counters
+// with [Consumer.Stats], from any goroutine.
 type Consumer struct {
 	cfg    Config
 	engine dedup.Options // cfg.Engine with its defaults
@@ -80,7 +81,7 @@ type partition struct {
 
 	// Staged in the open transaction (poll loop only).
 	news   [][]byte // keys observed New, released with Forget on abort
-	next   int64    // the offset after the last staged record
+	next   int64    // the offset after the last staged record; -1 if none is staged
 	lastMs int64    // the latest record timestamp seen
 
 	// Committed transactions whose keys the engine has not committed yet
@@ -91,13 +92,14 @@ type partition struct {
 	pendingKeys int           // how many they are
 }
 
-// Stats counts what a Consumer has done since New.
+// Stats counts what a [Consumer] has done since [New]; see
+// [Consumer.Stats].
 type Stats struct {
 	Records uint64 // input records processed (replays excluded)
 	// CommittedRecords counts the input records of committed transactions.
 	CommittedRecords uint64
 	New              uint64 // records written to the output topic
-	Duplicates       uint64 // records dropped (or sent to DupsTopic) as duplicates
+	Duplicates       uint64 // records dropped (or sent to [Config.DupsTopic]) as duplicates
 	Rejected         uint64 // records without a usable key
 	Committed        uint64 // transactions committed
 	Aborted          uint64 // transactions aborted
@@ -106,7 +108,9 @@ type Stats struct {
 	Partitions       int    // partitions assigned now
 }
 
-// New validates cfg and returns a Consumer; Run starts it.
+// New fills cfg's zero fields with their defaults, validates it and
+// returns a [Consumer]; [Consumer.Run] starts it. The errors wrap
+// [ErrInvalidConfig], one for each bad field.
 func New(cfg Config) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -124,7 +128,8 @@ func New(cfg Config) (*Consumer, error) {
 	}, nil
 }
 
-// Stats returns the counters.
+// Stats returns the counters; it is safe to call while [Consumer.Run]
+// runs.
 func (c *Consumer) Stats() Stats {
 	c.mu.Lock()
 	n := len(c.parts)
@@ -173,10 +178,10 @@ func (c *Consumer) fatalErr() error {
 // Run consumes until ctx is done, then ends the open transaction, commits,
 // leaves the group and returns nil. A session that fails (a transaction
 // that cannot end, an engine commit that fails) is closed, its engines
-// dropped as a crash would, and a new one started after RetryBackoff; the
-// recovery on assignment (see the package doc) makes that safe. Run returns
-// an error only for a permanent failure, such as a state directory that
-// cannot be opened.
+// dropped as a crash would, and a new one started after
+// [Config.RetryBackoff]; the recovery on assignment (see the package doc)
+// makes that safe. Run returns an error only for a permanent failure, such
+// as a state directory that cannot be opened.
 func (c *Consumer) Run(ctx context.Context) error {
 	for {
 		c.stats.sessn.Add(1)
@@ -274,6 +279,9 @@ func (c *Consumer) checkTopics(ctx context.Context) {
 	}
 }
 
+// errClientClosed ends a session whose client was closed under it.
+var errClientClosed = errors.New("kafka: client closed")
+
 // pollWait bounds one idle poll, so that the loop notices a fatal error
 // from a callback.
 const pollWait = 500 * time.Millisecond
@@ -295,7 +303,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		fetches := sess.PollRecords(pctx, c.cfg.MaxTxnRecords)
 		cancel()
 		if fetches.IsClientClosed() {
-			return errors.New("kafka: client closed")
+			return errClientClosed
 		}
 		c.logFetchErrors(fetches)
 		if fetches.NumRecords() == 0 {
@@ -308,26 +316,24 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		c.produceErr.Store(nil)
 		c.txnRecords = 0
 		start := time.Now()
-		n, err := c.stage(fetches)
-		for err == nil && n < c.cfg.MaxTxnRecords && ctx.Err() == nil {
+		err := c.stage(fetches)
+		for err == nil && c.txnRecords < c.cfg.MaxTxnRecords && ctx.Err() == nil {
 			left := c.cfg.MaxTxnTime - time.Since(start)
 			if left <= 0 {
 				break
 			}
 			pctx, cancel := context.WithTimeout(ctx, left)
-			more := sess.PollRecords(pctx, c.cfg.MaxTxnRecords-n)
+			more := sess.PollRecords(pctx, c.cfg.MaxTxnRecords-c.txnRecords)
 			cancel()
 			if more.IsClientClosed() {
-				err = errors.New("kafka: client closed")
+				err = errClientClosed
 				break
 			}
 			c.logFetchErrors(more)
 			if more.NumRecords() == 0 {
 				break
 			}
-			var m int
-			m, err = c.stage(more)
-			n += m
+			err = c.stage(more)
 		}
 		if err != nil {
 			// A failure inside processing (an engine error): abort, and let
@@ -358,16 +364,14 @@ func (c *Consumer) logFetchErrors(fs kgo.Fetches) {
 	})
 }
 
-// stage processes polled records into the open transaction and returns
-// how many there were.
-func (c *Consumer) stage(fs kgo.Fetches) (int, error) {
+// stage processes polled records into the open transaction, counting
+// them in txnRecords.
+func (c *Consumer) stage(fs kgo.Fetches) error {
 	var err error
-	n := 0
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if err != nil || len(p.Records) == 0 {
 			return
 		}
-		n += len(p.Records)
 		c.txnRecords += len(p.Records)
 		c.mu.Lock()
 		pt := c.parts[tp{p.Topic, p.Partition}]
@@ -377,12 +381,12 @@ func (c *Consumer) stage(fs kgo.Fetches) (int, error) {
 			err = fmt.Errorf("kafka: records for %s-%d, which has no ready engine", p.Topic, p.Partition)
 			return
 		}
-		if len(pt.news) == 0 && pt.next < 0 {
+		if pt.next < 0 { // not yet in this transaction
 			c.staged = append(c.staged, pt)
 		}
 		err = c.process(pt, p.Records, true)
 	})
-	return n, err
+	return err
 }
 
 // end ends the open transaction (committing if commit and nothing failed),
@@ -530,23 +534,21 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 		if err := pt.eng.ObserveBatch(keys, verdicts); err != nil {
 			return fmt.Errorf("kafka: observe %s: %w", pt.tp, err)
 		}
-		for i, v := range verdicts {
-			r := batch[i]
-			if v == dedup.New {
-				if emit {
+		if emit {
+			news := len(pt.news)
+			for i, v := range verdicts {
+				r := batch[i]
+				if v == dedup.New {
 					pt.news = append(pt.news, keys[i])
-					c.stats.news.Add(1)
 					c.produce(&kgo.Record{Topic: c.cfg.OutTopic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp})
-				}
-				continue
-			}
-			if emit {
-				c.stats.dups.Add(1)
-				if c.cfg.DupsTopic != "" {
-					h := append(slices.Clip(r.Headers), kgo.RecordHeader{Key: VerdictHeader, Value: []byte(verdictName(v))})
+				} else if c.cfg.DupsTopic != "" {
+					h := append(slices.Clip(r.Headers), kgo.RecordHeader{Key: VerdictHeader, Value: verdictValue(v)})
 					c.produce(&kgo.Record{Topic: c.cfg.DupsTopic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp})
 				}
 			}
+			news = len(pt.news) - news
+			c.stats.news.Add(uint64(news))
+			c.stats.dups.Add(uint64(len(verdicts) - news))
 		}
 		scratch = verdicts
 		keys, batch = keys[:0], batch[:0]
@@ -591,11 +593,18 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 	return nil
 }
 
-func verdictName(v dedup.Verdict) string {
+// The values of VerdictHeader, shared by every record sent to DupsTopic
+// (the client only reads them).
+var (
+	verdictInFlight  = []byte("inflight")
+	verdictDuplicate = []byte("duplicate")
+)
+
+func verdictValue(v dedup.Verdict) []byte {
 	if v == dedup.InFlight {
-		return "inflight"
+		return verdictInFlight
 	}
-	return "duplicate"
+	return verdictDuplicate
 }
 
 // reject sends r to the rejects topic, or drops it, counting it.

@@ -3,6 +3,14 @@
 // within the window is written to an output topic exactly once, in Kafka
 // transactions that also commit the input offsets (read-process-write).
 //
+// Create a [Consumer] with [New] from a [Config] (brokers, group, input
+// and output topics, a state directory; every other field has a default),
+// run it with [Consumer.Run] until its context is canceled, and read its
+// counters with [Consumer.Stats]. [Config.OnReady] reports how each
+// assigned partition's state was made current ([Ready]). Keys come from a
+// [KeyFunc]: [RecordKey], [HeaderKey], or one of the caller's. The command
+// "dedup kafka" is this package behind flags.
+//
 // Partitions are the unit of parallelism and of state: the engine of
 // partition P of topic T lives in StateDir/T-P, its checkpoint is the input
 // offset it has committed through, and duplicates are found within a

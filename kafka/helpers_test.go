@@ -153,9 +153,9 @@ func produce(t *testing.T, addrs []string, recs []*kgo.Record) {
 	}
 }
 
-// readAll reads topic with read_committed from the start until a poll of
-// idle brings nothing, and counts the records by key (values for keyless).
-func readAll(t *testing.T, addrs []string, topic string, idle time.Duration) (map[string]int, []*kgo.Record) {
+// readCommitted returns a client reading topic from the start with
+// read_committed; the caller closes it.
+func readCommitted(t *testing.T, addrs []string, topic string) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(addrs...),
@@ -167,6 +167,14 @@ func readAll(t *testing.T, addrs []string, topic string, idle time.Duration) (ma
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cl
+}
+
+// readAll reads topic with read_committed from the start until a poll of
+// idle brings nothing, and counts the records by key (values for keyless).
+func readAll(t *testing.T, addrs []string, topic string, idle time.Duration) (map[string]int, []*kgo.Record) {
+	t.Helper()
+	cl := readCommitted(t, addrs, topic)
 	defer cl.Close()
 	counts := map[string]int{}
 	var all []*kgo.Record
@@ -198,16 +206,7 @@ func readAll(t *testing.T, addrs []string, topic string, idle time.Duration) (ma
 // waitDistinct waits until the output holds want distinct keys.
 func waitDistinct(t *testing.T, addrs []string, want int) {
 	t.Helper()
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(addrs...),
-		kgo.ConsumeTopics(outTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(100*time.Millisecond),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := readCommitted(t, addrs, outTopic)
 	defer cl.Close()
 	seen := map[string]bool{}
 	deadline := time.Now().Add(90 * time.Second)

@@ -7,25 +7,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Record headers the consumer writes.
+// Record headers the [Consumer] writes.
 const (
-	// RejectReasonHeader carries, on a record sent to Config.RejectsTopic,
+	// RejectReasonHeader carries, on a record sent to [Config.RejectsTopic],
 	// why it has no usable key.
 	RejectReasonHeader = "dedup-reject-reason"
-	// VerdictHeader carries, on a record sent to Config.DupsTopic, the
+	// VerdictHeader carries, on a record sent to [Config.DupsTopic], the
 	// engine's verdict ("duplicate", or "inflight" for a repeat within the
 	// same transaction).
 	VerdictHeader = "dedup-verdict"
 )
 
-// KeyFunc returns the dedup key of a record, or an error wrapping ErrNoKey
-// that says why it has none (the text goes into RejectReasonHeader). The
+// KeyFunc returns the dedup key of a record, or an error wrapping [ErrNoKey]
+// that says why it has none (the text goes into [RejectReasonHeader]). The
 // key may alias the record's memory; it must not be modified later. A
 // KeyFunc must be safe for concurrent use: replays of newly assigned
 // partitions run beside the main loop.
 type KeyFunc func(r *kgo.Record) ([]byte, error)
 
-// RecordKey uses the record's key.
+// RecordKey uses the record's key; it is the default [Config.Key].
 func RecordKey() KeyFunc {
 	return func(r *kgo.Record) ([]byte, error) {
 		if len(r.Key) == 0 {
@@ -50,8 +50,9 @@ func HeaderKey(name string) KeyFunc {
 	}
 }
 
-// ParseKeyFrom parses the command's --key-from: "record-key" or
-// "header:NAME".
+// ParseKeyFrom parses the command's --key-from: "record-key" for
+// [RecordKey], or "header:NAME" for [HeaderKey](NAME). Any other source is
+// an error wrapping [ErrInvalidConfig].
 func ParseKeyFrom(s string) (KeyFunc, error) {
 	switch {
 	case s == "record-key":

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -344,46 +343,9 @@ func TestSignalWhileIdle(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			state := filepath.Join(dir, "state-"+strconv.Itoa(int(sig)))
-			cmd := dedupProcess(t, "filter", "--key", "id", "--state", state, "--progress", "never")
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stdin.Close()
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			wait := make(chan error, 1)
-			go func() { wait <- cmd.Wait() }()
-			if _, err := io.WriteString(stdin, `{"id":"first"}`+"\n"); err != nil {
-				t.Fatal(err)
-			}
-			// The line comes out once read: the run is in its loop, then
-			// blocked reading stdin, which stays open.
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			if err != nil || line != `{"id":"first"}`+"\n" {
-				t.Fatalf("read %q, %v", line, err)
-			}
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
-			// A hang detector, not a timing target.
-			select {
-			case err = <-wait:
-			case <-time.After(time.Minute):
-				_ = cmd.Process.Kill()
-				<-wait
-				t.Fatalf("%v did not stop a run blocked on stdin: %s", sig, stderr.String())
-			}
-			var xe *exec.ExitError
-			if !errors.As(err, &xe) || xe.ExitCode() != exitRuntime || !strings.Contains(stderr.String(), "interrupted") {
-				t.Fatalf("after %v: %v, want exit status %d: %s", sig, err, exitRuntime, stderr.String())
+			code, stderr := signalIdle(t, sig, "filter", "--key", "id", "--state", state, "--progress", "never")
+			if code != exitRuntime || !strings.Contains(stderr, "interrupted") {
+				t.Fatalf("after %v: exit status %d, want %d: %s", sig, code, exitRuntime, stderr)
 			}
 			// The key read before the signal was committed.
 			if code, out, errs := runCmd(t, `{"id":"first"}`+"\n", "filter", "--key", "id", "--state", state); code != 0 || out != "" {

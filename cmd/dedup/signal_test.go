@@ -14,10 +14,10 @@ import (
 	"time"
 )
 
-// interruptIdle runs dedup with args in a child process, feeds it one line
-// on a stdin left open, waits for that line on stdout, sends SIGINT and
-// returns the exit status and stderr.
-func interruptIdle(t *testing.T, args ...string) (int, string) {
+// signalIdle runs dedup with args in a child process, feeds it one line
+// on a stdin left open, waits for that line on stdout (the run is then
+// blocked reading stdin), sends sig and returns the exit status and stderr.
+func signalIdle(t *testing.T, sig syscall.Signal, args ...string) (int, string) {
 	t.Helper()
 	cmd := dedupProcess(t, args...)
 	stdin, err := cmd.StdinPipe()
@@ -42,7 +42,7 @@ func interruptIdle(t *testing.T, args ...string) (int, string) {
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != `{"id":"first"}`+"\n" {
 		t.Fatalf("read %q, %v", line, err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	// A hang detector, not a timing target.
@@ -51,7 +51,7 @@ func interruptIdle(t *testing.T, args ...string) (int, string) {
 	case <-time.After(time.Minute):
 		_ = cmd.Process.Kill()
 		<-wait
-		t.Fatalf("SIGINT did not stop the run: %s", stderr.String())
+		t.Fatalf("%v did not stop a run blocked on stdin: %s", sig, stderr.String())
 	}
 	var xe *exec.ExitError
 	if !errors.As(err, &xe) {
@@ -66,11 +66,11 @@ func interruptIdle(t *testing.T, args ...string) (int, string) {
 // says what is true of the run.
 func TestInterruptedPromisesResume(t *testing.T) {
 	dir := t.TempDir()
-	code, stderr := interruptIdle(t, "filter", "--key", "id", "--progress", "never")
+	code, stderr := signalIdle(t, syscall.SIGINT, "filter", "--key", "id", "--progress", "never")
 	if code != exitRuntime || !strings.Contains(stderr, "interrupted") || strings.Contains(stderr, "state") || strings.Contains(stderr, "resume") {
 		t.Fatalf("without --state: exit %d: %s", code, stderr)
 	}
-	code, stderr = interruptIdle(t, "filter", "--key", "id", "--progress", "never", "--state", filepath.Join(dir, "state"))
+	code, stderr = signalIdle(t, syscall.SIGINT, "filter", "--key", "id", "--progress", "never", "--state", filepath.Join(dir, "state"))
 	if code != exitRuntime || !strings.Contains(stderr, "committed") || strings.Contains(stderr, "run the same command again to resume") {
 		t.Fatalf("stdin with --state: exit %d: %s", code, stderr)
 	}

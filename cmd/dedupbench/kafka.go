@@ -25,7 +25,7 @@ func runKafka(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.Repeat, "repeat", 3, "runs of each throughput measurement (the median is reported)")
 	fs.BoolVar(&cfg.Probabilistic, "probabilistic", false, "engines without exact stores")
 	fs.StringVar(&cfg.Dir, "dir", "", "state directory of the engines (default: a temporary one)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	cfg.Partitions = int32(*p)
@@ -34,14 +34,8 @@ func runKafka(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if c.plot != "" {
-		files, err := bench.PlotKafka(res, c.plot)
-		if err != nil {
-			return err
-		}
-		for _, f := range files {
-			fmt.Fprintln(stderr, "wrote", f)
-		}
+	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotKafka(res, dir) }); err != nil {
+		return err
 	}
 	return output(c, stdout, res, func() error { return res.WriteText(stdout) })
 }
