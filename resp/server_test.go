@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -360,5 +362,30 @@ func TestAuth(t *testing.T) {
 	user := client(t, addr, func(o *redis.Options) { o.Username, o.Password = "default", "s3cret" })
 	if ok, err := user.SetNX(ctx, "k", 1, 0).Result(); err != nil || ok {
 		t.Errorf("SETNX with AUTH default = %v, %v; want false", ok, err)
+	}
+}
+
+// TestReserveRefusedLeavesNoTable: a BF.RESERVE the engine refuses (here
+// filters too large for a 1e-300 error rate) used to leave its table.json
+// behind, so the name answered "item exists" to every later BF.RESERVE and
+// an engine error to every BF.ADD, for good: the state kept the refused
+// options across restarts.
+func TestReserveRefusedLeavesNoTable(t *testing.T) {
+	dir := t.TempDir()
+	_, addr := start(t, resp.Config{Dir: dir})
+	c := client(t, addr)
+	for _, capacity := range []string{"100", "99999999999999999"} {
+		if err := c.Do(ctx, "BF.RESERVE", "t", "1e-300", capacity).Err(); err == nil {
+			t.Fatalf("BF.RESERVE t 1e-300 %s succeeded", capacity)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "t")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after a refused BF.RESERVE (capacity %s), %s/t: %v; want it absent", capacity, dir, err)
+		}
+	}
+	if err := c.Do(ctx, "BF.RESERVE", "t", "0.01", 100).Err(); err != nil {
+		t.Fatalf("BF.RESERVE t 0.01 100 after a refused one: %v", err)
+	}
+	if got, err := c.Do(ctx, "BF.ADD", "t", "a").Result(); err != nil || got != int64(1) {
+		t.Errorf("BF.ADD t a = %v, %v; want 1", got, err)
 	}
 }
