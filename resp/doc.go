@@ -38,7 +38,9 @@
 // And the connection commands clients send: PING, ECHO, AUTH, HELLO (an
 // error: RESP2 only, clients fall back), SELECT 0, CLIENT
 // SETNAME|GETNAME|SETINFO|ID, COMMAND (empty), CONFIG GET (a few
-// parameters), INFO, QUIT.
+// parameters), INFO, QUIT, and MULTI/EXEC/DISCARD (redis-py's default
+// pipeline): EXEC runs the queued commands in order, not isolated from
+// other connections, and a command refused while queuing aborts them all.
 //
 // # Durability
 //

@@ -275,6 +275,7 @@ type client struct {
 	name    string
 	authed  bool
 	closed  bool
+	tx      *tx      // the transaction since MULTI, nil outside one
 	pending int      // replies buffered since the last write
 	dirty   []*table // tables with keys answered New and not yet synced (FsyncAlways)
 }
