@@ -160,6 +160,7 @@ func (s *Server) Info(sections ...string) string {
 		line("total_net_input_bytes", st.NetInputBytes)
 		line("rejected_connections", st.RejectedConnections)
 		line("rejected_requests", st.RejectedRequests)
+		line("accept_errors", st.AcceptErrors)
 		line("keyspace_hits", hits)
 		line("keyspace_misses", misses)
 		line("fsync_commits_requested", st.Syncs)

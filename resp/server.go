@@ -200,6 +200,7 @@ type Server struct {
 	totalConns       atomic.Uint64
 	rejectedConns    atomic.Uint64
 	rejectedRequests atomic.Uint64
+	acceptErrors     atomic.Uint64
 	commands         atomic.Uint64
 	netInput         atomic.Uint64
 	syncs            atomic.Uint64
@@ -258,14 +259,35 @@ func (s *Server) Serve(ln net.Listener) error {
 // limitListener wraps each accepted connection in a limitConn.
 type limitListener struct {
 	net.Listener
-	srv *Server
+	srv   *Server
+	delay time.Duration // the backoff after the last failed Accept
 }
 
+// Accept accepts the next connection. A failure other than the listener
+// closing (EMFILE when clients exhaust the file descriptors, ENOBUFS...)
+// is counted and retried by redcon at once, so Accept sleeps before it
+// returns one, from 5ms doubling to 1s, as net/http does: otherwise the
+// accept loop spins a core for as long as the condition lasts.
 func (l *limitListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return nil, err
+		}
+		l.srv.acceptErrors.Add(1)
+		if l.delay == 0 {
+			l.delay = 5 * time.Millisecond
+			l.srv.logf("resp: accept: %v; retrying with backoff", err)
+		} else {
+			l.delay = min(2*l.delay, time.Second)
+		}
+		select {
+		case <-time.After(l.delay):
+		case <-l.srv.stop:
+		}
 		return nil, err
 	}
+	l.delay = 0
 	return &limitConn{Conn: c, srv: l.srv}, nil
 }
 
@@ -500,6 +522,9 @@ type ServerStats struct {
 	// RejectedRequests counts requests over a size limit (each closed
 	// its connection).
 	RejectedRequests uint64
+	// AcceptErrors counts failed accepts, such as EMFILE when the clients
+	// exhaust the process's file descriptors (see ulimit -n).
+	AcceptErrors uint64
 	// Commands counts commands served.
 	Commands uint64
 	// NetInputBytes counts bytes read from clients.
@@ -518,6 +543,7 @@ func (s *Server) Stats() ServerStats {
 		TotalConnections:    s.totalConns.Load(),
 		RejectedConnections: s.rejectedConns.Load(),
 		RejectedRequests:    s.rejectedRequests.Load(),
+		AcceptErrors:        s.acceptErrors.Load(),
 		Commands:            s.commands.Load(),
 		NetInputBytes:       s.netInput.Load(),
 		Syncs:               s.syncs.Load(),

@@ -172,6 +172,7 @@ var serveMetricDefs = []struct {
 	{"dedup_serve_connections_total", "Connections accepted or refused.", true, func(s resp.ServerStats) float64 { return float64(s.TotalConnections) }},
 	{"dedup_serve_rejected_connections_total", "Connections refused at --max-clients.", true, func(s resp.ServerStats) float64 { return float64(s.RejectedConnections) }},
 	{"dedup_serve_rejected_requests_total", "Requests over a size limit (each closed its connection).", true, func(s resp.ServerStats) float64 { return float64(s.RejectedRequests) }},
+	{"dedup_serve_accept_errors_total", "Failed accepts, such as running out of file descriptors (ulimit -n).", true, func(s resp.ServerStats) float64 { return float64(s.AcceptErrors) }},
 	{"dedup_serve_commands_total", "Commands served.", true, func(s resp.ServerStats) float64 { return float64(s.Commands) }},
 	{"dedup_serve_net_input_bytes_total", "Bytes read from clients.", true, func(s resp.ServerStats) float64 { return float64(s.NetInputBytes) }},
 	{"dedup_serve_fsync_commits_total", "Commits requested for --fsync always replies.", true, func(s resp.ServerStats) float64 { return float64(s.Syncs) }},
