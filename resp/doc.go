@@ -66,7 +66,9 @@
 // # Limits
 //
 // A server is safe to expose to its network: [Config.RequirePass] makes
-// every connection AUTH first (compared in constant time); MaxClients
+// every connection AUTH first (compared in constant time), and without it
+// only loopback clients are served (protected mode, as Redis, unless
+// [Config.Unprotected]); MaxClients
 // bounds the connections, MaxArgSize, MaxArgs and MaxCommandSize bound a
 // request before it is buffered (a request over them, or a malformed one,
 // is answered an error and its connection closed, while every other

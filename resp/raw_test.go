@@ -196,3 +196,61 @@ func TestManyClients(t *testing.T) {
 		})
 	}
 }
+
+// remoteListener reports every connection it accepts as coming from
+// 192.0.2.7 (TEST-NET-1): the connections are real loopback ones, since
+// tests listen on 127.0.0.1 only.
+type remoteListener struct{ net.Listener }
+
+func (l remoteListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return remoteConn{c}, nil
+}
+
+type remoteConn struct{ net.Conn }
+
+func (remoteConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 40000}
+}
+
+// TestProtectedMode: a server without a password used to serve any
+// address it listened on (--listen 0.0.0.0 only printed a warning), so
+// anyone who reached it could mark keys and drop other people's events.
+// Without RequirePass it now serves loopback clients only, as Redis's
+// protected mode, unless Unprotected says otherwise.
+func TestProtectedMode(t *testing.T) {
+	serve := func(cfg resp.Config, remote bool) string {
+		t.Helper()
+		srv, err := resp.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		if remote {
+			ln = remoteListener{ln}
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ln) }()
+		defer func() { srv.Shutdown(); <-done }()
+		return raw(t, addr, "PING\r\nQUIT\r\n")
+	}
+	if got := serve(resp.Config{}, true); !strings.HasPrefix(got, "-DENIED ") {
+		t.Errorf("remote client without a password configured: %q, want -DENIED", got)
+	}
+	if got := serve(resp.Config{}, false); got != "+PONG\r\n+OK\r\n" {
+		t.Errorf("loopback client without a password configured: %q", got)
+	}
+	if got := serve(resp.Config{RequirePass: "pw"}, true); !strings.HasPrefix(got, "-NOAUTH") {
+		t.Errorf("remote client with a password configured: %q, want -NOAUTH", got)
+	}
+	if got := serve(resp.Config{Unprotected: true}, true); got != "+PONG\r\n+OK\r\n" {
+		t.Errorf("remote client, unprotected: %q", got)
+	}
+}

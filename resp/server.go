@@ -62,6 +62,14 @@ type Config struct {
 	// other command. Default "" (no password).
 	RequirePass string
 
+	// Unprotected serves clients from every address when RequirePass is
+	// empty. By default a server without a password is in protected mode,
+	// as Redis: a connection from an address other than loopback is
+	// answered -DENIED and closed, so that a server listening beyond the
+	// machine by mistake lets no one mark keys (and so drop events).
+	// Default false.
+	Unprotected bool
+
 	// CommitKeys makes a table commit early, under FsyncEverySec, once
 	// this many keys were answered New since its last commit: it bounds
 	// the memory of keys in flight (and what a crash can lose) when the
@@ -314,9 +322,41 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
 		return false
 	}
+	if s.cfg.RequirePass == "" && !s.cfg.Unprotected && !isLocal(conn.NetConn().RemoteAddr()) {
+		s.clients.Add(-1)
+		s.rejectedConns.Add(1)
+		nc := conn.NetConn()
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write([]byte(deniedMsg))
+		return false
+	}
 	cl := &client{id: s.nextID.Add(1), authed: s.cfg.RequirePass == ""}
 	conn.SetContext(cl)
 	return true
+}
+
+// deniedMsg answers a client from another host in protected mode.
+const deniedMsg = "-DENIED dedup serve is in protected mode: no password is set, so only " +
+	"loopback clients are served. Set a password (--requirepass) and AUTH with it, or turn " +
+	"protected mode off (--protected-mode=false) to serve every address without one.\r\n"
+
+// isLocal reports whether a client's address is loopback, or not an IP
+// address at all (a Unix socket).
+func isLocal(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UDPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // closed is called once a served connection is gone.

@@ -19,6 +19,7 @@ type serveConfig struct {
 	engine           engineFlags
 	fsync            string
 	requirepass      string
+	protectedMode    bool
 	maxClients       int
 	maxArgSize       int
 	metrics          string
@@ -60,6 +61,7 @@ func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
 	c.engine.register(fs, tuneUsage)
 	fs.StringVar(&c.fsync, "fsync", resp.FsyncEverySec, "durability: always, everysec or no")
 	fs.StringVar(&c.requirepass, "requirepass", "", "clients must AUTH with `SECRET` first (default $DEDUP_REQUIREPASS; none if unset)")
+	fs.BoolVar(&c.protectedMode, "protected-mode", true, "without --requirepass, serve loopback clients only (others are answered -DENIED), as Redis")
 	fs.IntVar(&c.maxClients, "max-clients", 10000, "serve at most `N` connections at once")
 	fs.IntVar(&c.maxArgSize, "max-arg-size", 1<<20, "refuse (and disconnect) a request with an argument over `BYTES`")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
@@ -93,6 +95,7 @@ func runServe(e *env, args []string) error {
 		Fsync:            c.fsync,
 		SnapshotInterval: c.snapshotInterval,
 		RequirePass:      c.requirepass,
+		Unprotected:      !c.protectedMode,
 		MaxClients:       c.maxClients,
 		MaxArgSize:       c.maxArgSize,
 		Logf: func(format string, args ...any) {
@@ -120,7 +123,11 @@ func runServe(e *env, args []string) error {
 		}
 	}
 	if host, _, _ := net.SplitHostPort(c.listen); !isLoopback(host) && c.requirepass == "" {
-		fmt.Fprintf(e.stderr, "dedup serve: warning: listening on %s without --requirepass: anyone who reaches it can write keys\n", c.listen)
+		if c.protectedMode {
+			fmt.Fprintf(e.stderr, "dedup serve: protected mode: listening on %s without --requirepass, so clients from other hosts are refused (-DENIED); set --requirepass, or --protected-mode=false on a trusted network\n", c.listen)
+		} else {
+			fmt.Fprintf(e.stderr, "dedup serve: warning: listening on %s without --requirepass and with --protected-mode=false: anyone who reaches it can mark keys\n", c.listen)
+		}
 	}
 	state := c.state
 	if state == "" {
