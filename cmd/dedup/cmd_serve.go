@@ -105,16 +105,19 @@ func runServe(e *env, args []string) error {
 	if err := cfg.EnsureDefaults().Validate(); err != nil {
 		return usageErr(err)
 	}
+	// Listen first: a port in use fails at once, without opening (or
+	// creating) the state.
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	srv, err := resp.New(cfg)
 	if err != nil {
+		ln.Close()
 		if c.state != "" {
 			return stateErr(c.state, err)
 		}
 		return err
-	}
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return errors.Join(fmt.Errorf("serve: %w", err), srv.Shutdown())
 	}
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {

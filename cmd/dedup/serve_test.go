@@ -2,9 +2,13 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,4 +244,23 @@ func TestServe(t *testing.T) {
 			t.Errorf("INFO dedup after restart: %v\n%s", err, info)
 		}
 	})
+}
+
+// TestServeListenInUseLeavesNoState: `dedup serve` opened (and so
+// created) its state directory before listening, so a port in use left a
+// new empty state behind, after paying for opening a large one.
+func TestServeListenInUseLeavesNoState(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	state := filepath.Join(t.TempDir(), "state")
+	code, _, stderr := runCmd(t, "", "serve", "--listen", ln.Addr().String(), "--state", state)
+	if code != 1 || !strings.Contains(stderr, "address already in use") {
+		t.Errorf("port in use: exit %d, %q; want 1 and the listen error", code, stderr)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after failing to listen, %s: %v; want it absent", state, err)
+	}
 }
