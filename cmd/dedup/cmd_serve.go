@@ -77,6 +77,16 @@ func runServe(e *env, args []string) error {
 	if c.requirepass == "" {
 		c.requirepass = os.Getenv("DEDUP_REQUIREPASS")
 	}
+	// The server's config reads zero as "the default": refuse it here,
+	// under the flag's name, rather than serve 10000 clients for a 0.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-clients", c.maxClients}, {"max-arg-size", c.maxArgSize}} {
+		if f.v < 1 {
+			return usagef("serve: --%s must be at least 1, got %d", f.name, f.v)
+		}
+	}
 	if c.snapshotInterval <= 0 {
 		return usagef("serve: --snapshot-interval must be positive, got %v", c.snapshotInterval)
 	}

@@ -264,3 +264,23 @@ func TestServeListenInUseLeavesNoState(t *testing.T) {
 		t.Errorf("after failing to listen, %s: %v; want it absent", state, err)
 	}
 }
+
+// TestServeZeroLimitFlagsRefused: --max-clients 0 and --max-arg-size 0
+// were silently replaced by the defaults (10000 clients, 1 MiB) since the
+// server's config reads zero as "default"; a negative one was refused
+// under the config field's name, not the flag's.
+func TestServeZeroLimitFlagsRefused(t *testing.T) {
+	for _, flag := range []string{"--max-clients", "--max-arg-size"} {
+		for _, v := range []string{"0", "-1"} {
+			// A server that starts anyway stops at once on this SIGTERM.
+			sigs := make(chan os.Signal, 1)
+			sigs <- syscall.SIGTERM
+			var errb strings.Builder
+			e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &errb, sigs: sigs}
+			code, stderr := run(e, []string{"serve", "--listen", "127.0.0.1:0", flag, v}), errb.String()
+			if code != 2 || !strings.Contains(stderr, flag+" must be at least 1, got "+v) {
+				t.Errorf("%s %s: exit %d, %q; want a usage error naming the flag", flag, v, code, stderr)
+			}
+		}
+	}
+}
