@@ -22,6 +22,7 @@ type serveConfig struct {
 	protectedMode    bool
 	maxClients       int
 	maxArgSize       int
+	maxTables        int
 	metrics          string
 	snapshotInterval time.Duration
 }
@@ -64,6 +65,7 @@ func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.protectedMode, "protected-mode", true, "without --requirepass, serve loopback clients only (others are answered -DENIED), as Redis")
 	fs.IntVar(&c.maxClients, "max-clients", 10000, "serve at most `N` connections at once")
 	fs.IntVar(&c.maxArgSize, "max-arg-size", 1<<20, "refuse (and disconnect) a request with an argument over `BYTES`")
+	fs.IntVar(&c.maxTables, "max-tables", 64, "serve at most `N` tables (BF.* and DEDUP.* names, the default one included): each is an engine")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "snapshot every table's filters every `DURATION` (under --fsync no, commit too)")
 	return fs, c
@@ -82,7 +84,7 @@ func runServe(e *env, args []string) error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"max-clients", c.maxClients}, {"max-arg-size", c.maxArgSize}} {
+	}{{"max-clients", c.maxClients}, {"max-arg-size", c.maxArgSize}, {"max-tables", c.maxTables}} {
 		if f.v < 1 {
 			return usagef("serve: --%s must be at least 1, got %d", f.name, f.v)
 		}
@@ -108,6 +110,7 @@ func runServe(e *env, args []string) error {
 		Unprotected:      !c.protectedMode,
 		MaxClients:       c.maxClients,
 		MaxArgSize:       c.maxArgSize,
+		MaxTables:        c.maxTables,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(e.stderr, "dedup serve: "+format+"\n", args...)
 		},

@@ -284,3 +284,69 @@ func TestServeZeroLimitFlagsRefused(t *testing.T) {
 		}
 	}
 }
+// serveInProcess runs `dedup serve args...` in this process on a free
+// loopback port; stop sends it SIGTERM and returns its exit status and
+// stderr.
+func serveInProcess(t *testing.T, args ...string) (addr string, stop func() (int, string)) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	sigs := make(chan os.Signal, 1)
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, sigs: sigs}
+	code := make(chan int, 1)
+	go func() {
+		code <- run(e, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...))
+		pw.Close()
+	}()
+	var stderr strings.Builder
+	r := bufio.NewReader(pr)
+	for addr == "" {
+		line, err := r.ReadString('\n')
+		stderr.WriteString(line)
+		if err != nil {
+			t.Fatalf("dedup serve did not start: exit %d\n%s", <-code, stderr.String())
+		}
+		if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			addr, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	rest := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		rest <- string(b)
+	}()
+	stopped := false
+	stop = func() (int, string) {
+		stopped = true
+		sigs <- syscall.SIGTERM
+		c := <-code
+		return c, stderr.String() + <-rest
+	}
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
+		}
+	})
+	return addr, stop
+}
+
+// TestServeMaxTablesFlag: the error of a table past the limit said
+// "max-tables is 64", but no flag set it.
+func TestServeMaxTablesFlag(t *testing.T) {
+	addr, stop := serveInProcess(t, "--max-tables", "2")
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Do(t.Context(), "BF.ADD", "t1", "a").Err(); err != nil {
+		t.Fatalf("BF.ADD to a second table: %v", err)
+	}
+	err := c.Do(t.Context(), "BF.ADD", "t2", "a").Err()
+	if err == nil || !strings.Contains(err.Error(), "max-tables is 2") {
+		t.Errorf("BF.ADD to a third table: %v, want max-tables is 2", err)
+	}
+	if code, stderr := stop(); code != 0 {
+		t.Errorf("exit %d after SIGTERM\n%s", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", "serve", "--max-tables", "0"); code != 2 || !strings.Contains(stderr, "--max-tables must be at least 1") {
+		t.Errorf("--max-tables 0: exit %d, %s; want a usage error naming it", code, stderr)
+	}
+}
+
