@@ -72,6 +72,7 @@
 // bounds the connections, MaxArgSize, MaxArgs and MaxCommandSize bound a
 // request before it is buffered (a request over them, or a malformed one,
 // is answered an error and its connection closed, while every other
-// connection is served on), MaxPendingReplies bounds the replies a
-// pipeline buffers, MaxTables the engines a client can create.
+// connection is served on), MaxReplyBuffer the replies queued for a
+// client that has not read them yet, MaxTables the engines a client can
+// create.
 package resp

@@ -254,3 +254,59 @@ func TestProtectedMode(t *testing.T) {
 		t.Errorf("remote client, unprotected: %q", got)
 	}
 }
+
+// TestBigPipelineDoesNotDeadlock: go-redis and redis-py write a whole
+// pipeline before they read a reply. The server wrote its replies as it
+// read the commands, blocking once the client's socket buffers were full,
+// and so stopped reading: a pipeline whose requests and replies both
+// outgrow the socket buffers (a few MB) hung until a timeout broke the
+// connection, where Redis serves it. Replies now queue (up to
+// MaxReplyBuffer) while the server reads on.
+func TestBigPipelineDoesNotDeadlock(t *testing.T) {
+	_, addr := start(t, resp.Config{})
+	c := client(t, addr)
+	const calls, size = 8000, 4096 // 32 MiB each way
+	arg := strings.Repeat("x", size)
+	pipe := c.Pipeline()
+	for range calls {
+		pipe.Echo(t.Context(), arg)
+	}
+	cmds, err := pipe.Exec(t.Context())
+	if err != nil {
+		t.Fatalf("pipeline of %d ECHO of %d bytes: %v", calls, size, err)
+	}
+	for i, cmd := range cmds {
+		if v, _ := cmd.(*redis.StringCmd).Result(); v != arg {
+			t.Fatalf("reply %d: %d bytes, want the %d sent", i, len(v), size)
+		}
+	}
+}
+
+// TestReplyBufferBounded: the replies queued for a client that does not
+// read them are bounded: past MaxReplyBuffer the server stops reading the
+// client, and a client that reads nothing for WriteTimeout is cut off, so
+// a pipeline of 64 MiB never read cannot make the server hold 64 MiB.
+func TestReplyBufferBounded(t *testing.T) {
+	srv, addr := start(t, resp.Config{MaxReplyBuffer: 1 << 20, WriteTimeout: time.Second})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := []byte(fmt.Sprintf("*2\r\n$4\r\nECHO\r\n$4096\r\n%s\r\n", strings.Repeat("x", 4096)))
+	_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	var sent int
+	for sent < 64<<20 {
+		n, err := c.Write(cmd)
+		sent += n
+		if err != nil {
+			break
+		}
+	}
+	if sent >= 64<<20 {
+		t.Fatalf("the server read %d bytes of requests whose replies were never read", sent)
+	}
+	if got := srv.Stats().NetInputBytes; got > 32<<20 {
+		t.Errorf("the server read %d bytes before it stopped reading", got)
+	}
+}

@@ -96,6 +96,13 @@ type Config struct {
 	// their commit) before more commands are served. Default 1024.
 	MaxPendingReplies int
 
+	// MaxReplyBuffer bounds the reply bytes a connection keeps queued for
+	// a client that is not reading them yet. Clients such as go-redis and
+	// redis-py send a whole pipeline before they read a reply: the server
+	// reads on while the replies wait, up to this bound, past which it
+	// stops reading the connection until the client reads. Default 64 MiB.
+	MaxReplyBuffer int
+
 	// MaxTables bounds the tables, the default one included: each is an
 	// engine with its own memory and store. Default 64.
 	MaxTables int
@@ -138,6 +145,9 @@ func (c *Config) EnsureDefaults() *Config {
 	if c.MaxTables == 0 {
 		c.MaxTables = 64
 	}
+	if c.MaxReplyBuffer == 0 {
+		c.MaxReplyBuffer = 64 << 20
+	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
@@ -159,7 +169,7 @@ func (c *Config) Validate() error {
 	}{
 		{"MaxClients", c.MaxClients}, {"MaxArgSize", c.MaxArgSize}, {"MaxArgs", c.MaxArgs},
 		{"MaxCommandSize", c.MaxCommandSize}, {"MaxPendingReplies", c.MaxPendingReplies},
-		{"MaxTables", c.MaxTables}, {"CommitKeys", c.CommitKeys},
+		{"MaxTables", c.MaxTables}, {"CommitKeys", c.CommitKeys}, {"MaxReplyBuffer", c.MaxReplyBuffer},
 	} {
 		if f.v < 1 {
 			bad = append(bad, fmt.Sprintf("%s %d < 1", f.name, f.v))
@@ -296,7 +306,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.delay = 0
-	return &limitConn{Conn: c, srv: l.srv}, nil
+	lc := &limitConn{Conn: c, srv: l.srv}
+	lc.out.init(c, l.srv.cfg.MaxReplyBuffer, l.srv.cfg.WriteTimeout)
+	return lc, nil
 }
 
 // client is the state of one connection.
