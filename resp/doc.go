@@ -72,7 +72,8 @@
 // bounds the connections, MaxArgSize, MaxArgs and MaxCommandSize bound a
 // request before it is buffered (a request over them, or a malformed one,
 // is answered an error and its connection closed, while every other
-// connection is served on), MaxReplyBuffer the replies queued for a
+// connection is served on; the commands read with a malformed one are
+// dropped unrun), MaxReplyBuffer the replies queued for a
 // client that has not read them yet, MaxTables the engines a client can
 // create.
 package resp
