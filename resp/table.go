@@ -137,15 +137,23 @@ func (s *Server) readTableOptions(name string) (opts TableOptions, ok bool, err 
 	if s.cfg.Dir == "" {
 		return opts, false, nil
 	}
-	b, err := os.ReadFile(filepath.Join(s.cfg.Dir, name, tableFile))
+	return ReadTableOptions(s.cfg.Dir, name)
+}
+
+// ReadTableOptions reads the options table was created with under the
+// state root (a restart reopens it with them); ok is false when the table
+// does not exist there. `dedup serve` adopts the default table's rate and
+// false-positive target from it when no flag sets them.
+func ReadTableOptions(root, table string) (opts TableOptions, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(root, table, tableFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return opts, false, nil
 	}
 	if err != nil {
-		return opts, false, fmt.Errorf("resp: table %q: %w", name, err)
+		return opts, false, fmt.Errorf("resp: table %q: %w", table, err)
 	}
 	if err := json.Unmarshal(b, &opts); err != nil {
-		return opts, false, fmt.Errorf("resp: table %q: %s: %w", name, tableFile, err)
+		return opts, false, fmt.Errorf("resp: table %q: %s: %w", table, tableFile, err)
 	}
 	return opts, true, nil
 }

@@ -97,8 +97,22 @@ func runServe(e *env, args []string) error {
 		// The default table keeps the shape it was created with; a flag
 		// that contradicts it is an error naming both.
 		dir := resp.EngineDir(c.state, resp.DefaultTable)
-		if err := adoptState(dir, explicitFlags(fs), &opts); err != nil {
+		explicit := explicitFlags(fs)
+		if err := adoptState(dir, explicit, &opts); err != nil {
 			return err
+		}
+		// The rate and the false-positive target size the filters of the
+		// generations to come: a flag retunes them, no flag keeps them as
+		// the table was sized, as a named table keeps its BF.RESERVE.
+		have, ok, err := resp.ReadTableOptions(c.state, resp.DefaultTable)
+		if err != nil {
+			return stateErr(c.state, err)
+		}
+		if ok && !explicit["rate"] {
+			opts.ExpectedRate = have.ExpectedRate
+		}
+		if ok && !explicit["fp"] {
+			opts.FalsePositiveRate = have.FalsePositiveRate
 		}
 	}
 	cfg := resp.Config{

@@ -284,6 +284,7 @@ func TestServeZeroLimitFlagsRefused(t *testing.T) {
 		}
 	}
 }
+
 // serveInProcess runs `dedup serve args...` in this process on a free
 // loopback port; stop sends it SIGTERM and returns its exit status and
 // stderr.
@@ -350,3 +351,36 @@ func TestServeMaxTablesFlag(t *testing.T) {
 	}
 }
 
+// TestServeRestartKeepsTableSizing: a restart without --rate and --fp
+// rewrote the default table's options with the flags' defaults, so a
+// table sized for 100000 keys/s at 0.1% came back sized for 10000 keys/s
+// at 1%, ten times the false positives (dropped events, in probabilistic
+// mode), while named tables kept theirs. Unset, they now come from the
+// state; set, they retune it.
+func TestServeRestartKeepsTableSizing(t *testing.T) {
+	dir := t.TempDir()
+	stats := func(args ...string) string {
+		t.Helper()
+		addr, stop := serveInProcess(t, append([]string{"--state", dir}, args...)...)
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		v, err := c.Do(t.Context(), "DEDUP.STATS", "default").Result()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, stderr := stop(); code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr)
+		}
+		return fmt.Sprint(v)
+	}
+	want := "capacity 360000000 false_positive_rate 0.001"
+	if got := stats("--rate", "100000", "--fp", "0.001"); !strings.Contains(got, want) {
+		t.Fatalf("first run: %s, want %s", got, want)
+	}
+	if got := stats(); !strings.Contains(got, want) {
+		t.Errorf("restart without --rate and --fp: %s, want %s", got, want)
+	}
+	if got := stats("--fp", "0.002"); !strings.Contains(got, "capacity 360000000 false_positive_rate 0.002") {
+		t.Errorf("restart with --fp 0.002: %s", got)
+	}
+}
