@@ -181,7 +181,9 @@ func (s *Server) Info(sections ...string) string {
 	if section("Keyspace") {
 		for _, t := range tables {
 			if t.Name == DefaultTable {
-				line("db0", fmt.Sprintf("keys=%d,expires=%d,avg_ttl=0", t.Stats.FilterKeys, t.Stats.FilterKeys))
+				// As DBSIZE: the keys committed and those in flight.
+				n := t.Stats.FilterKeys + uint64(max(t.Stats.InFlightKeys, 0))
+				line("db0", fmt.Sprintf("keys=%d,expires=%d,avg_ttl=0", n, n))
 			}
 		}
 	}

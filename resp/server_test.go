@@ -445,3 +445,22 @@ func TestMultiExecBounded(t *testing.T) {
 		t.Errorf("oversized transaction:\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestKeyspaceCountsInFlight: INFO's keyspace line counted the committed
+// keys only, while DBSIZE counts the keys in flight too: right after a
+// SETNX the two disagreed.
+func TestKeyspaceCountsInFlight(t *testing.T) {
+	srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	c := client(t, addr)
+	for _, k := range []string{"a", "b", "c"} {
+		if err := c.SetNX(ctx, k, 1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 3 {
+		t.Fatalf("DBSIZE = %d, %v; want 3", n, err)
+	}
+	if info := srv.Info("keyspace"); !strings.Contains(info, "db0:keys=3,") {
+		t.Errorf("INFO keyspace = %q, want db0:keys=3", info)
+	}
+}
