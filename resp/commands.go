@@ -73,7 +73,17 @@ func (s *Server) dispatch(conn redcon.Conn, cl *client, cmd redcon.Command) {
 			return
 		}
 	}
+	if cl.tx != nil {
+		switch string(name) {
+		case "exec", "discard", "multi", "watch", "quit":
+		default:
+			s.queueCommand(conn, cl, string(name), args)
+			return
+		}
+	}
 	switch string(name) {
+	case "multi", "exec", "discard", "watch", "unwatch":
+		s.cmdMulti(conn, cl, string(name), args)
 	case "set":
 		s.cmdSet(conn, cl, args)
 	case "setnx":
@@ -168,15 +178,20 @@ func (s *Server) dispatch(conn redcon.Conn, cl *client, cmd redcon.Command) {
 		cl.closed = true
 		conn.Close()
 	default:
-		var b strings.Builder
-		for i, a := range args[1:] {
-			if i == 3 {
-				break
-			}
-			b.WriteString(quote(a) + " ")
-		}
-		conn.WriteError(fmt.Sprintf("ERR unknown command %s, with args beginning with: %s", quote(args[0]), b.String()))
+		s.unknownCommand(conn, args)
 	}
+}
+
+// unknownCommand answers a command the server does not know, as Redis.
+func (s *Server) unknownCommand(conn redcon.Conn, args [][]byte) {
+	var b strings.Builder
+	for i, a := range args[1:] {
+		if i == 3 {
+			break
+		}
+		b.WriteString(quote(a) + " ")
+	}
+	conn.WriteError(fmt.Sprintf("ERR unknown command %s, with args beginning with: %s", quote(args[0]), b.String()))
 }
 
 // cmdAuth checks the password in constant time (over the hashes, so the

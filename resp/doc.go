@@ -38,7 +38,9 @@
 // And the connection commands clients send: PING, ECHO, AUTH, HELLO (an
 // error: RESP2 only, clients fall back), SELECT 0, CLIENT
 // SETNAME|GETNAME|SETINFO|ID, COMMAND (empty), CONFIG GET (a few
-// parameters), INFO, QUIT.
+// parameters), INFO, QUIT, and MULTI/EXEC/DISCARD (redis-py's default
+// pipeline): EXEC runs the queued commands in order, not isolated from
+// other connections, and a command refused while queuing aborts them all.
 //
 // # Durability
 //
@@ -64,10 +66,14 @@
 // # Limits
 //
 // A server is safe to expose to its network: [Config.RequirePass] makes
-// every connection AUTH first (compared in constant time); MaxClients
+// every connection AUTH first (compared in constant time), and without it
+// only loopback clients are served (protected mode, as Redis, unless
+// [Config.Unprotected]); MaxClients
 // bounds the connections, MaxArgSize, MaxArgs and MaxCommandSize bound a
 // request before it is buffered (a request over them, or a malformed one,
 // is answered an error and its connection closed, while every other
-// connection is served on), MaxPendingReplies bounds the replies a
-// pipeline buffers, MaxTables the engines a client can create.
+// connection is served on; the commands read with a malformed one are
+// dropped unrun), MaxReplyBuffer the replies queued for a
+// client that has not read them yet, MaxTables the engines a client can
+// create.
 package resp

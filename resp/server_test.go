@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -360,5 +362,105 @@ func TestAuth(t *testing.T) {
 	user := client(t, addr, func(o *redis.Options) { o.Username, o.Password = "default", "s3cret" })
 	if ok, err := user.SetNX(ctx, "k", 1, 0).Result(); err != nil || ok {
 		t.Errorf("SETNX with AUTH default = %v, %v; want false", ok, err)
+	}
+}
+
+// TestReserveRefusedLeavesNoTable: a BF.RESERVE the engine refuses (here
+// filters too large for a 1e-300 error rate) used to leave its table.json
+// behind, so the name answered "item exists" to every later BF.RESERVE and
+// an engine error to every BF.ADD, for good: the state kept the refused
+// options across restarts.
+func TestReserveRefusedLeavesNoTable(t *testing.T) {
+	dir := t.TempDir()
+	_, addr := start(t, resp.Config{Dir: dir})
+	c := client(t, addr)
+	for _, capacity := range []string{"100", "99999999999999999"} {
+		if err := c.Do(ctx, "BF.RESERVE", "t", "1e-300", capacity).Err(); err == nil {
+			t.Fatalf("BF.RESERVE t 1e-300 %s succeeded", capacity)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "t")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after a refused BF.RESERVE (capacity %s), %s/t: %v; want it absent", capacity, dir, err)
+		}
+	}
+	if err := c.Do(ctx, "BF.RESERVE", "t", "0.01", 100).Err(); err != nil {
+		t.Fatalf("BF.RESERVE t 0.01 100 after a refused one: %v", err)
+	}
+	if got, err := c.Do(ctx, "BF.ADD", "t", "a").Result(); err != nil || got != int64(1) {
+		t.Errorf("BF.ADD t a = %v, %v; want 1", got, err)
+	}
+}
+
+// TestMultiExec: MULTI/EXEC is what redis-py's pipeline() sends by default
+// and go-redis's TxPipeline always. The server used to answer MULTI and
+// EXEC "unknown command" and run the commands between them one by one: the
+// client saw its transaction fail while its keys were marked, so its retry
+// dropped every event of the batch as a duplicate.
+func TestMultiExec(t *testing.T) {
+	_, addr := start(t, resp.Config{})
+	c := client(t, addr)
+	var setA, setA2 *redis.BoolCmd
+	var bf *redis.BoolCmd
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		setA = p.SetNX(ctx, "a", 1, time.Minute)
+		setA2 = p.SetNX(ctx, "a", 1, 0)
+		bf = p.BFAdd(ctx, "t", "x")
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("TxPipelined: %v", err)
+	}
+	if setA.Val() != true || setA2.Val() != false || bf.Val() != true {
+		t.Errorf("in MULTI: SetNX a = %v, SetNX a = %v, BF.ADD t x = %v; want true false true",
+			setA.Val(), setA2.Val(), bf.Val())
+	}
+
+	// An error while queuing discards the transaction: nothing is marked.
+	got := raw(t, addr, "MULTI\r\nSETNX b 1\r\nNOSUCH x\r\nSETNX c\r\nEXEC\r\nSETNX b 1\r\nEXEC\r\nDISCARD\r\nQUIT\r\n")
+	want := "+OK\r\n+QUEUED\r\n-ERR unknown command 'NOSUCH', with args beginning with: 'x' \r\n" +
+		"-ERR wrong number of arguments for 'setnx' command\r\n" +
+		"-EXECABORT Transaction discarded because of previous errors.\r\n" +
+		":1\r\n-ERR EXEC without MULTI\r\n-ERR DISCARD without MULTI\r\n+OK\r\n"
+	if got != want {
+		t.Errorf("aborted transaction:\n got %q\nwant %q", got, want)
+	}
+	// DISCARD drops what was queued; nested MULTI and WATCH are refused
+	// without aborting.
+	got = raw(t, addr, "MULTI\r\nSETNX d 1\r\nDISCARD\r\nSETNX d 1\r\nMULTI\r\nMULTI\r\nWATCH d\r\nSETNX d 1\r\nSETNX e 1\r\nEXEC\r\nQUIT\r\n")
+	want = "+OK\r\n+QUEUED\r\n+OK\r\n:1\r\n+OK\r\n-ERR MULTI calls can not be nested\r\n" +
+		"-ERR WATCH inside MULTI is not allowed\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:0\r\n:1\r\n+OK\r\n"
+	if got != want {
+		t.Errorf("DISCARD and nesting:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestMultiExecBounded: a transaction is held until EXEC, so it is bounded
+// like one command; past the bound it is aborted, one error per command.
+func TestMultiExecBounded(t *testing.T) {
+	_, addr := start(t, resp.Config{MaxCommandSize: 20})
+	got := raw(t, addr, "MULTI\r\nSETNX aaaa 1\r\nSETNX bbbb 1\r\nSETNX cccc 1\r\nEXEC\r\nSETNX aaaa 1\r\nQUIT\r\n")
+	want := "+OK\r\n+QUEUED\r\n+QUEUED\r\n" +
+		"-ERR transaction of more than 30 bytes exceeds max-command-size 20\r\n" +
+		"-EXECABORT Transaction discarded because of previous errors.\r\n:1\r\n+OK\r\n"
+	if got != want {
+		t.Errorf("oversized transaction:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestKeyspaceCountsInFlight: INFO's keyspace line counted the committed
+// keys only, while DBSIZE counts the keys in flight too: right after a
+// SETNX the two disagreed.
+func TestKeyspaceCountsInFlight(t *testing.T) {
+	srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	c := client(t, addr)
+	for _, k := range []string{"a", "b", "c"} {
+		if err := c.SetNX(ctx, k, 1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 3 {
+		t.Fatalf("DBSIZE = %d, %v; want 3", n, err)
+	}
+	if info := srv.Info("keyspace"); !strings.Contains(info, "db0:keys=3,") {
+		t.Errorf("INFO keyspace = %q, want db0:keys=3", info)
 	}
 }

@@ -138,15 +138,23 @@ func (s *Server) readTableOptions(name string) (opts TableOptions, ok bool, err 
 	if s.cfg.Dir == "" {
 		return opts, false, nil
 	}
-	b, err := os.ReadFile(filepath.Join(s.cfg.Dir, name, tableFile))
+	return ReadTableOptions(s.cfg.Dir, name)
+}
+
+// ReadTableOptions reads the options table was created with under the
+// state root (a restart reopens it with them); ok is false when the table
+// does not exist there. `dedup serve` adopts the default table's rate and
+// false-positive target from it when no flag sets them.
+func ReadTableOptions(root, table string) (opts TableOptions, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(root, table, tableFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return opts, false, nil
 	}
 	if err != nil {
-		return opts, false, fmt.Errorf("resp: table %q: %w", name, err)
+		return opts, false, fmt.Errorf("resp: table %q: %w", table, err)
 	}
 	if err := json.Unmarshal(b, &opts); err != nil {
-		return opts, false, fmt.Errorf("resp: table %q: %s: %w", name, tableFile, err)
+		return opts, false, fmt.Errorf("resp: table %q: %s: %w", table, tableFile, err)
 	}
 	return opts, true, nil
 }
@@ -195,28 +203,48 @@ func syncDir(dir string) error {
 }
 
 // openTable opens (creating if need be) the engine of table name with
-// opts and records opts beside it.
+// opts and records opts beside it. A table it creates and the engine then
+// refuses (options out of range, filters too large) leaves nothing on
+// disk, so that the name is free for a BF.RESERVE that works.
 func (s *Server) openTable(name string, opts TableOptions) (*table, error) {
 	eo := s.engineOptions(name, opts)
+	if err := eo.Validate(); err != nil {
+		return nil, fmt.Errorf("resp: table %q: %w", name, err)
+	}
+	created := false
 	if eo.Dir != "" {
 		// Shards, generations and the filter are the state's own: a table
 		// created under other server defaults reopens as it was made.
 		if have, err := dedup.StateOptions(eo.Dir); err == nil {
 			eo.Shards, eo.Generations, eo.Filter = have.Shards, have.Generations, have.Filter
 		}
+		_, err := os.Lstat(filepath.Join(s.cfg.Dir, name))
+		created = errors.Is(err, os.ErrNotExist)
 	}
 	if err := s.writeTableOptions(name, opts); err != nil {
-		return nil, err
+		return nil, errors.Join(err, s.removeCreated(name, created))
 	}
 	eng, err := dedup.Open(eo)
 	if err != nil {
-		return nil, fmt.Errorf("resp: table %q: %w", name, err)
+		return nil, errors.Join(fmt.Errorf("resp: table %q: %w", name, err), s.removeCreated(name, created))
 	}
 	t := &table{name: name, opts: opts, eng: eng, commitKeys: int64(s.cfg.CommitKeys)}
 	if s.cfg.Fsync == FsyncEverySec {
 		t.kick = s.kickCommit
 	}
 	return t, nil
+}
+
+// removeCreated removes the directory of table name when openTable
+// created it, so that a table the engine refused leaves no trace.
+func (s *Server) removeCreated(name string, created bool) error {
+	if !created {
+		return nil
+	}
+	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, name)); err != nil {
+		return fmt.Errorf("resp: table %q: removing what a failed open created: %w", name, err)
+	}
+	return nil
 }
 
 // lookup returns the open table name, opening it from disk if it exists

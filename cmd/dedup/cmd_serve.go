@@ -19,8 +19,10 @@ type serveConfig struct {
 	engine           engineFlags
 	fsync            string
 	requirepass      string
+	protectedMode    bool
 	maxClients       int
 	maxArgSize       int
+	maxTables        int
 	metrics          string
 	snapshotInterval time.Duration
 }
@@ -60,8 +62,10 @@ func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
 	c.engine.register(fs, tuneUsage)
 	fs.StringVar(&c.fsync, "fsync", resp.FsyncEverySec, "durability: always, everysec or no")
 	fs.StringVar(&c.requirepass, "requirepass", "", "clients must AUTH with `SECRET` first (default $DEDUP_REQUIREPASS; none if unset)")
+	fs.BoolVar(&c.protectedMode, "protected-mode", true, "without --requirepass, serve loopback clients only (others are answered -DENIED), as Redis")
 	fs.IntVar(&c.maxClients, "max-clients", 10000, "serve at most `N` connections at once")
 	fs.IntVar(&c.maxArgSize, "max-arg-size", 1<<20, "refuse (and disconnect) a request with an argument over `BYTES`")
+	fs.IntVar(&c.maxTables, "max-tables", 64, "serve at most `N` tables (BF.* and DEDUP.* names, the default one included): each is an engine")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "snapshot every table's filters every `DURATION` (under --fsync no, commit too)")
 	return fs, c
@@ -74,6 +78,16 @@ func runServe(e *env, args []string) error {
 	}
 	if c.requirepass == "" {
 		c.requirepass = os.Getenv("DEDUP_REQUIREPASS")
+	}
+	// The server's config reads zero as "the default": refuse it here,
+	// under the flag's name, rather than serve 10000 clients for a 0.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-clients", c.maxClients}, {"max-arg-size", c.maxArgSize}, {"max-tables", c.maxTables}} {
+		if f.v < 1 {
+			return usagef("serve: --%s must be at least 1, got %d", f.name, f.v)
+		}
 	}
 	if c.snapshotInterval <= 0 {
 		return usagef("serve: --snapshot-interval must be positive, got %v", c.snapshotInterval)
@@ -91,8 +105,22 @@ func runServe(e *env, args []string) error {
 		// The default table keeps the shape it was created with; a flag
 		// that contradicts it is an error naming both.
 		dir := resp.EngineDir(c.state, resp.DefaultTable)
-		if err := adoptState(dir, explicitFlags(fs), &opts); err != nil {
+		explicit := explicitFlags(fs)
+		if err := adoptState(dir, explicit, &opts); err != nil {
 			return err
+		}
+		// The rate and the false-positive target size the filters of the
+		// generations to come: a flag retunes them, no flag keeps them as
+		// the table was sized, as a named table keeps its BF.RESERVE.
+		have, ok, err := resp.ReadTableOptions(c.state, resp.DefaultTable)
+		if err != nil {
+			return stateErr(c.state, err)
+		}
+		if ok && !explicit["rate"] {
+			opts.ExpectedRate = have.ExpectedRate
+		}
+		if ok && !explicit["fp"] {
+			opts.FalsePositiveRate = have.FalsePositiveRate
 		}
 	}
 	cfg := resp.Config{
@@ -101,8 +129,10 @@ func runServe(e *env, args []string) error {
 		Fsync:            c.fsync,
 		SnapshotInterval: c.snapshotInterval,
 		RequirePass:      c.requirepass,
+		Unprotected:      !c.protectedMode,
 		MaxClients:       c.maxClients,
 		MaxArgSize:       c.maxArgSize,
+		MaxTables:        c.maxTables,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(e.stderr, "dedup serve: "+format+"\n", args...)
 		},
@@ -110,16 +140,19 @@ func runServe(e *env, args []string) error {
 	if err := cfg.EnsureDefaults().Validate(); err != nil {
 		return usageErr(err)
 	}
+	// Listen first: a port in use fails at once, without opening (or
+	// creating) the state.
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	srv, err := resp.New(cfg)
 	if err != nil {
+		ln.Close()
 		if c.state != "" {
 			return stateErr(c.state, err)
 		}
 		return err
-	}
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return errors.Join(fmt.Errorf("serve: %w", err), srv.Shutdown())
 	}
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
@@ -128,7 +161,11 @@ func runServe(e *env, args []string) error {
 		}
 	}
 	if host, _, _ := net.SplitHostPort(c.listen); !isLoopback(host) && c.requirepass == "" {
-		fmt.Fprintf(e.stderr, "dedup serve: warning: listening on %s without --requirepass: anyone who reaches it can write keys\n", c.listen)
+		if c.protectedMode {
+			fmt.Fprintf(e.stderr, "dedup serve: protected mode: listening on %s without --requirepass, so clients from other hosts are refused (-DENIED); set --requirepass, or --protected-mode=false on a trusted network\n", c.listen)
+		} else {
+			fmt.Fprintf(e.stderr, "dedup serve: warning: listening on %s without --requirepass and with --protected-mode=false: anyone who reaches it can mark keys\n", c.listen)
+		}
 	}
 	state := c.state
 	if state == "" {
@@ -180,6 +217,7 @@ var serveMetricDefs = []struct {
 	{"dedup_serve_connections_total", "Connections accepted or refused.", true, func(s resp.ServerStats) float64 { return float64(s.TotalConnections) }},
 	{"dedup_serve_rejected_connections_total", "Connections refused at --max-clients.", true, func(s resp.ServerStats) float64 { return float64(s.RejectedConnections) }},
 	{"dedup_serve_rejected_requests_total", "Requests over a size limit (each closed its connection).", true, func(s resp.ServerStats) float64 { return float64(s.RejectedRequests) }},
+	{"dedup_serve_accept_errors_total", "Failed accepts, such as running out of file descriptors (ulimit -n).", true, func(s resp.ServerStats) float64 { return float64(s.AcceptErrors) }},
 	{"dedup_serve_commands_total", "Commands served.", true, func(s resp.ServerStats) float64 { return float64(s.Commands) }},
 	{"dedup_serve_net_input_bytes_total", "Bytes read from clients.", true, func(s resp.ServerStats) float64 { return float64(s.NetInputBytes) }},
 	{"dedup_serve_fsync_commits_total", "Commits requested for --fsync always replies.", true, func(s resp.ServerStats) float64 { return float64(s.Syncs) }},
