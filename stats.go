@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/internal/diskuse"
+	"github.com/streamdedup/dedup/internal/fprate"
 )
 
 // Stats is a point-in-time view of an Engine's counters and memory.
@@ -146,13 +147,13 @@ func (e *Engine) Stats() Stats {
 		for _, r := range s.recent {
 			st.CacheKeys += uint64(r.n)
 		}
-		miss := 1.0
+		var fps []float64
 		for _, g := range s.ring.Generations() {
 			f := g.Filter
 			st.Generations++
 			st.FilterKeys += f.Count()
 			fp := f.FPRate()
-			miss *= 1 - fp
+			fps = append(fps, fp)
 			gs := gens[g.ID]
 			if gs == nil {
 				gs = &GenerationStats{ID: g.ID, Start: e.timing.Start(g.ID), End: e.timing.End(g.ID)}
@@ -163,7 +164,7 @@ func (e *Engine) Stats() Stats {
 			gs.Bytes += f.SizeBytes()
 			gs.FPRate += fp / float64(len(e.shards))
 		}
-		fpSum += 1 - miss
+		fpSum += fprate.Any(fps...)
 		s.mu.Unlock()
 	}
 	st.EstimatedFPRate = fpSum / float64(len(e.shards))
