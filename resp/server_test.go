@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -462,5 +464,138 @@ func TestKeyspaceCountsInFlight(t *testing.T) {
 	}
 	if info := srv.Info("keyspace"); !strings.Contains(info, "db0:keys=3,") {
 		t.Errorf("INFO keyspace = %q, want db0:keys=3", info)
+	}
+}
+
+// TestExistsMarksNothing: EXISTS, BF.EXISTS and BF.MEXISTS peek: a key
+// they report absent is still new to the next SET NX, a key in flight or
+// committed is present, and the verdict counters of INFO and DEDUP.STATS
+// count only the commands that observe.
+func TestExistsMarksNothing(t *testing.T) {
+	srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	c := client(t, addr)
+	do := func(args ...any) string {
+		t.Helper()
+		v, err := c.Do(ctx, args...).Result()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return fmt.Sprint(v)
+	}
+	for i := 0; i < 3; i++ {
+		if n, err := c.Exists(ctx, "a", "b").Result(); err != nil || n != 0 {
+			t.Fatalf("EXISTS a b = %d, %v; want 0", n, err)
+		}
+		if got := do("BF.MEXISTS", "default", "a", "b"); got != "[0 0]" {
+			t.Fatalf("BF.MEXISTS default a b = %s", got)
+		}
+		if got := do("BF.EXISTS", "default", "a"); got != "0" {
+			t.Fatalf("BF.EXISTS default a = %s", got)
+		}
+	}
+	if ok, err := c.SetNX(ctx, "a", 1, 0).Result(); err != nil || !ok {
+		t.Fatalf("SETNX a after EXISTS = %v, %v; want true", ok, err)
+	}
+	// a in flight, then committed: present both times; b still absent.
+	for _, commit := range []bool{false, true} {
+		if commit {
+			do("DEDUP.COMMIT", "default")
+		}
+		if n, err := c.Exists(ctx, "a", "b", "a").Result(); err != nil || n != 2 {
+			t.Errorf("EXISTS a b a (committed %v) = %d, %v; want 2", commit, n, err)
+		}
+		if got := do("BF.MEXISTS", "default", "b", "a"); got != "[0 1]" {
+			t.Errorf("BF.MEXISTS default b a (committed %v) = %s", commit, got)
+		}
+	}
+	if ok, err := c.SetNX(ctx, "b", 1, 0).Result(); err != nil || !ok {
+		t.Errorf("SETNX b after EXISTS = %v, %v; want true", ok, err)
+	}
+	// Two observes (a, b), both New; every EXISTS left the counts alone.
+	st := do("DEDUP.STATS", "default")
+	for _, want := range []string{"observed 2 ", "new 2 ", "duplicate 0 ", "inflight 0 "} {
+		if !strings.Contains(st, want) {
+			t.Errorf("DEDUP.STATS lacks %q: %s", want, st)
+		}
+	}
+	info := srv.Info("stats")
+	for _, want := range []string{"keyspace_hits:0\r\n", "keyspace_misses:2\r\n"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO stats lacks %q:\n%s", want, info)
+		}
+	}
+}
+
+// TestExistsConcurrent: EXISTS and BF.MEXISTS race SET NX and commits on
+// the same keys. Each key is answered +OK by exactly one SET NX however
+// many EXISTS probe it meanwhile, and once its SET NX has answered, every
+// EXISTS reports it.
+func TestExistsConcurrent(t *testing.T) {
+	_, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	const keys, setters, probers = 300, 4, 4
+	var wg sync.WaitGroup
+	var newCount atomic.Int64
+	stop := make(chan struct{})
+	for p := 0; p < probers; p++ {
+		c := client(t, addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprint("k", i%keys)
+				if err := c.Exists(ctx, k).Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := c.Do(ctx, "BF.MEXISTS", "default", k, "never").Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%50 == 0 {
+					if err := c.Do(ctx, "DEDUP.COMMIT", "default").Err(); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	var sw sync.WaitGroup
+	for s := 0; s < setters; s++ {
+		c := client(t, addr)
+		sw.Add(1)
+		go func() {
+			defer sw.Done()
+			for i := 0; i < keys; i++ {
+				k := fmt.Sprint("k", i)
+				ok, err := c.SetNX(ctx, k, 1, 0).Result()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					newCount.Add(1)
+				}
+				if n, err := c.Exists(ctx, k).Result(); err != nil || n != 1 {
+					t.Errorf("EXISTS %s after its SETNX = %d, %v; want 1", k, n, err)
+					return
+				}
+			}
+		}()
+	}
+	sw.Wait()
+	close(stop)
+	wg.Wait()
+	if n := newCount.Load(); n != keys {
+		t.Errorf("%d SETNX answered +OK for %d keys; want one each", n, keys)
+	}
+	c := client(t, addr)
+	if n, err := c.Exists(ctx, "never").Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS never = %d, %v; want 0", n, err)
 	}
 }

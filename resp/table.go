@@ -44,10 +44,9 @@ type TableOptions struct {
 	Capacity uint64 `json:"capacity"`
 }
 
-// table is one named engine. Its lock orders the read-only probes of
-// EXISTS, which observe a key and forget it again when it was New,
-// against everything that could see or commit the probe's mark:
-// observes and commits hold mu shared, probes and close hold it alone.
+// table is one named engine. Its lock orders close against everything
+// else: commands hold it shared, close holds it alone, so that no command
+// reaches the engine once close has made its last commit.
 type table struct {
 	name       string
 	opts       TableOptions
@@ -386,33 +385,22 @@ func (t *table) observeOne(key []byte) (dedup.Verdict, error) {
 }
 
 // probe reports, for each key, whether the table holds it (committed or
-// in flight) without marking it: the key is observed and, when New,
-// forgotten again, with every observe and commit held off meanwhile so
-// that no one sees the probe's mark and no commit makes it durable.
+// in flight) without marking it: [dedup.Engine.Peek] reads the verdict
+// Observe would give and changes neither the key nor the verdict counts.
 func (t *table) probe(keys [][]byte, out []bool) error {
-	v := make([]dedup.Verdict, len(keys))
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if t.closed {
 		return errTableClosed
 	}
-	err := t.eng.ObserveBatch(keys, v)
-	if errors.Is(err, dedup.ErrTooManyInFlight) {
-		if cerr := t.eng.Commit(nil); cerr != nil {
-			return cerr
-		}
-		clear(v)
-		err = t.eng.ObserveBatch(keys, v)
-	}
 	for i, k := range keys {
-		if v[i] == dedup.New {
-			if ferr := t.eng.Forget(k); ferr != nil && err == nil {
-				err = ferr
-			}
+		v, err := t.eng.Peek(k)
+		if err != nil {
+			return err
 		}
-		out[i] = v[i] != dedup.New && v[i] != 0
+		out[i] = v != dedup.New
 	}
-	return err
+	return nil
 }
 
 // commit commits the table's keys in flight, with checkpoint when not nil.
