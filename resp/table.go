@@ -42,6 +42,11 @@ type TableOptions struct {
 	Probabilistic bool `json:"probabilistic"`
 	// Capacity is what BF.INFO reports: the keys the window is sized for.
 	Capacity uint64 `json:"capacity"`
+	// ExplicitDone gives the table per-key completion
+	// ([dedup.Options.ExplicitDone]): a key observed New stays in flight,
+	// across the server's commits, until DEDUP.DONE marks it processed
+	// or DEDUP.FORGET releases it. DEDUP.RESERVE ... EXPLICITDONE sets it.
+	ExplicitDone bool `json:"explicit_done,omitempty"`
 }
 
 // table is one named engine. Its lock orders close against everything
@@ -62,7 +67,8 @@ type table struct {
 	kick  func()
 }
 
-// added counts n keys answered New.
+// added counts n keys that the next commit will take: answered New, or
+// under ExplicitDone marked Done.
 func (t *table) added(n int) {
 	if n == 0 || t.kick == nil {
 		return
@@ -107,6 +113,7 @@ func (s *Server) engineOptions(name string, opts TableOptions) dedup.Options {
 	o.ExpectedRate = opts.ExpectedRate
 	o.FalsePositiveRate = opts.FalsePositiveRate
 	o.Probabilistic = opts.Probabilistic
+	o.ExplicitDone = opts.ExplicitDone
 	// The server commits (see Server.commitLoop) and snapshots itself:
 	// the engine's own snapshots, periodic and at Close, are off.
 	o.AutoCommit = 0
@@ -128,6 +135,7 @@ func (s *Server) defaultTableOptions() TableOptions {
 		FalsePositiveRate: e.FalsePositiveRate,
 		Probabilistic:     e.Probabilistic,
 		Capacity:          uint64(e.ExpectedRate * e.Window.Seconds()),
+		ExplicitDone:      e.ExplicitDone,
 	}
 }
 
@@ -354,13 +362,15 @@ func (t *table) observe(keys [][]byte, out []dedup.Verdict) error {
 		clear(out)
 		err = t.eng.ObserveBatch(keys, out)
 	}
-	n := 0
-	for _, v := range out {
-		if v == dedup.New {
-			n++
+	if !t.opts.ExplicitDone {
+		n := 0
+		for _, v := range out {
+			if v == dedup.New {
+				n++
+			}
 		}
+		t.added(n)
 	}
-	t.added(n)
 	return err
 }
 
@@ -378,7 +388,7 @@ func (t *table) observeOne(key []byte) (dedup.Verdict, error) {
 		}
 		v, err = t.eng.Observe(key)
 	}
-	if v == dedup.New {
+	if v == dedup.New && !t.opts.ExplicitDone {
 		t.added(1)
 	}
 	return v, err
@@ -465,11 +475,51 @@ func (t *table) forget(keys [][]byte) (int, error) {
 		switch {
 		case err == nil:
 			n++
-		case errors.Is(err, dedup.ErrNotInFlight):
+		case errors.Is(err, dedup.ErrNotInFlight), errors.Is(err, dedup.ErrAlreadyDone):
+			// Not in flight, or Done and so on its way into the next
+			// commit: not released, not counted.
 		default:
 			return n, err
 		}
 	}
+	return n, nil
+}
+
+// errNoExplicitDone answers DEDUP.DONE on a table without per-key
+// completion.
+var errNoExplicitDone = fmt.Errorf("%w: its keys are done when the server commits them; "+
+	"DEDUP.RESERVE table EXPLICITDONE creates a table whose keys wait for DEDUP.DONE", dedup.ErrNoExplicitDone)
+
+// done marks keys in flight Done (DEDUP.DONE) and returns how many were:
+// keys not in flight, or Done already, are not counted. An empty or
+// oversized key fails the whole command, before any key is Done.
+func (t *table) done(keys [][]byte) (int, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return 0, errTableClosed
+	}
+	if !t.opts.ExplicitDone {
+		return 0, fmt.Errorf("table %q: %w", t.name, errNoExplicitDone)
+	}
+	err := t.eng.DoneBatch(keys)
+	n := len(keys)
+	if err != nil {
+		// DoneBatch joins one error per key it did not mark: those not in
+		// flight or Done already are answered by the count, any other
+		// error by an error.
+		j, ok := err.(interface{ Unwrap() []error })
+		if !ok {
+			return 0, err
+		}
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, dedup.ErrNotInFlight) && !errors.Is(e, dedup.ErrAlreadyDone) {
+				return 0, err
+			}
+			n--
+		}
+	}
+	t.added(n)
 	return n, nil
 }
 
