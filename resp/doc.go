@@ -28,12 +28,29 @@
 //
 // What Redis cannot say:
 //
+//	DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]
 //	DEDUP.OBSERVE table key [key ...]   new, duplicate or in-flight per key
 //	DEDUP.FORGET table key [key ...]    release keys in flight (processing failed)
-//	DEDUP.DONE table key [key ...]      per-key completion, where the engine has it
+//	DEDUP.DONE table key [key ...]      mark keys processed (EXPLICITDONE tables)
 //	DEDUP.COMMIT table [checkpoint]     make the keys in flight durable, with checkpoint
 //	DEDUP.CHECKPOINT table              the last committed checkpoint
 //	DEDUP.STATS table                   the engine's stats
+//
+// DEDUP.DONE, COMMIT, CHECKPOINT and STATS of a missing table are errors;
+// they create none.
+//
+// # Worker pools
+//
+// A table reserved with EXPLICITDONE has per-key completion
+// ([dedup.Options.ExplicitDone], kept in its table.json as
+// [TableOptions.ExplicitDone]): a key answered New stays in flight, across
+// every commit, until DEDUP.DONE marks it processed (commits then make it
+// durable) or DEDUP.FORGET releases it (it is New again). DEDUP.DONE
+// answers how many keys it marked: keys not in flight or Done already are
+// not counted; DEDUP.FORGET of a Done key releases nothing. Shutdown
+// drops the keys never Done, as a crash would. Under [FsyncAlways] a
+// DEDUP.DONE reply waits for the group commit holding its keys, while
+// observing replies on such a table wait for none.
 //
 // And the connection commands clients send: PING, ECHO, AUTH, HELLO (an
 // error: RESP2 only, clients fall back), SELECT 0, CLIENT
@@ -49,7 +66,7 @@
 // the server commits:
 //
 //   - [FsyncAlways]: the replies to a pipeline that marked keys (SET NX,
-//     SETNX, BF.ADD, BF.MADD) are held until a commit holding those keys is
+//     SETNX, BF.ADD, BF.MADD; DEDUP.DONE under EXPLICITDONE) are held until a commit holding those keys is
 //     fsynced. Connections that finish a pipeline at the same time share
 //     one commit. A crash loses no key that was answered.
 //   - [FsyncEverySec] (the default): every table commits each second. A

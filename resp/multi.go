@@ -14,7 +14,7 @@ import (
 var commandArity = map[string]int{
 	"set": -3, "setnx": 3, "exists": -2, "dbsize": 1,
 	"bf.add": 3, "bf.madd": -3, "bf.exists": 3, "bf.mexists": -3, "bf.reserve": -4, "bf.info": -2,
-	"dedup.observe": -3, "dedup.forget": -3, "dedup.done": -1, "dedup.commit": -2,
+	"dedup.observe": -3, "dedup.forget": -3, "dedup.done": -3, "dedup.reserve": -2, "dedup.commit": -2,
 	"dedup.checkpoint": 2, "dedup.stats": 2,
 	"ping": -1, "echo": 2, "auth": -2, "hello": -1, "select": 2, "client": -2, "command": -1,
 	"config": -2, "info": -1, "memory": -2, "quit": -1,

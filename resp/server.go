@@ -433,7 +433,17 @@ func (s *Server) endBatch(conn redcon.Conn, cl *client) bool {
 }
 
 // marked notes that a reply on cl acknowledges keys marked New in t.
+// Under ExplicitDone no commit takes them before DEDUP.DONE: the reply
+// waits for none.
 func (s *Server) marked(cl *client, t *table) {
+	if !t.opts.ExplicitDone {
+		s.needSync(cl, t)
+	}
+}
+
+// needSync notes that a reply on cl promises keys of t durable: under
+// FsyncAlways it is held until a commit of t (see endBatch).
+func (s *Server) needSync(cl *client, t *table) {
 	if s.cfg.Fsync != FsyncAlways {
 		return
 	}

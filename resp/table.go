@@ -42,12 +42,16 @@ type TableOptions struct {
 	Probabilistic bool `json:"probabilistic"`
 	// Capacity is what BF.INFO reports: the keys the window is sized for.
 	Capacity uint64 `json:"capacity"`
+	// ExplicitDone gives the table per-key completion
+	// ([dedup.Options.ExplicitDone]): a key observed New stays in flight,
+	// across the server's commits, until DEDUP.DONE marks it processed
+	// or DEDUP.FORGET releases it. DEDUP.RESERVE ... EXPLICITDONE sets it.
+	ExplicitDone bool `json:"explicit_done,omitempty"`
 }
 
-// table is one named engine. Its lock orders the read-only probes of
-// EXISTS, which observe a key and forget it again when it was New,
-// against everything that could see or commit the probe's mark:
-// observes and commits hold mu shared, probes and close hold it alone.
+// table is one named engine. Its lock orders close against everything
+// else: commands hold it shared, close holds it alone, so that no command
+// reaches the engine once close has made its last commit.
 type table struct {
 	name       string
 	opts       TableOptions
@@ -63,7 +67,8 @@ type table struct {
 	kick  func()
 }
 
-// added counts n keys answered New.
+// added counts n keys that the next commit will take: answered New, or
+// under ExplicitDone marked Done.
 func (t *table) added(n int) {
 	if n == 0 || t.kick == nil {
 		return
@@ -108,6 +113,7 @@ func (s *Server) engineOptions(name string, opts TableOptions) dedup.Options {
 	o.ExpectedRate = opts.ExpectedRate
 	o.FalsePositiveRate = opts.FalsePositiveRate
 	o.Probabilistic = opts.Probabilistic
+	o.ExplicitDone = opts.ExplicitDone
 	// The server commits (see Server.commitLoop) and snapshots itself:
 	// the engine's own snapshots, periodic and at Close, are off.
 	o.AutoCommit = 0
@@ -129,6 +135,7 @@ func (s *Server) defaultTableOptions() TableOptions {
 		FalsePositiveRate: e.FalsePositiveRate,
 		Probabilistic:     e.Probabilistic,
 		Capacity:          uint64(e.ExpectedRate * e.Window.Seconds()),
+		ExplicitDone:      e.ExplicitDone,
 	}
 }
 
@@ -355,13 +362,15 @@ func (t *table) observe(keys [][]byte, out []dedup.Verdict) error {
 		clear(out)
 		err = t.eng.ObserveBatch(keys, out)
 	}
-	n := 0
-	for _, v := range out {
-		if v == dedup.New {
-			n++
+	if !t.opts.ExplicitDone {
+		n := 0
+		for _, v := range out {
+			if v == dedup.New {
+				n++
+			}
 		}
+		t.added(n)
 	}
-	t.added(n)
 	return err
 }
 
@@ -379,40 +388,29 @@ func (t *table) observeOne(key []byte) (dedup.Verdict, error) {
 		}
 		v, err = t.eng.Observe(key)
 	}
-	if v == dedup.New {
+	if v == dedup.New && !t.opts.ExplicitDone {
 		t.added(1)
 	}
 	return v, err
 }
 
 // probe reports, for each key, whether the table holds it (committed or
-// in flight) without marking it: the key is observed and, when New,
-// forgotten again, with every observe and commit held off meanwhile so
-// that no one sees the probe's mark and no commit makes it durable.
+// in flight) without marking it: [dedup.Engine.Peek] reads the verdict
+// Observe would give and changes neither the key nor the verdict counts.
 func (t *table) probe(keys [][]byte, out []bool) error {
-	v := make([]dedup.Verdict, len(keys))
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if t.closed {
 		return errTableClosed
 	}
-	err := t.eng.ObserveBatch(keys, v)
-	if errors.Is(err, dedup.ErrTooManyInFlight) {
-		if cerr := t.eng.Commit(nil); cerr != nil {
-			return cerr
-		}
-		clear(v)
-		err = t.eng.ObserveBatch(keys, v)
-	}
 	for i, k := range keys {
-		if v[i] == dedup.New {
-			if ferr := t.eng.Forget(k); ferr != nil && err == nil {
-				err = ferr
-			}
+		v, err := t.eng.Peek(k)
+		if err != nil {
+			return err
 		}
-		out[i] = v[i] != dedup.New && v[i] != 0
+		out[i] = v != dedup.New
 	}
-	return err
+	return nil
 }
 
 // commit commits the table's keys in flight, with checkpoint when not nil.
@@ -477,11 +475,51 @@ func (t *table) forget(keys [][]byte) (int, error) {
 		switch {
 		case err == nil:
 			n++
-		case errors.Is(err, dedup.ErrNotInFlight):
+		case errors.Is(err, dedup.ErrNotInFlight), errors.Is(err, dedup.ErrAlreadyDone):
+			// Not in flight, or Done and so on its way into the next
+			// commit: not released, not counted.
 		default:
 			return n, err
 		}
 	}
+	return n, nil
+}
+
+// errNoExplicitDone answers DEDUP.DONE on a table without per-key
+// completion.
+var errNoExplicitDone = fmt.Errorf("%w: its keys are done when the server commits them; "+
+	"DEDUP.RESERVE table EXPLICITDONE creates a table whose keys wait for DEDUP.DONE", dedup.ErrNoExplicitDone)
+
+// done marks keys in flight Done (DEDUP.DONE) and returns how many were:
+// keys not in flight, or Done already, are not counted. An empty or
+// oversized key fails the whole command, before any key is Done.
+func (t *table) done(keys [][]byte) (int, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return 0, errTableClosed
+	}
+	if !t.opts.ExplicitDone {
+		return 0, fmt.Errorf("table %q: %w", t.name, errNoExplicitDone)
+	}
+	err := t.eng.DoneBatch(keys)
+	n := len(keys)
+	if err != nil {
+		// DoneBatch joins one error per key it did not mark: those not in
+		// flight or Done already are answered by the count, any other
+		// error by an error.
+		j, ok := err.(interface{ Unwrap() []error })
+		if !ok {
+			return 0, err
+		}
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, dedup.ErrNotInFlight) && !errors.Is(e, dedup.ErrAlreadyDone) {
+				return 0, err
+			}
+			n--
+		}
+	}
+	t.added(n)
 	return n, nil
 }
 

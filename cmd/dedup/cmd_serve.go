@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,9 @@ const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
 Serve dedup over the Redis protocol (RESP2): any Redis client deduplicates
 unchanged with SET key value NX [EX s], SETNX and EXISTS, RedisBloom's
 BF.RESERVE/ADD/MADD/EXISTS/MEXISTS/INFO over named tables, and
-DEDUP.OBSERVE/FORGET/COMMIT/CHECKPOINT/STATS for verdicts and checkpoints.
+DEDUP.RESERVE/OBSERVE/FORGET/DONE/COMMIT/CHECKPOINT/STATS for verdicts,
+checkpoints and worker pools (DEDUP.RESERVE table EXPLICITDONE: keys stay
+in flight until DEDUP.DONE).
 
 Flags:
 `
@@ -144,7 +147,7 @@ func runServe(e *env, args []string) error {
 	// creating) the state.
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return listenErr(c.listen, err)
 	}
 	srv, err := resp.New(cfg)
 	if err != nil {
@@ -267,4 +270,18 @@ func (c *serveCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range serveMetricDefs {
 		ch <- prometheus.MustNewConstMetric(c.server[d.name], kind(d.counter), d.value(st))
 	}
+}
+
+// listenErr names --listen in a failure to listen on addr. An address
+// that is not this machine's (a host name that does not resolve, an IP of
+// another host) is bad usage, exit 2, as a malformed one is; a port in use
+// or refused is a failure of the run, exit 1.
+func listenErr(addr string, err error) error {
+	err = fmt.Errorf("serve: --listen %q: %w", addr, err)
+	var dns *net.DNSError
+	var ae *net.AddrError
+	if errors.As(err, &dns) || errors.As(err, &ae) || errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return usageErr(err)
+	}
+	return err
 }

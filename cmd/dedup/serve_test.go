@@ -257,11 +257,28 @@ func TestServeListenInUseLeavesNoState(t *testing.T) {
 	defer ln.Close()
 	state := filepath.Join(t.TempDir(), "state")
 	code, _, stderr := runCmd(t, "", "serve", "--listen", ln.Addr().String(), "--state", state)
-	if code != 1 || !strings.Contains(stderr, "address already in use") {
+	if code != 1 || !strings.Contains(stderr, "address already in use") || !strings.Contains(stderr, "--listen") {
 		t.Errorf("port in use: exit %d, %q; want 1 and the listen error", code, stderr)
 	}
 	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("after failing to listen, %s: %v; want it absent", state, err)
+	}
+}
+
+// TestServeListenNotLocal: an address of another host (here TEST-NET-1)
+// failed with "serve: listen tcp ...: bind: cannot assign requested
+// address", exit 1, naming no flag; it is a bad --listen value, as a
+// malformed one is.
+func TestServeListenNotLocal(t *testing.T) {
+	for _, addr := range []string{"192.0.2.1:6380", "nonsense"} {
+		state := filepath.Join(t.TempDir(), "state")
+		code, _, stderr := runCmd(t, "", "serve", "--listen", addr, "--state", state)
+		if code != 2 || !strings.Contains(stderr, `--listen "`+addr+`"`) {
+			t.Errorf("--listen %s: exit %d, %q; want 2 naming the flag", addr, code, stderr)
+		}
+		if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after --listen %s, %s: %v; want it absent", addr, state, err)
+		}
 	}
 }
 
