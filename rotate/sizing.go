@@ -194,8 +194,8 @@ func (r *Ring) measuredBefore(id uint64) uint64 {
 
 // SizedCapacity returns the keys a new generation's filter is sized for:
 // the capacity the newest generation was made with (the young one's as it
-// grows), or for an Interleaved ring the lanes of its current table;
-// Config.Capacity before any.
+// grows; a restored one's capacity), or for an Interleaved ring the lanes
+// of its current table; Config.Capacity before any.
 func (r *Ring) SizedCapacity() uint64 {
 	if r.lanes != nil {
 		if r.lanes.current != nil {
@@ -208,6 +208,9 @@ func (r *Ring) SizedCapacity() uint64 {
 	}
 	if r.sizing.sized > 0 {
 		return r.sizing.sized
+	}
+	if len(r.gens) > 0 { // restored: the newest generation's own sizing
+		return r.gens[len(r.gens)-1].Filter.Capacity()
 	}
 	return r.cfg.Capacity
 }

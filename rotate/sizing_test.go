@@ -113,3 +113,189 @@ func TestFPOnTarget(t *testing.T) {
 		})
 	}
 }
+
+// chainedKinds are the kinds whose rings size generations with sizing.go.
+var chainedKinds = filter.Kinds
+
+// feeder adds fresh hashes to rings in step, spread over a generation's
+// span, and remembers them with the time they were added.
+type feeder struct {
+	t     testing.TB
+	rings []*Ring
+	rng   *rand.Rand
+	added []added
+}
+
+type added struct {
+	h  uint64
+	at time.Time
+}
+
+// feed adds n hashes spread evenly over [from, from+d).
+func (f *feeder) feed(from time.Time, d time.Duration, n int) {
+	step := d / time.Duration(n)
+	for i := range n {
+		at := from.Add(time.Duration(i) * step)
+		h := f.rng.Uint64()
+		for _, r := range f.rings {
+			add(f.t, r, h, at)
+		}
+		f.added = append(f.added, added{h, at})
+	}
+}
+
+// check fails on a hash added less than a window before now that a ring
+// does not hold, and forgets the hashes older than that.
+func (f *feeder) check(now time.Time) {
+	f.t.Helper()
+	j := 0
+	for _, a := range f.added {
+		if now.Sub(a.at) >= f.rings[0].Config().Window {
+			continue
+		}
+		for _, r := range f.rings {
+			r.Advance(now)
+			if !r.Contains(a.h) {
+				f.t.Fatalf("%v ring: false negative for a hash added %v before", r.Config().Kind, now.Sub(a.at))
+			}
+		}
+		f.added[j] = a
+		j++
+	}
+	f.added = f.added[:j]
+}
+
+// TestFollowsTraffic: of two rings fed the same hashes, one configured for
+// 100x the rate that arrives and one for the right rate, the first holds
+// at most 2x the filter memory of the second after one generation and
+// from then on, sizes new generations for about the rate that arrives, and
+// neither loses a hash of the window. A ring told the right rate sizes its
+// generations at the configured capacity.
+func TestFollowsTraffic(t *testing.T) {
+	const gens, perGen = 4, 20_000
+	span := time.Hour
+	for _, kind := range chainedKinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			mk := func(capacity uint64) *Ring {
+				r, err := New(Config{Window: gens * span, Generations: gens, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			big, right := mk(100*perGen), mk(perGen+perGen/32)
+			f := &feeder{t: t, rings: []*Ring{big, right}, rng: rand.New(rand.NewPCG(7, uint64(kind)))}
+			for g := range 3 * gens {
+				at := t0.Add(time.Duration(g) * span)
+				f.feed(at, span, perGen)
+				if g == 0 {
+					// While young, the journal (8 bytes a key) is counted.
+					t.Logf("first generation: told 100x %d bytes, told right %d", big.FilterBytes(), right.FilterBytes())
+				}
+				if g >= 1 {
+					if b, r := big.FilterBytes(), right.FilterBytes(); b > 2*r {
+						t.Fatalf("generation %d: told 100x holds %d filter bytes, told right %d", g, b, r)
+					}
+				}
+				f.check(at.Add(span - time.Nanosecond))
+			}
+			if s := big.SizedCapacity(); s < perGen || s > 2*perGen {
+				t.Errorf("told 100x: new generations sized for %d keys, %d arrive", s, perGen)
+			}
+			if s := right.SizedCapacity(); s != perGen+perGen/32 {
+				t.Errorf("told right: new generations sized for %d keys, want the configured %d", s, perGen+perGen/32)
+			}
+			t.Logf("end: told 100x %d bytes (sized for %d), told right %d (sized for %d)",
+				big.FilterBytes(), big.SizedCapacity(), right.FilterBytes(), right.SizedCapacity())
+		})
+	}
+}
+
+// TestYoungBudget: a ring told the right rate for a heavy stream never
+// holds more for its first generation, journal included, than the filter
+// the configured capacity takes; the journal ends early and the filter is
+// sized for the rate seen (the configured capacity here).
+func TestYoungBudget(t *testing.T) {
+	const capacity = 400_000
+	for _, kind := range []filter.Kind{filter.Blocked, filter.Bloom} {
+		r, err := New(Config{Window: 4 * time.Hour, Generations: 4, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := filter.EstimateBytes(kind, capacity, r.PerGenerationFP())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &feeder{t: t, rings: []*Ring{r}, rng: rand.New(rand.NewPCG(8, uint64(kind)))}
+		var peak uint64
+		for i := range 40 {
+			f.feed(t0.Add(time.Duration(i)*time.Hour/40), time.Hour/40, capacity/40)
+			peak = max(peak, r.FilterBytes())
+		}
+		g := r.Generations()[0]
+		if peak > full || g.Filter.(filter.Regrower).Journaling() || g.Filter.Capacity() != capacity && g.Filter.Capacity() > capacity+capacity/64 {
+			t.Fatalf("%s: first generation peaked at %d bytes (a filter for the configured rate: %d), journaling %v, sized for %d",
+				kind, peak, full, g.Filter.(filter.Regrower).Journaling(), g.Filter.Capacity())
+		}
+		f.check(t0.Add(time.Hour - 1))
+		t.Logf("%s: first generation peaked at %.2f of the filter sized for the configured rate", kind, float64(peak)/float64(full))
+	}
+}
+
+// TestPartialFirstGeneration: a ring that starts 90% into a generation
+// sizes the next one from the rate seen in the last 10%, not from the
+// keys alone.
+func TestPartialFirstGeneration(t *testing.T) {
+	const perGen = 50_000
+	r, err := New(Config{Window: 4 * time.Hour, Generations: 4, Kind: filter.Blocked, Capacity: 100 * perGen, FalsePositiveRate: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &feeder{t: t, rings: []*Ring{r}, rng: rand.New(rand.NewPCG(9, 9))}
+	f.feed(t0.Add(54*time.Minute), 6*time.Minute, perGen/10)
+	f.feed(t0.Add(time.Hour), time.Hour, perGen)
+	g := r.Generations()[1]
+	if c := g.Filter.Capacity(); c < perGen || c > 2*perGen || len(r.Generations()) != 2 {
+		t.Fatalf("second generation sized for %d keys, %d arrive", c, perGen)
+	}
+	f.check(t0.Add(2*time.Hour - 1))
+}
+
+// TestSnapshotOfYoung: a journaling first generation, encoded and decoded
+// (a snapshot), holds every hash and grows by chaining in the restored
+// ring; the ring it came from keeps journaling.
+func TestSnapshotOfYoung(t *testing.T) {
+	for _, kind := range chainedKinds {
+		r, err := New(Config{Window: 4 * time.Hour, Generations: 4, Kind: kind, Capacity: 1 << 20, FalsePositiveRate: 0.01})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &feeder{t: t, rings: []*Ring{r}, rng: rand.New(rand.NewPCG(10, uint64(kind)))}
+		f.feed(t0, time.Hour/2, 5000)
+		g := r.Generations()[0]
+		b, err := g.Filter.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec, err := filter.Unmarshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := New(r.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r2.Insert(&Generation{ID: g.ID, Filter: dec}); err != nil {
+			t.Fatal(err)
+		}
+		if dec.(filter.Regrower).Journaling() || !g.Filter.(filter.Regrower).Journaling() {
+			t.Fatalf("%s: decoded journaling %v, original %v", kind, dec.(filter.Regrower).Journaling(), g.Filter.(filter.Regrower).Journaling())
+		}
+		f.rings = append(f.rings, r2)
+		f.feed(t0.Add(time.Hour/2), time.Hour/2, 20_000)
+		f.check(t0.Add(time.Hour - 1))
+		if est := dec.FPRate(); est > r.PerGenerationFP() {
+			t.Fatalf("%s: restored generation grown by chaining at FPRate %g, over %g", kind, est, r.PerGenerationFP())
+		}
+	}
+}
