@@ -342,10 +342,13 @@ func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) (need float6
 }
 
 // shardCapacity sizes one shard's generation for perGen keys spread over
-// shards. The keys a shard receives vary binomially around the mean; a
-// shard that passes its capacity by one key chains a filter twice as large,
-// so the capacity includes four standard deviations of headroom.
+// shards. The keys a shard receives vary binomially around the mean: the
+// capacity includes two standard deviations of headroom, so that at the
+// rate configured about one shard-generation in 40 chains a growth link (a
+// quarter of its filter); more would cost false-positive rate for nothing,
+// since a filter short of its capacity misses its target (2.4% short, as
+// four deviations and 64 keys made it at 31k keys a shard, is 12% under).
 func shardCapacity(perGen float64, shards int) uint64 {
 	mean := perGen / float64(shards)
-	return uint64(mean+4*math.Sqrt(mean)) + 64
+	return uint64(mean+2*math.Sqrt(mean)) + 16
 }

@@ -2,6 +2,7 @@ package dedup_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -249,4 +250,63 @@ func runSizingOracle(t *testing.T, kind string, prob bool) {
 	st := e.Stats()
 	t.Logf("%d keys, %d snapshots, %d reopens; filters %d bytes, sized for %d keys per generation (%d arrive)",
 		next, snapshots, reopens, st.FilterBytes, st.SizedGenerationKeys, perGen)
+}
+
+// TestEngineFPOnTarget feeds a probabilistic engine told the right rate a
+// full window (every live generation holding a span's keys, just before a
+// rotation: the peak) and measures the share of never-seen keys it calls
+// Duplicate. It must be on the target: within [0.9, 1.0] x 1%, widened by
+// 4 binomial sigmas of the measure (sigma = sqrt(q(1-q)/P), 1.6% of q at
+// P = 400k probes). Shards hold 100k keys a generation, so the capacity's
+// headroom for the keys' spread over shards (two deviations, 0.65%) costs
+// about 3% of the rate.
+func TestEngineFPOnTarget(t *testing.T) {
+	const gens, shards, perGen, probes = 4, 2, 200_000, 400_000
+	const fp = 0.01
+	span := time.Hour
+	for _, kind := range []string{"blocked", "bloom"} {
+		t.Run(kind, func(t *testing.T) {
+			clk := testclock.New(t0)
+			e := openT(t, Options{Filter: kind, Probabilistic: true, Window: gens * span, Generations: gens, Shards: shards,
+				ExpectedRate: perGen / span.Seconds(), FalsePositiveRate: fp, Now: clk.Now, MaxInFlight: 1 << 20})
+			const batch = 4000
+			keys := make([][]byte, batch)
+			out := make([]Verdict, batch)
+			n := 0
+			fill := func(prefix string, count int, commit bool) (dups int) {
+				for i := 0; i < count; i += batch {
+					for j := range keys {
+						keys[j] = fmt.Appendf(keys[j][:0], "%s-%d", prefix, n)
+						n++
+					}
+					if err := e.ObserveBatch(keys, out); err != nil {
+						t.Fatal(err)
+					}
+					for _, v := range out {
+						if v == Duplicate {
+							dups++
+						}
+					}
+					if commit {
+						mustCommit(t, e, "")
+						clk.Advance(span * batch / perGen)
+					}
+				}
+				return dups
+			}
+			fill("k", (gens+1)*perGen, true)
+			clk.Advance(-time.Nanosecond) // the last generation's end: all gens+1 are live and full
+			st := e.Stats()
+			if st.Generations != (gens+1)*shards {
+				t.Fatalf("%d live generations, want %d", st.Generations, (gens+1)*shards)
+			}
+			got := float64(fill("probe", probes, false)) / probes
+			sigma := math.Sqrt(got * (1 - got) / probes)
+			t.Logf("measured %.5f (%.3f of the target), estimate %.5f, %.3f filter bytes per window key",
+				got, got/fp, st.EstimatedFPRate, float64(st.FilterBytes)/float64(gens*perGen))
+			if got < 0.9*fp-4*sigma || got > fp+4*sigma {
+				t.Fatalf("measured FP %.5f outside [0.9, 1.0] x %g (+-4 sigma, sigma %.5f)", got, fp, sigma)
+			}
+		})
+	}
 }

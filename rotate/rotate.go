@@ -192,6 +192,9 @@ func (r *Ring) OldestLive(t time.Time) uint64 {
 func (r *Ring) Advance(now time.Time) (expired []uint64) {
 	ns := now.UnixNano()
 	r.now = ns
+	if r.sizing.settle {
+		r.settleYoung()
+	}
 	if ns < r.expireAt {
 		return nil
 	}

@@ -1,8 +1,6 @@
 package rotate
 
 import (
-	"math"
-
 	"github.com/streamdedup/dedup/filter"
 )
 
@@ -14,10 +12,10 @@ import (
 // a journal of its hashes (filter.Regrower): when its filter is full it is
 // rebuilt twice as large from the journal, so it stays one filter at its
 // full target, holding between 1x and 2x the keys seen. The journal stops
-// when the second generation starts (the first is then rebuilt for the
-// keys it holds, plus room for late commits, if it is much larger), or
-// when it would outgrow half the memory a filter sized for Config.Capacity
-// takes: the filter is then rebuilt once more for the rate seen so far,
+// once the second generation has started (the first is then rebuilt for
+// the keys it holds, plus an eighth, if it is much larger), or
+// when it would outgrow an eighth of the memory a filter sized for
+// Config.Capacity takes (youngBudget): the filter is then rebuilt once more for the rate seen so far,
 // projected to the end of the generation with half again of headroom, and
 // chains past that. So a ring told the right rate never holds more than it
 // would have allocated up front, and one told 100x holds about what the
@@ -42,11 +40,17 @@ type sizing struct {
 	firstFrom int64
 	// sized is the capacity the newest generation made was sized for.
 	sized uint64
+	// settle asks the next Advance to settle the young generation.
+	settle bool
 }
 
 // youngBudget is the share of the memory of a filter sized for
-// Config.Capacity that the first generation's journal may take.
-const youngBudget = 0.5
+// Config.Capacity that the first generation's journal may take. Small, so
+// that a ring told about the right rate stops journaling (and replaying
+// the journal into larger filters: 2-3x the journal's keys in inserts)
+// early: at 1/8 it grows to about Capacity/72 keys first, some 2% more
+// inserts over its first generation.
+const youngBudget = 1.0 / 8
 
 // headroom: generations are sized for 1 + 1/headroomDiv times the measure.
 const headroomDiv = 2
@@ -90,7 +94,13 @@ func (r *Ring) newChained(id uint64) (filter.Filter, error) {
 	case len(r.gens) == 0:
 		want = min(c, youngStart)
 	default:
-		r.settleYoung()
+		if g := r.sizing.young; g != nil {
+			if id > g.ID+1 {
+				r.settleYoung()
+			} else {
+				r.sizing.settle = true // at the next Advance: see settleYoung
+			}
+		}
 		want = c
 		if m := r.measuredBefore(id); m > 0 {
 			want = sizeFor(m, c)
@@ -128,24 +138,31 @@ func (r *Ring) growYoung(g *Generation, keys uint64) (uint64, bool) {
 }
 
 // project returns the keys generation g, holding n, will hold at its end at
-// the rate seen since the ring saw it start (MaxUint64 if no time has
-// passed).
+// the rate seen since the ring saw it start, at most maxProjection (which
+// it is if no time has passed).
 func (r *Ring) project(g *Generation, n uint64) uint64 {
 	from, end := r.sizing.firstFrom, int64(g.ID+1)*r.span
 	if r.now >= end {
 		return n
 	}
 	if r.now <= from {
-		return math.MaxUint64
+		return maxProjection
 	}
-	return uint64(min(float64(n)*float64(end-from)/float64(r.now-from), math.MaxUint64/2))
+	return uint64(min(float64(n)*float64(end-from)/float64(r.now-from), maxProjection))
 }
 
-// settleYoung ends the young generation's journal when another generation
-// starts: it holds (nearly) all the keys it will, so it is rebuilt for
-// those plus an eighth for late commits, if it is larger than that by a
+// maxProjection bounds project's result, so that sizing arithmetic on it
+// cannot overflow (filters hold at most 2^48 keys anyway).
+const maxProjection = 1 << 48
+
+// settleYoung ends the young generation's journal once the next one has
+// started, at the first Advance after that (the commit that made the next
+// generation also holds keys of the young one, in its random order, not
+// last: they are in by then): it holds about all the keys it will, so it is
+// rebuilt for those plus an eighth, if it is larger than that by a
 // quarter.
 func (r *Ring) settleYoung() {
+	r.sizing.settle = false
 	g := r.sizing.young
 	if g == nil {
 		return
