@@ -48,8 +48,9 @@ type sizing struct {
 // Config.Capacity that the first generation's journal may take. Small, so
 // that a ring told about the right rate stops journaling (and replaying
 // the journal into larger filters: 2-3x the journal's keys in inserts)
-// early: at 1/8 it grows to about Capacity/72 keys first, some 2% more
-// inserts over its first generation.
+// early: at 1/8 the journal holds at most about Capacity/37 keys (a
+// blocked filter takes 1.74 bytes a key at 1%, N = 4), so the first
+// generation costs 4-8% more inserts.
 const youngBudget = 1.0 / 8
 
 // headroom: generations are sized for 1 + 1/headroomDiv times the measure.
