@@ -201,11 +201,8 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	if err != nil {
 		return nil, err
 	}
-	if kind == filter.Interleaved {
-		e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB; each new generation is resized to the rate measured in the one before", opts.ExpectedRate, opts.Window, need/(1<<20))
-	} else {
-		e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB when full", opts.ExpectedRate, opts.Window, need/(1<<20))
-	}
+	e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB at most while the traffic stays within it; they follow the traffic: the first generation starts small and grows with its keys, each later one is sized for 1.5x the keys the one before held",
+		opts.ExpectedRate, opts.Window, need/(1<<20))
 	if e.timing, err = rotate.New(cfg); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
@@ -224,6 +221,15 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	e.store = store
 	if err := e.load(); err != nil {
 		return nil, err
+	}
+	if e.stats.restoredKeys > 0 {
+		var bytes, sized uint64
+		for i := range e.shards {
+			bytes += e.shards[i].ring.FilterBytes()
+			sized += e.shards[i].ring.SizedCapacity()
+		}
+		e.logf("dedup: restored filters hold %d keys in %.1f MiB; generations are sized for %d keys (%.3g keys/s over a %v span), from the rate measured",
+			e.stats.restoredKeys, float64(bytes)/(1<<20), sized, float64(sized)/span.Seconds(), span)
 	}
 	e.bgCtx, e.bgCancel = context.WithCancel(context.Background())
 	// Errors of background work are counted in Stats (commits, snapshots)
@@ -336,10 +342,13 @@ func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) (need float6
 }
 
 // shardCapacity sizes one shard's generation for perGen keys spread over
-// shards. The keys a shard receives vary binomially around the mean; a
-// shard that passes its capacity by one key chains a filter twice as large,
-// so the capacity includes four standard deviations of headroom.
+// shards. The keys a shard receives vary binomially around the mean: the
+// capacity includes two standard deviations of headroom, so that at the
+// rate configured about one shard-generation in 40 chains a growth link (a
+// quarter of its filter); more would cost false-positive rate for nothing,
+// since a filter short of its capacity misses its target (2.4% short, as
+// four deviations and 64 keys made it at 31k keys a shard, is 12% under).
 func shardCapacity(perGen float64, shards int) uint64 {
 	mean := perGen / float64(shards)
-	return uint64(mean+4*math.Sqrt(mean)) + 64
+	return uint64(mean+2*math.Sqrt(mean)) + 16
 }
