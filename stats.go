@@ -38,9 +38,10 @@ type Stats struct {
 	// FilterKeys is the number of keys held by all filters.
 	FilterKeys uint64
 	// SizedGenerationKeys is the number of keys a new generation's filters
-	// are sized for, summed over shards: ExpectedRate times the span at
-	// Open; with Filter interleaved, 1.5x the keys the generation before
-	// held, once that differs enough (memory follows the traffic).
+	// are sized for, summed over shards: 1.5x the keys the generation
+	// before held, at most what ExpectedRate gives over a generation's
+	// span; while the first generation grows, its current size (memory
+	// follows the traffic).
 	SizedGenerationKeys uint64
 	// ObservedFPSamples and ObservedFPRate measure the filters' false
 	// positives on the real traffic (Filter interleaved): keys in a fixed
