@@ -320,7 +320,7 @@ func (s *Server) cmdSet(conn redcon.Conn, cl *client, args [][]byte) {
 		}
 	}
 	if !nx {
-		conn.WriteError("ERR " + setUsage + ": a SET without NX would overwrite, and a remembered key cannot be")
+		conn.WriteError("ERR " + setUsage + ": without NX a SET would overwrite, and a remembered key cannot be overwritten")
 		return
 	}
 	v, err := s.def.observeOne(args[1])

@@ -727,3 +727,14 @@ func TestDoneAlways(t *testing.T) {
 		t.Errorf("after DEDUP.DONE, DEDUP.STATS = %v, %v; want committed_keys 1", got, err)
 	}
 }
+
+// TestSetWithoutNXErrorIsComplete: refusing a plain SET once answered a
+// sentence cut off at "a remembered key cannot be".
+func TestSetWithoutNXErrorIsComplete(t *testing.T) {
+	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
+	err := client(t, addr).Do(ctx, "SET", "order:44", "1").Err()
+	want := "ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: without NX a SET would overwrite, and a remembered key cannot be overwritten"
+	if err == nil || err.Error() != want {
+		t.Errorf("SET order:44 1: error %v, want %q", err, want)
+	}
+}
