@@ -567,8 +567,11 @@ func (s *Server) cmdBFInfo(conn redcon.Conn, args [][]byte) {
 		v         int64
 	}{
 		{"Capacity", "capacity", int64(t.opts.Capacity)},
-		{"Size", "size", int64(st.FilterBytes)},
-		{"Number of filters", "filters", int64(st.Generations)},
+		// The filters are made as keys come: until they hold more than
+		// the table plans for its capacity, report the plan, as
+		// RedisBloom reports the filter it reserved.
+		{"Size", "size", int64(max(st.FilterBytes, t.plannedBytes))},
+		{"Number of filters", "filters", int64(max(st.Generations, t.plannedFilters))},
 		{"Number of items inserted", "items", int64(st.FilterKeys) + st.InFlightKeys},
 		// Generations chain a new filter of the same size when one fills.
 		{"Expansion rate", "expansion", 1},
