@@ -39,6 +39,9 @@ type Consumer struct {
 	staged     []*partition
 	produceErr atomic.Pointer[error]
 	txnRecords int // input records in the open transaction
+	// The verdicts of the open transaction's records, added to the stats
+	// when it commits: an aborted transaction's records are decided again.
+	txnNews, txnDups, txnRejected uint64
 
 	// The engines' commits after the last transaction, running beside the
 	// loop.
@@ -94,13 +97,20 @@ type partition struct {
 
 // Stats counts what a [Consumer] has done since [New]; see
 // [Consumer.Stats].
+//
+// New, Duplicates and Rejected count the records of committed
+// transactions only, so that they add up to CommittedRecords: the records
+// of an aborted transaction are read and decided again, and counted then.
+// Records counts every attempt, those of aborted transactions included.
 type Stats struct {
-	Records uint64 // input records processed (replays excluded)
+	// Records counts the input records processed, those of aborted
+	// transactions included (replays excluded).
+	Records uint64
 	// CommittedRecords counts the input records of committed transactions.
 	CommittedRecords uint64
-	New              uint64 // records written to the output topic
-	Duplicates       uint64 // records dropped (or sent to [Config.DupsTopic]) as duplicates
-	Rejected         uint64 // records without a usable key
+	New              uint64 // records of committed transactions written to the output topic
+	Duplicates       uint64 // records of committed transactions dropped (or sent to [Config.DupsTopic]) as duplicates
+	Rejected         uint64 // records of committed transactions without a usable key
 	Committed        uint64 // transactions committed
 	Aborted          uint64 // transactions aborted
 	Replayed         uint64 // records replayed into engines, output suppressed
@@ -314,7 +324,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			return fmt.Errorf("%w: begin: %w", ErrTxn, err)
 		}
 		c.produceErr.Store(nil)
-		c.txnRecords = 0
+		c.txnRecords, c.txnNews, c.txnDups, c.txnRejected = 0, 0, 0, 0
 		start := time.Now()
 		err := c.stage(fetches)
 		for err == nil && c.txnRecords < c.cfg.MaxTxnRecords && ctx.Err() == nil {
@@ -429,6 +439,9 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 	}
 	c.stats.committed.Add(1)
 	c.stats.committedRecords.Add(uint64(c.txnRecords))
+	c.stats.news.Add(c.txnNews)
+	c.stats.dups.Add(c.txnDups)
+	c.stats.rejected.Add(c.txnRejected)
 	if c.testHook != nil {
 		if err := c.testHook("after-end"); err != nil {
 			return err
@@ -547,8 +560,8 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 				}
 			}
 			news = len(pt.news) - news
-			c.stats.news.Add(uint64(news))
-			c.stats.dups.Add(uint64(len(verdicts) - news))
+			c.txnNews += uint64(news)
+			c.txnDups += uint64(len(verdicts) - news)
 		}
 		scratch = verdicts
 		keys, batch = keys[:0], batch[:0]
@@ -607,9 +620,10 @@ func verdictValue(v dedup.Verdict) []byte {
 	return verdictDuplicate
 }
 
-// reject sends r to the rejects topic, or drops it, counting it.
+// reject sends r to the rejects topic, or drops it, counting it in the
+// open transaction.
 func (c *Consumer) reject(r *kgo.Record, why error) {
-	c.stats.rejected.Add(1)
+	c.txnRejected++
 	if c.cfg.RejectsTopic == "" {
 		return
 	}

@@ -318,3 +318,34 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortedTransactionCountedOnce: the verdicts of an aborted
+// transaction's records were counted, and counted again when the records
+// were decided anew, so the figures added up to more records than there
+// were. New, Duplicates and Rejected now count committed transactions.
+func TestAbortedTransactionCountedOnce(t *testing.T) {
+	c := newCluster(t, 2)
+	addrs := c.ListenAddrs()
+	in := genInput("n", 2000, 600, 40, time.Now())
+	produce(t, addrs, in.recs)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: outTopic, Err: kerr.PolicyViolation, Count: 2})
+	cfg := testConfig(t, addrs, "g-count")
+	cfg.InstanceID = "i1"
+	r := start(t, cfg, nil)
+	waitCommitted(t, addrs, cfg.Group)
+	r.stop(t)
+	checkExactlyOnce(t, addrs, in)
+	st := r.c.Stats()
+	if h.Hits() == 0 || st.Aborted == 0 {
+		t.Fatalf("no transaction aborted (fault hits %d): %+v", h.Hits(), st)
+	}
+	n := uint64(len(in.recs))
+	keyless, distinct := uint64(in.keyless), uint64(len(in.distinct))
+	if st.CommittedRecords != n || st.New != distinct || st.Rejected != keyless || st.Duplicates != n-keyless-distinct {
+		t.Errorf("stats %+v: want %d committed records, %d new, %d duplicates, %d rejected",
+			st, n, distinct, n-keyless-distinct, keyless)
+	}
+	if st.Records <= st.CommittedRecords {
+		t.Errorf("Records %d, CommittedRecords %d: the aborted transactions' records were not counted as processed", st.Records, st.CommittedRecords)
+	}
+}

@@ -320,7 +320,7 @@ func (s *Server) cmdSet(conn redcon.Conn, cl *client, args [][]byte) {
 		}
 	}
 	if !nx {
-		conn.WriteError("ERR " + setUsage + ": a SET without NX would overwrite, and a remembered key cannot be")
+		conn.WriteError("ERR " + setUsage + ": without NX a SET would overwrite, and a remembered key cannot be overwritten")
 		return
 	}
 	v, err := s.def.observeOne(args[1])
@@ -567,8 +567,11 @@ func (s *Server) cmdBFInfo(conn redcon.Conn, args [][]byte) {
 		v         int64
 	}{
 		{"Capacity", "capacity", int64(t.opts.Capacity)},
-		{"Size", "size", int64(st.FilterBytes)},
-		{"Number of filters", "filters", int64(st.Generations)},
+		// The filters are made as keys come: until they hold more than
+		// the table plans for its capacity, report the plan, as
+		// RedisBloom reports the filter it reserved.
+		{"Size", "size", int64(max(st.FilterBytes, t.plannedBytes))},
+		{"Number of filters", "filters", int64(max(st.Generations, t.plannedFilters))},
 		{"Number of items inserted", "items", int64(st.FilterKeys) + st.InFlightKeys},
 		// Generations chain a new filter of the same size when one fills.
 		{"Expansion rate", "expansion", 1},

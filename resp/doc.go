@@ -24,7 +24,7 @@
 //	BF.ADD name item                      1 when new, 0 when seen
 //	BF.MADD name item [item ...]          one 1 or 0 per item
 //	BF.EXISTS name item, BF.MEXISTS ...   1 when seen (nothing is marked)
-//	BF.INFO name [field]
+//	BF.INFO name [field]                  Size and Number of filters: the plan for capacity, or more once filled
 //
 // What Redis cannot say:
 //

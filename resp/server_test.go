@@ -727,3 +727,70 @@ func TestDoneAlways(t *testing.T) {
 		t.Errorf("after DEDUP.DONE, DEDUP.STATS = %v, %v; want committed_keys 1", got, err)
 	}
 }
+
+// TestSetWithoutNXErrorIsComplete: refusing a plain SET once answered a
+// sentence cut off at "a remembered key cannot be".
+func TestSetWithoutNXErrorIsComplete(t *testing.T) {
+	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
+	err := client(t, addr).Do(ctx, "SET", "order:44", "1").Err()
+	want := "ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: without NX a SET would overwrite, and a remembered key cannot be overwritten"
+	if err == nil || err.Error() != want {
+		t.Errorf("SET order:44 1: error %v, want %q", err, want)
+	}
+}
+
+// TestBFInfoAfterReserveReportsPlan: BF.INFO of a table just made with
+// BF.RESERVE said Size 0 and Number of filters 0 (its filters are made on
+// first use), where RedisBloom reports the size of the filter it reserved
+// and 1 filter. It now reports the filter memory the table plans for its
+// capacity, the engine's own estimate, and the filters that plan holds.
+func TestBFInfoAfterReserveReportsPlan(t *testing.T) {
+	var mu sync.Mutex
+	var logged []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		logged = append(logged, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	_, addr := start(t, resp.Config{Dir: t.TempDir(), Engine: dedup.Options{Window: time.Hour, Shards: 8, Generations: 3, Logf: logf}})
+	c := client(t, addr)
+	if err := c.Do(ctx, "BF.RESERVE", "bf:orders", "0.001", 3600000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The engine logs its estimate at open: "about %.1f MiB at most".
+	var mib float64
+	mu.Lock()
+	for _, l := range logged {
+		if i := strings.Index(l, "ExpectedRate 1000 keys/s"); i >= 0 {
+			if j := strings.Index(l, "about "); j >= 0 {
+				fmt.Sscanf(l[j:], "about %g MiB", &mib)
+			}
+		}
+	}
+	mu.Unlock()
+	if mib == 0 {
+		t.Fatalf("no sizing line from the table's engine in %q", logged)
+	}
+	field := func(name string) int64 {
+		t.Helper()
+		v, err := c.Do(ctx, "BF.INFO", "bf:orders", name).Slice()
+		if err != nil || len(v) != 1 {
+			t.Fatalf("BF.INFO bf:orders %s = %v, %v", name, v, err)
+		}
+		return v[0].(int64)
+	}
+	check := func(when string) {
+		t.Helper()
+		if size := float64(field("SIZE")) / (1 << 20); size < mib-0.05 || size > mib+0.05 {
+			t.Errorf("%s: BF.INFO SIZE %.3f MiB, the engine plans about %.1f MiB", when, size, mib)
+		}
+		if n := field("FILTERS"); n != 8*(3+1) {
+			t.Errorf("%s: BF.INFO FILTERS %d, want %d (8 shards of 3+1 generations)", when, n, 8*(3+1))
+		}
+	}
+	check("just reserved")
+	if err := c.Do(ctx, "BF.MADD", "bf:orders", "o1", "o2", "o3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("three items in")
+}

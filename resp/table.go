@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/rotate"
 )
 
 // DefaultTable is the table behind the plain Redis commands (SET NX,
@@ -57,6 +60,10 @@ type table struct {
 	opts       TableOptions
 	eng        *dedup.Engine
 	commitKeys int64
+	// plannedBytes and plannedFilters are what BF.INFO reports before the
+	// filters fill (see filterPlan).
+	plannedBytes   uint64
+	plannedFilters int
 
 	mu     sync.RWMutex
 	closed bool // guarded by mu
@@ -236,10 +243,41 @@ func (s *Server) openTable(name string, opts TableOptions) (*table, error) {
 		return nil, errors.Join(fmt.Errorf("resp: table %q: %w", name, err), s.removeCreated(name, created))
 	}
 	t := &table{name: name, opts: opts, eng: eng, commitKeys: int64(s.cfg.CommitKeys)}
+	t.plannedBytes, t.plannedFilters = filterPlan(eo)
 	if s.cfg.Fsync == FsyncEverySec {
 		t.kick = s.kickCommit
 	}
 	return t, nil
+}
+
+// filterPlan returns the filter memory an engine of o holds when the
+// traffic reaches its ExpectedRate, and the filters that holds: every
+// shard at Generations+1 generations, each sized for its share of a
+// generation's keys. The engine makes its filters as keys come (the first
+// generation starts small), so its Stats say 0 of both until then; this
+// is the plan, as dedup.Open computes it for its "filters sized for"
+// log line (shardCapacity and checkMemory there). A plan that cannot be
+// computed is 0 bytes.
+func filterPlan(o dedup.Options) (bytes uint64, filters int) {
+	o.EnsureDefaults()
+	filters = o.Shards * (o.Generations + 1)
+	kind, err := filter.ParseKind(o.Filter)
+	if err != nil {
+		return 0, filters
+	}
+	span := o.Window / time.Duration(o.Generations)
+	mean := o.ExpectedRate * span.Seconds() / float64(o.Shards)
+	per, err := rotate.EstimateBytes(rotate.Config{
+		Window:            o.Window,
+		Generations:       o.Generations,
+		Kind:              kind,
+		Capacity:          uint64(mean+2*math.Sqrt(mean)) + 16,
+		FalsePositiveRate: o.FalsePositiveRate,
+	})
+	if err != nil {
+		return 0, filters
+	}
+	return per * uint64(o.Shards), filters
 }
 
 // removeCreated removes the directory of table name when openTable

@@ -166,7 +166,10 @@ type filterRun struct {
 
 	out, dups, rejects *output
 	rejectsW           io.Writer // where reject records go
-	closers            []func() error
+	// rejectsShown counts the reject records written to stderr (no
+	// --rejects), rejectsHidden those left out past stderrRejects.
+	rejectsShown, rejectsHidden int64
+	closers                     []func() error
 
 	run0 counts // job counters at the start of this run
 	// The engine goroutine's commit counters (see loop).
@@ -269,6 +272,7 @@ func (f *filterRun) finish(err error, snapshotInterval time.Duration) error {
 			err = cerr
 		}
 	}
+	f.noteHiddenRejects()
 	var snapErr error
 	// With periodic snapshots Close writes a last one. Without, write it
 	// here, after a run that ended well (or was interrupted, its state

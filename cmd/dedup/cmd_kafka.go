@@ -194,9 +194,21 @@ func runKafka(e *env, args []string) error {
 	}()
 	runErr := cons.Run(ctx)
 	st := cons.Stats()
-	fmt.Fprintf(e.stderr, "dedup kafka: %d records, %d new, %d duplicates, %d rejected; %d transactions committed, %d aborted; %d records replayed\n",
-		st.Records, st.New, st.Duplicates, st.Rejected, st.Committed, st.Aborted, st.Replayed)
+	fmt.Fprintln(e.stderr, kafkaSummary(st))
 	return errors.Join(runErr, stopMetrics())
+}
+
+// kafkaSummary is the line `dedup kafka` ends with. Its figures are
+// those of committed transactions: the records of an aborted one are
+// decided again (by this run or the next), and counted then; how many
+// records the aborted transactions held is said apart.
+func kafkaSummary(st kafka.Stats) string {
+	aborted := fmt.Sprintf("%d aborted", st.Aborted)
+	if st.Records > st.CommittedRecords {
+		aborted += fmt.Sprintf(" (their %d records not counted)", st.Records-st.CommittedRecords)
+	}
+	return fmt.Sprintf("dedup kafka: %d records, %d new, %d duplicates, %d rejected; %d transactions committed, %s; %d records replayed",
+		st.CommittedRecords, st.New, st.Duplicates, st.Rejected, st.Committed, aborted, st.Replayed)
 }
 
 // firstPartitionState returns the first existing state of topic's
@@ -250,11 +262,11 @@ var kafkaMetricDefs = []struct {
 	counter    bool
 	value      func(kafka.Stats) float64
 }{
-	{"dedup_kafka_records_total", "Input records processed (replays excluded).", true, func(s kafka.Stats) float64 { return float64(s.Records) }},
+	{"dedup_kafka_records_total", "Input records processed, those of aborted transactions included (replays excluded).", true, func(s kafka.Stats) float64 { return float64(s.Records) }},
 	{"dedup_kafka_committed_records_total", "Input records of committed transactions.", true, func(s kafka.Stats) float64 { return float64(s.CommittedRecords) }},
-	{"dedup_kafka_new_total", "Records written to the output topic.", true, func(s kafka.Stats) float64 { return float64(s.New) }},
-	{"dedup_kafka_duplicates_total", "Duplicates dropped or sent to --dups-topic.", true, func(s kafka.Stats) float64 { return float64(s.Duplicates) }},
-	{"dedup_kafka_rejected_total", "Records without a usable key.", true, func(s kafka.Stats) float64 { return float64(s.Rejected) }},
+	{"dedup_kafka_new_total", "Records of committed transactions written to the output topic.", true, func(s kafka.Stats) float64 { return float64(s.New) }},
+	{"dedup_kafka_duplicates_total", "Duplicates of committed transactions, dropped or sent to --dups-topic.", true, func(s kafka.Stats) float64 { return float64(s.Duplicates) }},
+	{"dedup_kafka_rejected_total", "Records of committed transactions without a usable key.", true, func(s kafka.Stats) float64 { return float64(s.Rejected) }},
 	{"dedup_kafka_transactions_committed_total", "Transactions committed.", true, func(s kafka.Stats) float64 { return float64(s.Committed) }},
 	{"dedup_kafka_transactions_aborted_total", "Transactions aborted.", true, func(s kafka.Stats) float64 { return float64(s.Aborted) }},
 	{"dedup_kafka_replayed_total", "Records replayed into engines, output suppressed.", true, func(s kafka.Stats) float64 { return float64(s.Replayed) }},

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -421,8 +422,29 @@ func TestKafkaKcat(t *testing.T) {
 	if !strings.Contains(string(rej), "keyless|dedup-reject-reason=") {
 		t.Errorf("rejects topic, read by kcat: %q, want the keyless record with its reason header", rej)
 	}
+	if want := "dedup kafka: 601 records, 250 new, 350 duplicates, 1 rejected; "; !strings.Contains(c.output(), want) {
+		t.Errorf("exit summary lacks %q", want)
+	}
 	if t.Failed() {
 		t.Log(c.output())
 	}
 	_ = os.Remove(bin)
+}
+
+// TestKafkaSummaryCountsAbortedOnce: after SIGTERM the summary read "12
+// records, 5 new, 6 duplicates, 1 rejected; 2 transactions committed, 1
+// aborted" for 9 records: an aborted transaction's records were counted,
+// then counted again when decided anew. It now gives the committed
+// transactions' figures and says how many records the aborted ones held.
+func TestKafkaSummaryCountsAbortedOnce(t *testing.T) {
+	st := kafka.Stats{Records: 12, CommittedRecords: 9, New: 4, Duplicates: 4, Rejected: 1, Committed: 2, Aborted: 1}
+	want := "dedup kafka: 9 records, 4 new, 4 duplicates, 1 rejected; 2 transactions committed, 1 aborted (their 3 records not counted); 0 records replayed"
+	if got := kafkaSummary(st); got != want {
+		t.Errorf("summary\n%s\nwant\n%s", got, want)
+	}
+	st = kafka.Stats{Records: 9, CommittedRecords: 9, New: 4, Duplicates: 4, Rejected: 1, Committed: 2}
+	want = "dedup kafka: 9 records, 4 new, 4 duplicates, 1 rejected; 2 transactions committed, 0 aborted; 0 records replayed"
+	if got := kafkaSummary(st); got != want {
+		t.Errorf("summary\n%s\nwant\n%s", got, want)
+	}
 }

@@ -116,7 +116,7 @@ func TestServe(t *testing.T) {
 			"0",
 			"2",
 			"ERR EX 7200 is longer than the dedup window 1h0m0s: this server remembers a key for its window (--window), at least as long as any shorter EX",
-			"ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: a SET without NX would overwrite, and a remembered key cannot be",
+			"ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: without NX a SET would overwrite, and a remembered key cannot be overwritten",
 			"OK",
 			"1", "1", "0",
 			"1",
