@@ -189,14 +189,7 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		shards:     make([]shard, opts.Shards),
 	}
 	span := opts.Window / time.Duration(opts.Generations)
-	capacity := shardCapacity(opts.ExpectedRate*span.Seconds(), opts.Shards)
-	cfg := rotate.Config{
-		Window:            opts.Window,
-		Generations:       opts.Generations,
-		Kind:              kind,
-		Capacity:          capacity,
-		FalsePositiveRate: opts.FalsePositiveRate,
-	}
+	cfg := ringConfig(kind, opts)
 	need, err := checkMemory(kind, cfg, opts)
 	if err != nil {
 		return nil, err
@@ -339,6 +332,41 @@ func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) (need float6
 			ErrInvalidOptions, opts.ExpectedRate, opts.Window, need/(1<<30), kind, float64(total)/(1<<30))
 	}
 	return need, nil
+}
+
+// ringConfig is the ring of generations every shard keeps under opts
+// (defaults filled in), sized for ExpectedRate.
+func ringConfig(kind filter.Kind, opts Options) rotate.Config {
+	span := opts.Window / time.Duration(opts.Generations)
+	return rotate.Config{
+		Window:            opts.Window,
+		Generations:       opts.Generations,
+		Kind:              kind,
+		Capacity:          shardCapacity(opts.ExpectedRate*span.Seconds(), opts.Shards),
+		FalsePositiveRate: opts.FalsePositiveRate,
+	}
+}
+
+// FilterCeiling returns the filter memory an engine opened with o holds at
+// most while the traffic stays within ExpectedRate: every shard's
+// Generations+1 generations at the size ExpectedRate gives them, as [Open]
+// logs it. Filters start smaller and follow the traffic (see
+// [Stats.SizedGenerationKeys]). Zero fields take their defaults; invalid
+// options are an error wrapping [ErrInvalidOptions].
+func (o Options) FilterCeiling() (uint64, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return 0, err
+	}
+	kind, err := filter.ParseKind(o.Filter)
+	if err != nil {
+		return 0, fmt.Errorf("%w: Filter: %w", ErrInvalidOptions, err)
+	}
+	per, err := rotate.EstimateBytes(ringConfig(kind, o))
+	if err != nil {
+		return 0, fmt.Errorf("%w: ExpectedRate %v over Window %v: %w", ErrInvalidOptions, o.ExpectedRate, o.Window, err)
+	}
+	return per * uint64(o.Shards), nil
 }
 
 // shardCapacity sizes one shard's generation for perGen keys spread over

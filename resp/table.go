@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/filter"
-	"github.com/streamdedup/dedup/rotate"
 )
 
 // DefaultTable is the table behind the plain Redis commands (SET NX,
@@ -250,34 +247,15 @@ func (s *Server) openTable(name string, opts TableOptions) (*table, error) {
 	return t, nil
 }
 
-// filterPlan returns the filter memory an engine of o holds when the
-// traffic reaches its ExpectedRate, and the filters that holds: every
-// shard at Generations+1 generations, each sized for its share of a
-// generation's keys. The engine makes its filters as keys come (the first
-// generation starts small), so its Stats say 0 of both until then; this
-// is the plan, as dedup.Open computes it for its "filters sized for"
-// log line (shardCapacity and checkMemory there). A plan that cannot be
-// computed is 0 bytes.
+// filterPlan is what BF.INFO reports before the engine has made its
+// filters (they start small and follow the traffic): the filter memory the
+// table's options allow at most ([dedup.Options.FilterCeiling]), and every
+// shard's Generations+1 generations. A plan that cannot be computed is 0
+// bytes.
 func filterPlan(o dedup.Options) (bytes uint64, filters int) {
 	o.EnsureDefaults()
-	filters = o.Shards * (o.Generations + 1)
-	kind, err := filter.ParseKind(o.Filter)
-	if err != nil {
-		return 0, filters
-	}
-	span := o.Window / time.Duration(o.Generations)
-	mean := o.ExpectedRate * span.Seconds() / float64(o.Shards)
-	per, err := rotate.EstimateBytes(rotate.Config{
-		Window:            o.Window,
-		Generations:       o.Generations,
-		Kind:              kind,
-		Capacity:          uint64(mean+2*math.Sqrt(mean)) + 16,
-		FalsePositiveRate: o.FalsePositiveRate,
-	})
-	if err != nil {
-		return 0, filters
-	}
-	return per * uint64(o.Shards), filters
+	bytes, _ = o.FilterCeiling()
+	return bytes, o.Shards * (o.Generations + 1)
 }
 
 // removeCreated removes the directory of table name when openTable
