@@ -124,8 +124,18 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		s.rollEpoch(e.epoch.Load())
+		s.roll(e.epoch.Load())
 		s.committing = s.takeThrough(limit)
+		if len(s.committing) == 0 && s.inflight.n == 0 {
+			s.idle()
+		}
+		if s.undone != nil {
+			s.undone.shrink(e.exactMode)
+		}
+		if e.exactMode {
+			s.budget = recentBudget(s.filterBytes())
+			s.makeRoom()
+		}
 		s.mu.Unlock()
 		// committing is only written by the commit leader: reading it
 		// without the lock is safe.
@@ -154,12 +164,17 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 	var addErr error
 	for i := range e.shards {
 		s := &e.shards[i]
+		var fresh []*recentSet
+		if err == nil && e.exactMode {
+			// Outside the lock: only the leader reads and writes these.
+			fresh = s.compactCommitted()
+		}
 		s.mu.Lock()
 		if err != nil {
 			// Not durable: back in flight, for a later Commit.
 			s.older = append(s.committing, s.older...)
 		} else {
-			if aerr := s.addCommitted(now, e.exactMode, len(e.shards)); aerr != nil && addErr == nil {
+			if aerr := s.addCommitted(now, fresh); aerr != nil && addErr == nil {
 				addErr = aerr
 			}
 		}

@@ -536,8 +536,9 @@ func TestStatsAfterQuiet(t *testing.T) {
 // TestObserveBatchLarge drives ObserveBatch with large batches (every
 // shard's group holds many keys), repeats within and across batches, and
 // commits between them, against a plain model: a key's first sighting is
-// New (or, probabilistic, a rare false-positive Duplicate), later ones
-// InFlight until a commit, Duplicate after.
+// New (or, probabilistic, a rare false-positive Duplicate, which may turn
+// New once the young filter is rebuilt larger), later ones InFlight until
+// a commit, Duplicate after.
 func TestObserveBatchLarge(t *testing.T) {
 	for _, prob := range []bool{false, true} {
 		t.Run(fmt.Sprintf("probabilistic=%v", prob), func(t *testing.T) {
@@ -546,6 +547,7 @@ func TestObserveBatchLarge(t *testing.T) {
 			r := rand.New(rand.NewPCG(5, 6))
 			const pool, batch = 20000, 1536
 			state := make(map[int]Verdict) // New: in flight; Duplicate: committed
+			falsePos := make(map[int]bool) // Duplicate at first sight, never committed
 			keys := make([][]byte, batch)
 			idx := make([]int, batch)
 			out := make([]Verdict, batch)
@@ -566,8 +568,15 @@ func TestObserveBatchLarge(t *testing.T) {
 					case !seen && prob && out[j] == Duplicate:
 						fps++
 						state[k] = Duplicate // the engine holds it as seen
+						falsePos[k] = true
 					case seen && want == New && out[j] == InFlight:
 					case seen && want == Duplicate && out[j] == Duplicate:
+					case seen && falsePos[k] && out[j] == New:
+						// A false positive of a filter since rebuilt larger
+						// (the first generation grows with its keys): the
+						// key is new to the engine after all.
+						state[k] = New
+						delete(falsePos, k)
 					default:
 						t.Fatalf("round %d: key %d (model: seen=%v %v) got %v", round, k, seen, want, out[j])
 					}

@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"slices"
 	"unsafe"
 
 	"github.com/streamdedup/dedup/internal/prefetch"
@@ -28,16 +27,33 @@ type inflightSet struct {
 	arena  []byte
 	live   int // bytes of arena that belong to keys held
 	n      int
+	// hint and arenaHint size the table of a set made with no table (see
+	// shard.newSet): the keys and key bytes of the set before it.
+	hint, arenaHint int
 }
 
 // inflightEntry is one key in flight: its hash, its generation and, in
-// exact mode, where its bytes are in the arena.
+// exact mode, where its bytes are in the arena (offset << keyLenBits |
+// length), 24 bytes.
 type inflightEntry struct {
 	h   uint64
 	gen uint64
-	off int
-	n   int32
+	pos uint64
 }
+
+// keyLenBits is the width of a key's length in inflightEntry.pos: keys are
+// at most maxKeySizeCap bytes (the array below fails to compile
+// otherwise), and arenas under 1<<(64-keyLenBits) bytes.
+const keyLenBits = 17
+
+var _ [1<<keyLenBits - 1 - maxKeySizeCap]struct{}
+
+// Sizes, in bytes, for the memory accounting (see bytes).
+const (
+	inflightEntrySize = int(unsafe.Sizeof(inflightEntry{}))
+	inflightSlotSize  = 8 + 4 // hashes and idx
+	inflightSetSize   = int(unsafe.Sizeof(inflightSet{}))
+)
 
 // minInflightSlots is the smallest table.
 const minInflightSlots = 64
@@ -48,15 +64,24 @@ func newInflightSet(hint int) *inflightSet {
 	return p
 }
 
+// slotsFor is the table size init gives for n keys: at most half full.
+func slotsFor(n int) int {
+	slots := minInflightSlots
+	for slots < 2*n {
+		slots *= 2
+	}
+	return slots
+}
+
 // init empties p and sizes it for hint keys of arenaHint bytes in all
 // (exact mode), so that a set as large as the one before it never grows
 // (growing the arena and the entries would copy them on the observe path).
+// It keeps p's arrays when they are large enough and at most twice the
+// size asked for: a set reused after a burst does not hold the burst's
+// capacity.
 func (p *inflightSet) init(hint, arenaHint int) {
-	slots := minInflightSlots
-	for slots < 2*hint {
-		slots *= 2
-	}
-	if cap(p.hashes) >= slots {
+	slots := slotsFor(hint)
+	if c := cap(p.hashes); c >= slots && c <= 2*slots {
 		p.hashes = p.hashes[:slots]
 		clear(p.hashes)
 		p.idx = p.idx[:slots]
@@ -65,14 +90,38 @@ func (p *inflightSet) init(hint, arenaHint int) {
 		p.idx = make([]uint32, slots)
 	}
 	p.mask = uint64(slots - 1)
-	p.ents = slices.Grow(p.ents[:0], hint)
+	p.ents = reuse(p.ents, hint, minInflightSlots/2)
 	p.zero = p.zero[:0]
-	p.arena = slices.Grow(p.arena[:0], arenaHint)
+	p.arena = reuse(p.arena, arenaHint, 4<<10)
 	p.live = 0
 	p.n = 0
 }
 
-func (p *inflightSet) key(en inflightEntry) []byte { return p.arena[en.off : en.off+int(en.n)] }
+// reuse returns s emptied, with room for n elements: s's own array if it
+// has room and is at most twice n (or floor), a new one otherwise.
+func reuse[T any](s []T, n, floor int) []T {
+	if c := cap(s); c >= n && c <= max(2*n, floor) {
+		return s[:0]
+	}
+	return make([]T, 0, n)
+}
+
+// bytes is the memory p holds: its arrays' capacity and its header.
+func (p *inflightSet) bytes() uint64 {
+	if p == nil {
+		return 0
+	}
+	return uint64(inflightSetSize + cap(p.hashes)*8 + cap(p.idx)*4 +
+		(cap(p.ents)+cap(p.zero))*inflightEntrySize + cap(p.arena))
+}
+
+func (p *inflightSet) key(en inflightEntry) []byte {
+	off, n := en.pos>>keyLenBits, en.pos&(1<<keyLenBits-1)
+	return p.arena[off : off+n]
+}
+
+// keyLen is the length of en's key (exact mode).
+func keyLen(en inflightEntry) int { return int(en.pos & (1<<keyLenBits - 1)) }
 
 // slot is the home slot of hash h. The table's size is a power of two and
 // the low bits of h feed the filters' in-block positions, the shard index
@@ -134,7 +183,7 @@ func (p *inflightSet) find(h uint64, key []byte, exactMode bool) (inflightEntry,
 func (p *inflightSet) add(h uint64, key []byte, gen uint64, exactMode bool) {
 	en := inflightEntry{h: h, gen: gen}
 	if exactMode {
-		en.off, en.n = len(p.arena), int32(len(key))
+		en.pos = uint64(len(p.arena))<<keyLenBits | uint64(len(key))
 		p.arena = append(p.arena, key...)
 		p.live += len(key)
 	}
@@ -160,11 +209,16 @@ func (p *inflightSet) place(h uint64, e uint32) {
 	p.idx[i] = e
 }
 
-// grow doubles the table.
+// grow doubles the table, or gives a set made with none (see
+// shard.newSet) one for its hint.
 func (p *inflightSet) grow() {
 	oldH, oldI := p.hashes, p.idx
-	p.hashes = make([]uint64, 2*len(oldH))
-	p.idx = make([]uint32, 2*len(oldH))
+	size := 2 * len(oldH)
+	if size == 0 {
+		size = slotsFor(p.hint)
+	}
+	p.hashes = make([]uint64, size)
+	p.idx = make([]uint32, size)
 	p.mask = uint64(len(p.hashes) - 1)
 	for i, h := range oldH {
 		if h != 0 {
@@ -184,7 +238,7 @@ func (p *inflightSet) remove(h uint64, key []byte, exactMode bool) (gen uint64, 
 			if !exactMode || string(p.key(en)) == string(key) {
 				p.zero = append(p.zero[:i], p.zero[i+1:]...)
 				p.n--
-				p.live -= int(en.n)
+				p.live -= keyLen(en)
 				return en.gen, true
 			}
 		}
@@ -214,7 +268,7 @@ func (p *inflightSet) remove(h uint64, key []byte, exactMode bool) (gen uint64, 
 			}
 			p.ents = p.ents[:len(p.ents)-1]
 			p.n--
-			p.live -= int(en.n)
+			p.live -= keyLen(en)
 			return en.gen, true
 		}
 	}
@@ -253,11 +307,32 @@ func (p *inflightSet) compact() {
 		for i := range ents {
 			en := &ents[i]
 			k := p.key(*en)
-			en.off = len(arena)
+			en.pos = uint64(len(arena))<<keyLenBits | uint64(len(k))
 			arena = append(arena, k...)
 		}
 	}
 	p.arena = arena
+}
+
+// shrink rebuilds p at the size its keys need if its table is more than
+// four times that: a set that lives on while keys leave it one by one
+// (the keys not yet Done under ExplicitDone) would otherwise keep the
+// table of its peak for ever. The rebuild is paid for by the removals
+// that emptied the table.
+func (p *inflightSet) shrink(exactMode bool) {
+	if len(p.hashes) <= 4*slotsFor(p.n) {
+		return
+	}
+	q := &inflightSet{}
+	q.init(p.n, p.live)
+	p.each(func(h uint64, en inflightEntry) {
+		var key []byte
+		if exactMode {
+			key = p.key(en)
+		}
+		q.add(h, key, en.gen, exactMode)
+	})
+	*p = *q
 }
 
 // each calls fn for every key held.

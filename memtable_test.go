@@ -6,17 +6,18 @@ import (
 )
 
 // TestMemTableSize: the exact store's memtable follows the workload the
-// options describe, a quarter of a full window's keys at 128 bytes each,
-// as a power of two within [4 MiB, 64 MiB].
+// options describe, a full window's keys at 128 bytes each, as a power of
+// two within [4 MiB, 64 MiB].
 func TestMemTableSize(t *testing.T) {
 	for _, tc := range []struct {
 		o    Options
 		want uint64
 	}{
 		{Options{}, 64 << 20}, // 10000 keys/s over 1h15m: 1.4 GB
-		{Options{ExpectedRate: 100, Window: time.Minute}, 4 << 20},
-		{Options{ExpectedRate: 100, Window: time.Hour}, 16 << 20},  // 14.4 MB
-		{Options{ExpectedRate: 1000, Window: time.Hour}, 64 << 20}, // 144 MB
+		{Options{ExpectedRate: 10, Window: time.Minute}, 4 << 20},         // 96 kB
+		{Options{ExpectedRate: 100, Window: time.Minute}, 4 << 20},        // 960 kB
+		{Options{ExpectedRate: 100, Window: 10 * time.Minute}, 16 << 20},  // 9.6 MB
+		{Options{ExpectedRate: 1000, Window: 10 * time.Minute}, 64 << 20}, // 96 MB
 	} {
 		o := tc.o
 		if got := memTableSize(*o.EnsureDefaults()); got != tc.want {

@@ -204,20 +204,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, a 
 			s.dups++
 			return Duplicate, nil
 		}
-		if s.recentlyCommitted(h, key) {
-			s.observed++
-			s.dups++
-			return Duplicate, nil
-		}
-		var found bool
-		var err error
-		s.ring.Lookup(h, func(g *rotate.Generation) bool {
-			s.lookups++
-			found, err = e.store.Has(g.ID, key)
-			return err == nil && !found
-		})
+		found, err := e.committed(s, h, key)
 		if err != nil {
-			return 0, wrap(err, "store lookup")
+			return 0, err
 		}
 		if found {
 			s.observed++

@@ -94,15 +94,16 @@ const (
 )
 
 // memTableSize sizes the exact store's memtable for the workload opts
-// describe: a quarter of the bytes a full window of keys takes in a
-// memtable (about 128 per key: its entry and its log entry), a power of two
-// within [4 MiB, 64 MiB]. Pebble keeps up to six write-ahead logs of about
+// describe: the bytes a full window of keys takes in a memtable (about 128
+// per key: its entry and its log entry), a power of two within [4 MiB,
+// 64 MiB]. A quarter of it flushed a short window's keys to level 0 often
+// enough to cost the headline run a fifth of its exact-mode throughput. Pebble keeps up to six write-ahead logs of about
 // that size, so a 64 MiB memtable for a state of a few megabytes wasted
 // hundreds; a commit larger than half of it is written as a table of its
 // own rather than through the memtable.
 func memTableSize(opts Options) uint64 {
 	keys := opts.ExpectedRate * (opts.Window + opts.Window/time.Duration(opts.Generations)).Seconds()
-	want := keys * 128 / 4
+	want := keys * 128
 	size := uint64(minMemTable)
 	for size < maxMemTable && float64(size) < want {
 		size *= 2
@@ -189,23 +190,13 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		shards:     make([]shard, opts.Shards),
 	}
 	span := opts.Window / time.Duration(opts.Generations)
-	capacity := shardCapacity(opts.ExpectedRate*span.Seconds(), opts.Shards)
-	cfg := rotate.Config{
-		Window:            opts.Window,
-		Generations:       opts.Generations,
-		Kind:              kind,
-		Capacity:          capacity,
-		FalsePositiveRate: opts.FalsePositiveRate,
-	}
+	cfg := ringConfig(kind, opts)
 	need, err := checkMemory(kind, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	if kind == filter.Interleaved {
-		e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB; each new generation is resized to the rate measured in the one before", opts.ExpectedRate, opts.Window, need/(1<<20))
-	} else {
-		e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB when full", opts.ExpectedRate, opts.Window, need/(1<<20))
-	}
+	e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB at most while the traffic stays within it; they follow the traffic: the first generation starts small and grows with its keys, each later one is sized for 1.5x the keys the one before held",
+		opts.ExpectedRate, opts.Window, need/(1<<20))
 	if e.timing, err = rotate.New(cfg); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
@@ -224,6 +215,15 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	e.store = store
 	if err := e.load(); err != nil {
 		return nil, err
+	}
+	if e.stats.restoredKeys > 0 {
+		var bytes, sized uint64
+		for i := range e.shards {
+			bytes += e.shards[i].ring.FilterBytes()
+			sized += e.shards[i].ring.SizedCapacity()
+		}
+		e.logf("dedup: restored filters hold %d keys in %.1f MiB; generations are sized for %d keys (%.3g keys/s over a %v span), from the rate measured",
+			e.stats.restoredKeys, float64(bytes)/(1<<20), sized, float64(sized)/span.Seconds(), span)
 	}
 	e.bgCtx, e.bgCancel = context.WithCancel(context.Background())
 	// Errors of background work are counted in Stats (commits, snapshots)
@@ -335,11 +335,49 @@ func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) (need float6
 	return need, nil
 }
 
+// ringConfig is the ring of generations every shard keeps under opts
+// (defaults filled in), sized for ExpectedRate.
+func ringConfig(kind filter.Kind, opts Options) rotate.Config {
+	span := opts.Window / time.Duration(opts.Generations)
+	return rotate.Config{
+		Window:            opts.Window,
+		Generations:       opts.Generations,
+		Kind:              kind,
+		Capacity:          shardCapacity(opts.ExpectedRate*span.Seconds(), opts.Shards),
+		FalsePositiveRate: opts.FalsePositiveRate,
+	}
+}
+
+// FilterCeiling returns the filter memory an engine opened with o holds at
+// most while the traffic stays within ExpectedRate: every shard's
+// Generations+1 generations at the size ExpectedRate gives them, as [Open]
+// logs it. Filters start smaller and follow the traffic (see
+// [Stats.SizedGenerationKeys]). Zero fields take their defaults; invalid
+// options are an error wrapping [ErrInvalidOptions].
+func (o Options) FilterCeiling() (uint64, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return 0, err
+	}
+	kind, err := filter.ParseKind(o.Filter)
+	if err != nil {
+		return 0, fmt.Errorf("%w: Filter: %w", ErrInvalidOptions, err)
+	}
+	per, err := rotate.EstimateBytes(ringConfig(kind, o))
+	if err != nil {
+		return 0, fmt.Errorf("%w: ExpectedRate %v over Window %v: %w", ErrInvalidOptions, o.ExpectedRate, o.Window, err)
+	}
+	return per * uint64(o.Shards), nil
+}
+
 // shardCapacity sizes one shard's generation for perGen keys spread over
-// shards. The keys a shard receives vary binomially around the mean; a
-// shard that passes its capacity by one key chains a filter twice as large,
-// so the capacity includes four standard deviations of headroom.
+// shards. The keys a shard receives vary binomially around the mean: the
+// capacity includes two standard deviations of headroom, so that at the
+// rate configured about one shard-generation in 40 chains a growth link (a
+// quarter of its filter); more would cost false-positive rate for nothing,
+// since a filter short of its capacity misses its target (2.4% short, as
+// four deviations and 64 keys made it at 31k keys a shard, is 12% under).
 func shardCapacity(perGen float64, shards int) uint64 {
 	mean := perGen / float64(shards)
-	return uint64(mean+4*math.Sqrt(mean)) + 64
+	return uint64(mean+2*math.Sqrt(mean)) + 16
 }

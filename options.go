@@ -32,8 +32,11 @@ type Options struct {
 	Window time.Duration
 
 	// ExpectedRate is the number of distinct keys per second the filters
-	// are sized for. A faster stream grows the filters (more memory, same
-	// error rate). Default 10000.
+	// are sized for at most. They follow the traffic: the first generation
+	// starts small and grows with its keys, and each later one is sized for
+	// 1.5x the keys the one before held, up to what ExpectedRate gives
+	// while the traffic stays within it; a faster stream grows the filters
+	// (more memory, same error rate). Default 10000.
 	ExpectedRate float64
 
 	// FalsePositiveRate is the pre-filter's target false-positive rate for a

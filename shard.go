@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -27,13 +28,25 @@ type shard struct {
 	undone     *inflightSet
 	older      []epochSet
 	committing []epochSet
-	// spare holds committed sets for reuse, so that their tables are not
-	// allocated (and collected) anew at every epoch.
+	// spare holds emptied sets for reuse, so that their tables are not
+	// allocated (and collected) anew at every epoch; a commit that finds
+	// the shard idle drops them (see idle).
 	spare []*inflightSet
-	// recent holds, in exact mode, the sets of the last commits (see
-	// recentKeys), oldest first: keys known durable, so that a duplicate
-	// of one answers without a store lookup (see recentlyCommitted).
-	recent []*inflightSet
+	// recent holds, in exact mode, compact copies of the newest keys of
+	// the last commits, oldest first: keys known durable, so that a
+	// duplicate of one answers without a store lookup (see
+	// recentlyCommitted). They take recentBytes, at most budget, the
+	// shard's share of the cache budget (see recentBudget), set by the
+	// commit leader under mu, and at most recentSets sets, since a lookup
+	// probes each. recentFree is the set last dropped from recent, whose
+	// arrays the next one reuses, and freeBytes its size: only the commit
+	// leader uses recentFree, with or without mu (it compacts the sets it
+	// commits outside mu).
+	recent      []*recentSet
+	recentBytes uint64
+	recentFree  *recentSet
+	freeBytes   uint64
+	budget      int
 	// inflightGens counts the keys in flight per generation: a past
 	// generation with none can never change again (it is sealed).
 	inflightGens map[uint64]int
@@ -51,42 +64,79 @@ type epochSet struct {
 	set   *inflightSet
 }
 
-// rollEpoch starts epoch cur in s: the keys in flight of the previous
-// epoch move to older.
+// rollEpoch starts epoch cur in s, as roll does, and gives the set that
+// takes the keys of the epoch a table (see prepare): the shard is in use.
 func (s *shard) rollEpoch(cur uint64) {
+	s.roll(cur)
+	if s.inflight.hashes == nil {
+		s.prepare()
+	}
+}
+
+// roll starts epoch cur in s: the keys in flight of the previous epoch
+// move to older.
+func (s *shard) roll(cur uint64) {
 	if cur == s.epoch {
 		return
 	}
 	if s.inflight.n > 0 {
 		s.older = append(s.older, epochSet{s.epoch, s.inflight})
-		s.inflight = s.newSet(s.inflight)
+		s.inflight = newSet(s.inflight)
 	}
 	s.epoch = cur
 }
 
-// newSet returns an empty in-flight set, a spare one if there is one,
-// sized to hold as many keys as like, the set it replaces.
-func (s *shard) newSet(like *inflightSet) *inflightSet {
-	var p *inflightSet
-	if n := len(s.spare); n > 0 {
-		p = s.spare[n-1]
-		s.spare = s.spare[:n-1]
-	} else {
-		p = &inflightSet{}
-	}
-	p.init(like.n, len(like.arena))
-	return p
+// newSet returns an empty in-flight set with no table yet, to hold as many
+// keys as like, the set it replaces: prepare gives it one when the shard
+// is next used, so that a shard without keys holds no table for them.
+func newSet(like *inflightSet) *inflightSet {
+	return &inflightSet{hint: like.n, arenaHint: len(like.arena)}
 }
 
-// maxSpare bounds the spare sets a shard keeps.
+// prepare gives s.inflight, which has no table, a spare's, sized for its
+// hint (growing it on the observe path would copy it).
+func (s *shard) prepare() {
+	p := s.inflight
+	if n := len(s.spare); n > 0 {
+		q := s.spare[n-1]
+		s.spare[n-1] = nil
+		s.spare = s.spare[:n-1]
+		q.hint, q.arenaHint = p.hint, p.arenaHint
+		p = q
+	}
+	p.init(p.hint, p.arenaHint)
+	s.inflight = p
+}
+
+// maxSpare bounds the spare sets a shard keeps: one per epoch a commit
+// takes (two when commits follow Barriers).
 const maxSpare = 2
 
-// recycle keeps p, which nothing refers to any more, for reuse, unless its
-// arena is large.
+// minSpareBytes is the smallest set recycle keeps: a smaller one costs
+// less to allocate anew (a few microseconds per shard and commit) than to
+// hold between commits.
+const minSpareBytes = 64 << 10
+
+// recycle keeps p, which nothing refers to any more, for reuse, if it is
+// large enough for reuse to matter.
 func (s *shard) recycle(p *inflightSet) {
-	if len(s.spare) < maxSpare && cap(p.arena) <= 4<<20 {
+	if len(s.spare) < maxSpare && p.bytes() >= minSpareBytes {
 		s.spare = append(s.spare, p)
 	}
+}
+
+// idle releases what s keeps for keys to come, when a commit finds it
+// with no key in flight and none to commit, a whole commit interval
+// without a new key: the spare sets, the empty set's table and the
+// arrays kept for the cache's next set. A shard that gets keys again
+// allocates them anew. Keys Done or not (undone) are left alone.
+func (s *shard) idle() {
+	clear(s.spare)
+	s.spare = s.spare[:0]
+	if s.inflight.hashes != nil {
+		s.inflight = &inflightSet{}
+	}
+	s.recentFree, s.freeBytes = nil, 0
 }
 
 // inFlight reports whether key (hash h) is in flight (Done or not) or being
@@ -129,7 +179,7 @@ func (s *shard) takeThrough(limit uint64) []epochSet {
 	s.older = append(s.older[:0], s.older[i:]...)
 	if s.epoch <= limit && s.inflight.n > 0 {
 		taken = append(taken, epochSet{s.epoch, s.inflight})
-		s.inflight = s.newSet(s.inflight)
+		s.inflight = newSet(s.inflight)
 	}
 	return taken
 }
@@ -144,11 +194,12 @@ func (s *shard) uncount(gen uint64, n int) {
 }
 
 // addCommitted puts the keys of the committing sets, now durable, into
-// their generations' filters (those still live at now), and keeps the sets
-// (exact mode: for recentlyCommitted, then for reuse). It is Ring.Add key
+// their generations' filters (those still live at now), keeps fresh, the
+// compact copies of their newest keys (exact mode, see compactCommitted),
+// for recentlyCommitted, and keeps the sets for reuse. It is Ring.Add key
 // by key, with the generation looked up once per run of keys of one
 // generation.
-func (s *shard) addCommitted(now time.Time, exactMode bool, nshards int) error {
+func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 	var firstErr error
 	oldest := s.ring.OldestLive(now)
 	for _, es := range s.committing {
@@ -194,41 +245,99 @@ func (s *shard) addCommitted(now time.Time, exactMode bool, nshards int) error {
 			add(0, en)
 		}
 		flush()
-		if exactMode {
-			s.remember(es.set, recentKeys/nshards)
-		} else {
-			s.recycle(es.set)
-		}
+		s.recycle(es.set)
+	}
+	for _, r := range fresh {
+		s.remember(r)
+	}
+	if s.recentFree == nil {
+		s.freeBytes = 0
 	}
 	return firstErr
 }
 
-// recentKeys bounds the committed keys an exact-mode engine keeps in
-// memory, across shards, to answer their duplicates without a store lookup
-// (about 100 bytes each, ~50 MB at the bound); recentSets bounds the sets a
-// shard keeps (one per commit), since a lookup probes each. Duplicates come
-// mostly soon after their first event, so the last few commits answer most
-// of them.
-const (
-	recentKeys = 512 << 10
-	recentSets = 8
-)
+// recentSets bounds the sets of recent commits a shard keeps, since a
+// lookup probes each.
+const recentSets = 8
 
-// remember keeps p, a set just committed, in recent, dropping (for reuse)
-// the oldest sets past recentSets or past maxKeys keys.
-func (s *shard) remember(p *inflightSet, maxKeys int) {
-	s.recent = append(s.recent, p)
-	n := 0
-	for _, r := range s.recent {
-		n += r.n
+// recentShare is the cache's budget as a share of the filters' memory
+// (see recentBudget).
+const recentShare = 8
+
+// recentBudget is the memory the cache of recently committed keys may
+// take in a shard whose filters take filterBytes: an eighth of it. The
+// cache saves a store lookup for each duplicate of a key of the last
+// commits; its keys cost ~11 bytes each besides their own bytes, about
+// 15 times a key's share of the filters, so it holds about 1% of the
+// window's keys, or the keys of recentSets commits if fewer.
+func recentBudget(filterBytes uint64) int {
+	return int(min(filterBytes/recentShare, 1<<40))
+}
+
+// recentBytesFor is the memory a recentSet of the keys of p takes.
+func recentBytesFor(p *inflightSet) int {
+	return recentSetSize + 3*4 + p.n*recentEntryBytes + p.live
+}
+
+// makeRoom drops the oldest sets of recent to make room, within the
+// shard's budget and recentSets, for compact copies of the committing
+// sets, and keeps the last one dropped in recentFree for its arrays. It
+// runs before the commit writes, so the cache may miss the keys dropped
+// a little early: the store answers them.
+func (s *shard) makeRoom() {
+	need := 0
+	for _, es := range s.committing {
+		need += recentBytesFor(es.set)
 	}
+	need = min(need, s.budget)
 	drop := 0
-	for drop < len(s.recent) && (len(s.recent)-drop > recentSets || n > maxKeys) {
-		n -= s.recent[drop].n
-		s.recycle(s.recent[drop])
+	for drop < len(s.recent) && (len(s.recent)-drop+len(s.committing) > recentSets || int(s.recentBytes)+need > s.budget) {
+		old := s.recent[drop]
+		s.recentBytes -= old.bytes()
+		s.recentFree, s.freeBytes = old, old.bytes()
 		drop++
 	}
-	s.recent = append(s.recent[:0], s.recent[drop:]...)
+	n := copy(s.recent, s.recent[drop:])
+	clear(s.recent[n:])
+	s.recent = s.recent[:n]
+}
+
+// compactCommitted returns compact copies of the newest keys of the
+// committing sets, oldest first, within the room makeRoom made: what
+// addCommitted keeps in recent. Only the commit leader calls it, without
+// mu: it reads the committing sets, which nothing writes meanwhile,
+// recentFree and the leader's own fields.
+func (s *shard) compactCommitted() []*recentSet {
+	var fresh []*recentSet
+	left := s.budget - int(s.recentBytes)
+	for i := len(s.committing) - 1; i >= 0 && left > 0; i-- {
+		r := compactRecent(s.recentFree, s.committing[i].set, left)
+		if r == nil {
+			break
+		}
+		if r == s.recentFree {
+			s.recentFree = nil
+		}
+		left -= int(r.bytes())
+		fresh = append(fresh, r)
+	}
+	slices.Reverse(fresh)
+	return fresh
+}
+
+// remember keeps r, the newest keys of a set just committed, in recent,
+// dropping the oldest sets if r took more room than makeRoom made.
+func (s *shard) remember(r *recentSet) {
+	s.recent = append(s.recent, r)
+	s.recentBytes += r.bytes()
+	drop := 0
+	for drop < len(s.recent)-1 && (len(s.recent)-drop > recentSets || s.recentBytes > uint64(s.budget)) {
+		s.recentBytes -= s.recent[drop].bytes()
+		drop++
+	}
+	n := copy(s.recent, s.recent[drop:])
+	clear(s.recent[n:])
+	s.recent = s.recent[:n]
 }
 
 // recentlyCommitted reports whether key (hash h) was committed by one of
@@ -248,4 +357,34 @@ func (s *shard) recentlyCommitted(h uint64, key []byte) bool {
 		return false // expired: its store range is dropped, or will be
 	}
 	return false
+}
+
+// filterBytes is the memory the shard's filters take when the window is
+// full: what they take now, or what Open planned for them (each of the
+// Generations+1 live generations at its capacity) if that is more.
+func (s *shard) filterBytes() uint64 {
+	var n uint64
+	for _, g := range s.ring.Generations() {
+		n += g.Filter.SizeBytes()
+	}
+	cfg := s.ring.Config()
+	if per, err := filter.EstimateBytes(cfg.Kind, cfg.Capacity, s.ring.PerGenerationFP()); err == nil {
+		n = max(n, per*uint64(cfg.Generations+1))
+	}
+	return n
+}
+
+// inflightBytes is the memory the shard's in-flight sets take, spares
+// included.
+func (s *shard) inflightBytes() uint64 {
+	n := s.inflight.bytes() + s.undone.bytes()
+	for _, sets := range [][]epochSet{s.older, s.committing} {
+		for _, es := range sets {
+			n += es.set.bytes()
+		}
+	}
+	for _, p := range s.spare {
+		n += p.bytes()
+	}
+	return n
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/internal/diskuse"
+	"github.com/streamdedup/dedup/internal/fprate"
 )
 
 // Stats is a point-in-time view of an Engine's counters and memory.
@@ -37,9 +38,10 @@ type Stats struct {
 	// FilterKeys is the number of keys held by all filters.
 	FilterKeys uint64
 	// SizedGenerationKeys is the number of keys a new generation's filters
-	// are sized for, summed over shards: ExpectedRate times the span at
-	// Open; with Filter interleaved, 1.5x the keys the generation before
-	// held, once that differs enough (memory follows the traffic).
+	// are sized for, summed over shards: 1.5x the keys the generation
+	// before held, at most what ExpectedRate gives over a generation's
+	// span; while the first generation grows, its current size (memory
+	// follows the traffic).
 	SizedGenerationKeys uint64
 	// ObservedFPSamples and ObservedFPRate measure the filters' false
 	// positives on the real traffic (Filter interleaved): keys in a fixed
@@ -50,6 +52,19 @@ type Stats struct {
 	// generation restored by Open is live.
 	ObservedFPSamples uint64
 	ObservedFPRate    float64
+	// InFlightBytes is the memory held by the sets of keys in flight: the
+	// keys observed New and not committed yet (or being committed), with
+	// their tables sized for as many keys as the last commit took, and
+	// the emptied sets kept for the next ones (released once a commit
+	// finds a shard idle).
+	InFlightBytes uint64
+	// CacheKeys is the number of committed keys exact mode keeps in memory
+	// to answer their duplicates without a store lookup (the newest keys
+	// of the last commits), and CacheBytes the memory they take. The
+	// cache is bounded by an eighth of the memory the filters take when
+	// the window is full. 0 in probabilistic mode.
+	CacheKeys  uint64
+	CacheBytes uint64
 	// EstimatedFPRate is the false-positive rate a new key meets across
 	// the live generations at their current fill, averaged over shards.
 	EstimatedFPRate float64
@@ -128,13 +143,18 @@ func (e *Engine) Stats() Stats {
 		if s.undone != nil {
 			st.NotDoneKeys += int64(s.undone.n)
 		}
-		miss := 1.0
+		st.InFlightBytes += s.inflightBytes()
+		st.CacheBytes += s.recentBytes + s.freeBytes
+		for _, r := range s.recent {
+			st.CacheKeys += uint64(r.n)
+		}
+		var fps []float64
 		for _, g := range s.ring.Generations() {
 			f := g.Filter
 			st.Generations++
 			st.FilterKeys += f.Count()
 			fp := f.FPRate()
-			miss *= 1 - fp
+			fps = append(fps, fp)
 			gs := gens[g.ID]
 			if gs == nil {
 				gs = &GenerationStats{ID: g.ID, Start: e.timing.Start(g.ID), End: e.timing.End(g.ID)}
@@ -145,7 +165,7 @@ func (e *Engine) Stats() Stats {
 			gs.Bytes += f.SizeBytes()
 			gs.FPRate += fp / float64(len(e.shards))
 		}
-		fpSum += 1 - miss
+		fpSum += fprate.Any(fps...)
 		s.mu.Unlock()
 	}
 	st.EstimatedFPRate = fpSum / float64(len(e.shards))

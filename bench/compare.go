@@ -129,6 +129,15 @@ type CompareRow struct {
 	DiskPerKey  float64 `json:"disk_per_key"`
 	// StoreLookups counts exact-store lookups (engine, exact mode).
 	StoreLookups uint64 `json:"store_lookups"`
+	// InFlightBytes and CacheBytes are the memory the engine reports for
+	// its in-flight sets and its cache of recently committed keys (see
+	// dedup.Stats); EngineBytesPerKey is its own count of what it holds,
+	// filters, in-flight sets and cache, per key (engine rows only):
+	// RAMPerKey less the noise of a heap measurement and Pebble's Go-heap
+	// share.
+	InFlightBytes     uint64  `json:"inflight_bytes,omitempty"`
+	CacheBytes        uint64  `json:"cache_bytes,omitempty"`
+	EngineBytesPerKey float64 `json:"engine_bytes_per_key,omitempty"`
 	// SpeedRatio is EventsPerSec over the reference row's; RAMRatio is
 	// RAMPerKey over the reference's.
 	SpeedRatio float64 `json:"speed_ratio,omitempty"`
@@ -369,6 +378,7 @@ func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, 
 		return row, err
 	}
 	row.Keys, row.OffHeap, row.FilterBytes, row.DiskBytes, row.StoreLookups = u.Keys, u.OffHeap, u.FilterBytes, u.Disk, u.StoreLookups
+	row.InFlightBytes, row.CacheBytes = u.InFlightBytes, u.CacheBytes
 	if u.RAM > 0 {
 		row.RAMBytes = u.RAM
 	} else {
@@ -377,6 +387,9 @@ func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, 
 	if row.Keys > 0 {
 		row.RAMPerKey = float64(row.RAMBytes+row.OffHeap) / float64(row.Keys)
 		row.DiskPerKey = float64(row.DiskBytes) / float64(row.Keys)
+		if _, ok := t.(*EngineTarget); ok {
+			row.EngineBytesPerKey = float64(row.FilterBytes+row.InFlightBytes+row.CacheBytes) / float64(row.Keys)
+		}
 	}
 	return row, nil
 }

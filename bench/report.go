@@ -121,7 +121,7 @@ func (r *CompareResult) WriteText(w io.Writer) error {
 	var rows [][]string
 	for _, x := range r.Rows {
 		if x.Skipped != "" {
-			rows = append(rows, []string{x.Name, x.Skipped, "", "", "", "", "", "", ""})
+			rows = append(rows, []string{x.Name, x.Skipped, "", "", "", "", "", "", "", ""})
 			continue
 		}
 		ratio := "-"
@@ -132,14 +132,19 @@ func (r *CompareResult) WriteText(w io.Writer) error {
 		if x.RAMRatio > 0 {
 			ramRatio = fmt.Sprintf("%.2fx", x.RAMRatio)
 		}
+		engine := "-"
+		if x.EngineBytesPerKey > 0 {
+			engine = bytesPerKey(x.EngineBytesPerKey)
+		}
 		rows = append(rows, []string{x.Name, humanize.Count(x.EventsPerSec), ratio,
 			fmt.Sprintf("%d / %d", x.DupsMissed, x.Duplicates), fmt.Sprintf("%d", x.FalseDrops),
-			humanize.Count(float64(x.Keys)), bytesPerKey(x.RAMPerKey), ramRatio, bytesPerKey(x.DiskPerKey)})
+			humanize.Count(float64(x.Keys)), bytesPerKey(x.RAMPerKey), ramRatio, engine, bytesPerKey(x.DiskPerKey)})
 	}
-	if err := table(w, "target\tevents/s\tvs "+shortRef(r.Reference)+"\tdups missed\tfalse drops\tkeys held\tRAM/key\tvs "+shortRef(r.Reference)+"\tdisk/key", rows); err != nil {
+	if err := table(w, "target\tevents/s\tvs "+shortRef(r.Reference)+"\tdups missed\tfalse drops\tkeys held\tRAM/key\tvs "+shortRef(r.Reference)+"\tengine/key\tdisk/key", rows); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "RAM = Go heap growth after GC (filters, maps, in-flight keys), plus Pebble's C-allocated memtable and cache for pebble alone; Redis: used_memory growth.")
+	fmt.Fprintln(w, "RAM = Go heap growth after GC (engine: filters, keys in flight, recent commits, and Pebble's Go-heap share in exact mode), plus Pebble's C-allocated memtable and cache for pebble alone; Redis: used_memory growth.")
+	fmt.Fprintln(w, "engine/key = the engine's own count (Stats): filters + in-flight sets (with the spare kept for the next commit) + cache of recent commits, per key held.")
 	if len(r.Sweep) > 0 {
 		fmt.Fprintln(w, "\nFilter memory per key against the false-positive target (probabilistic engine, one window filled, fresh keys probed):")
 		rows = rows[:0]

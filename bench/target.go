@@ -42,6 +42,9 @@ type Usage struct {
 	Disk uint64
 	// StoreLookups counts exact-store lookups (engine only).
 	StoreLookups uint64
+	// InFlightBytes and CacheBytes are the engine's in-flight sets and
+	// cache of recently committed keys (see dedup.Stats), in RAM.
+	InFlightBytes, CacheBytes uint64
 }
 
 // VirtualClock is a settable clock for Options.Now. Its zero value reads
@@ -195,10 +198,12 @@ func (t *EngineTarget) observe(keys [][]byte, out []dedup.Verdict) error {
 func (t *EngineTarget) Usage() (Usage, error) {
 	st := t.eng.Stats()
 	u := Usage{
-		Keys:         st.FilterKeys + uint64(max(st.InFlightKeys, 0)),
-		FilterBytes:  st.FilterBytes,
-		Disk:         st.DiskBytes,
-		StoreLookups: st.StoreLookups,
+		Keys:          st.FilterKeys + uint64(max(st.InFlightKeys, 0)),
+		FilterBytes:   st.FilterBytes,
+		Disk:          st.DiskBytes,
+		StoreLookups:  st.StoreLookups,
+		InFlightBytes: st.InFlightBytes,
+		CacheBytes:    st.CacheBytes,
 	}
 	if t.cfg.Dir != "" {
 		// Stats.DiskBytes comes from Pebble's metrics; the directory's

@@ -6,19 +6,32 @@ import (
 )
 
 // Growth parameters of the scalable construction (Almeida, Baquero, Preguiça
-// and Hutchison, "Scalable Bloom Filters", 2007). Link i holds
-// capacity*growth^i keys at a target of fp*(1-r)*r^i, r the tightening
-// ratio; the targets sum to fp, so the compound rate stays below fp however
-// far the chain grows. Both are recorded in the encoding.
+// and Hutchison, "Scalable Bloom Filters", 2007). A chain's growth links
+// follow a schedule recorded in its encoding: link i >= 1 holds
+// base*growth^i keys at a target of fp*(1-r)*r^i, r the tightening ratio.
+// Link 0 is the table New sized for the load; its parameters are its own.
 //
-// New uses r = 1/4: the first link, the only one of a filter sized for its
-// load, gets 3/4 of the target (1/2 with the paper's r = 1/2 would cost it
-// about 0.8 more bits per key for an error rate nobody asked for); a link
-// added by growth gets a quarter of the previous one's target, about 2 more
-// bits per key. Unmarshal accepts any ratio in (0, 1).
+// Bloom and blocked (firstShare): link 0 gets (1 - 1/32) of the target,
+// the growth links the remaining 1/32 between them, halving link by link
+// (the schedule's fp is fp/16 and r = 1/2), and the first growth link is a
+// quarter of link 0 (base = capacity/8), doubling from there. A filter
+// sized for its load then meets 31/32 of its target, not 3/4 of it: an
+// error rate paid for in memory but never used is waste. A generation that
+// runs 10% over its estimate pays a quarter-size link, not a twice-size
+// one; each further link costs about 1.6 more bits per key than the one
+// before it.
+//
+// Cuckoo keeps the first schedule (link 0 at 3/4 of the target, r = 1/4,
+// each link twice the one before): its bytes per key double with every
+// halving of the target, so small, tight links cost it more than large
+// ones. Unmarshal accepts any ratio in (0, 1) and any base, so encodings
+// of either schedule decode, and grow as they were made to.
 const (
 	growth  = 2
 	tighten = 0.25
+	// firstShare is the share of the target that growth links of a bloom
+	// or blocked chain get; link 0 gets the rest.
+	firstShare = 1.0 / 32
 )
 
 // maxCapacity bounds New's capacity argument (2^48 keys).
@@ -46,11 +59,18 @@ type link interface {
 // chain is the growable filter New returns: links, oldest first; inserts go
 // into the newest.
 type chain struct {
-	kind  Kind
-	cap0  uint64  // capacity asked of New: link 0's nominal capacity
-	fp    float64 // compound target
-	r     float64 // tightening ratio
+	kind Kind
+	// base, fp and r are the growth schedule: link i >= 1 holds
+	// base*growth^i keys at target fp*(1-r)*r^i (see growth).
+	base  uint64
+	fp    float64
+	r     float64
 	links []link
+	// journal, when not nil, holds every hash given to the filter, so that
+	// it can be rebuilt at another capacity (Regrow); grow, when set, is
+	// asked for that capacity when the filter is full.
+	journal []uint64
+	grow    func(keys uint64) (capacity uint64, keep bool)
 }
 
 // New returns an empty growable filter of the given kind for capacity
@@ -58,11 +78,12 @@ type chain struct {
 // 0 < fp < 1.
 //
 // The filter is a chain of fixed-size filters. The first is sized for
-// capacity keys at 3fp/4; when the newest is full, the next insert chains a
-// new one with twice the capacity and a quarter of the target, so the estimated
-// compound rate stays at or below fp forever and memory grows with the data.
-// Test checks every link, so a chain that has grown k times costs k+1
-// lookups on a miss: size capacity for the expected load.
+// capacity keys at most of the target (31/32 for bloom and blocked, 3/4
+// for cuckoo); when the newest is full, the next insert chains another
+// with a tighter target (see growth for the schedule), so the estimated
+// compound rate stays at or below fp forever and memory grows with the
+// data. Test checks every link, so a chain that has grown k times costs
+// k+1 lookups on a miss: size capacity for the expected load.
 func New(kind Kind, capacity uint64, fp float64) (Filter, error) {
 	if kind == Interleaved {
 		if err := validate(Blocked, capacity, fp); err != nil {
@@ -73,13 +94,34 @@ func New(kind Kind, capacity uint64, fp float64) (Filter, error) {
 	if err := validate(kind, capacity, fp); err != nil {
 		return nil, err
 	}
-	first := linkTarget(fp, tighten, 0)
+	first := firstTarget(kind, fp)
 	if b, limit := linkBytes(kind, capacity, first), linkLimit(kind); b > float64(limit) {
 		return nil, fmt.Errorf("filter: capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, fp, b, kind, limit)
 	}
-	c := &chain{kind: kind, cap0: capacity, fp: fp, r: tighten}
+	c := &chain{kind: kind}
+	c.schedule(capacity, fp)
 	c.links = []link{newLink(kind, capacity, first)}
 	return c, nil
+}
+
+// firstTarget returns the target of link 0 of a chain New makes for fp.
+func firstTarget(kind Kind, fp float64) float64 {
+	if kind == Cuckoo {
+		return linkTarget(fp, tighten, 0)
+	}
+	return fp * (1 - firstShare)
+}
+
+// schedule sets the growth links' schedule of a chain whose link 0 holds
+// capacity keys, for a compound target fp.
+func (c *chain) schedule(capacity uint64, fp float64) {
+	if c.kind == Cuckoo {
+		c.base, c.fp, c.r = capacity, fp, tighten
+		return
+	}
+	// Link i >= 1: (fp*firstShare*2) * (1/2) * (1/2)^i = fp*firstShare/2^i,
+	// which sums to fp*firstShare; capacity/4 * 2^(i-1).
+	c.base, c.fp, c.r = max(1, capacity/8), fp*firstShare*2, 0.5
 }
 
 // EstimateBytes returns the table memory New(kind, capacity, fp) allocates,
@@ -94,7 +136,7 @@ func EstimateBytes(kind Kind, capacity uint64, fp float64) (uint64, error) {
 	if err := validate(kind, capacity, fp); err != nil {
 		return 0, err
 	}
-	b := linkBytes(kind, capacity, linkTarget(fp, tighten, 0))
+	b := linkBytes(kind, capacity, firstTarget(kind, fp))
 	if limit := linkLimit(kind); b > float64(limit) {
 		return 0, fmt.Errorf("filter: capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, fp, b, kind, limit)
 	}
@@ -122,9 +164,9 @@ func linkTarget(fp, r float64, i int) float64 {
 	return fp * (1 - r) * math.Pow(r, float64(i))
 }
 
-// linkCapacity returns the nominal capacity of link i (saturating).
-func linkCapacity(cap0 uint64, i int) uint64 {
-	c := cap0
+// linkCapacity returns the nominal capacity of growth link i (saturating).
+func linkCapacity(base uint64, i int) uint64 {
+	c := base
 	for range i {
 		if c > math.MaxUint64/growth {
 			return math.MaxUint64
@@ -172,10 +214,10 @@ func linkLimit(kind Kind) uint64 {
 	return maxLinkBytes
 }
 
-// grow chains a new link and returns it.
-func (c *chain) grow() link {
+// chainLink chains a new link and returns it.
+func (c *chain) chainLink() link {
 	i := len(c.links)
-	l := newLink(c.kind, linkCapacity(c.cap0, i), linkTarget(c.fp, c.r, i))
+	l := newLink(c.kind, linkCapacity(c.base, i), linkTarget(c.fp, c.r, i))
 	c.links = append(c.links, l)
 	return l
 }
@@ -190,6 +232,13 @@ func (c *chain) Test(h uint64) bool {
 }
 
 func (c *chain) TestOrAdd(h uint64) bool {
+	if c.journal != nil {
+		return c.testOrAddJournaled(h)
+	}
+	return c.testOrAdd(h)
+}
+
+func (c *chain) testOrAdd(h uint64) bool {
 	n := len(c.links) - 1
 	for _, l := range c.links[:n] {
 		if l.test(h) {
@@ -201,7 +250,7 @@ func (c *chain) TestOrAdd(h uint64) bool {
 		if last.test(h) {
 			return true
 		}
-		last = c.grow()
+		last = c.chainLink()
 	}
 	return last.testOrAdd(h)
 }
@@ -253,3 +302,108 @@ func (c *chain) FPRate() float64 {
 }
 
 func (c *chain) Kind() Kind { return c.kind }
+
+// Regrower is implemented by the filters New returns for the chained kinds
+// (bloom, cuckoo, blocked). While it keeps a journal of the hashes it is
+// given (8 bytes each), such a filter can be rebuilt at another capacity
+// from them, keeping a single link at its full target: a ring's first
+// generation starts small and grows that way with the keys it sees, where
+// chaining would pay a tighter target for every link.
+type Regrower interface {
+	Filter
+	// StartJournal makes the (empty, never grown) filter remember every
+	// hash it is given from now on. When it is full, grow is called with
+	// the keys it holds and returns the capacity to rebuild it at (0: none,
+	// it chains as usual) and whether to keep the journal afterwards.
+	StartJournal(grow func(keys uint64) (capacity uint64, keep bool)) error
+	// StopJournal forgets the journal: the filter chains as usual.
+	StopJournal()
+	// Journaling reports whether the filter keeps a journal.
+	Journaling() bool
+	// JournalBytes returns the memory the journal holds.
+	JournalBytes() uint64
+	// Regrow rebuilds the journaling filter as one link sized for capacity
+	// holding every hash of the journal (chaining past capacity, as
+	// inserts would), keeping its target.
+	Regrow(capacity uint64) error
+}
+
+// StartJournal implements [Regrower].
+func (c *chain) StartJournal(grow func(keys uint64) (capacity uint64, keep bool)) error {
+	if len(c.links) != 1 || c.links[0].count() != 0 {
+		return fmt.Errorf("filter: StartJournal on a filter that holds %d keys in %d links", c.Count(), len(c.links))
+	}
+	c.journal = make([]uint64, 0, 64)
+	c.grow = grow
+	return nil
+}
+
+// StopJournal implements [Regrower].
+func (c *chain) StopJournal() { c.journal, c.grow = nil, nil }
+
+// Journaling implements [Regrower].
+func (c *chain) Journaling() bool { return c.journal != nil }
+
+// JournalBytes implements [Regrower].
+func (c *chain) JournalBytes() uint64 { return 8 * uint64(cap(c.journal)) }
+
+// compoundFP returns the target the chain was made for: link 0's target
+// plus the growth links' (see schedule).
+func (c *chain) compoundFP() float64 {
+	if c.kind == Cuckoo {
+		return c.fp
+	}
+	return c.fp / (2 * firstShare)
+}
+
+// Regrow implements [Regrower].
+func (c *chain) Regrow(capacity uint64) error {
+	if c.journal == nil {
+		return fmt.Errorf("filter: Regrow of a filter that keeps no journal")
+	}
+	if capacity < 1 || capacity > maxCapacity {
+		return fmt.Errorf("filter: Regrow: capacity must be in [1, 2^48], got %d", capacity)
+	}
+	fp := c.compoundFP()
+	first := firstTarget(c.kind, fp)
+	if b, limit := linkBytes(c.kind, capacity, first), linkLimit(c.kind); b > float64(limit) {
+		return fmt.Errorf("filter: Regrow: capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, fp, b, c.kind, limit)
+	}
+	c.schedule(capacity, fp)
+	c.links = []link{newLink(c.kind, capacity, first)}
+	j := c.journal
+	b, _ := c.links[0].(*blocked)
+	for i, h := range j {
+		if b != nil && i+regrowAhead < len(j) {
+			b.prefetch(j[i+regrowAhead])
+		}
+		c.testOrAdd(h)
+	}
+	return nil
+}
+
+// regrowAhead is how far ahead Regrow prefetches the journal's blocks.
+const regrowAhead = 8
+
+// testOrAddJournaled is TestOrAdd while the chain keeps a journal: every
+// hash is journaled (even one that tests true: a false positive now may
+// not be one in the rebuilt filter, and must be held there), and a full
+// single link asks grow for a larger one.
+func (c *chain) testOrAddJournaled(h uint64) bool {
+	if len(c.links) != 1 { // rebuilt too small: it chains, the journal is no use
+		c.StopJournal()
+		return c.testOrAdd(h)
+	}
+	c.journal = append(c.journal, h)
+	if c.links[0].full() && c.grow != nil && !c.links[0].test(h) {
+		capacity, keep := c.grow(c.links[0].count())
+		if capacity > c.links[0].capacity() && c.Regrow(capacity) == nil {
+			if !keep {
+				c.StopJournal()
+			}
+			return false // the rebuilt filter holds h: it was journaled
+		}
+		c.StopJournal()
+	}
+	return c.testOrAdd(h)
+}

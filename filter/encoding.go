@@ -20,9 +20,13 @@ import (
 //	  [5]     kind (1 bloom, 2 cuckoo, 3 blocked)
 //	  [6]     growth factor (2)
 //	  [7]     0
-//	  [8:16]  capacity given to New (link 0's nominal capacity)
-//	  [16:24] fp given to New, float64 bits
-//	  [24:32] target tightening ratio r in (0, 1) (New writes 0.25), float64 bits
+//	  [8:16]  growth base: link i >= 1 holds base*2^i keys
+//	  [16:24] growth fp: link i >= 1 has target fp*(1-r)*r^i, float64 bits
+//	  [24:32] target tightening ratio r in (0, 1), float64 bits
+//	          (see growth in chain.go for what New writes; earlier
+//	          versions wrote base = link 0's capacity, fp = the compound
+//	          target and r = 1/4 for every kind, and such filters still
+//	          grow that way)
 //	  [32:36] number of links, 1..64
 //	  [36:40] 0
 //	then per link, oldest first:
@@ -57,7 +61,7 @@ func (c *chain) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, size)
 	b = append(b, magic...)
 	b = append(b, formatVersion, byte(c.kind), growth, 0)
-	b = binary.LittleEndian.AppendUint64(b, c.cap0)
+	b = binary.LittleEndian.AppendUint64(b, c.base)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.fp))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(c.r))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(c.links)))
@@ -178,9 +182,9 @@ func Unmarshal(data []byte) (Filter, error) {
 		return nil, corrupt("unsupported format version %d", v)
 	}
 	kind := Kind(data[5])
-	cap0 := binary.LittleEndian.Uint64(data[8:])
+	base := binary.LittleEndian.Uint64(data[8:])
 	fp := math.Float64frombits(binary.LittleEndian.Uint64(data[16:]))
-	if err := validate(kind, cap0, fp); err != nil {
+	if err := validate(kind, base, fp); err != nil {
 		return nil, corrupt("header: %v", err)
 	}
 	if data[6] != growth || data[7] != 0 {
@@ -194,7 +198,7 @@ func Unmarshal(data []byte) (Filter, error) {
 	if nl < 1 || nl > maxLinks || binary.LittleEndian.Uint32(data[36:]) != 0 {
 		return nil, corrupt("link count %d", nl)
 	}
-	c := &chain{kind: kind, cap0: cap0, fp: fp, r: r, links: make([]link, 0, nl)}
+	c := &chain{kind: kind, base: base, fp: fp, r: r, links: make([]link, 0, nl)}
 	rest := body[headerLen:]
 	for i := range int(nl) {
 		if len(rest) < 8 {

@@ -36,11 +36,12 @@
 // the high 32 bits, so that would leave a shard's filter using 1/16 of its
 // blocks.
 //
-// Memory per key at capacity, first link (targets are fp/2, see New):
+// Memory per key at capacity, first link (31/32 of the target for bloom
+// and blocked, 3/4 for cuckoo, see New):
 //
 //	kind      fp=1%    fp=0.1%   probes per operation
-//	bloom     1.4 B    2.0 B     k = 8 / 11 random cache lines
-//	blocked   1.5 B    2.2 B     1 cache line
+//	bloom     1.21 B   1.81 B    k = 7 / 10 random cache lines
+//	blocked   1.27 B   1.98 B    1 cache line
 //	cuckoo    6-12 B   63-125 B  2 cache lines (table rounded up to 2^n)
 //
 // Three backends:

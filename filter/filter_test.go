@@ -368,7 +368,7 @@ func TestCuckooLossRecovery(t *testing.T) {
 		t.Errorf("fpRate %g ignores %d lost values", f.fpRate(), f.nLost)
 	}
 	// and it survives encoding
-	c := &chain{kind: Cuckoo, cap0: 1, fp: 0.01, r: tighten, links: []link{f}}
+	c := &chain{kind: Cuckoo, base: 1, fp: 0.01, r: tighten, links: []link{f}}
 	b, err := c.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,17 @@ func (s *Server) dispatch(conn redcon.Conn, cl *client, cmd redcon.Command) {
 			return
 		}
 	}
+	if cl.tx != nil {
+		switch string(name) {
+		case "exec", "discard", "multi", "watch", "quit":
+		default:
+			s.queueCommand(conn, cl, string(name), args)
+			return
+		}
+	}
 	switch string(name) {
+	case "multi", "exec", "discard", "watch", "unwatch":
+		s.cmdMulti(conn, cl, string(name), args)
 	case "set":
 		s.cmdSet(conn, cl, args)
 	case "setnx":
@@ -97,7 +107,9 @@ func (s *Server) dispatch(conn redcon.Conn, cl *client, cmd redcon.Command) {
 	case "dedup.forget":
 		s.cmdForget(conn, args)
 	case "dedup.done":
-		s.cmdDone(conn, args)
+		s.cmdDone(conn, cl, args)
+	case "dedup.reserve":
+		s.cmdReserve(conn, args)
 	case "dedup.commit":
 		s.cmdCommit(conn, args)
 	case "dedup.checkpoint":
@@ -168,15 +180,20 @@ func (s *Server) dispatch(conn redcon.Conn, cl *client, cmd redcon.Command) {
 		cl.closed = true
 		conn.Close()
 	default:
-		var b strings.Builder
-		for i, a := range args[1:] {
-			if i == 3 {
-				break
-			}
-			b.WriteString(quote(a) + " ")
-		}
-		conn.WriteError(fmt.Sprintf("ERR unknown command %s, with args beginning with: %s", quote(args[0]), b.String()))
+		s.unknownCommand(conn, args)
 	}
+}
+
+// unknownCommand answers a command the server does not know, as Redis.
+func (s *Server) unknownCommand(conn redcon.Conn, args [][]byte) {
+	var b strings.Builder
+	for i, a := range args[1:] {
+		if i == 3 {
+			break
+		}
+		b.WriteString(quote(a) + " ")
+	}
+	conn.WriteError(fmt.Sprintf("ERR unknown command %s, with args beginning with: %s", quote(args[0]), b.String()))
 }
 
 // cmdAuth checks the password in constant time (over the hashes, so the
@@ -303,7 +320,7 @@ func (s *Server) cmdSet(conn redcon.Conn, cl *client, args [][]byte) {
 		}
 	}
 	if !nx {
-		conn.WriteError("ERR " + setUsage + ": a SET without NX would overwrite, and a remembered key cannot be")
+		conn.WriteError("ERR " + setUsage + ": without NX a SET would overwrite, and a remembered key cannot be overwritten")
 		return
 	}
 	v, err := s.def.observeOne(args[1])
@@ -387,6 +404,19 @@ func (s *Server) table(conn redcon.Conn, arg []byte, create bool) (*table, bool)
 		return nil, false
 	}
 	return t, true
+}
+
+// existing returns the table named by arg for a DEDUP.* command that
+// reads or commits a table (DEDUP.DONE, COMMIT, CHECKPOINT, STATS): unlike
+// BF.ADD it creates none, and answers a missing one an error.
+func (s *Server) existing(conn redcon.Conn, arg []byte) (*table, bool) {
+	t, ok := s.table(conn, arg, false)
+	if ok && t == nil {
+		conn.WriteError("ERR not found: no table " + quote(arg) +
+			" (BF.RESERVE or DEDUP.RESERVE creates one, and so does a first BF.ADD or DEDUP.OBSERVE)")
+		return nil, false
+	}
+	return t, ok
 }
 
 // cmdBFAdd serves BF.ADD name item: 1 when new, 0 when seen.
@@ -537,8 +567,11 @@ func (s *Server) cmdBFInfo(conn redcon.Conn, args [][]byte) {
 		v         int64
 	}{
 		{"Capacity", "capacity", int64(t.opts.Capacity)},
-		{"Size", "size", int64(st.FilterBytes)},
-		{"Number of filters", "filters", int64(st.Generations)},
+		// The filters are made as keys come: until they hold more than
+		// the table plans for its capacity, report the plan, as
+		// RedisBloom reports the filter it reserved.
+		{"Size", "size", int64(max(st.FilterBytes, t.plannedBytes))},
+		{"Number of filters", "filters", int64(max(st.Generations, t.plannedFilters))},
 		{"Number of items inserted", "items", int64(st.FilterKeys) + st.InFlightKeys},
 		// Generations chain a new filter of the same size when one fills.
 		{"Expansion rate", "expansion", 1},
@@ -611,9 +644,110 @@ func (s *Server) cmdForget(conn redcon.Conn, args [][]byte) {
 	conn.WriteInt(n)
 }
 
-// cmdDone serves DEDUP.DONE, which needs per-key completion in the engine.
-func (s *Server) cmdDone(conn redcon.Conn, args [][]byte) {
-	conn.WriteError("ERR DEDUP.DONE is not available: this build's engine has no per-key completion (Options.ExplicitDone); use DEDUP.COMMIT")
+// cmdDone serves DEDUP.DONE table key [key ...] on a table reserved with
+// EXPLICITDONE: marks keys observed New as processed, so that the next
+// commit makes them durable, and answers how many were in flight and not
+// Done yet. Under FsyncAlways the reply waits for that commit.
+func (s *Server) cmdDone(conn redcon.Conn, cl *client, args [][]byte) {
+	if len(args) < 3 {
+		conn.WriteError(errArgs("dedup.done"))
+		return
+	}
+	t, ok := s.existing(conn, args[1])
+	if !ok {
+		return
+	}
+	n, err := t.done(args[2:])
+	if err != nil {
+		writeErr(conn, err)
+		return
+	}
+	if n > 0 {
+		s.needSync(cl, t)
+	}
+	conn.WriteInt(n)
+}
+
+// reserveUsage is the syntax of DEDUP.RESERVE, for its errors.
+const reserveUsage = "DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]"
+
+// cmdReserve serves DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r]
+// [CAPACITY n] [EXPLICITDONE]: BF.RESERVE with dedup's own options, each
+// defaulting to the server's (--window, --fp, --rate over the window).
+// EXPLICITDONE gives the table per-key completion: its keys observed New
+// stay in flight until DEDUP.DONE (or DEDUP.FORGET).
+func (s *Server) cmdReserve(conn redcon.Conn, args [][]byte) {
+	if len(args) < 2 {
+		conn.WriteError(errArgs("dedup.reserve"))
+		return
+	}
+	e := s.cfg.Engine
+	opts := TableOptions{
+		Window:            e.Window,
+		FalsePositiveRate: e.FalsePositiveRate,
+		Probabilistic:     e.Probabilistic,
+	}
+	var capacity int64
+	seen := map[string]bool{}
+	for i := 2; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		if seen[opt] {
+			conn.WriteError("ERR " + opt + " given twice: " + reserveUsage)
+			return
+		}
+		seen[opt] = true
+		if opt == "EXPLICITDONE" {
+			opts.ExplicitDone = true
+			continue
+		}
+		if opt != "WINDOW" && opt != "ERROR_RATE" && opt != "CAPACITY" {
+			conn.WriteError("ERR unknown option " + quote(args[i]) + ": " + reserveUsage)
+			return
+		}
+		if i+1 == len(args) {
+			conn.WriteError("ERR " + opt + " needs a value: " + reserveUsage)
+			return
+		}
+		i++
+		v := string(args[i])
+		switch opt {
+		case "WINDOW":
+			ms, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+				conn.WriteError("ERR WINDOW " + quote(args[i]) + " is not a positive number of milliseconds")
+				return
+			}
+			opts.Window = time.Duration(ms) * time.Millisecond
+		case "ERROR_RATE":
+			fp, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(fp > 0 && fp < 1) {
+				conn.WriteError("ERR ERROR_RATE " + quote(args[i]) + " is not between 0 and 1 (exclusive)")
+				return
+			}
+			opts.FalsePositiveRate = fp
+		case "CAPACITY":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				conn.WriteError("ERR CAPACITY " + quote(args[i]) + " is not a positive integer")
+				return
+			}
+			capacity = n
+		}
+	}
+	// Sized like BF.RESERVE: CAPACITY keys over the window; without it,
+	// the server's rate over this table's window.
+	if capacity > 0 {
+		opts.ExpectedRate = float64(capacity) / opts.Window.Seconds()
+		opts.Capacity = uint64(capacity)
+	} else {
+		opts.ExpectedRate = e.ExpectedRate
+		opts.Capacity = uint64(e.ExpectedRate * opts.Window.Seconds())
+	}
+	if err := s.reserve(string(args[1]), opts); err != nil {
+		writeErr(conn, err)
+		return
+	}
+	conn.WriteString("OK")
 }
 
 // cmdCommit serves DEDUP.COMMIT table [checkpoint]: commits the table's
@@ -623,7 +757,7 @@ func (s *Server) cmdCommit(conn redcon.Conn, args [][]byte) {
 		conn.WriteError(errArgs("dedup.commit"))
 		return
 	}
-	t, ok := s.table(conn, args[1], true)
+	t, ok := s.existing(conn, args[1])
 	if !ok {
 		return
 	}
@@ -645,17 +779,14 @@ func (s *Server) cmdCheckpoint(conn redcon.Conn, args [][]byte) {
 		conn.WriteError(errArgs("dedup.checkpoint"))
 		return
 	}
-	t, ok := s.table(conn, args[1], false)
+	t, ok := s.existing(conn, args[1])
 	if !ok {
 		return
 	}
-	var cp []byte
-	if t != nil {
-		var err error
-		if cp, err = t.checkpoint(); err != nil {
-			writeErr(conn, err)
-			return
-		}
+	cp, err := t.checkpoint()
+	if err != nil {
+		writeErr(conn, err)
+		return
 	}
 	if cp == nil {
 		conn.WriteNull()
@@ -671,12 +802,8 @@ func (s *Server) cmdStats(conn redcon.Conn, args [][]byte) {
 		conn.WriteError(errArgs("dedup.stats"))
 		return
 	}
-	t, ok := s.table(conn, args[1], false)
+	t, ok := s.existing(conn, args[1])
 	if !ok {
-		return
-	}
-	if t == nil {
-		conn.WriteError("ERR not found")
 		return
 	}
 	st, err := t.stats()
@@ -719,6 +846,7 @@ func statsFields(o TableOptions, st dedup.Stats) []field {
 		{"window", o.Window.String()},
 		{"capacity", o.Capacity},
 		{"false_positive_rate", strconv.FormatFloat(o.FalsePositiveRate, 'g', -1, 64)},
+		{"explicit_done", b2i(o.ExplicitDone)},
 		{"observed", st.Observed},
 		{"new", st.New},
 		{"duplicate", st.Duplicate},
@@ -740,4 +868,12 @@ func statsFields(o TableOptions, st dedup.Stats) []field {
 		{"restored_from", st.RestoredFrom},
 		{"restored_keys", st.RestoredKeys},
 	}
+}
+
+// b2i is 1 for true, as Redis answers flags.
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

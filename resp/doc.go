@@ -24,21 +24,40 @@
 //	BF.ADD name item                      1 when new, 0 when seen
 //	BF.MADD name item [item ...]          one 1 or 0 per item
 //	BF.EXISTS name item, BF.MEXISTS ...   1 when seen (nothing is marked)
-//	BF.INFO name [field]
+//	BF.INFO name [field]                  Size and Number of filters: the plan for capacity, or more once filled
 //
 // What Redis cannot say:
 //
+//	DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]
 //	DEDUP.OBSERVE table key [key ...]   new, duplicate or in-flight per key
 //	DEDUP.FORGET table key [key ...]    release keys in flight (processing failed)
-//	DEDUP.DONE table key [key ...]      per-key completion, where the engine has it
+//	DEDUP.DONE table key [key ...]      mark keys processed (EXPLICITDONE tables)
 //	DEDUP.COMMIT table [checkpoint]     make the keys in flight durable, with checkpoint
 //	DEDUP.CHECKPOINT table              the last committed checkpoint
 //	DEDUP.STATS table                   the engine's stats
 //
+// DEDUP.DONE, COMMIT, CHECKPOINT and STATS of a missing table are errors;
+// they create none.
+//
+// # Worker pools
+//
+// A table reserved with EXPLICITDONE has per-key completion
+// ([dedup.Options.ExplicitDone], kept in its table.json as
+// [TableOptions.ExplicitDone]): a key answered New stays in flight, across
+// every commit, until DEDUP.DONE marks it processed (commits then make it
+// durable) or DEDUP.FORGET releases it (it is New again). DEDUP.DONE
+// answers how many keys it marked: keys not in flight or Done already are
+// not counted; DEDUP.FORGET of a Done key releases nothing. Shutdown
+// drops the keys never Done, as a crash would. Under [FsyncAlways] a
+// DEDUP.DONE reply waits for the group commit holding its keys, while
+// observing replies on such a table wait for none.
+//
 // And the connection commands clients send: PING, ECHO, AUTH, HELLO (an
 // error: RESP2 only, clients fall back), SELECT 0, CLIENT
 // SETNAME|GETNAME|SETINFO|ID, COMMAND (empty), CONFIG GET (a few
-// parameters), INFO, QUIT.
+// parameters), INFO, QUIT, and MULTI/EXEC/DISCARD (redis-py's default
+// pipeline): EXEC runs the queued commands in order, not isolated from
+// other connections, and a command refused while queuing aborts them all.
 //
 // # Durability
 //
@@ -47,7 +66,7 @@
 // the server commits:
 //
 //   - [FsyncAlways]: the replies to a pipeline that marked keys (SET NX,
-//     SETNX, BF.ADD, BF.MADD) are held until a commit holding those keys is
+//     SETNX, BF.ADD, BF.MADD; DEDUP.DONE under EXPLICITDONE) are held until a commit holding those keys is
 //     fsynced. Connections that finish a pipeline at the same time share
 //     one commit. A crash loses no key that was answered.
 //   - [FsyncEverySec] (the default): every table commits each second. A
@@ -64,10 +83,14 @@
 // # Limits
 //
 // A server is safe to expose to its network: [Config.RequirePass] makes
-// every connection AUTH first (compared in constant time); MaxClients
+// every connection AUTH first (compared in constant time), and without it
+// only loopback clients are served (protected mode, as Redis, unless
+// [Config.Unprotected]); MaxClients
 // bounds the connections, MaxArgSize, MaxArgs and MaxCommandSize bound a
 // request before it is buffered (a request over them, or a malformed one,
 // is answered an error and its connection closed, while every other
-// connection is served on), MaxPendingReplies bounds the replies a
-// pipeline buffers, MaxTables the engines a client can create.
+// connection is served on; the commands read with a malformed one are
+// dropped unrun), MaxReplyBuffer the replies queued for a
+// client that has not read them yet, MaxTables the engines a client can
+// create.
 package resp

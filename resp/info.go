@@ -160,6 +160,7 @@ func (s *Server) Info(sections ...string) string {
 		line("total_net_input_bytes", st.NetInputBytes)
 		line("rejected_connections", st.RejectedConnections)
 		line("rejected_requests", st.RejectedRequests)
+		line("accept_errors", st.AcceptErrors)
 		line("keyspace_hits", hits)
 		line("keyspace_misses", misses)
 		line("fsync_commits_requested", st.Syncs)
@@ -180,7 +181,9 @@ func (s *Server) Info(sections ...string) string {
 	if section("Keyspace") {
 		for _, t := range tables {
 			if t.Name == DefaultTable {
-				line("db0", fmt.Sprintf("keys=%d,expires=%d,avg_ttl=0", t.Stats.FilterKeys, t.Stats.FilterKeys))
+				// As DBSIZE: the keys committed and those in flight.
+				n := t.Stats.FilterKeys + uint64(max(t.Stats.InFlightKeys, 0))
+				line("db0", fmt.Sprintf("keys=%d,expires=%d,avg_ttl=0", n, n))
 			}
 		}
 	}

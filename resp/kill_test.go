@@ -152,3 +152,63 @@ func TestKillAlways(t *testing.T) {
 		t.Errorf("%d of %d acknowledged keys lost", lost, len(acked))
 	}
 }
+
+// TestKillDoneAlways: under FsyncAlways a DEDUP.DONE reply means its keys
+// are durable. A server killed with SIGKILL right after the replies, with
+// no commit asked for, remembers every key Done and none of the keys
+// observed but never Done.
+func TestKillDoneAlways(t *testing.T) {
+	dir := t.TempDir()
+	cmd, addr := startChild(t, dir)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	if err := c.Do(t.Context(), "DEDUP.RESERVE", "w", "EXPLICITDONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	keys := make([]any, 0, n+2)
+	keys = append(keys, "DEDUP.OBSERVE", "w")
+	for i := range n {
+		keys = append(keys, fmt.Sprint("k", i))
+	}
+	if err := c.Do(t.Context(), keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Workers finish the even keys, one DONE each, from 4 connections.
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+			defer wc.Close()
+			for i := 2 * w; i < n; i += 8 {
+				if got, err := wc.Do(t.Context(), "DEDUP.DONE", "w", fmt.Sprint("k", i)).Result(); err != nil || got != int64(1) {
+					t.Errorf("DEDUP.DONE w k%d = %v, %v", i, got, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	c.Close()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	_, addr = startChild(t, dir)
+	c = redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	got, err := c.Do(t.Context(), keys...).StringSlice()
+	if err != nil || len(got) != n {
+		t.Fatalf("after restart DEDUP.OBSERVE = %v, %v", got, err)
+	}
+	for i, v := range got {
+		want := "new"
+		if i%2 == 0 {
+			want = "duplicate"
+		}
+		if v != want {
+			t.Errorf("after SIGKILL k%d is %s, want %s", i, v, want)
+		}
+	}
+}

@@ -45,6 +45,21 @@ type limitConn struct {
 	inline  int   // bytes of the current inline line
 
 	fail error // the violation to report at the next Read
+
+	out replyQueue // the replies on their way to the client
+}
+
+// Write writes replies through the connection's queue: see replyQueue.
+func (c *limitConn) Write(p []byte) (int, error) { return c.out.write(p) }
+
+// Close lets the replies queued go out first (within WriteTimeout, and
+// not at all when the server shuts down), then closes the connection.
+func (c *limitConn) Close() error {
+	wait := c.srv.cfg.WriteTimeout
+	if c.srv.closing.Load() {
+		wait = 0
+	}
+	return c.out.close(wait)
 }
 
 // errLimit is a request over one of the server's limits.
@@ -75,7 +90,7 @@ func (c *limitConn) Read(p []byte) (int, error) {
 // refuse answers the pending violation and fails the read.
 func (c *limitConn) refuse() error {
 	c.srv.rejectedRequests.Add(1)
-	_, _ = c.Conn.Write([]byte("-ERR Protocol error: " + c.fail.Error() + "\r\n"))
+	_, _ = c.Write([]byte("-ERR Protocol error: " + c.fail.Error() + "\r\n"))
 	return c.fail
 }
 

@@ -196,3 +196,117 @@ func TestManyClients(t *testing.T) {
 		})
 	}
 }
+
+// remoteListener reports every connection it accepts as coming from
+// 192.0.2.7 (TEST-NET-1): the connections are real loopback ones, since
+// tests listen on 127.0.0.1 only.
+type remoteListener struct{ net.Listener }
+
+func (l remoteListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return remoteConn{c}, nil
+}
+
+type remoteConn struct{ net.Conn }
+
+func (remoteConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 40000}
+}
+
+// TestProtectedMode: a server without a password used to serve any
+// address it listened on (--listen 0.0.0.0 only printed a warning), so
+// anyone who reached it could mark keys and drop other people's events.
+// Without RequirePass it now serves loopback clients only, as Redis's
+// protected mode, unless Unprotected says otherwise.
+func TestProtectedMode(t *testing.T) {
+	serve := func(cfg resp.Config, remote bool) string {
+		t.Helper()
+		srv, err := resp.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		if remote {
+			ln = remoteListener{ln}
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ln) }()
+		defer func() { srv.Shutdown(); <-done }()
+		return raw(t, addr, "PING\r\nQUIT\r\n")
+	}
+	if got := serve(resp.Config{}, true); !strings.HasPrefix(got, "-DENIED ") {
+		t.Errorf("remote client without a password configured: %q, want -DENIED", got)
+	}
+	if got := serve(resp.Config{}, false); got != "+PONG\r\n+OK\r\n" {
+		t.Errorf("loopback client without a password configured: %q", got)
+	}
+	if got := serve(resp.Config{RequirePass: "pw"}, true); !strings.HasPrefix(got, "-NOAUTH") {
+		t.Errorf("remote client with a password configured: %q, want -NOAUTH", got)
+	}
+	if got := serve(resp.Config{Unprotected: true}, true); got != "+PONG\r\n+OK\r\n" {
+		t.Errorf("remote client, unprotected: %q", got)
+	}
+}
+
+// TestBigPipelineDoesNotDeadlock: go-redis and redis-py write a whole
+// pipeline before they read a reply. The server wrote its replies as it
+// read the commands, blocking once the client's socket buffers were full,
+// and so stopped reading: a pipeline whose requests and replies both
+// outgrow the socket buffers (a few MB) hung until a timeout broke the
+// connection, where Redis serves it. Replies now queue (up to
+// MaxReplyBuffer) while the server reads on.
+func TestBigPipelineDoesNotDeadlock(t *testing.T) {
+	_, addr := start(t, resp.Config{})
+	c := client(t, addr)
+	const calls, size = 8000, 4096 // 32 MiB each way
+	arg := strings.Repeat("x", size)
+	pipe := c.Pipeline()
+	for range calls {
+		pipe.Echo(t.Context(), arg)
+	}
+	cmds, err := pipe.Exec(t.Context())
+	if err != nil {
+		t.Fatalf("pipeline of %d ECHO of %d bytes: %v", calls, size, err)
+	}
+	for i, cmd := range cmds {
+		if v, _ := cmd.(*redis.StringCmd).Result(); v != arg {
+			t.Fatalf("reply %d: %d bytes, want the %d sent", i, len(v), size)
+		}
+	}
+}
+
+// TestReplyBufferBounded: the replies queued for a client that does not
+// read them are bounded: past MaxReplyBuffer the server stops reading the
+// client, and a client that reads nothing for WriteTimeout is cut off, so
+// a pipeline of 64 MiB never read cannot make the server hold 64 MiB.
+func TestReplyBufferBounded(t *testing.T) {
+	srv, addr := start(t, resp.Config{MaxReplyBuffer: 1 << 20, WriteTimeout: time.Second})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := []byte(fmt.Sprintf("*2\r\n$4\r\nECHO\r\n$4096\r\n%s\r\n", strings.Repeat("x", 4096)))
+	_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	var sent int
+	for sent < 64<<20 {
+		n, err := c.Write(cmd)
+		sent += n
+		if err != nil {
+			break
+		}
+	}
+	if sent >= 64<<20 {
+		t.Fatalf("the server read %d bytes of requests whose replies were never read", sent)
+	}
+	if got := srv.Stats().NetInputBytes; got > 32<<20 {
+		t.Errorf("the server read %d bytes before it stopped reading", got)
+	}
+}

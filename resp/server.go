@@ -62,6 +62,14 @@ type Config struct {
 	// other command. Default "" (no password).
 	RequirePass string
 
+	// Unprotected serves clients from every address when RequirePass is
+	// empty. By default a server without a password is in protected mode,
+	// as Redis: a connection from an address other than loopback is
+	// answered -DENIED and closed, so that a server listening beyond the
+	// machine by mistake lets no one mark keys (and so drop events).
+	// Default false.
+	Unprotected bool
+
 	// CommitKeys makes a table commit early, under FsyncEverySec, once
 	// this many keys were answered New since its last commit: it bounds
 	// the memory of keys in flight (and what a crash can lose) when the
@@ -87,6 +95,13 @@ type Config struct {
 	// buffered: past it they are written out (under FsyncAlways after
 	// their commit) before more commands are served. Default 1024.
 	MaxPendingReplies int
+
+	// MaxReplyBuffer bounds the reply bytes a connection keeps queued for
+	// a client that is not reading them yet. Clients such as go-redis and
+	// redis-py send a whole pipeline before they read a reply: the server
+	// reads on while the replies wait, up to this bound, past which it
+	// stops reading the connection until the client reads. Default 64 MiB.
+	MaxReplyBuffer int
 
 	// MaxTables bounds the tables, the default one included: each is an
 	// engine with its own memory and store. Default 64.
@@ -130,6 +145,9 @@ func (c *Config) EnsureDefaults() *Config {
 	if c.MaxTables == 0 {
 		c.MaxTables = 64
 	}
+	if c.MaxReplyBuffer == 0 {
+		c.MaxReplyBuffer = 64 << 20
+	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
@@ -151,7 +169,7 @@ func (c *Config) Validate() error {
 	}{
 		{"MaxClients", c.MaxClients}, {"MaxArgSize", c.MaxArgSize}, {"MaxArgs", c.MaxArgs},
 		{"MaxCommandSize", c.MaxCommandSize}, {"MaxPendingReplies", c.MaxPendingReplies},
-		{"MaxTables", c.MaxTables}, {"CommitKeys", c.CommitKeys},
+		{"MaxTables", c.MaxTables}, {"CommitKeys", c.CommitKeys}, {"MaxReplyBuffer", c.MaxReplyBuffer},
 	} {
 		if f.v < 1 {
 			bad = append(bad, fmt.Sprintf("%s %d < 1", f.name, f.v))
@@ -200,6 +218,7 @@ type Server struct {
 	totalConns       atomic.Uint64
 	rejectedConns    atomic.Uint64
 	rejectedRequests atomic.Uint64
+	acceptErrors     atomic.Uint64
 	commands         atomic.Uint64
 	netInput         atomic.Uint64
 	syncs            atomic.Uint64
@@ -258,15 +277,38 @@ func (s *Server) Serve(ln net.Listener) error {
 // limitListener wraps each accepted connection in a limitConn.
 type limitListener struct {
 	net.Listener
-	srv *Server
+	srv   *Server
+	delay time.Duration // the backoff after the last failed Accept
 }
 
+// Accept accepts the next connection. A failure other than the listener
+// closing (EMFILE when clients exhaust the file descriptors, ENOBUFS...)
+// is counted and retried by redcon at once, so Accept sleeps before it
+// returns one, from 5ms doubling to 1s, as net/http does: otherwise the
+// accept loop spins a core for as long as the condition lasts.
 func (l *limitListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return nil, err
+		}
+		l.srv.acceptErrors.Add(1)
+		if l.delay == 0 {
+			l.delay = 5 * time.Millisecond
+			l.srv.logf("resp: accept: %v; retrying with backoff", err)
+		} else {
+			l.delay = min(2*l.delay, time.Second)
+		}
+		select {
+		case <-time.After(l.delay):
+		case <-l.srv.stop:
+		}
 		return nil, err
 	}
-	return &limitConn{Conn: c, srv: l.srv}, nil
+	l.delay = 0
+	lc := &limitConn{Conn: c, srv: l.srv}
+	lc.out.init(c, l.srv.cfg.MaxReplyBuffer, l.srv.cfg.WriteTimeout)
+	return lc, nil
 }
 
 // client is the state of one connection.
@@ -275,6 +317,7 @@ type client struct {
 	name    string
 	authed  bool
 	closed  bool
+	tx      *tx      // the transaction since MULTI, nil outside one
 	pending int      // replies buffered since the last write
 	dirty   []*table // tables with keys answered New and not yet synced (FsyncAlways)
 }
@@ -291,9 +334,41 @@ func (s *Server) accept(conn redcon.Conn) bool {
 		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
 		return false
 	}
+	if s.cfg.RequirePass == "" && !s.cfg.Unprotected && !isLocal(conn.NetConn().RemoteAddr()) {
+		s.clients.Add(-1)
+		s.rejectedConns.Add(1)
+		nc := conn.NetConn()
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = nc.Write([]byte(deniedMsg))
+		return false
+	}
 	cl := &client{id: s.nextID.Add(1), authed: s.cfg.RequirePass == ""}
 	conn.SetContext(cl)
 	return true
+}
+
+// deniedMsg answers a client from another host in protected mode.
+const deniedMsg = "-DENIED dedup serve is in protected mode: no password is set, so only " +
+	"loopback clients are served. Set a password (--requirepass) and AUTH with it, or turn " +
+	"protected mode off (--protected-mode=false) to serve every address without one.\r\n"
+
+// isLocal reports whether a client's address is loopback, or not an IP
+// address at all (a Unix socket).
+func isLocal(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UDPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // closed is called once a served connection is gone.
@@ -358,7 +433,17 @@ func (s *Server) endBatch(conn redcon.Conn, cl *client) bool {
 }
 
 // marked notes that a reply on cl acknowledges keys marked New in t.
+// Under ExplicitDone no commit takes them before DEDUP.DONE: the reply
+// waits for none.
 func (s *Server) marked(cl *client, t *table) {
+	if !t.opts.ExplicitDone {
+		s.needSync(cl, t)
+	}
+}
+
+// needSync notes that a reply on cl promises keys of t durable: under
+// FsyncAlways it is held until a commit of t (see endBatch).
+func (s *Server) needSync(cl *client, t *table) {
 	if s.cfg.Fsync != FsyncAlways {
 		return
 	}
@@ -499,6 +584,9 @@ type ServerStats struct {
 	// RejectedRequests counts requests over a size limit (each closed
 	// its connection).
 	RejectedRequests uint64
+	// AcceptErrors counts failed accepts, such as EMFILE when the clients
+	// exhaust the process's file descriptors (see ulimit -n).
+	AcceptErrors uint64
 	// Commands counts commands served.
 	Commands uint64
 	// NetInputBytes counts bytes read from clients.
@@ -517,6 +605,7 @@ func (s *Server) Stats() ServerStats {
 		TotalConnections:    s.totalConns.Load(),
 		RejectedConnections: s.rejectedConns.Load(),
 		RejectedRequests:    s.rejectedRequests.Load(),
+		AcceptErrors:        s.acceptErrors.Load(),
 		Commands:            s.commands.Load(),
 		NetInputBytes:       s.netInput.Load(),
 		Syncs:               s.syncs.Load(),

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,15 +320,15 @@ func TestDedupCommands(t *testing.T) {
 		args []any
 		want string
 	}{
-		{[]any{"DEDUP.CHECKPOINT", "jobs"}, "error: redis: nil"},
 		{[]any{"DEDUP.OBSERVE", "jobs", "a", "b", "a"}, "[new new in-flight]"},
+		{[]any{"DEDUP.CHECKPOINT", "jobs"}, "error: redis: nil"},
 		{[]any{"DEDUP.FORGET", "jobs", "b", "zz"}, "1"},
 		{[]any{"DEDUP.OBSERVE", "jobs", "b"}, "[new]"},
 		{[]any{"DEDUP.COMMIT", "jobs", "cp-1"}, "OK"},
 		{[]any{"DEDUP.OBSERVE", "jobs", "a", "b", "c"}, "[duplicate duplicate new]"},
 		{[]any{"DEDUP.FORGET", "jobs", "a"}, "0"},
 		{[]any{"DEDUP.CHECKPOINT", "jobs"}, "cp-1"},
-		{[]any{"DEDUP.STATS", "nope"}, "error: ERR not found"},
+		{[]any{"DEDUP.STATS", "nope"}, "error: ERR not found: no table 'nope' (BF.RESERVE or DEDUP.RESERVE creates one, and so does a first BF.ADD or DEDUP.OBSERVE)"},
 		{[]any{"DEDUP.OBSERVE", "jobs"}, "error: ERR wrong number of arguments for 'dedup.observe' command"},
 	} {
 		if got := do(tc.args...); got != tc.want {
@@ -335,8 +339,20 @@ func TestDedupCommands(t *testing.T) {
 	if !strings.Contains(st, "committed_keys 2") || !strings.Contains(st, "inflight_keys 1") {
 		t.Errorf("DEDUP.STATS = %s", st)
 	}
-	if got := do("DEDUP.DONE", "jobs", "c"); !strings.Contains(got, "ERR") {
-		t.Errorf("DEDUP.DONE = %s", got)
+	if got := do("DEDUP.DONE", "jobs", "c"); !strings.Contains(got, "EXPLICITDONE") {
+		t.Errorf("DEDUP.DONE on a table without EXPLICITDONE = %s", got)
+	}
+	// The admin commands read or commit a table; they create none.
+	for _, cmd := range [][]any{
+		{"DEDUP.COMMIT", "nope"}, {"DEDUP.COMMIT", "nope", "cp"}, {"DEDUP.CHECKPOINT", "nope"},
+		{"DEDUP.STATS", "nope"}, {"DEDUP.DONE", "nope", "k"},
+	} {
+		if got := do(cmd...); !strings.HasPrefix(got, "error: ERR not found: no table 'nope'") {
+			t.Errorf("%v = %s, want not found", cmd, got)
+		}
+	}
+	if got := do("INFO", "dedup"); strings.Contains(got, "nope") {
+		t.Errorf("INFO dedup after admin commands on 'nope' lists it:\n%s", got)
 	}
 }
 
@@ -361,4 +377,420 @@ func TestAuth(t *testing.T) {
 	if ok, err := user.SetNX(ctx, "k", 1, 0).Result(); err != nil || ok {
 		t.Errorf("SETNX with AUTH default = %v, %v; want false", ok, err)
 	}
+}
+
+// TestReserveRefusedLeavesNoTable: a BF.RESERVE the engine refuses (here
+// filters too large for a 1e-300 error rate) used to leave its table.json
+// behind, so the name answered "item exists" to every later BF.RESERVE and
+// an engine error to every BF.ADD, for good: the state kept the refused
+// options across restarts.
+func TestReserveRefusedLeavesNoTable(t *testing.T) {
+	dir := t.TempDir()
+	_, addr := start(t, resp.Config{Dir: dir})
+	c := client(t, addr)
+	for _, capacity := range []string{"100", "99999999999999999"} {
+		if err := c.Do(ctx, "BF.RESERVE", "t", "1e-300", capacity).Err(); err == nil {
+			t.Fatalf("BF.RESERVE t 1e-300 %s succeeded", capacity)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "t")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after a refused BF.RESERVE (capacity %s), %s/t: %v; want it absent", capacity, dir, err)
+		}
+	}
+	if err := c.Do(ctx, "BF.RESERVE", "t", "0.01", 100).Err(); err != nil {
+		t.Fatalf("BF.RESERVE t 0.01 100 after a refused one: %v", err)
+	}
+	if got, err := c.Do(ctx, "BF.ADD", "t", "a").Result(); err != nil || got != int64(1) {
+		t.Errorf("BF.ADD t a = %v, %v; want 1", got, err)
+	}
+}
+
+// TestMultiExec: MULTI/EXEC is what redis-py's pipeline() sends by default
+// and go-redis's TxPipeline always. The server used to answer MULTI and
+// EXEC "unknown command" and run the commands between them one by one: the
+// client saw its transaction fail while its keys were marked, so its retry
+// dropped every event of the batch as a duplicate.
+func TestMultiExec(t *testing.T) {
+	_, addr := start(t, resp.Config{})
+	c := client(t, addr)
+	var setA, setA2 *redis.BoolCmd
+	var bf *redis.BoolCmd
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		setA = p.SetNX(ctx, "a", 1, time.Minute)
+		setA2 = p.SetNX(ctx, "a", 1, 0)
+		bf = p.BFAdd(ctx, "t", "x")
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("TxPipelined: %v", err)
+	}
+	if setA.Val() != true || setA2.Val() != false || bf.Val() != true {
+		t.Errorf("in MULTI: SetNX a = %v, SetNX a = %v, BF.ADD t x = %v; want true false true",
+			setA.Val(), setA2.Val(), bf.Val())
+	}
+
+	// An error while queuing discards the transaction: nothing is marked.
+	got := raw(t, addr, "MULTI\r\nSETNX b 1\r\nNOSUCH x\r\nSETNX c\r\nEXEC\r\nSETNX b 1\r\nEXEC\r\nDISCARD\r\nQUIT\r\n")
+	want := "+OK\r\n+QUEUED\r\n-ERR unknown command 'NOSUCH', with args beginning with: 'x' \r\n" +
+		"-ERR wrong number of arguments for 'setnx' command\r\n" +
+		"-EXECABORT Transaction discarded because of previous errors.\r\n" +
+		":1\r\n-ERR EXEC without MULTI\r\n-ERR DISCARD without MULTI\r\n+OK\r\n"
+	if got != want {
+		t.Errorf("aborted transaction:\n got %q\nwant %q", got, want)
+	}
+	// DISCARD drops what was queued; nested MULTI and WATCH are refused
+	// without aborting.
+	got = raw(t, addr, "MULTI\r\nSETNX d 1\r\nDISCARD\r\nSETNX d 1\r\nMULTI\r\nMULTI\r\nWATCH d\r\nSETNX d 1\r\nSETNX e 1\r\nEXEC\r\nQUIT\r\n")
+	want = "+OK\r\n+QUEUED\r\n+OK\r\n:1\r\n+OK\r\n-ERR MULTI calls can not be nested\r\n" +
+		"-ERR WATCH inside MULTI is not allowed\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:0\r\n:1\r\n+OK\r\n"
+	if got != want {
+		t.Errorf("DISCARD and nesting:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestMultiExecBounded: a transaction is held until EXEC, so it is bounded
+// like one command; past the bound it is aborted, one error per command.
+func TestMultiExecBounded(t *testing.T) {
+	_, addr := start(t, resp.Config{MaxCommandSize: 20})
+	got := raw(t, addr, "MULTI\r\nSETNX aaaa 1\r\nSETNX bbbb 1\r\nSETNX cccc 1\r\nEXEC\r\nSETNX aaaa 1\r\nQUIT\r\n")
+	want := "+OK\r\n+QUEUED\r\n+QUEUED\r\n" +
+		"-ERR transaction of more than 30 bytes exceeds max-command-size 20\r\n" +
+		"-EXECABORT Transaction discarded because of previous errors.\r\n:1\r\n+OK\r\n"
+	if got != want {
+		t.Errorf("oversized transaction:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestKeyspaceCountsInFlight: INFO's keyspace line counted the committed
+// keys only, while DBSIZE counts the keys in flight too: right after a
+// SETNX the two disagreed.
+func TestKeyspaceCountsInFlight(t *testing.T) {
+	srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	c := client(t, addr)
+	for _, k := range []string{"a", "b", "c"} {
+		if err := c.SetNX(ctx, k, 1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 3 {
+		t.Fatalf("DBSIZE = %d, %v; want 3", n, err)
+	}
+	if info := srv.Info("keyspace"); !strings.Contains(info, "db0:keys=3,") {
+		t.Errorf("INFO keyspace = %q, want db0:keys=3", info)
+	}
+}
+
+// TestExistsMarksNothing: EXISTS, BF.EXISTS and BF.MEXISTS peek: a key
+// they report absent is still new to the next SET NX, a key in flight or
+// committed is present, and the verdict counters of INFO and DEDUP.STATS
+// count only the commands that observe.
+func TestExistsMarksNothing(t *testing.T) {
+	srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	c := client(t, addr)
+	do := func(args ...any) string {
+		t.Helper()
+		v, err := c.Do(ctx, args...).Result()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return fmt.Sprint(v)
+	}
+	for i := 0; i < 3; i++ {
+		if n, err := c.Exists(ctx, "a", "b").Result(); err != nil || n != 0 {
+			t.Fatalf("EXISTS a b = %d, %v; want 0", n, err)
+		}
+		if got := do("BF.MEXISTS", "default", "a", "b"); got != "[0 0]" {
+			t.Fatalf("BF.MEXISTS default a b = %s", got)
+		}
+		if got := do("BF.EXISTS", "default", "a"); got != "0" {
+			t.Fatalf("BF.EXISTS default a = %s", got)
+		}
+	}
+	if ok, err := c.SetNX(ctx, "a", 1, 0).Result(); err != nil || !ok {
+		t.Fatalf("SETNX a after EXISTS = %v, %v; want true", ok, err)
+	}
+	// a in flight, then committed: present both times; b still absent.
+	for _, commit := range []bool{false, true} {
+		if commit {
+			do("DEDUP.COMMIT", "default")
+		}
+		if n, err := c.Exists(ctx, "a", "b", "a").Result(); err != nil || n != 2 {
+			t.Errorf("EXISTS a b a (committed %v) = %d, %v; want 2", commit, n, err)
+		}
+		if got := do("BF.MEXISTS", "default", "b", "a"); got != "[0 1]" {
+			t.Errorf("BF.MEXISTS default b a (committed %v) = %s", commit, got)
+		}
+	}
+	if ok, err := c.SetNX(ctx, "b", 1, 0).Result(); err != nil || !ok {
+		t.Errorf("SETNX b after EXISTS = %v, %v; want true", ok, err)
+	}
+	// Two observes (a, b), both New; every EXISTS left the counts alone.
+	st := do("DEDUP.STATS", "default")
+	for _, want := range []string{"observed 2 ", "new 2 ", "duplicate 0 ", "inflight 0 "} {
+		if !strings.Contains(st, want) {
+			t.Errorf("DEDUP.STATS lacks %q: %s", want, st)
+		}
+	}
+	info := srv.Info("stats")
+	for _, want := range []string{"keyspace_hits:0\r\n", "keyspace_misses:2\r\n"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO stats lacks %q:\n%s", want, info)
+		}
+	}
+}
+
+// TestExistsConcurrent: EXISTS and BF.MEXISTS race SET NX and commits on
+// the same keys. Each key is answered +OK by exactly one SET NX however
+// many EXISTS probe it meanwhile, and once its SET NX has answered, every
+// EXISTS reports it.
+func TestExistsConcurrent(t *testing.T) {
+	_, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	const keys, setters, probers = 300, 4, 4
+	var wg sync.WaitGroup
+	var newCount atomic.Int64
+	stop := make(chan struct{})
+	for p := 0; p < probers; p++ {
+		c := client(t, addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprint("k", i%keys)
+				if err := c.Exists(ctx, k).Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := c.Do(ctx, "BF.MEXISTS", "default", k, "never").Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%50 == 0 {
+					if err := c.Do(ctx, "DEDUP.COMMIT", "default").Err(); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	var sw sync.WaitGroup
+	for s := 0; s < setters; s++ {
+		c := client(t, addr)
+		sw.Add(1)
+		go func() {
+			defer sw.Done()
+			for i := 0; i < keys; i++ {
+				k := fmt.Sprint("k", i)
+				ok, err := c.SetNX(ctx, k, 1, 0).Result()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					newCount.Add(1)
+				}
+				if n, err := c.Exists(ctx, k).Result(); err != nil || n != 1 {
+					t.Errorf("EXISTS %s after its SETNX = %d, %v; want 1", k, n, err)
+					return
+				}
+			}
+		}()
+	}
+	sw.Wait()
+	close(stop)
+	wg.Wait()
+	if n := newCount.Load(); n != keys {
+		t.Errorf("%d SETNX answered +OK for %d keys; want one each", n, keys)
+	}
+	c := client(t, addr)
+	if n, err := c.Exists(ctx, "never").Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS never = %d, %v; want 0", n, err)
+	}
+}
+
+// TestExplicitDone: a worker pool over DEDUP.* on a table reserved with
+// EXPLICITDONE. Keys observed New stay in flight across commits until
+// DEDUP.DONE; DEDUP.FORGET releases them until then. After a restart the
+// forgotten keys and the keys never Done are New again, the Done ones
+// Duplicate, and the table still waits for DEDUP.DONE.
+func TestExplicitDone(t *testing.T) {
+	dir := t.TempDir()
+	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncEverySec}
+	srv, err := resp.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	do := func(args ...any) string {
+		t.Helper()
+		v, err := c.Do(ctx, args...).Result()
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprint(v)
+	}
+	for _, tc := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"DEDUP.RESERVE", "jobs", "WINDOW", 600000, "ERROR_RATE", "0.001", "CAPACITY", 100000, "EXPLICITDONE"}, "OK"},
+		{[]any{"DEDUP.RESERVE", "jobs"}, "error: ERR item exists"},
+		{[]any{"DEDUP.RESERVE", "x", "WINDOW", 0}, "error: ERR WINDOW '0' is not a positive number of milliseconds"},
+		{[]any{"DEDUP.RESERVE", "x", "ERROR_RATE", "1"}, "error: ERR ERROR_RATE '1' is not between 0 and 1 (exclusive)"},
+		{[]any{"DEDUP.RESERVE", "x", "CAPACITY"}, "error: ERR CAPACITY needs a value: " + "DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]"},
+		{[]any{"DEDUP.RESERVE", "x", "NONSCALING"}, "error: ERR unknown option 'NONSCALING': DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]"},
+		{[]any{"DEDUP.RESERVE", "x", "explicitdone", "EXPLICITDONE"}, "error: ERR EXPLICITDONE given twice: DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]"},
+		// Eight events, one worker each: a-c succeed, d-e fail, f-h are
+		// still being processed at the restart.
+		{[]any{"DEDUP.OBSERVE", "jobs", "a", "b", "c", "d", "e", "f", "g", "h"}, "[new new new new new new new new]"},
+		{[]any{"DEDUP.DONE", "jobs", "a", "b"}, "2"},
+		{[]any{"DEDUP.FORGET", "jobs", "d", "e"}, "2"},
+		{[]any{"DEDUP.COMMIT", "jobs", "cp-1"}, "OK"},
+		// Committed: Duplicate. Still in flight across the commit: c, f-h.
+		{[]any{"DEDUP.OBSERVE", "jobs", "a", "c", "f"}, "[duplicate in-flight in-flight]"},
+		{[]any{"BF.MEXISTS", "jobs", "a", "c", "d"}, "[1 1 0]"},
+		// A key Done is on its way into the next commit: FORGET leaves it.
+		{[]any{"DEDUP.DONE", "jobs", "c", "c", "zz", "a", "d"}, "1"},
+		{[]any{"DEDUP.FORGET", "jobs", "c", "f"}, "1"},
+		{[]any{"DEDUP.DONE", "jobs", ""}, "error: ERR dedup: DoneBatch entry 0: empty key"},
+		{[]any{"DEDUP.DONE", "jobs"}, "error: ERR wrong number of arguments for 'dedup.done' command"},
+		{[]any{"DEDUP.CHECKPOINT", "jobs"}, "cp-1"},
+	} {
+		if got := do(tc.args...); got != tc.want {
+			t.Errorf("%v = %s\n want %s", tc.args, got, tc.want)
+		}
+	}
+	if st := do("DEDUP.STATS", "jobs"); !strings.Contains(st, "explicit_done 1 ") || !strings.Contains(st, "window 10m0s ") ||
+		!strings.Contains(st, "capacity 100000 ") || !strings.Contains(st, "false_positive_rate 0.001 ") {
+		t.Errorf("DEDUP.STATS jobs = %s", st)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "jobs", "table.json"))
+	if err != nil || !strings.Contains(string(b), `"explicit_done": true`) {
+		t.Errorf("jobs/table.json = %s, %v; want explicit_done true", b, err)
+	}
+	c.Close()
+	// Shutdown commits the Done keys (c) and drops g and h, never Done,
+	// as a crash would.
+	if err := srv.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+
+	_, addr := start(t, cfg)
+	c = client(t, addr)
+	if got, err := c.Do(ctx, "DEDUP.OBSERVE", "jobs", "a", "b", "c", "d", "e", "f", "g", "h").Result(); err != nil ||
+		fmt.Sprint(got) != "[duplicate duplicate duplicate new new new new new]" {
+		t.Errorf("after restart DEDUP.OBSERVE = %v, %v", got, err)
+	}
+	if got, err := c.Do(ctx, "DEDUP.DONE", "jobs", "d").Result(); err != nil || got != int64(1) {
+		t.Errorf("after restart DEDUP.DONE jobs d = %v, %v; want 1", got, err)
+	}
+	// Past the everysec commits, e is in flight still: never Done.
+	if got, err := c.Do(ctx, "DEDUP.COMMIT", "jobs").Result(); err != nil || got != "OK" {
+		t.Fatalf("DEDUP.COMMIT = %v, %v", got, err)
+	}
+	if got, err := c.Do(ctx, "DEDUP.FORGET", "jobs", "d", "e").Result(); err != nil || got != int64(1) {
+		t.Errorf("after a commit DEDUP.FORGET jobs d e = %v, %v; want 1 (e)", got, err)
+	}
+}
+
+// TestDoneAlways: under --fsync always a DEDUP.DONE reply waits for the
+// commit of its keys: the Syncs counter shows one, and OBSERVE alone on
+// an EXPLICITDONE table waits for none.
+func TestDoneAlways(t *testing.T) {
+	srv, addr := start(t, resp.Config{Dir: t.TempDir(), Fsync: resp.FsyncAlways})
+	c := client(t, addr)
+	if err := c.Do(ctx, "DEDUP.RESERVE", "w", "EXPLICITDONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "BF.MADD", "w", "a", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Stats().Syncs; n != 0 {
+		t.Errorf("after BF.MADD on an EXPLICITDONE table: %d syncs, want 0", n)
+	}
+	if got, err := c.Do(ctx, "DEDUP.DONE", "w", "a").Result(); err != nil || got != int64(1) {
+		t.Fatalf("DEDUP.DONE w a = %v, %v", got, err)
+	}
+	if n := srv.Stats().Syncs; n != 1 {
+		t.Errorf("after DEDUP.DONE: %d syncs, want 1", n)
+	}
+	if got, err := c.Do(ctx, "DEDUP.STATS", "w").Result(); err != nil || !strings.Contains(fmt.Sprint(got), "committed_keys 1 ") {
+		t.Errorf("after DEDUP.DONE, DEDUP.STATS = %v, %v; want committed_keys 1", got, err)
+	}
+}
+
+// TestSetWithoutNXErrorIsComplete: refusing a plain SET once answered a
+// sentence cut off at "a remembered key cannot be".
+func TestSetWithoutNXErrorIsComplete(t *testing.T) {
+	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
+	err := client(t, addr).Do(ctx, "SET", "order:44", "1").Err()
+	want := "ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: without NX a SET would overwrite, and a remembered key cannot be overwritten"
+	if err == nil || err.Error() != want {
+		t.Errorf("SET order:44 1: error %v, want %q", err, want)
+	}
+}
+
+// TestBFInfoAfterReserveReportsPlan: BF.INFO of a table just made with
+// BF.RESERVE said Size 0 and Number of filters 0 (its filters are made on
+// first use), where RedisBloom reports the size of the filter it reserved
+// and 1 filter. It now reports the filter memory the table plans for its
+// capacity, the engine's own estimate, and the filters that plan holds.
+func TestBFInfoAfterReserveReportsPlan(t *testing.T) {
+	var mu sync.Mutex
+	var logged []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		logged = append(logged, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	_, addr := start(t, resp.Config{Dir: t.TempDir(), Engine: dedup.Options{Window: time.Hour, Shards: 8, Generations: 3, Logf: logf}})
+	c := client(t, addr)
+	if err := c.Do(ctx, "BF.RESERVE", "bf:orders", "0.001", 3600000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The engine logs its estimate at open: "about %.1f MiB at most".
+	var mib float64
+	mu.Lock()
+	for _, l := range logged {
+		if i := strings.Index(l, "ExpectedRate 1000 keys/s"); i >= 0 {
+			if j := strings.Index(l, "about "); j >= 0 {
+				fmt.Sscanf(l[j:], "about %g MiB", &mib)
+			}
+		}
+	}
+	mu.Unlock()
+	if mib == 0 {
+		t.Fatalf("no sizing line from the table's engine in %q", logged)
+	}
+	field := func(name string) int64 {
+		t.Helper()
+		v, err := c.Do(ctx, "BF.INFO", "bf:orders", name).Slice()
+		if err != nil || len(v) != 1 {
+			t.Fatalf("BF.INFO bf:orders %s = %v, %v", name, v, err)
+		}
+		return v[0].(int64)
+	}
+	check := func(when string) {
+		t.Helper()
+		if size := float64(field("SIZE")) / (1 << 20); size < mib-0.05 || size > mib+0.05 {
+			t.Errorf("%s: BF.INFO SIZE %.3f MiB, the engine plans about %.1f MiB", when, size, mib)
+		}
+		if n := field("FILTERS"); n != 8*(3+1) {
+			t.Errorf("%s: BF.INFO FILTERS %d, want %d (8 shards of 3+1 generations)", when, n, 8*(3+1))
+		}
+	}
+	check("just reserved")
+	if err := c.Do(ctx, "BF.MADD", "bf:orders", "o1", "o2", "o3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("three items in")
 }

@@ -42,17 +42,25 @@ type TableOptions struct {
 	Probabilistic bool `json:"probabilistic"`
 	// Capacity is what BF.INFO reports: the keys the window is sized for.
 	Capacity uint64 `json:"capacity"`
+	// ExplicitDone gives the table per-key completion
+	// ([dedup.Options.ExplicitDone]): a key observed New stays in flight,
+	// across the server's commits, until DEDUP.DONE marks it processed
+	// or DEDUP.FORGET releases it. DEDUP.RESERVE ... EXPLICITDONE sets it.
+	ExplicitDone bool `json:"explicit_done,omitempty"`
 }
 
-// table is one named engine. Its lock orders the read-only probes of
-// EXISTS, which observe a key and forget it again when it was New,
-// against everything that could see or commit the probe's mark:
-// observes and commits hold mu shared, probes and close hold it alone.
+// table is one named engine. Its lock orders close against everything
+// else: commands hold it shared, close holds it alone, so that no command
+// reaches the engine once close has made its last commit.
 type table struct {
 	name       string
 	opts       TableOptions
 	eng        *dedup.Engine
 	commitKeys int64
+	// plannedBytes and plannedFilters are what BF.INFO reports before the
+	// filters fill (see filterPlan).
+	plannedBytes   uint64
+	plannedFilters int
 
 	mu     sync.RWMutex
 	closed bool // guarded by mu
@@ -63,7 +71,8 @@ type table struct {
 	kick  func()
 }
 
-// added counts n keys answered New.
+// added counts n keys that the next commit will take: answered New, or
+// under ExplicitDone marked Done.
 func (t *table) added(n int) {
 	if n == 0 || t.kick == nil {
 		return
@@ -108,6 +117,7 @@ func (s *Server) engineOptions(name string, opts TableOptions) dedup.Options {
 	o.ExpectedRate = opts.ExpectedRate
 	o.FalsePositiveRate = opts.FalsePositiveRate
 	o.Probabilistic = opts.Probabilistic
+	o.ExplicitDone = opts.ExplicitDone
 	// The server commits (see Server.commitLoop) and snapshots itself:
 	// the engine's own snapshots, periodic and at Close, are off.
 	o.AutoCommit = 0
@@ -129,6 +139,7 @@ func (s *Server) defaultTableOptions() TableOptions {
 		FalsePositiveRate: e.FalsePositiveRate,
 		Probabilistic:     e.Probabilistic,
 		Capacity:          uint64(e.ExpectedRate * e.Window.Seconds()),
+		ExplicitDone:      e.ExplicitDone,
 	}
 }
 
@@ -138,15 +149,23 @@ func (s *Server) readTableOptions(name string) (opts TableOptions, ok bool, err 
 	if s.cfg.Dir == "" {
 		return opts, false, nil
 	}
-	b, err := os.ReadFile(filepath.Join(s.cfg.Dir, name, tableFile))
+	return ReadTableOptions(s.cfg.Dir, name)
+}
+
+// ReadTableOptions reads the options table was created with under the
+// state root (a restart reopens it with them); ok is false when the table
+// does not exist there. `dedup serve` adopts the default table's rate and
+// false-positive target from it when no flag sets them.
+func ReadTableOptions(root, table string) (opts TableOptions, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(root, table, tableFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return opts, false, nil
 	}
 	if err != nil {
-		return opts, false, fmt.Errorf("resp: table %q: %w", name, err)
+		return opts, false, fmt.Errorf("resp: table %q: %w", table, err)
 	}
 	if err := json.Unmarshal(b, &opts); err != nil {
-		return opts, false, fmt.Errorf("resp: table %q: %s: %w", name, tableFile, err)
+		return opts, false, fmt.Errorf("resp: table %q: %s: %w", table, tableFile, err)
 	}
 	return opts, true, nil
 }
@@ -195,28 +214,60 @@ func syncDir(dir string) error {
 }
 
 // openTable opens (creating if need be) the engine of table name with
-// opts and records opts beside it.
+// opts and records opts beside it. A table it creates and the engine then
+// refuses (options out of range, filters too large) leaves nothing on
+// disk, so that the name is free for a BF.RESERVE that works.
 func (s *Server) openTable(name string, opts TableOptions) (*table, error) {
 	eo := s.engineOptions(name, opts)
+	if err := eo.Validate(); err != nil {
+		return nil, fmt.Errorf("resp: table %q: %w", name, err)
+	}
+	created := false
 	if eo.Dir != "" {
 		// Shards, generations and the filter are the state's own: a table
 		// created under other server defaults reopens as it was made.
 		if have, err := dedup.StateOptions(eo.Dir); err == nil {
 			eo.Shards, eo.Generations, eo.Filter = have.Shards, have.Generations, have.Filter
 		}
+		_, err := os.Lstat(filepath.Join(s.cfg.Dir, name))
+		created = errors.Is(err, os.ErrNotExist)
 	}
 	if err := s.writeTableOptions(name, opts); err != nil {
-		return nil, err
+		return nil, errors.Join(err, s.removeCreated(name, created))
 	}
 	eng, err := dedup.Open(eo)
 	if err != nil {
-		return nil, fmt.Errorf("resp: table %q: %w", name, err)
+		return nil, errors.Join(fmt.Errorf("resp: table %q: %w", name, err), s.removeCreated(name, created))
 	}
 	t := &table{name: name, opts: opts, eng: eng, commitKeys: int64(s.cfg.CommitKeys)}
+	t.plannedBytes, t.plannedFilters = filterPlan(eo)
 	if s.cfg.Fsync == FsyncEverySec {
 		t.kick = s.kickCommit
 	}
 	return t, nil
+}
+
+// filterPlan is what BF.INFO reports before the engine has made its
+// filters (they start small and follow the traffic): the filter memory the
+// table's options allow at most ([dedup.Options.FilterCeiling]), and every
+// shard's Generations+1 generations. A plan that cannot be computed is 0
+// bytes.
+func filterPlan(o dedup.Options) (bytes uint64, filters int) {
+	o.EnsureDefaults()
+	bytes, _ = o.FilterCeiling()
+	return bytes, o.Shards * (o.Generations + 1)
+}
+
+// removeCreated removes the directory of table name when openTable
+// created it, so that a table the engine refused leaves no trace.
+func (s *Server) removeCreated(name string, created bool) error {
+	if !created {
+		return nil
+	}
+	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, name)); err != nil {
+		return fmt.Errorf("resp: table %q: removing what a failed open created: %w", name, err)
+	}
+	return nil
 }
 
 // lookup returns the open table name, opening it from disk if it exists
@@ -327,13 +378,15 @@ func (t *table) observe(keys [][]byte, out []dedup.Verdict) error {
 		clear(out)
 		err = t.eng.ObserveBatch(keys, out)
 	}
-	n := 0
-	for _, v := range out {
-		if v == dedup.New {
-			n++
+	if !t.opts.ExplicitDone {
+		n := 0
+		for _, v := range out {
+			if v == dedup.New {
+				n++
+			}
 		}
+		t.added(n)
 	}
-	t.added(n)
 	return err
 }
 
@@ -351,40 +404,29 @@ func (t *table) observeOne(key []byte) (dedup.Verdict, error) {
 		}
 		v, err = t.eng.Observe(key)
 	}
-	if v == dedup.New {
+	if v == dedup.New && !t.opts.ExplicitDone {
 		t.added(1)
 	}
 	return v, err
 }
 
 // probe reports, for each key, whether the table holds it (committed or
-// in flight) without marking it: the key is observed and, when New,
-// forgotten again, with every observe and commit held off meanwhile so
-// that no one sees the probe's mark and no commit makes it durable.
+// in flight) without marking it: [dedup.Engine.Peek] reads the verdict
+// Observe would give and changes neither the key nor the verdict counts.
 func (t *table) probe(keys [][]byte, out []bool) error {
-	v := make([]dedup.Verdict, len(keys))
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	if t.closed {
 		return errTableClosed
 	}
-	err := t.eng.ObserveBatch(keys, v)
-	if errors.Is(err, dedup.ErrTooManyInFlight) {
-		if cerr := t.eng.Commit(nil); cerr != nil {
-			return cerr
-		}
-		clear(v)
-		err = t.eng.ObserveBatch(keys, v)
-	}
 	for i, k := range keys {
-		if v[i] == dedup.New {
-			if ferr := t.eng.Forget(k); ferr != nil && err == nil {
-				err = ferr
-			}
+		v, err := t.eng.Peek(k)
+		if err != nil {
+			return err
 		}
-		out[i] = v[i] != dedup.New && v[i] != 0
+		out[i] = v != dedup.New
 	}
-	return err
+	return nil
 }
 
 // commit commits the table's keys in flight, with checkpoint when not nil.
@@ -449,11 +491,51 @@ func (t *table) forget(keys [][]byte) (int, error) {
 		switch {
 		case err == nil:
 			n++
-		case errors.Is(err, dedup.ErrNotInFlight):
+		case errors.Is(err, dedup.ErrNotInFlight), errors.Is(err, dedup.ErrAlreadyDone):
+			// Not in flight, or Done and so on its way into the next
+			// commit: not released, not counted.
 		default:
 			return n, err
 		}
 	}
+	return n, nil
+}
+
+// errNoExplicitDone answers DEDUP.DONE on a table without per-key
+// completion.
+var errNoExplicitDone = fmt.Errorf("%w: its keys are done when the server commits them; "+
+	"DEDUP.RESERVE table EXPLICITDONE creates a table whose keys wait for DEDUP.DONE", dedup.ErrNoExplicitDone)
+
+// done marks keys in flight Done (DEDUP.DONE) and returns how many were:
+// keys not in flight, or Done already, are not counted. An empty or
+// oversized key fails the whole command, before any key is Done.
+func (t *table) done(keys [][]byte) (int, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return 0, errTableClosed
+	}
+	if !t.opts.ExplicitDone {
+		return 0, fmt.Errorf("table %q: %w", t.name, errNoExplicitDone)
+	}
+	err := t.eng.DoneBatch(keys)
+	n := len(keys)
+	if err != nil {
+		// DoneBatch joins one error per key it did not mark: those not in
+		// flight or Done already are answered by the count, any other
+		// error by an error.
+		j, ok := err.(interface{ Unwrap() []error })
+		if !ok {
+			return 0, err
+		}
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, dedup.ErrNotInFlight) && !errors.Is(e, dedup.ErrAlreadyDone) {
+				return 0, err
+			}
+			n--
+		}
+	}
+	t.added(n)
 	return n, nil
 }
 

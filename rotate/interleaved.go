@@ -86,7 +86,7 @@ func EstimateBytes(cfg Config) (uint64, error) {
 		lt := newLaneTables(cfg)
 		return filter.EstimateLaneTableBytes(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: cfg.Capacity, FalsePositiveRate: lt.fp})
 	}
-	per, err := filter.EstimateBytes(cfg.Kind, cfg.Capacity, cfg.FalsePositiveRate/float64(cfg.Generations+1))
+	per, err := filter.EstimateBytes(cfg.Kind, cfg.Capacity, PerGenerationFP(cfg.FalsePositiveRate, cfg.Generations))
 	if err != nil {
 		return 0, err
 	}
@@ -209,17 +209,9 @@ func (lt *laneTables) settleYoung() error {
 	return nil
 }
 
-// sizeFor returns the lane capacity for generations of about n keys: half
-// again of n, or the configured capacity if that is smaller and still
-// holds n to within 1/16 (a correctly set ExpectedRate, which has its own
-// headroom, is kept).
-func (lt *laneTables) sizeFor(n uint64) uint64 {
-	want := max(lt.minLanes, n+n/2)
-	if lt.youngLimit+lt.youngLimit/16 >= n {
-		want = min(want, lt.youngLimit)
-	}
-	return want
-}
+// sizeFor returns the lane capacity for generations of about n keys (see
+// the package's sizeFor).
+func (lt *laneTables) sizeFor(n uint64) uint64 { return sizeFor(n, lt.youngLimit) }
 
 func (lt *laneTables) stopYoung() {
 	if lt.young != nil {
@@ -432,25 +424,18 @@ func (r *Ring) matchLanes(h uint64) bool {
 	return false
 }
 
-// measuredBefore returns the keys held by the newest live generation
-// older than id, 0 if none.
-func (r *Ring) measuredBefore(id uint64) uint64 {
-	for i := len(r.gens) - 1; i >= 0; i-- {
-		if r.gens[i].ID < id {
-			return r.gens[i].Filter.Count()
-		}
-	}
-	return 0
-}
-
 // FilterBytes returns the memory held by the ring's filters: the sum of
-// the generations' SizeBytes, or for an Interleaved ring its lane tables
-// (free lanes included) and its generations' overflow filters.
+// the generations' SizeBytes (and the first generation's journal while it
+// keeps one), or for an Interleaved ring its lane tables (free lanes
+// included) and its generations' overflow filters.
 func (r *Ring) FilterBytes() uint64 {
 	var n uint64
 	if r.lanes == nil {
 		for _, g := range r.gens {
 			n += g.Filter.SizeBytes()
+		}
+		if g := r.sizing.young; g != nil {
+			n += g.Filter.(filter.Regrower).JournalBytes()
 		}
 		return n
 	}
@@ -463,14 +448,4 @@ func (r *Ring) FilterBytes() uint64 {
 		}
 	}
 	return n
-}
-
-// SizedCapacity returns the keys a new generation's filter is sized for:
-// Config.Capacity, or for an Interleaved ring the lanes of its current
-// table (resized to the measured rate).
-func (r *Ring) SizedCapacity() uint64 {
-	if r.lanes != nil && r.lanes.current != nil {
-		return r.lanes.current.t.Capacity()
-	}
-	return r.cfg.Capacity
 }

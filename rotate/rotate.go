@@ -7,8 +7,14 @@
 // A hash added while the clock reads t goes into generation floor(t/span) and
 // stays until the clock reaches the end of that generation plus W: every hash
 // is held for at least W and at most W + W/N. The ring therefore holds up to
-// N+1 live generations, and each is sized for the target false-positive rate
-// divided by N+1, so a lookup across all of them meets the target.
+// N+1 live generations, and each is sized for p = 1 - (1-fp)^(1/(N+1)), so
+// that a lookup across all of them, each at capacity, meets the target fp
+// exactly (1 - (1-p)^(N+1) = fp), not the union bound's (N+1)*p.
+//
+// Memory follows the traffic (sizing.go): a fresh ring's first generation
+// starts small and grows with the keys it sees, and every later generation
+// is sized from the rate measured in the one before, up to the capacity
+// the configured rate gives.
 //
 // The clock is injected: every method takes the current time. A clock that
 // steps backwards never expires anything early (expiry only ever compares the
@@ -22,6 +28,7 @@ package rotate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/streamdedup/dedup/filter"
@@ -42,8 +49,10 @@ type Config struct {
 	// filter.MaxLanes-1.
 	Kind filter.Kind
 	// Capacity is the number of distinct hashes one generation is sized for
-	// (the expected rate times the span). A generation that receives more
-	// grows by chaining, keeping its false-positive rate.
+	// at most while the traffic stays below it (the expected rate times the
+	// span); generations are sized from the rate measured, within it. A
+	// generation that receives more grows by chaining, keeping its
+	// false-positive rate.
 	Capacity uint64
 	// FalsePositiveRate is the target rate of a lookup across the whole
 	// ring, in (0, 1).
@@ -98,6 +107,11 @@ type Ring struct {
 	nextAt int64
 	// lanes holds the shared lane tables when Kind is filter.Interleaved.
 	lanes *laneTables
+	// now is the latest clock reading (ns) given to Advance, Active or
+	// Add; 0 before any.
+	now int64
+	// sizing is the state of memory that follows the traffic (sizing.go).
+	sizing sizing
 }
 
 // New returns an empty ring, or an error naming the first bad field of cfg.
@@ -109,7 +123,7 @@ func New(cfg Config) (*Ring, error) {
 		cfg:    cfg,
 		span:   int64(cfg.Window / time.Duration(cfg.Generations)),
 		window: int64(cfg.Window),
-		perGen: cfg.FalsePositiveRate / float64(cfg.Generations+1),
+		perGen: PerGenerationFP(cfg.FalsePositiveRate, cfg.Generations),
 	}
 	if cfg.Kind == filter.Interleaved {
 		r.lanes = newLaneTables(cfg)
@@ -131,6 +145,13 @@ func (r *Ring) Config() Config { return r.cfg }
 
 // PerGenerationFP returns the false-positive target of each generation.
 func (r *Ring) PerGenerationFP() float64 { return r.perGen }
+
+// PerGenerationFP returns the target each of the N+1 generations of a ring
+// of N Generations gets for a ring target fp: 1 - (1-fp)^(1/(N+1)), so that
+// a lookup across all of them at capacity meets fp.
+func PerGenerationFP(fp float64, generations int) float64 {
+	return -math.Expm1(math.Log1p(-fp) / float64(generations+1))
+}
 
 // GenerationAt returns the ID of the generation that covers time t. Times
 // before the Unix epoch belong to generation 0.
@@ -170,6 +191,10 @@ func (r *Ring) OldestLive(t time.Time) uint64 {
 // generations; Active does, on demand.
 func (r *Ring) Advance(now time.Time) (expired []uint64) {
 	ns := now.UnixNano()
+	r.now = ns
+	if r.sizing.settle {
+		r.settleYoung()
+	}
 	if ns < r.expireAt {
 		return nil
 	}
@@ -179,6 +204,9 @@ func (r *Ring) Advance(now time.Time) (expired []uint64) {
 		expired = append(expired, r.gens[i].ID)
 		if r.lanes != nil {
 			r.lanes.release(r.gens[i].Filter.(*filter.LaneView))
+		}
+		if r.gens[i] == r.sizing.young {
+			r.sizing.young = nil
 		}
 		r.gens[i] = nil
 		i++
@@ -201,7 +229,8 @@ func (r *Ring) updateExpiry() {
 // generation, the newest generation is returned: nothing is ever added to a
 // generation older than one already created.
 func (r *Ring) Active(now time.Time) (*Generation, error) {
-	if now.UnixNano() < r.nextAt && len(r.gens) > 0 {
+	r.now = now.UnixNano()
+	if r.now < r.nextAt && len(r.gens) > 0 {
 		return r.gens[len(r.gens)-1], nil
 	}
 	return r.Get(r.GenerationAt(now))
@@ -223,12 +252,16 @@ func (r *Ring) Get(id uint64) (*Generation, error) {
 	if r.lanes != nil {
 		f, err = r.lanes.newGeneration(r.cfg.Capacity, r.measuredBefore(id))
 	} else {
-		f, err = filter.New(r.cfg.Kind, r.cfg.Capacity, r.perGen)
+		f, err = r.newChained(id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("rotate: generation %d: %w", id, err)
 	}
-	return r.Insert(&Generation{ID: id, Filter: f})
+	g := &Generation{ID: id, Filter: f}
+	if r.lanes == nil && len(r.gens) == 0 {
+		r.startYoung(g)
+	}
+	return r.insert(g)
 }
 
 // Insert places a restored generation into the ring. It fails if a
@@ -237,6 +270,13 @@ func (r *Ring) Insert(g *Generation) (*Generation, error) {
 	if g == nil || g.Filter == nil {
 		return nil, errors.New("rotate: Insert of a nil generation")
 	}
+	// A restored generation ends the first one's journal: the ring is no
+	// longer fresh.
+	r.stopYoung()
+	return r.insert(g)
+}
+
+func (r *Ring) insert(g *Generation) (*Generation, error) {
 	i := len(r.gens)
 	for i > 0 && r.gens[i-1].ID >= g.ID {
 		if r.gens[i-1].ID == g.ID {
@@ -295,6 +335,7 @@ func (r *Ring) Contains(h uint64) bool {
 // is not yet there. A hash whose generation has already expired at now is
 // outside the window and is not added; Add reports whether it was.
 func (r *Ring) Add(id uint64, h uint64, now time.Time) (bool, error) {
+	r.now = now.UnixNano()
 	if id < r.OldestLive(now) {
 		return false, nil
 	}

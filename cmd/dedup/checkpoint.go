@@ -41,6 +41,12 @@ type checkpoint struct {
 	Dev uint64 `json:"dev,omitempty"`
 	Sum string `json:"sum,omitempty"`
 
+	// Read identifies Inputs[:File] as they were when read to their end
+	// (zero for stdin and other streams), so that a run over a rotated log
+	// tells the files it read from the others (see locate). Absent in
+	// checkpoints written before it was recorded.
+	Read []fileMark `json:"read,omitempty"`
+
 	// Lengths in bytes of the output files at the commit.
 	OutLen     int64 `json:"out_len"`
 	DupsLen    int64 `json:"dups_len,omitempty"`
@@ -48,6 +54,14 @@ type checkpoint struct {
 
 	// Counters of the job up to this position.
 	Counts counts `json:"counts"`
+}
+
+// fileMark identifies a file read up to byte Offset: its inode, and Sum,
+// inputSum of its bytes before Offset.
+type fileMark struct {
+	Ino    uint64 `json:"ino,omitempty"`
+	Offset int64  `json:"offset"`
+	Sum    string `json:"sum,omitempty"`
 }
 
 // counts are the job's counters.
@@ -79,7 +93,7 @@ func decodeCheckpoint(b []byte) (checkpoint, error) {
 	if c.Format != checkpointFormat {
 		return c, fmt.Errorf("%w: format %q", errForeignCheckpoint, c.Format)
 	}
-	if c.File < 0 || c.File > len(c.Inputs) || c.Offset < 0 || c.Line < 1 ||
+	if c.File < 0 || c.File > len(c.Inputs) || c.Offset < 0 || c.Line < 1 || len(c.Read) > c.File ||
 		c.OutLen < 0 || c.DupsLen < 0 || c.RejectsLen < 0 {
 		return c, fmt.Errorf("%w: position out of range", errForeignCheckpoint)
 	}
@@ -88,5 +102,11 @@ func decodeCheckpoint(b []byte) (checkpoint, error) {
 
 // sameJob reports whether c was committed by a run of the job j.
 func (c *checkpoint) sameJob(j *checkpoint) bool {
-	return slices.Equal(c.Inputs, j.Inputs) && c.Out == j.Out && c.Dups == j.Dups && c.Rejects == j.Rejects
+	return slices.Equal(c.Inputs, j.Inputs) && c.sameOutputs(j)
+}
+
+// sameOutputs reports whether c was committed by a run writing the
+// outputs of the job j.
+func (c *checkpoint) sameOutputs(j *checkpoint) bool {
+	return c.Out == j.Out && c.Dups == j.Dups && c.Rejects == j.Rejects
 }

@@ -76,18 +76,22 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 
 func runFilter(e *env, args []string) error {
 	fs, c := newFilterFlags(e)
-	pos, err := flagArgs(fs, args)
-	if err != nil {
+	// --in FILEs and positional FILEs are one list, in the order given.
+	if err := flagArgsTo(fs, args, func(a string) { c.inputs = append(c.inputs, a) }); err != nil {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
 	c.keys.fieldSet = c.explicit["field"]
-	c.inputs = append(c.inputs, pos...)
 	if len(c.inputs) == 0 {
 		c.inputs = stringList{"-"}
 	}
 	if err := c.validate(); err != nil {
 		return usageErr(err)
+	}
+	if c.metrics != "" {
+		if err := checkAddr("--metrics", c.metrics); err != nil {
+			return err
+		}
 	}
 	x, err := newExtractor(c.keys)
 	if err != nil {
@@ -156,10 +160,16 @@ type filterRun struct {
 	job       checkpoint // identity and position, updated as we go
 	resumed   bool
 	resumedAt string // where, for --stats
+	// relocatable: the state's last job wrote these outputs, at a position
+	// in a file identified (see locate).
+	relocatable bool
 
 	out, dups, rejects *output
 	rejectsW           io.Writer // where reject records go
-	closers            []func() error
+	// rejectsShown counts the reject records written to stderr (no
+	// --rejects), rejectsHidden those left out past stderrRejects.
+	rejectsShown, rejectsHidden int64
+	closers                     []func() error
 
 	run0 counts // job counters at the start of this run
 	// The engine goroutine's commit counters (see loop).
@@ -214,12 +224,8 @@ func (f *filterRun) run() (err error) {
 		if f.metricsLn != nil {
 			_ = f.metricsLn.Close()
 		}
-		err = openErr(c.state, err)
-		var xe *exitError
-		if errors.As(err, &xe) {
-			return err
-		}
-		return fmt.Errorf("open state: %w", err)
+		// The engine's error names the state already ("open state DIR").
+		return openErr(c.state, err)
 	}
 	f.durable = c.state != ""
 	defer func() { err = f.finish(err, opts.SnapshotInterval) }()
@@ -266,6 +272,7 @@ func (f *filterRun) finish(err error, snapshotInterval time.Duration) error {
 			err = cerr
 		}
 	}
+	f.noteHiddenRejects()
 	var snapErr error
 	// With periodic snapshots Close writes a last one. Without, write it
 	// here, after a run that ended well (or was interrupted, its state
@@ -312,7 +319,8 @@ func splitSnapshotErr(err error) (snap, rest error) {
 
 // setup resolves the job and decides whether this run resumes the
 // state's last one: the same inputs and outputs, files all, and no
-// --from-start.
+// --from-start; or the same outputs and inputs that start with the file
+// of its position, rotated since (locate).
 func (f *filterRun) setup() error {
 	c := f.cfg
 	abs := func(name string) (string, error) {
@@ -353,13 +361,20 @@ func (f *filterRun) setup() error {
 			return fmt.Errorf("state %s: %w", c.state, err)
 		}
 		f.prev = &cp
+		// The same outputs and a position in a known file: a run over
+		// other inputs may resume it where one of them is that file
+		// (locate).
+		f.relocatable = seekable && cp.sameOutputs(j) && cp.File < len(cp.Inputs) && (cp.Ino != 0 || cp.Sum != "")
 		if seekable && cp.sameJob(j) {
 			*j = cp
 			f.resumed = true
-			if j.File < len(c.inputs) {
-				f.resumedAt = fmt.Sprintf("%s byte %d, line %d", c.inputs[j.File], j.Offset, j.Line)
-			}
 		}
+	}
+	if err := f.locate(); err != nil {
+		return err
+	}
+	if f.resumed && j.File < len(c.inputs) {
+		f.resumedAt = fmt.Sprintf("%s byte %d, line %d", c.inputs[j.File], j.Offset, j.Line)
 	}
 	f.run0 = j.Counts
 	return nil

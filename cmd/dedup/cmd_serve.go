@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,8 +20,10 @@ type serveConfig struct {
 	engine           engineFlags
 	fsync            string
 	requirepass      string
+	protectedMode    bool
 	maxClients       int
 	maxArgSize       int
+	maxTables        int
 	metrics          string
 	snapshotInterval time.Duration
 }
@@ -30,7 +33,9 @@ const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
 Serve dedup over the Redis protocol (RESP2): any Redis client deduplicates
 unchanged with SET key value NX [EX s], SETNX and EXISTS, RedisBloom's
 BF.RESERVE/ADD/MADD/EXISTS/MEXISTS/INFO over named tables, and
-DEDUP.OBSERVE/FORGET/COMMIT/CHECKPOINT/STATS for verdicts and checkpoints.
+DEDUP.RESERVE/OBSERVE/FORGET/DONE/COMMIT/CHECKPOINT/STATS for verdicts,
+checkpoints and worker pools (DEDUP.RESERVE table EXPLICITDONE: keys stay
+in flight until DEDUP.DONE).
 
 Flags:
 `
@@ -60,8 +65,10 @@ func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
 	c.engine.register(fs, tuneUsage)
 	fs.StringVar(&c.fsync, "fsync", resp.FsyncEverySec, "durability: always, everysec or no")
 	fs.StringVar(&c.requirepass, "requirepass", "", "clients must AUTH with `SECRET` first (default $DEDUP_REQUIREPASS; none if unset)")
+	fs.BoolVar(&c.protectedMode, "protected-mode", true, "without --requirepass, serve loopback clients only (others are answered -DENIED), as Redis")
 	fs.IntVar(&c.maxClients, "max-clients", 10000, "serve at most `N` connections at once")
 	fs.IntVar(&c.maxArgSize, "max-arg-size", 1<<20, "refuse (and disconnect) a request with an argument over `BYTES`")
+	fs.IntVar(&c.maxTables, "max-tables", 64, "serve at most `N` tables (BF.* and DEDUP.* names, the default one included): each is an engine")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "snapshot every table's filters every `DURATION` (under --fsync no, commit too)")
 	return fs, c
@@ -75,16 +82,48 @@ func runServe(e *env, args []string) error {
 	if c.requirepass == "" {
 		c.requirepass = os.Getenv("DEDUP_REQUIREPASS")
 	}
+	// The server's config reads zero as "the default": refuse it here,
+	// under the flag's name, rather than serve 10000 clients for a 0.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-clients", c.maxClients}, {"max-arg-size", c.maxArgSize}, {"max-tables", c.maxTables}} {
+		if f.v < 1 {
+			return usagef("serve: --%s must be at least 1, got %d", f.name, f.v)
+		}
+	}
 	if c.snapshotInterval <= 0 {
 		return usagef("serve: --snapshot-interval must be positive, got %v", c.snapshotInterval)
+	}
+	if err := checkAddr("--listen", c.listen); err != nil {
+		return err
+	}
+	if c.metrics != "" {
+		if err := checkAddr("--metrics", c.metrics); err != nil {
+			return err
+		}
 	}
 	opts := c.engine.options("")
 	if c.state != "" {
 		// The default table keeps the shape it was created with; a flag
 		// that contradicts it is an error naming both.
 		dir := resp.EngineDir(c.state, resp.DefaultTable)
-		if err := adoptState(dir, explicitFlags(fs), &opts); err != nil {
+		explicit := explicitFlags(fs)
+		if err := adoptState(dir, explicit, &opts); err != nil {
 			return err
+		}
+		// The rate and the false-positive target size the filters of the
+		// generations to come: a flag retunes them, no flag keeps them as
+		// the table was sized, as a named table keeps its BF.RESERVE.
+		have, ok, err := resp.ReadTableOptions(c.state, resp.DefaultTable)
+		if err != nil {
+			return stateErr(c.state, err)
+		}
+		if ok && !explicit["rate"] {
+			opts.ExpectedRate = have.ExpectedRate
+		}
+		if ok && !explicit["fp"] {
+			opts.FalsePositiveRate = have.FalsePositiveRate
 		}
 	}
 	cfg := resp.Config{
@@ -93,8 +132,10 @@ func runServe(e *env, args []string) error {
 		Fsync:            c.fsync,
 		SnapshotInterval: c.snapshotInterval,
 		RequirePass:      c.requirepass,
+		Unprotected:      !c.protectedMode,
 		MaxClients:       c.maxClients,
 		MaxArgSize:       c.maxArgSize,
+		MaxTables:        c.maxTables,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(e.stderr, "dedup serve: "+format+"\n", args...)
 		},
@@ -102,16 +143,19 @@ func runServe(e *env, args []string) error {
 	if err := cfg.EnsureDefaults().Validate(); err != nil {
 		return usageErr(err)
 	}
+	// Listen first: a port in use fails at once, without opening (or
+	// creating) the state.
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return listenErr(c.listen, err)
+	}
 	srv, err := resp.New(cfg)
 	if err != nil {
+		ln.Close()
 		if c.state != "" {
 			return stateErr(c.state, err)
 		}
 		return err
-	}
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return errors.Join(fmt.Errorf("serve: %w", err), srv.Shutdown())
 	}
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
@@ -120,7 +164,11 @@ func runServe(e *env, args []string) error {
 		}
 	}
 	if host, _, _ := net.SplitHostPort(c.listen); !isLoopback(host) && c.requirepass == "" {
-		fmt.Fprintf(e.stderr, "dedup serve: warning: listening on %s without --requirepass: anyone who reaches it can write keys\n", c.listen)
+		if c.protectedMode {
+			fmt.Fprintf(e.stderr, "dedup serve: protected mode: listening on %s without --requirepass, so clients from other hosts are refused (-DENIED); set --requirepass, or --protected-mode=false on a trusted network\n", c.listen)
+		} else {
+			fmt.Fprintf(e.stderr, "dedup serve: warning: listening on %s without --requirepass and with --protected-mode=false: anyone who reaches it can mark keys\n", c.listen)
+		}
 	}
 	state := c.state
 	if state == "" {
@@ -172,6 +220,7 @@ var serveMetricDefs = []struct {
 	{"dedup_serve_connections_total", "Connections accepted or refused.", true, func(s resp.ServerStats) float64 { return float64(s.TotalConnections) }},
 	{"dedup_serve_rejected_connections_total", "Connections refused at --max-clients.", true, func(s resp.ServerStats) float64 { return float64(s.RejectedConnections) }},
 	{"dedup_serve_rejected_requests_total", "Requests over a size limit (each closed its connection).", true, func(s resp.ServerStats) float64 { return float64(s.RejectedRequests) }},
+	{"dedup_serve_accept_errors_total", "Failed accepts, such as running out of file descriptors (ulimit -n).", true, func(s resp.ServerStats) float64 { return float64(s.AcceptErrors) }},
 	{"dedup_serve_commands_total", "Commands served.", true, func(s resp.ServerStats) float64 { return float64(s.Commands) }},
 	{"dedup_serve_net_input_bytes_total", "Bytes read from clients.", true, func(s resp.ServerStats) float64 { return float64(s.NetInputBytes) }},
 	{"dedup_serve_fsync_commits_total", "Commits requested for --fsync always replies.", true, func(s resp.ServerStats) float64 { return float64(s.Syncs) }},
@@ -221,4 +270,18 @@ func (c *serveCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range serveMetricDefs {
 		ch <- prometheus.MustNewConstMetric(c.server[d.name], kind(d.counter), d.value(st))
 	}
+}
+
+// listenErr names --listen in a failure to listen on addr. An address
+// that is not this machine's (a host name that does not resolve, an IP of
+// another host) is bad usage, exit 2, as a malformed one is; a port in use
+// or refused is a failure of the run, exit 1.
+func listenErr(addr string, err error) error {
+	err = fmt.Errorf("serve: --listen %q: %w", addr, err)
+	var dns *net.DNSError
+	var ae *net.AddrError
+	if errors.As(err, &dns) || errors.As(err, &ae) || errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return usageErr(err)
+	}
+	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/diskuse"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/snapshot"
 )
@@ -33,8 +34,12 @@ func newStatsFlags(e *env) (*flag.FlagSet, *statsConfig) {
 // snake_case and its durations are in seconds, named so.
 type statsReport struct {
 	Dir string `json:"dir"`
-	// DirBytes is the size of every file in the state directory.
-	DirBytes uint64 `json:"dir_bytes"`
+	// DirBytes is the space the state directory takes on disk, as du
+	// counts it (allocated blocks): StoreBytes for the Pebble store plus
+	// SnapshotsBytes for its snapshots folder.
+	DirBytes       uint64 `json:"dir_bytes"`
+	StoreBytes     uint64 `json:"store_bytes"`
+	SnapshotsBytes uint64 `json:"snapshots_bytes"`
 	// InUse says another process holds the state: what follows comes from
 	// its newest snapshot, without the engine (no checkpoint, no engine).
 	InUse bool `json:"in_use,omitempty"`
@@ -215,7 +220,7 @@ func runStats(e *env, args []string) error {
 	if rep.Snapshot == nil {
 		rep.Snapshot = newestSnapshot(dir)
 	}
-	rep.DirBytes, _ = dirSize(dir)
+	rep.DirBytes, rep.StoreBytes, rep.SnapshotsBytes = stateDiskUse(dir)
 	if c.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -272,6 +277,21 @@ func (c *statsConfig) inUse(dir string, rep *statsReport) error {
 	return nil
 }
 
+// stateDiskUse returns the space the state directory dir takes on disk
+// as du counts it, and its parts: the store (everything outside the
+// snapshots folder: Pebble's tables, logs and manifest) and the snapshots.
+// The engine's Stats.DiskBytes counts the whole directory, snapshots
+// included, so it cannot stand for the store. A part that cannot be
+// measured counts 0.
+func stateDiskUse(dir string) (all, store, snapshots uint64) {
+	all, _ = diskuse.Bytes(vfs.Default, dir)
+	snapshots, _ = diskuse.Bytes(vfs.Default, filepath.Join(dir, dedup.SnapshotDir))
+	if snapshots <= all {
+		store = all - snapshots
+	}
+	return all, store, snapshots
+}
+
 func printStatsReport(e *env, r *statsReport) {
 	w := e.stdout
 	fmt.Fprintf(w, "state directory  %s\n", r.Dir)
@@ -285,14 +305,16 @@ func printStatsReport(e *env, r *statsReport) {
 	}
 	st := r.Engine
 	if st != nil {
-		fmt.Fprintf(w, "disk             %s in all, %s of it the store\n", humanize.Bytes(r.DirBytes), humanize.Bytes(st.DiskBytes))
+		fmt.Fprintf(w, "disk             %s in all: the store %s, snapshots %s\n", humanize.Bytes(r.DirBytes),
+			humanize.Bytes(r.StoreBytes), humanize.Bytes(r.SnapshotsBytes))
 		fmt.Fprintf(w, "keys             %d in the filters (%d restored from %s in %v)\n", st.FilterKeys, st.RestoredKeys, st.RestoredFrom,
 			time.Duration(st.RestoreDurationSeconds*float64(time.Second)).Round(time.Millisecond))
 		for _, p := range st.RestoreProblems {
 			fmt.Fprintf(w, "restore problem  %s\n", p)
 		}
 	} else {
-		fmt.Fprintf(w, "disk             %s in all\n", humanize.Bytes(r.DirBytes))
+		fmt.Fprintf(w, "disk             %s in all: the store %s, snapshots %s\n", humanize.Bytes(r.DirBytes),
+			humanize.Bytes(r.StoreBytes), humanize.Bytes(r.SnapshotsBytes))
 	}
 	switch s := r.Snapshot; {
 	case s == nil:

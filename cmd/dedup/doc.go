@@ -72,7 +72,11 @@
 // writes each distinct event exactly once. The input and the outputs must
 // not be changed by others between runs: the checkpoint records the
 // input's inode and a hash of its bytes before the offset, and an input
-// rotated or rewritten since, or shorter, is an error naming --from-start.
+// rotated or rewritten since, or shorter, is an error naming the way out.
+// A rotated log is read whole by listing the rotated file first, --in
+// app.log.1 --in app.log: the run finds the file holding the committed
+// position among the inputs (by its inode, or a copy by its bytes), reads
+// its tail from there and the inputs after it from their start (locate.go).
 // The position stays at the end of the last input when it is done, so
 // running the same command after that input grew reads only what was
 // appended; a last line without a newline there is not consumed, since
@@ -94,14 +98,16 @@
 //
 //	{"format":"dedup-filter/1",
 //	 "inputs":["/abs/a.ndjson",...], "out":"/abs/out.ndjson", "dups":"...", "rejects":"...",
-//	 "file":0, "offset":1234, "line":57, "ino":1835, "dev":2049, "sum":"9f2c...",
+//	 "file":1, "offset":1234, "line":57, "ino":1835, "dev":2049, "sum":"9f2c...",
+//	 "read":[{"ino":1834,"offset":52011,"sum":"0b61..."}],
 //	 "out_len":900, "dups_len":120, "rejects_len":0,
 //	 "counts":{"events":56,"distinct":40,"duplicates":14,"rejects":2,"bytes":1234}}
 //
 // inputs, out, dups and rejects identify the job ("-" is stdin or stdout);
 // inputs[file] has been consumed up to byte offset, the start of line
 // number line; ino and dev identify that file, sum is a hash of its first
-// and last 4 KiB before offset (absent for stdin). The lengths
+// and last 4 KiB before offset (absent for stdin); read has the same of
+// each input before file, when it was read to its end. The lengths
 // are those of the output files at the commit, and counts the job's
 // counters up to the position.
 //
@@ -138,6 +144,7 @@
 //	checkpoint.go    the checkpoint committed with the keys
 //	ident.go         an input's identity (inode, hash of its bytes), so
 //	                 that a rotated input is not resumed into
+//	locate.go        finding the committed position in a rotated log
 //	progress.go      the progress bar
 //	metrics.go       the Prometheus metrics of --metrics
 //	report.go        the --stats summary at the end of a run, and the

@@ -44,12 +44,12 @@ type engineUsage struct {
 // (filter): they set its options.
 var tuneUsage = engineUsage{
 	window:        "remember keys for `DURATION`",
-	rate:          "expected distinct keys per `SECOND` (filter sizing)",
+	rate:          "expected distinct keys per second, `N` (filter sizing)",
 	fp:            "pre-filter false-positive `RATE`",
 	filter:        "pre-filter: blocked, bloom or cuckoo",
 	probabilistic: "no exact store: a filter hit is a duplicate (drops about --fp of new events, faster)",
-	generations:   "generations the window is cut into",
-	shards:        "engine shards",
+	generations:   "`N` generations the window is cut into",
+	shards:        "`N` engine shards",
 }
 
 // checkUsage words the engine flags for a command that opens an existing
@@ -58,7 +58,7 @@ var tuneUsage = engineUsage{
 var checkUsage = engineUsage{
 	check:         true,
 	window:        "check: fail unless the state was created with this `DURATION` (default: adopt the state's)",
-	rate:          "expected distinct keys per `SECOND` (sizes a new generation; default: the state's)",
+	rate:          "expected distinct keys per second, `N` (sizes a new generation; default: the state's)",
 	fp:            "pre-filter false-positive `RATE` (sizes a new generation; default: the state's)",
 	filter:        "check: fail unless the state uses this filter (default: adopt)",
 	probabilistic: "check: fail unless the state's mode is this (default: adopt)",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,5 +251,42 @@ func TestCollector(t *testing.T) {
 		if _, ok := got[name]; !ok {
 			t.Errorf("%s missing", name)
 		}
+	}
+}
+
+// TestMistypedKeyFloodsStderr: a mistyped --key without --rejects wrote
+// one stderr line per input line before its one-line verdict. Stderr now
+// shows the first rejects and one line counting the rest; --rejects FILE
+// still keeps every one.
+func TestMistypedKeyFloodsStderr(t *testing.T) {
+	const n = 5000
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.ndjson")
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "{\"id\":%d}\n", i)
+	}
+	writeFile(t, in, b.String())
+	code, _, stderr := runCmd(t, "", "filter", "--key", "idd", "--out", filepath.Join(dir, "out"), in)
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	if code != exitBad || len(lines) != stderrRejects+2 {
+		t.Fatalf("exit %d, %d stderr lines, want %d and %d:\n%s", code, len(lines), exitBad, stderrRejects+2, stderr)
+	}
+	for i, l := range lines[:stderrRejects] {
+		if want := fmt.Sprintf("%s:%d: missing key \"idd\"\t{\"id\":%d}", in, i+1, i); l != want {
+			t.Errorf("stderr line %d = %q, want %q", i+1, l, want)
+		}
+	}
+	if want := fmt.Sprintf("... %d more rejected lines not shown; use --rejects FILE to keep them", n-stderrRejects); lines[stderrRejects] != want {
+		t.Errorf("stderr line %d = %q, want %q", stderrRejects+1, lines[stderrRejects], want)
+	}
+	if !strings.Contains(lines[stderrRejects+1], "every line was rejected (5000)") {
+		t.Errorf("last stderr line = %q, want the verdict", lines[stderrRejects+1])
+	}
+	// With --rejects every one is kept, and stderr holds the verdict only.
+	rej := filepath.Join(dir, "rejects")
+	code, _, stderr = runCmd(t, "", "filter", "--key", "idd", "--out", filepath.Join(dir, "out2"), "--rejects", rej, in)
+	if got := strings.Count(readFile(t, rej), "\n"); code != exitBad || got != n || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("--rejects: exit %d, %d lines in the file, want %d; stderr:\n%s", code, got, n, stderr)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 )
 
@@ -36,18 +37,29 @@ func flagSetOf[C any](newFlags func(e *env) (*flag.FlagSet, C)) func(e *env) *fl
 // help and returns flag.ErrHelp; a bad flag is bad usage, worded as the
 // error and a hint at the help, not the whole help.
 func flagArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	if err := flagArgsTo(fs, args, func(a string) { pos = append(pos, a) }); err != nil {
+		return nil, err
+	}
+	return pos, nil
+}
+
+// flagArgsTo is flagArgs handing each positional argument to sink as it
+// is met, after the flags before it were set: a repeatable flag and the
+// positionals sharing one list keep the order of the command line.
+func flagArgsTo(fs *flag.FlagSet, args []string, sink func(string)) error {
 	out := fs.Output()
 	fs.SetOutput(io.Discard) // the flag package's own message and help
-	pos, err := parseInterspersed(fs, args)
+	err := parseInterspersed(fs, args, sink)
 	fs.SetOutput(out)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.Usage()
-			return nil, err
+			return err
 		}
-		return nil, usageErr(fmt.Errorf("%s: %w%s", strings.TrimPrefix(fs.Name(), "dedup "), err, helpHint(fs)))
+		return usageErr(fmt.Errorf("%s: %w%s", strings.TrimPrefix(fs.Name(), "dedup "), err, helpHint(fs)))
 	}
-	return pos, nil
+	return nil
 }
 
 // helpHint is the line that follows a usage error of the command of fs.
@@ -76,25 +88,27 @@ func explicitFlags(fs *flag.FlagSet) map[string]bool {
 }
 
 // parseInterspersed parses flags and positional arguments in any order
-// ("dedup filter a.ndjson --key id"), returning the positionals. "--"
-// ends the flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
+// ("dedup filter a.ndjson --key id"), handing the positionals to sink in
+// order. "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string, sink func(string)) error {
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return pos, nil
+			return nil
 		}
 		// flag stops at "--" (consumed) or at the first positional; tell
 		// them apart by what preceded rest.
 		consumed := args[:len(args)-len(rest)]
 		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
-			return append(pos, rest...), nil
+			for _, a := range rest {
+				sink(a)
+			}
+			return nil
 		}
-		pos = append(pos, rest[0])
+		sink(rest[0])
 		args = rest[1:]
 	}
 }
@@ -107,5 +121,19 @@ func (s *stringList) String() string { return strings.Join(*s, ",") }
 // Set appends one value.
 func (s *stringList) Set(v string) error {
 	*s = append(*s, v)
+	return nil
+}
+
+// checkAddr checks the HOST:PORT value addr of the flag fl (a listen
+// address) before anything is opened: a malformed one is bad usage naming
+// the flag, unlike a port in use, which only listening finds.
+func checkAddr(fl, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return usagef("%s %q: want HOST:PORT, e.g. 127.0.0.1:9090: %w", fl, addr, err)
+	}
 	return nil
 }

@@ -372,6 +372,11 @@ func openInput(name string, stdin io.Reader) (io.Reader, func() error, os.FileIn
 	if err != nil {
 		return nil, nil, nil, errors.Join(err, f.Close())
 	}
+	if fi.IsDir() {
+		// Opened, a directory fails only when read, after the outputs
+		// were created.
+		return nil, nil, nil, errors.Join(fmt.Errorf("%s is a directory", name), f.Close())
+	}
 	return f, f.Close, fi, nil
 }
 
@@ -423,30 +428,15 @@ func (f *filterRun) openSources() ([]source, error) {
 }
 
 // checkIdentity checks that the input name (fi, open in f.inFiles) is the
-// file the committed position was taken in: not shorter than the offset,
-// the same inode, and the same bytes before the offset (inputSum). The
-// device number is recorded but not compared: it may change when the
-// system restarts. Another file is an error naming the way out.
+// file the committed position was taken in (positionFileErr): the same
+// inode, at least as long, and the same bytes before the offset; under
+// another name than the position's (found by locate), a copy of it with
+// the same bytes. Another file is an error naming the way out.
 func (f *filterRun) checkIdentity(name string, fi os.FileInfo) error {
-	j := &f.job
-	fix := "run with --from-start to read it from its start (the keys committed stay remembered, and the outputs are kept and appended to)"
-	if fi == nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("input %s is no longer a regular file, and the committed position is at its byte %d: %s", name, j.Offset, fix)
-	}
-	if fi.Size() < j.Offset {
-		return fmt.Errorf("input %s holds %d bytes, fewer than the committed position, byte %d: it was truncated or replaced since; %s", name, fi.Size(), j.Offset, fix)
-	}
-	if _, ino, ok := fileID(fi); ok && j.Ino != 0 && ino != j.Ino {
-		return fmt.Errorf("input %s is another file (inode %d) than the one the committed position, byte %d, is in (inode %d): it was rotated or replaced since; %s", name, ino, j.Offset, j.Ino, fix)
-	}
-	if j.Sum != "" {
-		sum, err := inputSum(f.inFiles[j.File], j.Offset)
-		if err != nil {
-			return fmt.Errorf("input %s: %w", name, err)
-		}
-		if sum != j.Sum {
-			return fmt.Errorf("input %s has other bytes before the committed position, byte %d, than when it was committed: it was rewritten or replaced since; %s", name, j.Offset, fix)
-		}
+	j, p := &f.job, f.prev
+	copyOK := p != nil && p.File < len(p.Inputs) && j.Inputs[j.File] != p.Inputs[p.File]
+	if err := positionFileErr(f.inFiles[j.File], fi, j, copyOK); err != nil {
+		return fmt.Errorf("input %s %w: %s", name, err, rotationFix(name, f.cfg.inputs))
 	}
 	return nil
 }
@@ -463,6 +453,13 @@ func (f *filterRun) recordIdentity() error {
 	fi, err := fl.Stat()
 	if err != nil {
 		return fmt.Errorf("stat input %s: %w", fl.Name(), err)
+	}
+	if fi.Size() < j.Offset {
+		// The bytes read are gone: the position cannot be identified, and
+		// this run commits nothing more. The next one resumes from the last
+		// commit, in the rotated copy if it is given first (locate).
+		return fmt.Errorf("input %s was truncated while it was read (to %d bytes, below the %d read): rotated by copytruncate? What was read since the last commit is not committed; run again, with the rotated copy given first (--in %s.1 --in %s)",
+			fl.Name(), fi.Size(), j.Offset, fl.Name(), fl.Name())
 	}
 	j.Dev, j.Ino, _ = fileID(fi)
 	if j.Sum, err = inputSum(fl, j.Offset); err != nil {

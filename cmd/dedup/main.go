@@ -53,6 +53,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"filter", "pass each distinct event through once (the stream filter)", runFilter, flagSetOf(newFilterFlags), nil},
+		{"kafka", "deduplicate a Kafka topic as a consumer group, exactly once to an output topic", runKafka, flagSetOf(newKafkaFlags), nil},
 		{"serve", "serve dedup over the Redis protocol (SET NX EX, BF.*, DEDUP.*)", runServe, flagSetOf(newServeFlags), nil},
 		{"stats", "print what a state directory holds", runStats, flagSetOf(newStatsFlags), nil},
 		{"snapshot", "inspect, verify or rebuild the filter snapshots of a state", runSnapshot, newSnapshotFlags, snapshotSubs},

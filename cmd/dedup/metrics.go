@@ -48,7 +48,7 @@ var metricDefs = []struct {
 	{"dedup_engine_snapshots_total", "Filter snapshots written.", true},
 	{"dedup_engine_snapshot_errors_total", "Filter snapshots that failed.", true},
 	{"dedup_engine_snapshot_bytes", "Size of the last filter snapshot.", false},
-	{"dedup_engine_disk_bytes", "Size of the exact store on disk.", false},
+	{"dedup_engine_disk_bytes", "Space the state directory takes on disk as du counts it: the store and the snapshots.", false},
 	{"dedup_filter_events_total", "Input lines read by this run, rejects included.", true},
 	{"dedup_filter_distinct_total", "Distinct events written by this run.", true},
 	{"dedup_filter_duplicates_total", "Duplicate events dropped by this run.", true},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -344,46 +343,9 @@ func TestSignalWhileIdle(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			state := filepath.Join(dir, "state-"+strconv.Itoa(int(sig)))
-			cmd := dedupProcess(t, "filter", "--key", "id", "--state", state, "--progress", "never")
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stdin.Close()
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			wait := make(chan error, 1)
-			go func() { wait <- cmd.Wait() }()
-			if _, err := io.WriteString(stdin, `{"id":"first"}`+"\n"); err != nil {
-				t.Fatal(err)
-			}
-			// The line comes out once read: the run is in its loop, then
-			// blocked reading stdin, which stays open.
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			if err != nil || line != `{"id":"first"}`+"\n" {
-				t.Fatalf("read %q, %v", line, err)
-			}
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
-			// A hang detector, not a timing target.
-			select {
-			case err = <-wait:
-			case <-time.After(time.Minute):
-				_ = cmd.Process.Kill()
-				<-wait
-				t.Fatalf("%v did not stop a run blocked on stdin: %s", sig, stderr.String())
-			}
-			var xe *exec.ExitError
-			if !errors.As(err, &xe) || xe.ExitCode() != exitRuntime || !strings.Contains(stderr.String(), "interrupted") {
-				t.Fatalf("after %v: %v, want exit status %d: %s", sig, err, exitRuntime, stderr.String())
+			code, stderr := signalIdle(t, sig, "filter", "--key", "id", "--state", state, "--progress", "never")
+			if code != exitRuntime || !strings.Contains(stderr, "interrupted") {
+				t.Fatalf("after %v: exit status %d, want %d: %s", sig, code, exitRuntime, stderr)
 			}
 			// The key read before the signal was committed.
 			if code, out, errs := runCmd(t, `{"id":"first"}`+"\n", "filter", "--key", "id", "--state", state); code != 0 || out != "" {
@@ -491,9 +453,12 @@ func TestProgressRate(t *testing.T) {
 	last := m[len(m)-1]
 	v, _ := strconv.ParseFloat(last[1], 64)
 	v *= map[string]float64{"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15}[last[2]]
-	// The bar starts with the run, so its rate is at most the input over
-	// the whole run's time, give or take the opening of the engine.
-	if v > 3*size/el {
+	// The bar starts with the reading, so its rate is the input over the
+	// reading's time: more than the input over the whole run's time by
+	// what opening and closing the engine take, which under -race on a
+	// loaded machine is most of the run. The bug this pins was off by a
+	// factor of thousands.
+	if v > 20*size/el {
 		t.Fatalf("progress shows %s %s/s; %.0f bytes were read in %.3fs", last[1], last[2], size, el)
 	}
 }

@@ -207,11 +207,34 @@ func appendEscaped(dst, text []byte) []byte {
 	return dst
 }
 
+// stderrRejects is how many reject records stderr shows when there is no
+// --rejects file: a mistyped --key rejects every line, and a terminal
+// flooded with them hides the verdict that says why. The rest are counted
+// (rejectsHidden) and noted in one line at the end (noteHiddenRejects).
+const stderrRejects = 10
+
+// writeReject writes the reject record of line li of b to --rejects, or
+// to stderr while fewer than stderrRejects were shown there.
 func (f *filterRun) writeReject(b *batch, li int, r reject) error {
+	if f.rejects == nil {
+		if f.rejectsShown >= stderrRejects {
+			f.rejectsHidden++
+			return nil
+		}
+		f.rejectsShown++
+	}
 	if _, err := f.rejectsW.Write(f.rejectRecord(b, li, r)); err != nil {
 		return fmt.Errorf("write rejects: %w", err)
 	}
 	return nil
+}
+
+// noteHiddenRejects says on stderr how many reject records it did not
+// show (stderrRejects).
+func (f *filterRun) noteHiddenRejects() {
+	if f.rejectsHidden > 0 {
+		fmt.Fprintf(f.env.stderr, "... %d more rejected lines not shown; use --rejects FILE to keep them\n", f.rejectsHidden)
+	}
 }
 
 func (f *filterRun) flushAll() error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -24,8 +25,21 @@ func maxInFlight(c *filterConfig) int {
 	return max(1<<20, 2*(c.commitEvery+groupSize)+nbatch*(c.chunk/2+1))
 }
 
-// errInterrupted ends a run stopped by SIGINT or SIGTERM, after a commit.
-var errInterrupted = errors.New("interrupted; state committed, run the same command again to resume")
+// errInterrupted ends a run stopped by SIGINT or SIGTERM, after a commit
+// (interruptedErr says what a rerun does).
+var errInterrupted = errors.New("interrupted")
+
+// interruptedErr is errInterrupted with what is true of this run: without
+// a state nothing is remembered, and stdin cannot be resumed.
+func (f *filterRun) interruptedErr() error {
+	switch {
+	case !f.durable:
+		return errInterrupted
+	case slices.Contains(f.cfg.inputs, "-"):
+		return fmt.Errorf("%w; the keys read so far are committed (stdin cannot be resumed: a rerun counts them as duplicates)", errInterrupted)
+	}
+	return fmt.Errorf("%w; state committed, run the same command again to resume", errInterrupted)
+}
 
 // loop runs the reader over srcs, observes its batches' keys on this
 // goroutine and writes their lines on another (write), so that the engine's
@@ -106,7 +120,7 @@ func (f *filterRun) loop(srcs []source) error {
 			continue
 		case <-f.env.sigs:
 			interrupted = true
-			return finish(errInterrupted)
+			return finish(f.interruptedErr())
 		case werr = <-wres:
 			return werr // the writer failed
 		}
@@ -127,7 +141,7 @@ func (f *filterRun) loop(srcs []source) error {
 		select {
 		case <-f.env.sigs:
 			interrupted = true
-			return finish(errInterrupted)
+			return finish(f.interruptedErr())
 		default:
 		}
 	}
@@ -318,6 +332,15 @@ func (f *filterRun) writeBatch(b *batch) (end bool, err error) {
 		// On to the next input. The last input keeps its end as the
 		// position, so that a run after it grew reads only what was
 		// appended.
+		m, err := f.markInput(b.file, j.Offset)
+		if err != nil {
+			return true, err
+		}
+		if len(j.Read) == b.file {
+			j.Read = append(j.Read, m)
+		} else {
+			j.Read = nil // a checkpoint from before the marks: none
+		}
 		j.File, j.Offset, j.Line = b.file+1, 0, 1
 	}
 	return false, nil

@@ -42,15 +42,8 @@ func (f *filterRun) startProgress() (stop func()) {
 		t := time.NewTicker(progressEvery)
 		defer t.Stop()
 		start := time.Now()
-		for {
-			select {
-			case <-quit:
-				_ = bar.Set64(f.pub.bytes.Load())
-				_ = bar.Finish()
-				fmt.Fprintln(f.env.stderr)
-				return
-			case <-t.C:
-			}
+		// update shows the figures so far; the last line, at quit, too.
+		update := func() {
 			ev := f.pub.events.Load()
 			dup := 0.0
 			if ev > 0 {
@@ -60,6 +53,17 @@ func (f *filterRun) startProgress() (stop func()) {
 			rate := float64(ev) / time.Since(start).Seconds()
 			bar.Describe(fmt.Sprintf("%s ev/s, %.1f%% dup, %d lookups", humanize.Count(math.Round(rate)), dup, st.StoreLookups))
 			_ = bar.Set64(f.pub.bytes.Load())
+		}
+		for {
+			select {
+			case <-quit:
+				update()
+				_ = bar.Finish()
+				fmt.Fprintln(f.env.stderr)
+				return
+			case <-t.C:
+				update()
+			}
 		}
 	}()
 	return func() {

@@ -49,11 +49,15 @@ const rejectMinLines = 1000
 // rejectVerdict fails a run that rejected every line it read, or more than
 // half of at least rejectMinLines: a wrong --key, --format or --field
 // rejects everything, and must not pass for a success that wrote nothing.
-// Its one line names the commonest reason and a hint. The lines and keys
-// done were committed all the same.
+// A resumed run (cron over a growing log) is judged with its job's counts,
+// so that a run that read one stray line does not fail, and on its own
+// only over rejectMinLines lines. Its one line names the commonest reason
+// and a hint. The lines and keys done were committed all the same.
 func (f *filterRun) rejectVerdict() error {
 	ev, rej := f.pub.events.Load(), f.pub.rejects.Load()
-	if ev == 0 || (rej < ev && (ev < rejectMinLines || 2*rej <= ev)) {
+	jobEv, jobRej := f.job.Counts.Events, f.job.Counts.Rejects
+	mostly := func(ev, rej int64) bool { return ev >= rejectMinLines && 2*rej > ev }
+	if ev == 0 || !(mostly(ev, rej) || (jobEv > 0 && (jobRej == jobEv || mostly(jobEv, jobRej)))) {
 		return nil
 	}
 	var top rejectKey

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,7 +116,7 @@ func TestServe(t *testing.T) {
 			"0",
 			"2",
 			"ERR EX 7200 is longer than the dedup window 1h0m0s: this server remembers a key for its window (--window), at least as long as any shorter EX",
-			"ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: a SET without NX would overwrite, and a remembered key cannot be",
+			"ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: without NX a SET would overwrite, and a remembered key cannot be overwritten",
 			"OK",
 			"1", "1", "0",
 			"1",
@@ -240,4 +244,160 @@ func TestServe(t *testing.T) {
 			t.Errorf("INFO dedup after restart: %v\n%s", err, info)
 		}
 	})
+}
+
+// TestServeListenInUseLeavesNoState: `dedup serve` opened (and so
+// created) its state directory before listening, so a port in use left a
+// new empty state behind, after paying for opening a large one.
+func TestServeListenInUseLeavesNoState(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	state := filepath.Join(t.TempDir(), "state")
+	code, _, stderr := runCmd(t, "", "serve", "--listen", ln.Addr().String(), "--state", state)
+	if code != 1 || !strings.Contains(stderr, "address already in use") || !strings.Contains(stderr, "--listen") {
+		t.Errorf("port in use: exit %d, %q; want 1 and the listen error", code, stderr)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after failing to listen, %s: %v; want it absent", state, err)
+	}
+}
+
+// TestServeListenNotLocal: an address of another host (here TEST-NET-1)
+// failed with "serve: listen tcp ...: bind: cannot assign requested
+// address", exit 1, naming no flag; it is a bad --listen value, as a
+// malformed one is.
+func TestServeListenNotLocal(t *testing.T) {
+	for _, addr := range []string{"192.0.2.1:6380", "nonsense"} {
+		state := filepath.Join(t.TempDir(), "state")
+		code, _, stderr := runCmd(t, "", "serve", "--listen", addr, "--state", state)
+		if code != 2 || !strings.Contains(stderr, `--listen "`+addr+`"`) {
+			t.Errorf("--listen %s: exit %d, %q; want 2 naming the flag", addr, code, stderr)
+		}
+		if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after --listen %s, %s: %v; want it absent", addr, state, err)
+		}
+	}
+}
+
+// TestServeZeroLimitFlagsRefused: --max-clients 0 and --max-arg-size 0
+// were silently replaced by the defaults (10000 clients, 1 MiB) since the
+// server's config reads zero as "default"; a negative one was refused
+// under the config field's name, not the flag's.
+func TestServeZeroLimitFlagsRefused(t *testing.T) {
+	for _, flag := range []string{"--max-clients", "--max-arg-size"} {
+		for _, v := range []string{"0", "-1"} {
+			// A server that starts anyway stops at once on this SIGTERM.
+			sigs := make(chan os.Signal, 1)
+			sigs <- syscall.SIGTERM
+			var errb strings.Builder
+			e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &errb, sigs: sigs}
+			code, stderr := run(e, []string{"serve", "--listen", "127.0.0.1:0", flag, v}), errb.String()
+			if code != 2 || !strings.Contains(stderr, flag+" must be at least 1, got "+v) {
+				t.Errorf("%s %s: exit %d, %q; want a usage error naming the flag", flag, v, code, stderr)
+			}
+		}
+	}
+}
+
+// serveInProcess runs `dedup serve args...` in this process on a free
+// loopback port; stop sends it SIGTERM and returns its exit status and
+// stderr.
+func serveInProcess(t *testing.T, args ...string) (addr string, stop func() (int, string)) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	sigs := make(chan os.Signal, 1)
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, sigs: sigs}
+	code := make(chan int, 1)
+	go func() {
+		code <- run(e, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...))
+		pw.Close()
+	}()
+	var stderr strings.Builder
+	r := bufio.NewReader(pr)
+	for addr == "" {
+		line, err := r.ReadString('\n')
+		stderr.WriteString(line)
+		if err != nil {
+			t.Fatalf("dedup serve did not start: exit %d\n%s", <-code, stderr.String())
+		}
+		if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			addr, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	rest := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		rest <- string(b)
+	}()
+	stopped := false
+	stop = func() (int, string) {
+		stopped = true
+		sigs <- syscall.SIGTERM
+		c := <-code
+		return c, stderr.String() + <-rest
+	}
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
+		}
+	})
+	return addr, stop
+}
+
+// TestServeMaxTablesFlag: the error of a table past the limit said
+// "max-tables is 64", but no flag set it.
+func TestServeMaxTablesFlag(t *testing.T) {
+	addr, stop := serveInProcess(t, "--max-tables", "2")
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Do(t.Context(), "BF.ADD", "t1", "a").Err(); err != nil {
+		t.Fatalf("BF.ADD to a second table: %v", err)
+	}
+	err := c.Do(t.Context(), "BF.ADD", "t2", "a").Err()
+	if err == nil || !strings.Contains(err.Error(), "max-tables is 2") {
+		t.Errorf("BF.ADD to a third table: %v, want max-tables is 2", err)
+	}
+	if code, stderr := stop(); code != 0 {
+		t.Errorf("exit %d after SIGTERM\n%s", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", "serve", "--max-tables", "0"); code != 2 || !strings.Contains(stderr, "--max-tables must be at least 1") {
+		t.Errorf("--max-tables 0: exit %d, %s; want a usage error naming it", code, stderr)
+	}
+}
+
+// TestServeRestartKeepsTableSizing: a restart without --rate and --fp
+// rewrote the default table's options with the flags' defaults, so a
+// table sized for 100000 keys/s at 0.1% came back sized for 10000 keys/s
+// at 1%, ten times the false positives (dropped events, in probabilistic
+// mode), while named tables kept theirs. Unset, they now come from the
+// state; set, they retune it.
+func TestServeRestartKeepsTableSizing(t *testing.T) {
+	dir := t.TempDir()
+	stats := func(args ...string) string {
+		t.Helper()
+		addr, stop := serveInProcess(t, append([]string{"--state", dir}, args...)...)
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		v, err := c.Do(t.Context(), "DEDUP.STATS", "default").Result()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, stderr := stop(); code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr)
+		}
+		return fmt.Sprint(v)
+	}
+	want := "capacity 360000000 false_positive_rate 0.001"
+	if got := stats("--rate", "100000", "--fp", "0.001"); !strings.Contains(got, want) {
+		t.Fatalf("first run: %s, want %s", got, want)
+	}
+	if got := stats(); !strings.Contains(got, want) {
+		t.Errorf("restart without --rate and --fp: %s, want %s", got, want)
+	}
+	if got := stats("--fp", "0.002"); !strings.Contains(got, "capacity 360000000 false_positive_rate 0.002") {
+		t.Errorf("restart with --fp 0.002: %s", got)
+	}
 }

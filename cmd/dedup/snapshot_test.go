@@ -3,13 +3,17 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/diskuse"
+	"github.com/streamdedup/dedup/internal/humanize"
 )
 
 // makeState runs `dedup filter` over lines into a new state directory
@@ -357,5 +361,45 @@ func TestStateInUse(t *testing.T) {
 	// stats reads what it can without the lock (TestStatsInUse).
 	if code, stdout, stderr := runCmd(t, "", "stats", state); code != 0 || !strings.Contains(stdout, "in use") {
 		t.Errorf("stats of a state in use: exit %d: %s%s", code, stdout, stderr)
+	}
+}
+
+// TestStatsStoreExcludesSnapshots: `dedup stats` once printed the whole
+// state directory as "the store" (and more than "in all", which summed
+// file lengths): the store is the Pebble files, the snapshots are apart.
+func TestStatsStoreExcludesSnapshots(t *testing.T) {
+	state := makeState(t, t.TempDir(), "a\nb\na\nc\n")
+	// An old snapshot segment left behind makes snapshots/ the bulk of
+	// the directory, as on a state that has run for a while.
+	writeFile(t, filepath.Join(state, dedup.SnapshotDir, "segment-000000-0-0.seg"), strings.Repeat("x", 8<<20))
+	// Each open of the engine adds Pebble files: measure after the run.
+	du := func() (all, snaps uint64) {
+		t.Helper()
+		all, err := diskuse.Bytes(vfs.Default, state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps, err = diskuse.Bytes(vfs.Default, filepath.Join(state, dedup.SnapshotDir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all, snaps
+	}
+	code, stdout, stderr := runCmd(t, "", "stats", "--json", state)
+	var rep statsReport
+	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil {
+		t.Fatalf("stats --json: exit %d, %v: %s%s", code, err, stdout, stderr)
+	}
+	all, snaps := du()
+	if rep.DirBytes != all || rep.SnapshotsBytes != snaps || rep.StoreBytes != all-snaps || snaps < 8<<20 {
+		t.Errorf("stats --json: dir %d, store %d, snapshots %d bytes; du says dir %d, snapshots %d",
+			rep.DirBytes, rep.StoreBytes, rep.SnapshotsBytes, all, snaps)
+	}
+	code, stdout, stderr = runCmd(t, "", "stats", state)
+	all, snaps = du()
+	want := fmt.Sprintf("disk             %s in all: the store %s, snapshots %s\n",
+		humanize.Bytes(all), humanize.Bytes(all-snaps), humanize.Bytes(snaps))
+	if code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("stats: exit %d, want %q:\n%s%s", code, want, stdout, stderr)
 	}
 }

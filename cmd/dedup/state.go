@@ -118,7 +118,8 @@ func openErr(dir string, err error) error {
 func engineLog(e *env) func(format string, args ...any) {
 	var mu sync.Mutex
 	return func(format string, args ...any) {
-		msg := strings.TrimRight(fmt.Sprintf(format, args...), "\n")
+		// The engine's messages name it already ("dedup: ...").
+		msg := strings.TrimPrefix(strings.TrimRight(fmt.Sprintf(format, args...), "\n"), "dedup: ")
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(e.stderr, "dedup: engine: %s\n", msg)

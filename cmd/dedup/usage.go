@@ -30,7 +30,8 @@ Bad lines
   one stops the run with exit status 2 (the lines before it are done).
   A run that rejects every line it reads, or more than half of at least
   1000, ends with exit status 2 and one line naming the commonest reason
-  (a wrong --key, say), after committing what it did.
+  (a wrong --key, say), after committing what it did. A resumed job
+  counts its earlier lines too: one stray line read alone is no failure.
 
 Exactly once, file to file
   With --state DIR, files as inputs and --out FILE, every commit records
@@ -43,14 +44,28 @@ Exactly once, file to file
   (it may be being written), except on stdin, where the end of the input
   ends the line. The input at the position must be the same file: one
   rotated or rewritten since (another inode, other bytes before the
-  position, or shorter) is an error naming it; --from-start then reads
-  it from its start.
+  position, or shorter) is an error naming it.
+
   A run that is not the state's last job (other inputs, or --from-start)
   reads its inputs from the start, with the same remembered keys, and
   appends to the state's output files; it never truncates an output file
   that holds events the state remembers: inputs in another order without
   --from-start, or an existing file that is not the state's output, are
   refused (exit status 2) unless --overwrite.
+
+Rotated logs
+  Give the rotated file first, from the first run on (touch it if it does
+  not exist yet):
+      dedup filter --state S --key id --in app.log.1 --in app.log --out O
+  After a rotation (renamed, or copied and truncated) the run finds the
+  committed position in app.log.1, by its inode or, for a copy, its
+  bytes, reads what it got after the last run, then app.log from its
+  start. Keep app.log.1 uncompressed (logrotate's delaycompress), run
+  often enough that a log is rotated at most once between runs (else give
+  app.log.2 first too), and have the writer reopen the log when it is
+  rotated (postrotate): lines written to app.log.1 after a run read past
+  its end are not read (a warning names it). --from-start reads app.log
+  from its start instead, app.log.1's tail unread.
 
 State directory
   --state DIR keeps the keys in DIR. A new DIR takes its shape from
@@ -69,9 +84,10 @@ State directory
   error naming it, never replaced by the default.
 
 Signals
-  SIGINT or SIGTERM, even while the input is idle, commits what was
-  written and ends the run with exit status 1; run the same command
-  again to resume.
+  SIGINT or SIGTERM, even while the input is idle, ends the run with exit
+  status 1, after committing what was written with --state; with files as
+  inputs, run the same command again to resume (stdin cannot be resumed:
+  its keys committed count as duplicates in a rerun).
 
 Examples
   # Distinct events of a stream, keys in memory.

@@ -8,6 +8,7 @@
 //	dedupbench simulate [flags]   the window model through the engine
 //	dedupbench load [flags]       open-loop load at a rate, or a sweep of rates
 //	dedupbench compare [flags]    engine modes and backends against the baselines
+//	dedupbench kafka [flags]      dedup on Kafka (in-process broker) against a passthrough
 //
 // Every subcommand takes --json (machine-readable output) and --plot DIR
 // (charts as SVG and PNG). The logic lives in package bench; this command
@@ -71,17 +72,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runLoad(ctx, args, stdout, stderr)
 	case "serve":
 		return runServe(ctx, args, stdout, stderr)
+	case "kafka":
+		return runKafka(ctx, args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka] [flags]; dedupbench <cmd> -h for flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want simulate, load or compare)", cmd)
+	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve or kafka)", cmd)
 }
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
+}
+
+// parse parses args into fs; every subcommand takes flags only, so a
+// positional argument is an error rather than ignored.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return nil
+}
+
+// charts writes the charts of plot into the --plot directory, if one was
+// given, and names the files on stderr.
+func (c common) charts(stderr io.Writer, plot func(dir string) ([]string, error)) error {
+	if c.plot == "" {
+		return nil
+	}
+	files, err := plot(c.plot)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, "wrote", strings.Join(files, " "))
+	return nil
 }
 
 // durations is a comma-separated list of durations.
@@ -186,7 +215,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&cfg.Bimodal.Skip, "no-bimodal", false, "leave out the bimodal case")
 	fs.Float64Var(&cfg.Bimodal.Scale, "bimodal-scale", 0.00125, "rate multiplier of the bimodal case")
 	fs.IntVar(&cfg.Parallel, "parallel", 2, "engines run at once")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	cfg.Engine.Probabilistic = mode == "probabilistic"
@@ -226,7 +255,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&cfg.Engine.FalsePositiveRate, "fp", 0.01, "engine false-positive target")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
 	fs.BoolVar(&series, "series", false, "print the time series of every rate")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	cfg.Engine.Probabilistic = mode == "probabilistic"
@@ -237,12 +266,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if c.plot != "" {
-		files, err := bench.PlotLoad(res, c.plot)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stderr, "wrote", strings.Join(files, " "))
+	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotLoad(res, dir) }); err != nil {
+		return err
 	}
 	return output(c, stdout, res, func() error { return res.WriteText(stdout, series) })
 }
@@ -272,22 +297,17 @@ func runCompare(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.Var((*floats)(&cfg.MemorySweep), "sweep", "false-positive rates of the memory sweep")
 	fs.IntVar(&cfg.SweepKeys, "sweep-keys", 200_000, "keys per memory-sweep point")
 	fs.BoolVar(&cfg.SkipSweep, "no-sweep", false, "leave out the memory sweep")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	res, err := bench.Compare(ctx, cfg, newProgress(c, stderr))
 	if err != nil {
 		return err
 	}
-	if c.plot != "" && len(res.Sweep) > 0 {
-		files, err := bench.PlotMemory(res.Sweep, c.plot)
-		if err != nil {
+	if len(res.Sweep) > 0 {
+		if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotMemory(res.Sweep, dir) }); err != nil {
 			return err
 		}
-		fmt.Fprintln(stderr, "wrote", strings.Join(files, " "))
 	}
 	return output(c, stdout, res, func() error { return res.WriteText(stdout) })
 }

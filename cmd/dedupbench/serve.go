@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"strings"
 
 	"github.com/streamdedup/dedup/bench"
 )
@@ -28,22 +26,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.MaddRequests, "madd-n", 100_000, "BF.MADD calls (negative: skip)")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the runs; report the median round of each target")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	res, err := bench.Serve(ctx, cfg, newProgress(c, stderr))
 	if err != nil {
 		return err
 	}
-	if c.plot != "" {
-		files, err := bench.PlotServe(res, c.plot)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stderr, "wrote", strings.Join(files, " "))
+	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotServe(res, dir) }); err != nil {
+		return err
 	}
 	return output(c, stdout, res, func() error { return res.WriteText(stdout) })
 }

@@ -1,0 +1,810 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/humanize"
+	"github.com/streamdedup/dedup/kafka"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+)
+
+// KafkaConfig configures the Kafka scenario: dedup consumers against a
+// plain transactional consume-produce passthrough on the same in-process
+// broker (kfake), in the same run.
+type KafkaConfig struct {
+	// Events is the input of each throughput run. Default 500000.
+	Events int
+	// Partitions of the input topic. Default 4.
+	Partitions int32
+	// Instances are the group sizes measured. Default 1, 2, 4.
+	Instances []int
+	// DuplicateFraction of the input. Default 0.2.
+	DuplicateFraction float64
+	// LatencyRate is the input rate of the end-to-end latency runs, events
+	// per second. Default 5000.
+	LatencyRate float64
+	// LatencyFor is how long each latency run produces. Default 5s.
+	LatencyFor time.Duration
+	// Repeat is how many times each throughput run is made; the median is
+	// reported. Default 3.
+	Repeat int
+	// Probabilistic runs the engines without exact stores.
+	Probabilistic bool
+	// Dir holds the engines' states; "" makes a temporary directory.
+	Dir string
+}
+
+func (c *KafkaConfig) ensureDefaults() {
+	if c.Events == 0 {
+		c.Events = 500000
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 4
+	}
+	if len(c.Instances) == 0 {
+		c.Instances = []int{1, 2, 4}
+	}
+	if c.DuplicateFraction == 0 {
+		c.DuplicateFraction = 0.2
+	}
+	if c.LatencyRate == 0 {
+		c.LatencyRate = 5000
+	}
+	if c.LatencyFor == 0 {
+		c.LatencyFor = 5 * time.Second
+	}
+	if c.Repeat == 0 {
+		c.Repeat = 3
+	}
+}
+
+// KafkaRow is one group size: events per second through the passthrough
+// and through dedup, and their ratio (dedup's overhead).
+type KafkaRow struct {
+	Instances   int     `json:"instances"`
+	Passthrough float64 `json:"passthrough_events_per_sec"`
+	Dedup       float64 `json:"dedup_events_per_sec"`
+	Ratio       float64 `json:"ratio"`
+	// PassthroughCPU and DedupCPU are the process's CPU microseconds per
+	// event (broker included), and CPURatio passthrough/dedup: the
+	// overhead as capacity, steadier than wall-clock rates on a loaded
+	// machine.
+	PassthroughCPU float64 `json:"passthrough_cpu_us_per_event"`
+	DedupCPU       float64 `json:"dedup_cpu_us_per_event"`
+	CPURatio       float64 `json:"cpu_ratio"`
+	// Produce is the slower of the two runs' input producers, for scale
+	// (the input is produced before it is consumed).
+	Produce float64 `json:"produce_events_per_sec"`
+}
+
+// KafkaMove is a partition move: a second instance with no state joins,
+// takes half the partitions and rebuilds them by replay.
+type KafkaMove struct {
+	Moved      int           `json:"partitions_moved"`
+	Replayed   int64         `json:"records_replayed"`
+	Ready      time.Duration `json:"time_to_ready_ns"`       // the slowest moved partition
+	ReplayRate float64       `json:"replay_records_per_sec"` // all moved partitions together, over the slowest's time
+	// PerPartition is the replay rate of one partition (records over its
+	// own time, averaged).
+	PerPartition float64 `json:"replay_records_per_sec_per_partition"`
+	IngestRate   float64 `json:"ingest_events_per_sec"` // one instance, from the throughput run
+	Ratio        float64 `json:"replay_over_ingest"`
+}
+
+// KafkaResult is the scenario's outcome.
+type KafkaResult struct {
+	Config         KafkaConfig   `json:"config"`
+	Rows           []KafkaRow    `json:"rows"`
+	P50Passthrough time.Duration `json:"p50_passthrough_ns"`
+	P99Passthrough time.Duration `json:"p99_passthrough_ns"`
+	P50Dedup       time.Duration `json:"p50_dedup_ns"`
+	P99Dedup       time.Duration `json:"p99_dedup_ns"`
+	Move           KafkaMove     `json:"move"`
+}
+
+// Kafka runs the scenario.
+func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.ensureDefaults()
+	progress = orNop(progress)
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "dedupbench-kafka-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	topics := []string{"in", "move-out", "lat-in-pass", "lat-in-dedup", "lat-out-pass", "lat-out-dedup"}
+	for _, n := range cfg.Instances {
+		for _, m := range []string{"pass", "dedup"} {
+			for r := range cfg.Repeat {
+				topics = append(topics, fmt.Sprintf("in-%s-%d-%d", m, n, r), fmt.Sprintf("out-%s-%d-%d", m, n, r))
+			}
+		}
+	}
+	cl, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topics...))
+	if err != nil {
+		return nil, fmt.Errorf("bench: kfake: %w", err)
+	}
+	defer cl.Close()
+	k := &kafkaRun{cfg: cfg, cluster: cl, addrs: cl.ListenAddrs(), dir: dir, progress: progress}
+
+	progress.Stage("kafka: produce input", int64(cfg.Events))
+	if _, err := k.produceInput(ctx, "in", cfg.Events, time.Now()); err != nil {
+		return nil, err
+	}
+	res := &KafkaResult{Config: cfg}
+	for _, n := range cfg.Instances {
+		var row KafkaRow
+		row.Instances = n
+		var pass, dd, passCPU, ddCPU, prod []float64
+		for r := range cfg.Repeat {
+			progress.Stage(fmt.Sprintf("kafka: passthrough x%d (%d/%d)", n, r+1, cfg.Repeat), int64(cfg.Events))
+			p, pc, pr, err := k.throughput(ctx, n, false, r)
+			if err != nil {
+				return nil, err
+			}
+			progress.Stage(fmt.Sprintf("kafka: dedup x%d (%d/%d)", n, r+1, cfg.Repeat), int64(cfg.Events))
+			d, dc, pr2, err := k.throughput(ctx, n, true, r)
+			if err != nil {
+				return nil, err
+			}
+			pass, dd, prod = append(pass, p), append(dd, d), append(prod, pr, pr2)
+			passCPU, ddCPU = append(passCPU, pc), append(ddCPU, dc)
+		}
+		row.Passthrough, row.Dedup, row.Produce = median(pass), median(dd), median(prod)
+		row.PassthroughCPU, row.DedupCPU = median(passCPU)*1e6, median(ddCPU)*1e6
+		if row.DedupCPU > 0 {
+			row.CPURatio = row.PassthroughCPU / row.DedupCPU
+		}
+		if row.Passthrough > 0 {
+			row.Ratio = row.Dedup / row.Passthrough
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	lat := int64(cfg.LatencyRate * cfg.LatencyFor.Seconds())
+	progress.Stage("kafka: latency, passthrough", lat)
+	if res.P50Passthrough, res.P99Passthrough, err = k.latency(ctx, false); err != nil {
+		return nil, err
+	}
+	progress.Stage("kafka: latency, dedup", lat)
+	if res.P50Dedup, res.P99Dedup, err = k.latency(ctx, true); err != nil {
+		return nil, err
+	}
+	progress.Stage("kafka: partition move", int64(cfg.Events))
+	if res.Move, err = k.move(ctx); err != nil {
+		return nil, err
+	}
+	if len(res.Rows) > 0 && res.Rows[0].Instances == 1 {
+		res.Move.IngestRate = res.Rows[0].Dedup
+		if res.Move.IngestRate > 0 {
+			res.Move.Ratio = res.Move.ReplayRate / res.Move.IngestRate
+		}
+	}
+	return res, nil
+}
+
+type kafkaRun struct {
+	cfg      KafkaConfig
+	cluster  *kfake.Cluster
+	addrs    []string
+	dir      string
+	progress Progress
+	groups   atomic.Int64
+	produced atomic.Int64
+}
+
+// produceInput writes n keyed events to topic, DuplicateFraction of them
+// repeats of earlier keys, timestamps from t0 a microsecond apart, from
+// four producers at once, and returns their rate.
+func (k *kafkaRun) produceInput(ctx context.Context, topic string, n int, t0 time.Time) (float64, error) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	distinct := 0
+	recs := make([]*kgo.Record, 0, n)
+	for j := range n {
+		key := distinct
+		if distinct > 0 && rng.Float64() < k.cfg.DuplicateFraction {
+			key = rng.IntN(distinct)
+		} else {
+			distinct++
+		}
+		recs = append(recs, &kgo.Record{
+			Topic:     topic,
+			Key:       fmt.Appendf(nil, "key-%010d", key),
+			Value:     []byte(`{"event":"bench","payload":"0123456789abcdef0123456789abcdef"}`),
+			Timestamp: t0.Add(time.Duration(j) * time.Microsecond),
+		})
+	}
+	const producers, chunk = 4, 5000
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(2*time.Millisecond))
+			if err != nil {
+				errs <- fmt.Errorf("bench: producer: %w", err)
+				return
+			}
+			defer cl.Close()
+			// Producer p writes the chunks p, p+producers, ...: each
+			// partition still gets one key's records in order.
+			for i := p * chunk; i < n; i += producers * chunk {
+				part := recs[i:min(n, i+chunk)]
+				if err := cl.ProduceSync(ctx, part...).FirstErr(); err != nil {
+					errs <- fmt.Errorf("bench: produce input: %w", err)
+					return
+				}
+				k.produced.Add(int64(len(part)))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// worker is one group member of a run, dedup or passthrough.
+type worker interface {
+	processed() uint64 // input records of committed transactions
+	assigned() int     // partitions assigned now
+}
+
+type dedupWorker struct{ c *kafka.Consumer }
+
+func (w dedupWorker) processed() uint64 { return w.c.Stats().CommittedRecords }
+func (w dedupWorker) assigned() int     { return w.c.Stats().Partitions }
+
+// startWorkers starts n members of a new group reading in and writing out.
+func (k *kafkaRun) startWorkers(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, n int, dedupOn bool, in, out string, onReady func(kafka.Ready)) []worker {
+	group := fmt.Sprintf("bench-%d", k.groups.Add(1))
+	var ws []worker
+	for i := range n {
+		if dedupOn {
+			c, err := kafka.New(k.consumerConfig(group, in, out, filepath.Join(k.dir, group, strconv.Itoa(i)), onReady))
+			if err != nil {
+				errs <- err
+				return ws
+			}
+			ws = append(ws, dedupWorker{c})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.Run(ctx); err != nil {
+					errs <- err
+				}
+			}()
+			continue
+		}
+		p := &passthrough{}
+		ws = append(ws, p)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.run(ctx, k.addrs, group, in, out); err != nil && ctx.Err() == nil {
+				errs <- err
+			}
+		}()
+	}
+	return ws
+}
+
+func (k *kafkaRun) consumerConfig(group, in, out, dir string, onReady func(kafka.Ready)) kafka.Config {
+	return kafka.Config{
+		Brokers:          k.addrs,
+		Group:            group,
+		Topic:            in,
+		OutTopic:         out,
+		StateDir:         dir,
+		Engine:           dedup.Options{Probabilistic: k.cfg.Probabilistic, ExpectedRate: 50000},
+		SessionTimeout:   10 * time.Second,
+		RebalanceTimeout: 10 * time.Second,
+		OnReady:          onReady,
+		ClientOpts:       []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond)},
+	}
+}
+
+func sumProcessed(ws []worker) uint64 {
+	var n uint64
+	for _, w := range ws {
+		n += w.processed()
+	}
+	return n
+}
+
+// throughput produces the input, starts n members that cannot fetch it
+// until every partition is assigned and the assignment has held for a
+// second, then returns the events per second committed between 10% and
+// 90% of it, the process's CPU seconds per event meanwhile (broker
+// included: everything runs in this process), and the producers' rate.
+func (k *kafkaRun) throughput(ctx context.Context, n int, dedupOn bool, rep int) (rate, cpuPerEvent, produceRate float64, err error) {
+	mode := "pass"
+	if dedupOn {
+		mode = "dedup"
+	}
+	in, out := fmt.Sprintf("in-%s-%d-%d", mode, n, rep), fmt.Sprintf("out-%s-%d-%d", mode, n, rep)
+	// kfake holds every record in memory: drop the run's topics after it.
+	defer k.deleteTopics(in, out)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	errs := make(chan error, n+1)
+	// The input is there before the members start, and they cannot fetch
+	// it (kfake answers their fetches NOT_LEADER) until the group has
+	// settled: what is measured is consumption, not joins and rebalances.
+	if produceRate, err = k.produceInput(ctx, in, k.cfg.Events, time.Now()); err != nil {
+		return 0, 0, 0, err
+	}
+	gate := k.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: in, Err: kerr.NotLeaderForPartition, Count: -1})
+	ws := k.startWorkers(ctx, &wg, errs, n, dedupOn, in, out, nil)
+	err = k.waitStable(ctx, ws, errs)
+	gate.Remove()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	total := uint64(k.cfg.Events)
+	lo, hi := total/10, total*9/10
+	var t1, t2 time.Time
+	var n1, n2, last uint64
+	var cpu1, cpu2 time.Duration
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(10 * time.Minute)
+	for t2.IsZero() {
+		select {
+		case <-ctx.Done():
+			return 0, 0, 0, ctx.Err()
+		case err := <-errs:
+			return 0, 0, 0, err
+		case <-tick.C:
+		}
+		now, done := time.Now(), sumProcessed(ws)
+		k.progress.Add(int64(done - last))
+		last = done
+		if t1.IsZero() && done >= lo {
+			t1, n1, cpu1 = now, done, processCPU()
+		}
+		if !t1.IsZero() && done >= hi {
+			t2, n2, cpu2 = now, done, processCPU()
+		}
+		if now.After(deadline) {
+			return 0, 0, 0, fmt.Errorf("bench: %s x%d committed %d of %d events in 10 minutes", mode, n, done, total)
+		}
+	}
+	return float64(n2-n1) / t2.Sub(t1).Seconds(), (cpu2 - cpu1).Seconds() / float64(n2-n1), produceRate, nil
+}
+
+// waitStable waits until the members hold every partition, each at least
+// one (when there are enough), unchanged for a second.
+func (k *kafkaRun) waitStable(ctx context.Context, ws []worker, errs <-chan error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	var since time.Time
+	for {
+		sum, ok := 0, true
+		for _, w := range ws {
+			a := w.assigned()
+			sum += a
+			if a == 0 && len(ws) <= int(k.cfg.Partitions) {
+				ok = false
+			}
+		}
+		switch {
+		case !ok || sum != int(k.cfg.Partitions):
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= time.Second:
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: group of %d did not settle in 2 minutes", len(ws))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errs:
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// deleteTopics deletes topics, once the run's members have stopped.
+func (k *kafkaRun) deleteTopics(topics ...string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, topics...)
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	ys := slices.Clone(xs)
+	slices.Sort(ys)
+	return ys[len(ys)/2]
+}
+
+func count(m map[string][]int32) int {
+	n := 0
+	for _, ps := range m {
+		n += len(ps)
+	}
+	return n
+}
+
+// latency runs one member while events arrive at LatencyRate stamped with
+// the time they are produced, and returns the median and p99 of the time
+// from that stamp to when a read_committed reader sees the output.
+func (k *kafkaRun) latency(ctx context.Context, dedupOn bool) (p50, p99 time.Duration, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	errs := make(chan error, 2)
+	in, out := "lat-in-pass", "lat-out-pass"
+	if dedupOn {
+		in, out = "lat-in-dedup", "lat-out-dedup"
+	}
+	ready := make(chan struct{}, 64)
+	onReady := func(kafka.Ready) { ready <- struct{}{} }
+	k.startWorkers(ctx, &wg, errs, 1, dedupOn, in, out, onReady)
+	if dedupOn {
+		for range k.cfg.Partitions {
+			select {
+			case <-ready:
+			case err := <-errs:
+				return 0, 0, err
+			case <-ctx.Done():
+				return 0, 0, ctx.Err()
+			}
+		}
+	}
+	reader, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ConsumeTopics(out),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
+		kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: reader: %w", err)
+	}
+	defer reader.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: producer: %w", err)
+	}
+	defer prod.Close()
+	total := int(k.cfg.LatencyRate * k.cfg.LatencyFor.Seconds())
+	key := k.groups.Add(1) << 32 // distinct keys per run
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		start := time.Now()
+		for i := range total {
+			at := start.Add(time.Duration(float64(i) / k.cfg.LatencyRate * float64(time.Second)))
+			if d := time.Until(at); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+			r := &kgo.Record{Topic: in, Key: []byte(strconv.FormatInt(key+int64(i), 10)), Value: []byte("latency"), Timestamp: time.Now()}
+			prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if err != nil && ctx.Err() == nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			})
+		}
+	}()
+	var h Histogram
+	deadline := time.Now().Add(k.cfg.LatencyFor + time.Minute)
+	for int(h.Count()) < total {
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("bench: latency run saw %d of %d events", h.Count(), total)
+		}
+		select {
+		case err := <-errs:
+			return 0, 0, err
+		default:
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := reader.PollFetches(pctx)
+		pcancel()
+		now := time.Now()
+		fs.EachRecord(func(r *kgo.Record) {
+			h.Record(now.Sub(r.Timestamp))
+			k.progress.Add(1)
+		})
+	}
+	return h.Quantile(0.5), h.Quantile(0.99), nil
+}
+
+// move runs one dedup member over the input until it is done, then starts
+// a second with no state: it takes half the partitions and rebuilds them
+// by replay before they are ready.
+func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	errs := make(chan error, 2)
+	group := fmt.Sprintf("bench-%d", k.groups.Add(1))
+	var mu sync.Mutex
+	var readies []kafka.Ready // of the second member's partitions
+	startOne := func(i int) (*kafka.Consumer, error) {
+		c, err := kafka.New(k.consumerConfig(group, "in", "move-out", filepath.Join(k.dir, group, strconv.Itoa(i)), func(r kafka.Ready) {
+			if i > 0 {
+				mu.Lock()
+				readies = append(readies, r)
+				mu.Unlock()
+			}
+		}))
+		if err != nil {
+			return nil, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Run(ctx); err != nil {
+				errs <- err
+			}
+		}()
+		return c, nil
+	}
+	// pause waits a little, or returns why the run must stop.
+	pause := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errs:
+			return err
+		case <-time.After(20 * time.Millisecond):
+			return nil
+		}
+	}
+	a, err := startOne(0)
+	if err != nil {
+		return KafkaMove{}, err
+	}
+	var last uint64
+	for a.Stats().CommittedRecords < uint64(k.cfg.Events) {
+		if err := pause(); err != nil {
+			return KafkaMove{}, err
+		}
+		n := a.Stats().CommittedRecords
+		k.progress.Add(int64(n - last))
+		last = n
+	}
+	if _, err := startOne(1); err != nil {
+		return KafkaMove{}, err
+	}
+	want := int(k.cfg.Partitions) / 2
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		mu.Lock()
+		n := len(readies)
+		mu.Unlock()
+		if n >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			return KafkaMove{}, fmt.Errorf("bench: %d of %d moved partitions ready after 5 minutes", n, want)
+		}
+		if err := pause(); err != nil {
+			return KafkaMove{}, err
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var m KafkaMove
+	var took time.Duration
+	for _, r := range readies {
+		m.Moved++
+		m.Replayed += r.Replayed
+		took += r.Took
+		m.Ready = max(m.Ready, r.Took)
+	}
+	if took > 0 {
+		// The partitions replay in parallel: the group's rate is their
+		// records over the slowest one's time.
+		m.ReplayRate = float64(m.Replayed) / m.Ready.Seconds()
+		m.PerPartition = float64(m.Replayed) / took.Seconds()
+	}
+	return m, nil
+}
+
+// passthrough is the baseline: the same transactional consume-produce loop
+// as kafka.Consumer (GroupTransactSession, batches of up to 10000 records
+// or 100ms), with every record written and no engine. It counts the
+// records of committed transactions, as the dedup side does.
+type passthrough struct {
+	n     atomic.Uint64
+	parts atomic.Int64
+}
+
+func (p *passthrough) processed() uint64 { return p.n.Load() }
+func (p *passthrough) assigned() int     { return int(p.parts.Load()) }
+
+func (p *passthrough) run(ctx context.Context, addrs []string, group, in, out string) error {
+	sess, err := kgo.NewGroupTransactSession(
+		kgo.SeedBrokers(addrs...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(in),
+		kgo.TransactionalID(group+"-"+strconv.FormatUint(rand.Uint64(), 16)),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.HeartbeatInterval(100*time.Millisecond),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			p.parts.Add(int64(count(m)))
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			p.parts.Add(-int64(count(m)))
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			p.parts.Add(-int64(count(m)))
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("bench: passthrough: %w", err)
+	}
+	defer sess.CloseAllowingRebalance()
+	const maxRecords, maxTime = 10000, 100 * time.Millisecond
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := sess.PollRecords(pctx, maxRecords)
+		cancel()
+		if fs.NumRecords() == 0 {
+			sess.AllowRebalance()
+			continue
+		}
+		if err := sess.Begin(); err != nil {
+			return fmt.Errorf("bench: passthrough: %w", err)
+		}
+		start, n := time.Now(), 0
+		for {
+			fs.EachRecord(func(r *kgo.Record) {
+				sess.Produce(ctx, &kgo.Record{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}, nil)
+			})
+			n += fs.NumRecords()
+			left := maxTime - time.Since(start)
+			if n >= maxRecords || left <= 0 {
+				break
+			}
+			pctx, cancel := context.WithTimeout(ctx, left)
+			fs = sess.PollRecords(pctx, maxRecords-n)
+			cancel()
+			if fs.NumRecords() == 0 {
+				break
+			}
+		}
+		ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		committed, err := sess.End(ectx, kgo.TryCommit)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("bench: passthrough end: %w", err)
+		}
+		if committed {
+			p.n.Add(uint64(n))
+		}
+		sess.AllowRebalance()
+	}
+	return nil
+}
+
+// WriteText writes the scenario's tables.
+func (r *KafkaResult) WriteText(w io.Writer) error {
+	rows := make([][]string, 0, len(r.Rows))
+	for _, x := range r.Rows {
+		rows = append(rows, []string{strconv.Itoa(x.Instances), humanize.Count(x.Passthrough), humanize.Count(x.Dedup), fmt.Sprintf("%.2f", x.Ratio),
+			fmt.Sprintf("%.2f", x.PassthroughCPU), fmt.Sprintf("%.2f", x.DedupCPU), fmt.Sprintf("%.2f", x.CPURatio)})
+	}
+	fmt.Fprintf(w, "Kafka (in-process kfake broker, %d partitions, %d events, %.0f%% duplicates; events/s between 10%% and 90%% of the input, median of %d)\n\n",
+		r.Config.Partitions, r.Config.Events, 100*r.Config.DuplicateFraction, r.Config.Repeat)
+	if err := table(w, "instances\tpassthrough ev/s\tdedup ev/s\tdedup/passthrough\tpassthrough CPU us/ev\tdedup CPU us/ev\tCPU passthrough/dedup", rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nEnd to end at %.0f events/s (produce to read_committed output): passthrough p50 %s p99 %s, dedup p50 %s p99 %s\n",
+		r.Config.LatencyRate, lat(r.P50Passthrough), lat(r.P99Passthrough), lat(r.P50Dedup), lat(r.P99Dedup))
+	m := r.Move
+	_, err := fmt.Fprintf(w, "Partition move: %d partitions to a new instance with no state, %s records replayed, ready in %s (slowest);\n  replay %s records/s (%s per partition) vs one instance's ingest %s events/s over %d partitions: %.2fx\n",
+		m.Moved, humanize.Count(float64(m.Replayed)), lat(m.Ready), humanize.Count(m.ReplayRate), humanize.Count(m.PerPartition), humanize.Count(m.IngestRate), r.Config.Partitions, m.Ratio)
+	return err
+}
+
+// errKafkaBench is returned for a bad KafkaConfig.
+var errKafkaBench = errors.New("bench: invalid kafka config")
+
+// Validate reports a bad KafkaConfig field by name.
+func (c *KafkaConfig) Validate() error {
+	var errs []error
+	if c.Events < 0 {
+		errs = append(errs, fmt.Errorf("%w: Events must not be negative, got %d", errKafkaBench, c.Events))
+	}
+	if c.Partitions < 0 {
+		errs = append(errs, fmt.Errorf("%w: Partitions must not be negative, got %d", errKafkaBench, c.Partitions))
+	}
+	for _, n := range c.Instances {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("%w: Instances must be at least 1, got %d", errKafkaBench, n))
+		}
+	}
+	if c.DuplicateFraction < 0 || c.DuplicateFraction >= 1 {
+		errs = append(errs, fmt.Errorf("%w: DuplicateFraction must be in [0, 1), got %v", errKafkaBench, c.DuplicateFraction))
+	}
+	if c.Repeat < 0 {
+		errs = append(errs, fmt.Errorf("%w: Repeat must not be negative, got %d", errKafkaBench, c.Repeat))
+	}
+	if c.LatencyRate < 0 || c.LatencyFor < 0 {
+		errs = append(errs, fmt.Errorf("%w: LatencyRate and LatencyFor must not be negative", errKafkaBench))
+	}
+	return errors.Join(errs...)
+}
+
+// PlotKafka draws events per second against the group size for the
+// passthrough and dedup: kafka_throughput, as SVG and PNG in dir.
+func PlotKafka(r *KafkaResult, dir string) ([]string, error) {
+	p := plot.New()
+	p.Title.Text = "dedup on Kafka (kfake): events/s vs instances"
+	p.X.Label.Text = "instances"
+	p.Y.Label.Text = "events/s"
+	var pass, dd plotter.XYs
+	for _, x := range r.Rows {
+		pass = append(pass, plotter.XY{X: float64(x.Instances), Y: x.Passthrough})
+		dd = append(dd, plotter.XY{X: float64(x.Instances), Y: x.Dedup})
+	}
+	if err := plotutil.AddLinePoints(p, "passthrough", pass, "dedup", dd); err != nil {
+		return nil, fmt.Errorf("bench: plot kafka: %w", err)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	return savePlot(p, dir, "kafka_throughput")
+}

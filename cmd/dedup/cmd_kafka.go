@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/kafka"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// kafkaConfig holds the flags of `dedup kafka`.
+type kafkaConfig struct {
+	brokers      string
+	group        string
+	topic        string
+	outTopic     string
+	state        string
+	key          string
+	keyFrom      string
+	engine       engineFlags
+	rejectsTopic string
+	dupsTopic    string
+	instanceID   string
+	txnID        string
+	metrics      string
+	txnRecords   int
+	txnTime      time.Duration
+	commitEvery  time.Duration
+	session      time.Duration
+	rebalance    time.Duration
+	txnTimeout   time.Duration
+}
+
+const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
+       dedup kafka dev-broker [--port 9092] [--partitions N]
+
+Run as a member of Kafka consumer group G: read IN, write the first sighting
+of each key within --window to OUT exactly once, in Kafka transactions that
+also commit the input offsets. Each assigned partition has its own engine,
+in DIR/<topic>-<partition>; the group moves partitions between instances,
+and a partition that arrives without current state is rebuilt by replaying
+its input from (last timestamp - window) with output suppressed.
+
+Duplicates are found within a partition: producers must partition IN by the
+dedup key (the record key is the natural choice, and the default).
+
+Flags:
+`
+
+const kafkaHelpTail = `
+Keys: --key-from record-key (default) uses the record key; header:NAME the
+value of header NAME; --key PATH[,PATH...] members of the JSON value, as in
+dedup filter. A record without a usable key goes to --rejects-topic with
+the reason in the dedup-reject-reason header (dropped and counted without
+one); it never blocks its partition. --dups-topic receives the duplicates.
+
+The window runs on record timestamps, not the wall clock. Run one process
+per machine (or per --state); --instance-id makes it a static member, so a
+restart within the session timeout keeps its partitions. SIGTERM or SIGINT:
+end the transaction, commit, leave the group, exit 0. DEDUP_KAFKA_LOG=info
+(or debug) adds the Kafka client's log to stderr.
+
+dev-broker starts an in-process Kafka-protocol broker (franz-go's kfake, in
+memory, for trying dedup locally; topics are created on first use).
+
+Examples:
+  dedup kafka dev-broker --port 9092 &
+  dedup kafka --brokers 127.0.0.1:9092 --group dedup --topic in --out-topic out --state ./state
+  printf 'k1:a\nk2:b\nk1:c\n' | kcat -P -b 127.0.0.1:9092 -t in -K:
+  kcat -C -b 127.0.0.1:9092 -t out -X isolation.level=read_committed -K: -e
+`
+
+func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
+	c := &kafkaConfig{}
+	fs := newFlags(e, "dedup kafka", kafkaHelpHead, kafkaHelpTail)
+	fs.StringVar(&c.brokers, "brokers", "", "seed brokers, `HOST:PORT[,HOST:PORT...]` (required)")
+	fs.StringVar(&c.group, "group", "", "consumer `GROUP` (required)")
+	fs.StringVar(&c.topic, "topic", "", "input `TOPIC` (required)")
+	fs.StringVar(&c.outTopic, "out-topic", "", "output `TOPIC`: each distinct record once (required)")
+	fs.StringVar(&c.state, "state", "", "state `DIR`: one engine per partition in DIR/<topic>-<partition> (required)")
+	fs.StringVar(&c.key, "key", "", "key from the JSON value: member `PATH`s, comma-separated (e.g. event_id or user.id,seq)")
+	fs.StringVar(&c.keyFrom, "key-from", "record-key", "key `SOURCE`: record-key or header:NAME")
+	c.engine.register(fs, tuneUsage)
+	fs.StringVar(&c.rejectsTopic, "rejects-topic", "", "send records without a usable key to `TOPIC` (default: drop and count them)")
+	fs.StringVar(&c.dupsTopic, "dups-topic", "", "send duplicates to `TOPIC` (default: drop them)")
+	fs.StringVar(&c.instanceID, "instance-id", "", "static group membership `ID`, unique per instance and stable across its restarts")
+	fs.StringVar(&c.txnID, "transactional-id", "", "transactional `ID` (default: dedup-GROUP-INSTANCE, or a hash of host and --state)")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
+	fs.IntVar(&c.txnRecords, "txn-records", kafka.DefaultMaxTxnRecords, "at most `N` input records per transaction")
+	fs.DurationVar(&c.txnTime, "txn-time", kafka.DefaultMaxTxnTime, "a transaction collects records for at most `DURATION`")
+	fs.DurationVar(&c.commitEvery, "engine-commit-interval", kafka.DefaultEngineCommitInterval, "engines fsync committed transactions' keys every `DURATION` (a crash replays that much, output suppressed)")
+	fs.DurationVar(&c.session, "session-timeout", kafka.DefaultSessionTimeout, "group session timeout")
+	fs.DurationVar(&c.rebalance, "rebalance-timeout", kafka.DefaultRebalanceTimeout, "group rebalance timeout")
+	fs.DurationVar(&c.txnTimeout, "transaction-timeout", kafka.DefaultTransactionTimeout, "transaction timeout")
+	return fs, c
+}
+
+func runKafka(e *env, args []string) error {
+	if len(args) > 0 && args[0] == "dev-broker" {
+		return runKafkaDevBroker(e, args[1:])
+	}
+	fs, c := newKafkaFlags(e)
+	if _, err := positionals(fs, args, 0, "no arguments"); err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, v string }{{"brokers", c.brokers}, {"group", c.group}, {"topic", c.topic}, {"out-topic", c.outTopic}, {"state", c.state}} {
+		if f.v == "" {
+			return usagef("kafka: --%s is required", f.name)
+		}
+	}
+	explicit := explicitFlags(fs)
+	if c.key != "" && explicit["key-from"] {
+		return usagef("kafka: --key and --key-from are exclusive")
+	}
+	opts := c.engine.options("")
+	// Every partition's state keeps the shape it was created with; a flag
+	// that contradicts it is an error naming both.
+	if dir := firstPartitionState(c.state, c.topic); dir != "" {
+		if err := adoptState(dir, explicit, &opts); err != nil {
+			return err
+		}
+		opts.Dir = ""
+	}
+	keyFn, err := kafkaKeyFunc(c, opts)
+	if err != nil {
+		return usageErr(fmt.Errorf("kafka: %w", err))
+	}
+	cfg := kafka.Config{
+		Brokers:              strings.Split(c.brokers, ","),
+		Group:                c.group,
+		Topic:                c.topic,
+		OutTopic:             c.outTopic,
+		RejectsTopic:         c.rejectsTopic,
+		DupsTopic:            c.dupsTopic,
+		StateDir:             c.state,
+		InstanceID:           c.instanceID,
+		TransactionalID:      c.txnID,
+		Key:                  keyFn,
+		Engine:               opts,
+		MaxTxnRecords:        c.txnRecords,
+		MaxTxnTime:           c.txnTime,
+		EngineCommitInterval: c.commitEvery,
+		SessionTimeout:       c.session,
+		RebalanceTimeout:     c.rebalance,
+		TransactionTimeout:   c.txnTimeout,
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(e.stderr, "dedup kafka: "+strings.TrimPrefix(format, "kafka: ")+"\n", args...)
+		},
+	}
+	switch lvl := os.Getenv("DEDUP_KAFKA_LOG"); lvl {
+	case "":
+	case "info", "debug":
+		// The Kafka client's own log, for diagnosing group and
+		// transaction trouble.
+		level := kgo.LogLevelInfo
+		if lvl == "debug" {
+			level = kgo.LogLevelDebug
+		}
+		cfg.ClientOpts = append(cfg.ClientOpts, kgo.WithLogger(kgo.BasicLogger(e.stderr, level, func() string { return "kgo: " })))
+	default:
+		return usagef("kafka: DEDUP_KAFKA_LOG must be info or debug, got %q", lvl)
+	}
+	cons, err := kafka.New(cfg)
+	if err != nil {
+		return usageErr(err)
+	}
+	stopMetrics := func() error { return nil }
+	if c.metrics != "" {
+		if stopMetrics, err = listenMetrics(c.metrics, newKafkaCollector(cons)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.stderr, "dedup kafka: group %s, %s -> %s, window %v, state %s\n", c.group, c.topic, c.outTopic, opts.Window, c.state)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-e.sigs:
+			fmt.Fprintln(e.stderr, "dedup kafka: shutting down: ending the transaction, committing, leaving the group")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	runErr := cons.Run(ctx)
+	st := cons.Stats()
+	fmt.Fprintln(e.stderr, kafkaSummary(st))
+	return errors.Join(runErr, stopMetrics())
+}
+
+// kafkaSummary is the line `dedup kafka` ends with. Its figures are
+// those of committed transactions: the records of an aborted one are
+// decided again (by this run or the next), and counted then; how many
+// records the aborted transactions held is said apart.
+func kafkaSummary(st kafka.Stats) string {
+	aborted := fmt.Sprintf("%d aborted", st.Aborted)
+	if st.Records > st.CommittedRecords {
+		aborted += fmt.Sprintf(" (their %d records not counted)", st.Records-st.CommittedRecords)
+	}
+	return fmt.Sprintf("dedup kafka: %d records, %d new, %d duplicates, %d rejected; %d transactions committed, %s; %d records replayed",
+		st.CommittedRecords, st.New, st.Duplicates, st.Rejected, st.Committed, aborted, st.Replayed)
+}
+
+// firstPartitionState returns the first existing state of topic's
+// partitions under root, "" if none.
+func firstPartitionState(root, topic string) string {
+	ms, _ := filepath.Glob(filepath.Join(root, topic+"-*"))
+	sort.Strings(ms)
+	for _, m := range ms {
+		if isState(m) {
+			return m
+		}
+	}
+	return ""
+}
+
+// kafkaKeyFunc builds the key source the flags say: the JSON extractor of
+// dedup filter for --key, else --key-from. The kafka package calls it from
+// several goroutines; each call takes its own extractor from a pool.
+func kafkaKeyFunc(c *kafkaConfig, opts dedup.Options) (kafka.KeyFunc, error) {
+	if c.key == "" {
+		return kafka.ParseKeyFrom(c.keyFrom)
+	}
+	maxKey := opts.MaxKeySize
+	if maxKey == 0 {
+		maxKey = engineDefaults.MaxKeySize
+	}
+	x, err := newExtractor(extractorConfig{format: "json", key: c.key, maxKey: maxKey, maxLine: 1 << 30})
+	if err != nil {
+		return nil, err
+	}
+	pool := sync.Pool{New: func() any { return x.clone() }}
+	return func(r *kgo.Record) ([]byte, error) {
+		xx := pool.Get().(*extractor)
+		defer pool.Put(xx)
+		key, _, rej := xx.extract(r.Value, nil)
+		if rej.code != rejNone {
+			return nil, fmt.Errorf("%w: %s", kafka.ErrNoKey, rej.describe(xx))
+		}
+		return key, nil
+	}, nil
+}
+
+// kafkaCollector exports a consumer's counters.
+type kafkaCollector struct {
+	c     *kafka.Consumer
+	descs []*prometheus.Desc
+}
+
+var kafkaMetricDefs = []struct {
+	name, help string
+	counter    bool
+	value      func(kafka.Stats) float64
+}{
+	{"dedup_kafka_records_total", "Input records processed, those of aborted transactions included (replays excluded).", true, func(s kafka.Stats) float64 { return float64(s.Records) }},
+	{"dedup_kafka_committed_records_total", "Input records of committed transactions.", true, func(s kafka.Stats) float64 { return float64(s.CommittedRecords) }},
+	{"dedup_kafka_new_total", "Records of committed transactions written to the output topic.", true, func(s kafka.Stats) float64 { return float64(s.New) }},
+	{"dedup_kafka_duplicates_total", "Duplicates of committed transactions, dropped or sent to --dups-topic.", true, func(s kafka.Stats) float64 { return float64(s.Duplicates) }},
+	{"dedup_kafka_rejected_total", "Records of committed transactions without a usable key.", true, func(s kafka.Stats) float64 { return float64(s.Rejected) }},
+	{"dedup_kafka_transactions_committed_total", "Transactions committed.", true, func(s kafka.Stats) float64 { return float64(s.Committed) }},
+	{"dedup_kafka_transactions_aborted_total", "Transactions aborted.", true, func(s kafka.Stats) float64 { return float64(s.Aborted) }},
+	{"dedup_kafka_replayed_total", "Records replayed into engines, output suppressed.", true, func(s kafka.Stats) float64 { return float64(s.Replayed) }},
+	{"dedup_kafka_sessions_total", "Group sessions started.", true, func(s kafka.Stats) float64 { return float64(s.Sessions) }},
+	{"dedup_kafka_partitions", "Partitions assigned now.", false, func(s kafka.Stats) float64 { return float64(s.Partitions) }},
+}
+
+func newKafkaCollector(c *kafka.Consumer) *kafkaCollector {
+	k := &kafkaCollector{c: c}
+	for _, d := range kafkaMetricDefs {
+		k.descs = append(k.descs, prometheus.NewDesc(d.name, d.help, nil, nil))
+	}
+	return k
+}
+
+// Describe sends every metric's description.
+func (k *kafkaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range k.descs {
+		ch <- d
+	}
+}
+
+// Collect reads the consumer's Stats once.
+func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
+	st := k.c.Stats()
+	for i, d := range kafkaMetricDefs {
+		kind := prometheus.GaugeValue
+		if d.counter {
+			kind = prometheus.CounterValue
+		}
+		ch <- prometheus.MustNewConstMetric(k.descs[i], kind, d.value(st))
+	}
+}
+
+// runKafkaDevBroker serves an in-process Kafka-protocol broker until a
+// signal.
+func runKafkaDevBroker(e *env, args []string) error {
+	fs := newFlags(e, "dedup kafka dev-broker", `Usage: dedup kafka dev-broker [--port 9092] [--partitions N] [--topics T,...]
+
+Serve an in-process Kafka-protocol broker (franz-go's kfake: one node, in
+memory, transactions and consumer groups) on 127.0.0.1, for trying dedup
+kafka locally and in tests. Topics are created on first use with
+--partitions partitions. Not for production: nothing is persisted.
+
+Flags:
+`, "")
+	port := fs.Int("port", 9092, "listen on 127.0.0.1:`PORT` (0: any free port, printed)")
+	partitions := fs.Int("partitions", 4, "partitions of each topic created")
+	var topics stringList
+	fs.Var(&topics, "topics", "create these `TOPICS` now (comma-separated)")
+	if _, err := positionals(fs, args, 0, "no arguments"); err != nil {
+		return err
+	}
+	if *partitions < 1 {
+		return usagef("kafka dev-broker: --partitions must be at least 1, got %d", *partitions)
+	}
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(*port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(*partitions)}
+	if len(topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(int32(*partitions), topics...))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka dev-broker: %w", err)
+	}
+	defer c.Close()
+	fmt.Fprintf(e.stdout, "%s\n", strings.Join(c.ListenAddrs(), ","))
+	if f, ok := e.stdout.(*os.File); ok {
+		_ = f.Sync()
+	}
+	fmt.Fprintf(e.stderr, "dedup kafka dev-broker: listening on %s (in memory; Ctrl-C stops it)\n", strings.Join(c.ListenAddrs(), ","))
+	<-e.sigs
+	return nil
+}

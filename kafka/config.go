@@ -1,0 +1,251 @@
+package kafka
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/streamdedup/dedup"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Sentinel errors. Test with [errors.Is].
+var (
+	// ErrInvalidConfig wraps every field of a [Config] that [New] rejects,
+	// and a bad source given to [ParseKeyFrom].
+	ErrInvalidConfig = errors.New("kafka: invalid config")
+	// ErrNoKey is the class of [KeyFunc] errors: the record has no usable
+	// key. Such a record goes to [Config.RejectsTopic].
+	ErrNoKey = errors.New("kafka: no usable key")
+	// ErrTxn wraps a transaction that could not be ended. It ends the
+	// session, which [Consumer.Run] logs and follows with a new one; Run
+	// does not return it.
+	ErrTxn = errors.New("kafka: transaction failed")
+)
+
+// Config configures a [Consumer]. Zero fields select their documented
+// defaults; [New] validates every field and names the bad ones, each error
+// wrapping [ErrInvalidConfig].
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// Group is the consumer group. Required.
+	Group string
+	// Topic is the input topic. Required.
+	Topic string
+	// OutTopic receives the first sighting of each key, exactly once.
+	// Required, and distinct from Topic.
+	OutTopic string
+	// RejectsTopic, when set, receives the records without a usable key,
+	// with the reason in the [RejectReasonHeader] header. "" drops them (they
+	// are counted in Stats). Default "".
+	RejectsTopic string
+	// DupsTopic, when set, receives the duplicates, with the verdict in the
+	// [VerdictHeader] header. "" drops them. Default "".
+	DupsTopic string
+	// StateDir holds one engine state per partition, in StateDir/T-P.
+	// Required. Two instances must not share one.
+	StateDir string
+	// InstanceID, when set, makes this instance a static group member: a
+	// restart within the session timeout gets its partitions back without
+	// a rebalance. Default "" (dynamic membership).
+	InstanceID string
+	// TransactionalID fences a previous incarnation of this instance: a
+	// restart aborts the transaction its predecessor left open. It must be
+	// unique per instance and stable across its restarts. Default
+	// "dedup-<Group>-<InstanceID>", or without InstanceID
+	// "dedup-<Group>-" followed by a hash of the host name and the
+	// absolute StateDir.
+	TransactionalID string
+	// Key extracts each record's key. Default [RecordKey]().
+	Key KeyFunc
+	// Engine is the template of every partition's engine options: Window,
+	// ExpectedRate (per partition), FalsePositiveRate, Probabilistic,
+	// Filter, ... Its Dir and Now are set per partition (they must be
+	// empty here). Default: the engine's defaults, with SnapshotInterval
+	// 1m so that a reassigned partition reopens from a snapshot.
+	Engine dedup.Options
+	// MaxTxnRecords bounds the input records of one transaction. Default
+	// 10000.
+	MaxTxnRecords int
+	// MaxTxnTime bounds how long one transaction collects records after
+	// its first. Default 100ms.
+	MaxTxnTime time.Duration
+	// EngineCommitInterval is how often the engines commit (fsync) the
+	// keys of committed transactions; until then a crash costs a replay
+	// of that much input, with output suppressed. Engines also commit
+	// when one holds half of Engine.MaxInFlight keys. Default 1s.
+	EngineCommitInterval time.Duration
+	// SessionTimeout is the group session timeout. Default 45s (Kafka's).
+	SessionTimeout time.Duration
+	// RebalanceTimeout is the group rebalance timeout. Default 60s.
+	RebalanceTimeout time.Duration
+	// TransactionTimeout is the producer's transaction timeout. Default 40s.
+	TransactionTimeout time.Duration
+	// RetryBackoff is the pause before a new session after a failed one.
+	// Default 1s.
+	RetryBackoff time.Duration
+	// Logf receives the consumer's log lines. nil discards them. It is also
+	// the engines' [dedup.Options.Logf] unless Engine sets one.
+	Logf func(format string, args ...any)
+	// OnReady, when set, is called when an assigned partition is ready
+	// (its state current), with how it got there ([Ready]). It must not
+	// block.
+	OnReady func(Ready)
+	// ClientOpts are appended to every franz-go client's options (tests
+	// and tuning: timeouts, TLS, SASL, a logger).
+	ClientOpts []kgo.Opt
+}
+
+// Ready describes how an assigned partition became ready; it is passed
+// to [Config.OnReady].
+type Ready struct {
+	// Topic and Partition name the partition.
+	Topic     string
+	Partition int32
+	// Committed is the group's committed offset (-1 for none).
+	Committed int64
+	// Local is the engine's checkpoint when opened (-1 for none).
+	Local int64
+	// From is where the replay started; Replayed the records it fed.
+	From     int64
+	Replayed int64
+	// Rebuilt reports a state rebuilt from ts-Window (none, or wiped).
+	Rebuilt bool
+	// Took is the time from assignment to ready.
+	Took time.Duration
+}
+
+// Defaults of [Config]'s fields of the same names.
+const (
+	DefaultMaxTxnRecords        = 10000
+	DefaultMaxTxnTime           = 100 * time.Millisecond
+	DefaultSessionTimeout       = 45 * time.Second
+	DefaultRebalanceTimeout     = 60 * time.Second
+	DefaultTransactionTimeout   = 40 * time.Second
+	DefaultRetryBackoff         = time.Second
+	DefaultEngineCommitInterval = time.Second
+	defaultSnapshotInterval     = time.Minute
+)
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Key == nil {
+		c.Key = RecordKey()
+	}
+	if c.MaxTxnRecords == 0 {
+		c.MaxTxnRecords = DefaultMaxTxnRecords
+	}
+	if c.MaxTxnTime == 0 {
+		c.MaxTxnTime = DefaultMaxTxnTime
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = DefaultRebalanceTimeout
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if c.EngineCommitInterval == 0 {
+		c.EngineCommitInterval = DefaultEngineCommitInterval
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.Engine.SnapshotInterval == 0 {
+		c.Engine.SnapshotInterval = defaultSnapshotInterval
+	}
+	if c.TransactionalID == "" {
+		if c.InstanceID != "" {
+			c.TransactionalID = "dedup-" + c.Group + "-" + c.InstanceID
+		} else {
+			host, _ := os.Hostname()
+			dir, err := filepath.Abs(c.StateDir)
+			if err != nil {
+				dir = c.StateDir
+			}
+			sum := sha256.Sum256([]byte(host + "\x00" + dir))
+			c.TransactionalID = "dedup-" + c.Group + "-" + hex.EncodeToString(sum[:8])
+		}
+	}
+	return c
+}
+
+// validate names every bad field; c has its defaults.
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Brokers) == 0 {
+		bad("Brokers", "must name at least one broker")
+	}
+	for i, b := range c.Brokers {
+		if b == "" {
+			bad("Brokers", "entry %d is empty", i)
+		}
+	}
+	if c.Group == "" {
+		bad("Group", "is required")
+	}
+	if c.Topic == "" {
+		bad("Topic", "is required")
+	}
+	if c.OutTopic == "" {
+		bad("OutTopic", "is required")
+	}
+	for _, t := range []struct{ name, v string }{{"OutTopic", c.OutTopic}, {"RejectsTopic", c.RejectsTopic}, {"DupsTopic", c.DupsTopic}} {
+		if t.v != "" && t.v == c.Topic {
+			bad(t.name, "must differ from Topic %q (it would read its own output)", c.Topic)
+		}
+	}
+	if c.StateDir == "" {
+		bad("StateDir", "is required")
+	}
+	if c.Engine.Dir != "" {
+		bad("Engine.Dir", "must be empty: each partition's is StateDir/<topic>-<partition>")
+	}
+	if c.Engine.Now != nil {
+		bad("Engine.Now", "must be nil: the engine's clock is the records' timestamps")
+	}
+	if c.Engine.AutoCommit != 0 {
+		bad("Engine.AutoCommit", "must be 0: engines commit after each transaction")
+	}
+	eo := c.Engine
+	eo.EnsureDefaults()
+	if err := eo.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: Engine: %w", ErrInvalidConfig, err))
+	}
+	if c.MaxTxnRecords < 1 {
+		bad("MaxTxnRecords", "must be at least 1, got %d", c.MaxTxnRecords)
+	} else if c.MaxTxnRecords > eo.MaxInFlight/2 {
+		bad("MaxTxnRecords", "must not exceed half of Engine.MaxInFlight (%d), got %d", eo.MaxInFlight, c.MaxTxnRecords)
+	}
+	if c.MaxTxnTime <= 0 {
+		bad("MaxTxnTime", "must be positive, got %v", c.MaxTxnTime)
+	} else if c.MaxTxnTime > c.TransactionTimeout/4 {
+		bad("MaxTxnTime", "must be at most a quarter of TransactionTimeout %v, got %v", c.TransactionTimeout, c.MaxTxnTime)
+	}
+	if c.SessionTimeout <= 0 {
+		bad("SessionTimeout", "must be positive, got %v", c.SessionTimeout)
+	}
+	if c.RebalanceTimeout <= 0 {
+		bad("RebalanceTimeout", "must be positive, got %v", c.RebalanceTimeout)
+	}
+	if c.TransactionTimeout <= 0 {
+		bad("TransactionTimeout", "must be positive, got %v", c.TransactionTimeout)
+	}
+	if c.EngineCommitInterval < 0 {
+		bad("EngineCommitInterval", "must not be negative, got %v", c.EngineCommitInterval)
+	}
+	if c.RetryBackoff < 0 {
+		bad("RetryBackoff", "must not be negative, got %v", c.RetryBackoff)
+	}
+	return errors.Join(errs...)
+}

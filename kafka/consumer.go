@@ -1,0 +1,703 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/streamdedup/dedup"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Consumer is a deduplicating consumer-group member; see the package doc.
+// Create it with [New], run it with [Consumer.Run], and read its counters
+// with [Consumer.Stats], from any goroutine.
+type Consumer struct {
+	cfg    Config
+	engine dedup.Options // cfg.Engine with its defaults
+	tickMs int64         // the span of one observation run, in ms
+	// lookback is how far before ts(C) a rebuild replays: the longest a key
+	// can be remembered, Window + Window/Generations.
+	lookback time.Duration
+
+	mu    sync.Mutex
+	parts map[tp]*partition
+	fatal error // a permanent error found in a callback: Run returns it
+
+	// Per-session handles, set by session before the group is joined.
+	admin *kadm.Client
+	sess  *kgo.GroupTransactSession
+
+	// The open transaction; only the poll loop touches these.
+	staged     []*partition
+	produceErr atomic.Pointer[error]
+	txnRecords int // input records in the open transaction
+	// The verdicts of the open transaction's records, added to the stats
+	// when it commits: an aborted transaction's records are decided again.
+	txnNews, txnDups, txnRejected uint64
+
+	// The engines' commits after the last transaction, running beside the
+	// loop.
+	commits   sync.WaitGroup
+	commitErr atomic.Pointer[error]
+	dirty     []*partition // partitions with keys to commit
+	lastRound time.Time    // when the last commit round started
+	inFlight  int          // the most keys a dirty partition holds
+	keys      [][]byte
+	recs      []*kgo.Record
+	verdicts  []dedup.Verdict
+
+	// testHook, set by tests, is called at the crash points "before-end"
+	// (records staged, transaction open) and "after-end" (transaction
+	// committed, engines not yet); an error ends the session there, as a
+	// crash would.
+	testHook func(point string) error
+
+	stats struct {
+		records, news, dups, rejected       atomic.Uint64
+		committed, aborted, replayed, sessn atomic.Uint64
+		committedRecords                    atomic.Uint64
+	}
+}
+
+// tp names a topic-partition.
+type tp struct {
+	topic string
+	part  int32
+}
+
+func (t tp) String() string { return t.topic + "-" + strconv.Itoa(int(t.part)) }
+
+// partition is one assigned input partition and its engine.
+type partition struct {
+	tp
+	eng   *dedup.Engine
+	clock atomic.Int64 // the engine's clock: a record timestamp, Unix ms
+	ready bool         // its state is current (set under Consumer.mu)
+
+	// Staged in the open transaction (poll loop only).
+	news   [][]byte // keys observed New, released with Forget on abort
+	next   int64    // the offset after the last staged record; -1 if none is staged
+	lastMs int64    // the latest record timestamp seen
+
+	// Committed transactions whose keys the engine has not committed yet
+	// (poll loop and gated callbacks only).
+	dirty       bool
+	barrier     dedup.Barrier // marks those keys
+	pendingCP   []byte        // the checkpoint that goes with them
+	pendingKeys int           // how many they are
+}
+
+// Stats counts what a [Consumer] has done since [New]; see
+// [Consumer.Stats].
+//
+// New, Duplicates and Rejected count the records of committed
+// transactions only, so that they add up to CommittedRecords: the records
+// of an aborted transaction are read and decided again, and counted then.
+// Records counts every attempt, those of aborted transactions included.
+type Stats struct {
+	// Records counts the input records processed, those of aborted
+	// transactions included (replays excluded).
+	Records uint64
+	// CommittedRecords counts the input records of committed transactions.
+	CommittedRecords uint64
+	New              uint64 // records of committed transactions written to the output topic
+	Duplicates       uint64 // records of committed transactions dropped (or sent to [Config.DupsTopic]) as duplicates
+	Rejected         uint64 // records of committed transactions without a usable key
+	Committed        uint64 // transactions committed
+	Aborted          uint64 // transactions aborted
+	Replayed         uint64 // records replayed into engines, output suppressed
+	Sessions         uint64 // group sessions started
+	Partitions       int    // partitions assigned now
+}
+
+// New fills cfg's zero fields with their defaults, validates it and
+// returns a [Consumer]; [Consumer.Run] starts it. The errors wrap
+// [ErrInvalidConfig], one for each bad field.
+func New(cfg Config) (*Consumer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	eo := cfg.Engine
+	eo.EnsureDefaults()
+	tick := min(100*time.Millisecond, eo.Window/1000)
+	return &Consumer{
+		cfg:      cfg,
+		engine:   eo,
+		tickMs:   max(1, tick.Milliseconds()),
+		lookback: eo.Window + eo.Window/time.Duration(eo.Generations),
+		parts:    make(map[tp]*partition),
+	}, nil
+}
+
+// Stats returns the counters; it is safe to call while [Consumer.Run]
+// runs.
+func (c *Consumer) Stats() Stats {
+	c.mu.Lock()
+	n := len(c.parts)
+	c.mu.Unlock()
+	return Stats{
+		Records:          c.stats.records.Load(),
+		CommittedRecords: c.stats.committedRecords.Load(),
+		New:              c.stats.news.Load(),
+		Duplicates:       c.stats.dups.Load(),
+		Rejected:         c.stats.rejected.Load(),
+		Committed:        c.stats.committed.Load(),
+		Aborted:          c.stats.aborted.Load(),
+		Replayed:         c.stats.replayed.Load(),
+		Sessions:         c.stats.sessn.Load(),
+		Partitions:       n,
+	}
+}
+
+func (c *Consumer) logf(format string, args ...any) {
+	if c.cfg.Logf != nil {
+		c.cfg.Logf(format, args...)
+	}
+}
+
+// permanentError marks an error that a new session would meet again (a
+// state directory that cannot be opened): Run returns it.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func (c *Consumer) setFatal(err error) {
+	c.mu.Lock()
+	if c.fatal == nil {
+		c.fatal = err
+	}
+	c.mu.Unlock()
+}
+
+func (c *Consumer) fatalErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fatal
+}
+
+// Run consumes until ctx is done, then ends the open transaction, commits,
+// leaves the group and returns nil. A session that fails (a transaction
+// that cannot end, an engine commit that fails) is closed, its engines
+// dropped as a crash would, and a new one started after
+// [Config.RetryBackoff]; the recovery on assignment (see the package doc)
+// makes that safe. Run returns an error only for a permanent failure, such
+// as a state directory that cannot be opened.
+func (c *Consumer) Run(ctx context.Context) error {
+	for {
+		c.stats.sessn.Add(1)
+		err := c.session(ctx)
+		c.closeAll()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if f := c.fatalErr(); f != nil {
+			return f
+		}
+		var perm *permanentError
+		if errors.As(err, &perm) {
+			return err
+		}
+		c.logf("kafka: session ended: %v; starting a new one in %v", err, c.cfg.RetryBackoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.cfg.RetryBackoff):
+		}
+	}
+}
+
+// clientOpts are the options every client of this consumer starts from.
+func (c *Consumer) clientOpts(more ...kgo.Opt) []kgo.Opt {
+	opts := append([]kgo.Opt{kgo.SeedBrokers(c.cfg.Brokers...)}, more...)
+	return append(opts, c.cfg.ClientOpts...)
+}
+
+// session runs one group session: join, poll-process-transact, leave.
+func (c *Consumer) session(ctx context.Context) error {
+	adminCl, err := kgo.NewClient(c.clientOpts()...)
+	if err != nil {
+		return &permanentError{fmt.Errorf("kafka: admin client: %w", err)}
+	}
+	defer adminCl.Close()
+	c.admin = kadm.NewClient(adminCl)
+	c.checkTopics(ctx)
+
+	opts := c.clientOpts(
+		kgo.ConsumerGroup(c.cfg.Group),
+		kgo.ConsumeTopics(c.cfg.Topic),
+		kgo.TransactionalID(c.cfg.TransactionalID),
+		kgo.TransactionTimeout(c.cfg.TransactionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.SessionTimeout(c.cfg.SessionTimeout),
+		// Kafka's advice: heartbeat at most every third of the session.
+		kgo.HeartbeatInterval(min(3*time.Second, c.cfg.SessionTimeout/3)),
+		kgo.RebalanceTimeout(c.cfg.RebalanceTimeout),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Output topics missing are created if the brokers allow it;
+		// checkTopics warns about them.
+		kgo.AllowAutoTopicCreation(),
+		kgo.OnPartitionsRevoked(c.onRevoked),
+		kgo.OnPartitionsLost(c.onLost),
+		kgo.AdjustFetchOffsetsFn(c.adjust),
+	)
+	if c.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(c.cfg.InstanceID))
+	}
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return &permanentError{fmt.Errorf("kafka: group client: %w", err)}
+	}
+	c.sess = sess
+	defer sess.CloseAllowingRebalance()
+	return c.loop(ctx, sess)
+}
+
+// checkTopics logs the topics this consumer reads or writes that do not
+// exist: without auto-creation on the brokers, every transaction writing
+// to one would abort after TransactionTimeout.
+func (c *Consumer) checkTopics(ctx context.Context) {
+	want := []string{c.cfg.Topic, c.cfg.OutTopic}
+	for _, t := range []string{c.cfg.RejectsTopic, c.cfg.DupsTopic} {
+		if t != "" {
+			want = append(want, t)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	td, err := c.admin.ListTopics(ctx, want...)
+	if err != nil {
+		c.logf("kafka: list topics: %v", err)
+		return
+	}
+	for _, t := range want {
+		if d, ok := td[t]; !ok || d.Err != nil {
+			c.logf("kafka: topic %q does not exist (yet): create it, or let the brokers auto-create it", t)
+		}
+	}
+}
+
+// errClientClosed ends a session whose client was closed under it.
+var errClientClosed = errors.New("kafka: client closed")
+
+// pollWait bounds one idle poll, so that the loop notices a fatal error
+// from a callback.
+const pollWait = 500 * time.Millisecond
+
+// loop polls, processes and ends a transaction per batch until ctx is done
+// or the session fails.
+func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	for {
+		if err := c.fatalErr(); err != nil {
+			return err
+		}
+		if p := c.commitErr.Load(); p != nil {
+			return c.waitCommits()
+		}
+		if ctx.Err() != nil {
+			return c.commitRound(true)
+		}
+		pctx, cancel := context.WithTimeout(ctx, pollWait)
+		fetches := sess.PollRecords(pctx, c.cfg.MaxTxnRecords)
+		cancel()
+		if fetches.IsClientClosed() {
+			return errClientClosed
+		}
+		c.logFetchErrors(fetches)
+		if fetches.NumRecords() == 0 {
+			sess.AllowRebalance()
+			continue
+		}
+		if err := sess.Begin(); err != nil {
+			return fmt.Errorf("%w: begin: %w", ErrTxn, err)
+		}
+		c.produceErr.Store(nil)
+		c.txnRecords, c.txnNews, c.txnDups, c.txnRejected = 0, 0, 0, 0
+		start := time.Now()
+		err := c.stage(fetches)
+		for err == nil && c.txnRecords < c.cfg.MaxTxnRecords && ctx.Err() == nil {
+			left := c.cfg.MaxTxnTime - time.Since(start)
+			if left <= 0 {
+				break
+			}
+			pctx, cancel := context.WithTimeout(ctx, left)
+			more := sess.PollRecords(pctx, c.cfg.MaxTxnRecords-c.txnRecords)
+			cancel()
+			if more.IsClientClosed() {
+				err = errClientClosed
+				break
+			}
+			c.logFetchErrors(more)
+			if more.NumRecords() == 0 {
+				break
+			}
+			err = c.stage(more)
+		}
+		if err != nil {
+			// A failure inside processing (an engine error): abort, and let
+			// a new session start from the committed state.
+			c.end(sess, false)
+			return err
+		}
+		if c.testHook != nil {
+			if err := c.testHook("before-end"); err != nil {
+				c.release(c.staged)
+				c.staged = c.staged[:0]
+				return err
+			}
+		}
+		if err := c.end(sess, true); err != nil {
+			return err
+		}
+		sess.AllowRebalance()
+	}
+}
+
+func (c *Consumer) logFetchErrors(fs kgo.Fetches) {
+	fs.EachError(func(t string, p int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		c.logf("kafka: fetch %s-%d: %v", t, p, err)
+	})
+}
+
+// stage processes polled records into the open transaction, counting
+// them in txnRecords.
+func (c *Consumer) stage(fs kgo.Fetches) error {
+	var err error
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if err != nil || len(p.Records) == 0 {
+			return
+		}
+		c.txnRecords += len(p.Records)
+		c.mu.Lock()
+		pt := c.parts[tp{p.Topic, p.Partition}]
+		ok := pt != nil && pt.ready
+		c.mu.Unlock()
+		if !ok {
+			err = fmt.Errorf("kafka: records for %s-%d, which has no ready engine", p.Topic, p.Partition)
+			return
+		}
+		if pt.next < 0 { // not yet in this transaction
+			c.staged = append(c.staged, pt)
+		}
+		err = c.process(pt, p.Records, true)
+	})
+	return err
+}
+
+// end ends the open transaction (committing if commit and nothing failed),
+// then commits the engines of the staged partitions, or releases their new
+// keys if the transaction did not commit.
+func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TransactionTimeout)
+	defer cancel()
+	// Flush first and look at every record's outcome: End would commit a
+	// transaction whose records failed with a non-retriable error (a
+	// policy violation, a record too large), losing them.
+	if commit {
+		if err := sess.Client().Flush(ctx); err != nil {
+			c.logf("kafka: aborting the transaction: flush: %v", err)
+			commit = false
+		}
+	}
+	if p := c.produceErr.Load(); p != nil {
+		c.logf("kafka: aborting the transaction: produce: %v", *p)
+		commit = false
+	}
+	committed, err := sess.End(ctx, kgo.TransactionEndTry(commit))
+	staged := c.staged
+	c.staged = c.staged[:0]
+	if err != nil || !committed {
+		c.stats.aborted.Add(1)
+		c.release(staged)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrTxn, err)
+		}
+		if commit {
+			// An abort we did not ask for: an EndTxn whose outcome the
+			// client could not confirm may leave the transaction open on
+			// the broker. A new session's InitProducerID (same
+			// transactional ID) fences and aborts it before anything else
+			// is written.
+			return fmt.Errorf("%w: aborted", ErrTxn)
+		}
+		return nil
+	}
+	c.stats.committed.Add(1)
+	c.stats.committedRecords.Add(uint64(c.txnRecords))
+	c.stats.news.Add(c.txnNews)
+	c.stats.dups.Add(c.txnDups)
+	c.stats.rejected.Add(c.txnRejected)
+	if c.testHook != nil {
+		if err := c.testHook("after-end"); err != nil {
+			return err
+		}
+	}
+	// The transaction is durable: now, and only now, may the engines
+	// commit its keys (E <= C, rule 1 of the package doc). Each partition
+	// marks them with a barrier; the engines commit through their barriers
+	// in rounds (see commitRound), beside the loop. Until then the keys
+	// are in flight: their repeats are reported InFlight, dropped as
+	// duplicates, which they are.
+	for _, pt := range staged {
+		pt.pendingCP = checkpoint{Offset: pt.next, Millis: pt.lastMs}.encode()
+		pt.barrier = pt.eng.Barrier()
+		pt.pendingKeys += len(pt.news)
+		if !pt.dirty {
+			pt.dirty = true
+			c.dirty = append(c.dirty, pt)
+		}
+		c.inFlight = max(c.inFlight, pt.pendingKeys)
+		pt.news = pt.news[:0]
+		pt.next = -1
+	}
+	if time.Since(c.lastRound) >= c.cfg.EngineCommitInterval || c.inFlight >= c.engine.MaxInFlight/2 {
+		return c.commitRound(false)
+	}
+	return nil
+}
+
+// commitRound commits every engine holding keys of committed transactions
+// through its barrier, in parallel; with wait it returns when they are
+// done, else it lets them run beside the loop. The previous round must
+// have finished first, so at most one is outstanding.
+func (c *Consumer) commitRound(wait bool) error {
+	if err := c.waitCommits(); err != nil {
+		return err
+	}
+	c.lastRound = time.Now()
+	c.inFlight = 0
+	for _, pt := range c.dirty {
+		b, cp := pt.barrier, pt.pendingCP
+		pt.dirty, pt.pendingKeys = false, 0
+		c.commits.Add(1)
+		go func() {
+			defer c.commits.Done()
+			if err := pt.eng.CommitThrough(b, cp); err != nil {
+				c.commitErr.CompareAndSwap(nil, &err)
+			}
+		}()
+	}
+	clear(c.dirty)
+	c.dirty = c.dirty[:0]
+	if wait {
+		return c.waitCommits()
+	}
+	return nil
+}
+
+// waitCommits waits for the engines' outstanding commits and returns the
+// first error among them.
+func (c *Consumer) waitCommits() error {
+	c.commits.Wait()
+	if p := c.commitErr.Swap(nil); p != nil {
+		return fmt.Errorf("kafka: commit engine: %w", *p)
+	}
+	return nil
+}
+
+// release forgets the new keys staged in an aborted transaction: the
+// session rewinds to the committed offsets and decides them again.
+func (c *Consumer) release(staged []*partition) {
+	for _, pt := range staged {
+		for _, k := range pt.news {
+			if err := pt.eng.Forget(k); err != nil && !errors.Is(err, dedup.ErrNotInFlight) {
+				c.logf("kafka: forget on abort %s: %v", pt.tp, err)
+			}
+		}
+		clear(pt.news)
+		pt.news = pt.news[:0]
+		pt.next = -1
+	}
+}
+
+// process decides recs, in order, with the engine of pt. With emit, the
+// distinct records go to the output topic (and duplicates and rejects to
+// theirs) in the open transaction; without it (replay) nothing is written.
+func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
+	// The scratch slices belong to the poll loop; a replay runs in a
+	// callback beside it and allocates its own.
+	var keys [][]byte
+	var batch []*kgo.Record
+	var scratch []dedup.Verdict
+	if emit {
+		keys, batch, scratch = c.keys[:0], c.recs[:0], c.verdicts
+	}
+	var lo int64
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		pt.clock.Store(lo)
+		verdicts := slices.Grow(scratch[:0], len(keys))[:len(keys)]
+		if err := pt.eng.ObserveBatch(keys, verdicts); err != nil {
+			return fmt.Errorf("kafka: observe %s: %w", pt.tp, err)
+		}
+		if emit {
+			news := len(pt.news)
+			for i, v := range verdicts {
+				r := batch[i]
+				if v == dedup.New {
+					pt.news = append(pt.news, keys[i])
+					c.produce(&kgo.Record{Topic: c.cfg.OutTopic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp})
+				} else if c.cfg.DupsTopic != "" {
+					h := append(slices.Clip(r.Headers), kgo.RecordHeader{Key: VerdictHeader, Value: verdictValue(v)})
+					c.produce(&kgo.Record{Topic: c.cfg.DupsTopic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp})
+				}
+			}
+			news = len(pt.news) - news
+			c.txnNews += uint64(news)
+			c.txnDups += uint64(len(verdicts) - news)
+		}
+		scratch = verdicts
+		keys, batch = keys[:0], batch[:0]
+		return nil
+	}
+	for _, r := range recs {
+		k, err := c.cfg.Key(r)
+		if err == nil && len(k) > c.engine.MaxKeySize {
+			err = fmt.Errorf("%w: key of %d bytes exceeds the limit of %d", ErrNoKey, len(k), c.engine.MaxKeySize)
+		}
+		if err == nil && len(k) == 0 {
+			err = fmt.Errorf("%w: empty key", ErrNoKey)
+		}
+		if err != nil {
+			if emit {
+				c.reject(r, err)
+			}
+			continue
+		}
+		ms := r.Timestamp.UnixMilli()
+		if len(keys) > 0 && (ms < lo || ms >= lo+c.tickMs) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if len(keys) == 0 {
+			lo = ms
+		}
+		keys = append(keys, k)
+		batch = append(batch, r)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if emit {
+		c.keys, c.recs, c.verdicts = keys[:0], batch[:0], scratch
+		c.stats.records.Add(uint64(len(recs)))
+	}
+	last := recs[len(recs)-1]
+	pt.next = last.Offset + 1
+	pt.lastMs = max(pt.lastMs, last.Timestamp.UnixMilli())
+	return nil
+}
+
+// The values of VerdictHeader, shared by every record sent to DupsTopic
+// (the client only reads them).
+var (
+	verdictInFlight  = []byte("inflight")
+	verdictDuplicate = []byte("duplicate")
+)
+
+func verdictValue(v dedup.Verdict) []byte {
+	if v == dedup.InFlight {
+		return verdictInFlight
+	}
+	return verdictDuplicate
+}
+
+// reject sends r to the rejects topic, or drops it, counting it in the
+// open transaction.
+func (c *Consumer) reject(r *kgo.Record, why error) {
+	c.txnRejected++
+	if c.cfg.RejectsTopic == "" {
+		return
+	}
+	h := append(slices.Clip(r.Headers), kgo.RecordHeader{Key: RejectReasonHeader, Value: []byte(why.Error())})
+	c.produce(&kgo.Record{Topic: c.cfg.RejectsTopic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp})
+}
+
+// produce writes r in the open transaction; a failure aborts it at end.
+func (c *Consumer) produce(r *kgo.Record) {
+	c.sess.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+		if err != nil {
+			c.produceErr.CompareAndSwap(nil, &err)
+		}
+	})
+}
+
+// onRevoked closes the engines of revoked partitions. Rebalances wait for
+// the loop's AllowRebalance, so their transactions have ended and their
+// engines committed.
+func (c *Consumer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	c.closeParts(revoked, "revoked")
+}
+
+// onLost closes the engines of lost partitions; their staged work, if any,
+// was released when the transaction aborted.
+func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.closeParts(lost, "lost")
+}
+
+func (c *Consumer) closeParts(m map[string][]int32, why string) {
+	// The keys in flight belong to committed transactions (the loop is
+	// between two): commit them before closing, so that the partition
+	// needs no replay if it comes back.
+	if err := c.commitRound(true); err != nil {
+		// Leave it for the loop, which ends the session on it.
+		c.commitErr.CompareAndSwap(nil, &err)
+	}
+	for topic, ps := range m {
+		for _, p := range ps {
+			c.mu.Lock()
+			pt := c.parts[tp{topic, p}]
+			delete(c.parts, tp{topic, p})
+			c.mu.Unlock()
+			if pt == nil {
+				continue
+			}
+			c.logf("kafka: %s %s", pt.tp, why)
+			if len(pt.news) > 0 {
+				c.logf("kafka: %s %s with %d keys staged; dropping them", why, pt.tp, len(pt.news))
+			}
+			if err := pt.eng.Close(); err != nil {
+				c.logf("kafka: close %s (%s): %v", pt.tp, why, err)
+			}
+		}
+	}
+}
+
+// closeAll commits the keys of committed transactions and closes every
+// engine, dropping what else is in flight.
+func (c *Consumer) closeAll() {
+	if err := c.commitRound(true); err != nil {
+		c.logf("kafka: %v", err)
+	}
+	c.mu.Lock()
+	parts := c.parts
+	c.parts = make(map[tp]*partition)
+	c.mu.Unlock()
+	for _, pt := range parts {
+		if err := pt.eng.Close(); err != nil {
+			c.logf("kafka: close %s: %v", pt.tp, err)
+		}
+	}
+	c.staged = c.staged[:0]
+}
+
+// dir is the state directory of t.
+func (c *Consumer) dir(t tp) string { return filepath.Join(c.cfg.StateDir, t.String()) }

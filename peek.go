@@ -1,0 +1,73 @@
+package dedup
+
+import "github.com/streamdedup/dedup/rotate"
+
+// Peek returns the verdict [Engine.Observe] would return for key now,
+// without observing it: a key Peek calls [New] stays unknown (the next
+// Observe of it is New, and no Peek ever makes a key [InFlight]), and
+// Peek changes no verdict count in [Stats]. It reads what Observe reads:
+// the keys in flight, the filters and, in exact mode for a filter hit,
+// the keys of recent commits held in memory and the exact store (the
+// lookups count in Stats.StoreLookups and Stats.FalsePositives).
+//
+// Peek takes only key's shard lock, as Observe does, and is safe for use
+// concurrently with every other method; the verdict may be out of date
+// by the time it returns if other calls observe, forget or commit the
+// key meanwhile. A key Observe would refuse with [ErrTooManyInFlight] is
+// New to Peek. Peek refuses the keys Observe refuses ([ErrEmptyKey],
+// [ErrKeyTooLarge]), and returns [ErrClosed] after Close.
+func (e *Engine) Peek(key []byte) (Verdict, error) {
+	if err := e.checkKey(key); err != nil {
+		return 0, err
+	}
+	h := e.hash(key)
+	s := e.shardOf(h)
+	now := e.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	// Observe sees only the generations live at now; dropping the expired
+	// ones changes no verdict, Observe would do it anyway.
+	s.ring.Advance(now)
+	if s.inFlight(h, key, e.exactMode) {
+		return InFlight, nil
+	}
+	if !s.ring.Contains(h) {
+		return New, nil
+	}
+	if !e.exactMode {
+		return Duplicate, nil
+	}
+	found, err := e.committed(s, h, key)
+	if err != nil {
+		return 0, err
+	}
+	if found {
+		return Duplicate, nil
+	}
+	s.falsePositives++
+	return New, nil
+}
+
+// committed reports whether key (hash h), which some live filter of s may
+// hold, was committed into a live generation (exact mode): the cache of
+// recent commits answers, or the store, generation by generation from the
+// newest. The shard's lock is held.
+func (e *Engine) committed(s *shard, h uint64, key []byte) (bool, error) {
+	if s.recentlyCommitted(h, key) {
+		return true, nil
+	}
+	var found bool
+	var err error
+	s.ring.Lookup(h, func(g *rotate.Generation) bool {
+		s.lookups++
+		found, err = e.store.Has(g.ID, key)
+		return err == nil && !found
+	})
+	if err != nil {
+		return false, wrap(err, "store lookup")
+	}
+	return found, nil
+}
