@@ -31,6 +31,7 @@ import (
 //
 //	seq      8 bytes, little-endian (0 for the end marker)
 //	segment  8 bytes, little-endian: the number of the segment written to
+//	         (epoch<<32 | count: never given twice, see Store.newEpoch)
 //	flags    1 byte: recCheckpoint, recDrop, recKeys, recEnd
 //	[uvarint len, checkpoint]   if recCheckpoint
 //	[uvarint drop]              if recDrop
@@ -78,6 +79,16 @@ func freeName(num uint64) string { return fmt.Sprintf("%s%06d", freePrefix, num)
 // parseSegName returns the number of a segment file name.
 func parseSegName(name string) (uint64, bool) {
 	rest, ok := strings.CutPrefix(name, segPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	return n, err == nil
+}
+
+// parseFreeName returns the number of a retired segment's file name.
+func parseFreeName(name string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(name, freePrefix)
 	if !ok {
 		return 0, false
 	}

@@ -147,7 +147,8 @@ func TestSegmentSyncsPrevious(t *testing.T) {
 func TestRetiredSegmentRenamedDurably(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	s := mustOpen(t, "db", Options{FS: mem, memLimit: 1})
-	commitRange(t, s, 1, 0, 10, []byte("a")) // freezes segment 1
+	first := s.segNum
+	commitRange(t, s, 1, 0, 10, []byte("a")) // freezes the first segment
 	if err := s.flushAll(); err != nil {     // retires it
 		t.Fatal(err)
 	}
@@ -158,10 +159,10 @@ func TestRetiredSegmentRenamedDurably(t *testing.T) {
 	}
 	free := false
 	for _, name := range ls {
-		if name == segName(1) {
-			t.Fatalf("retired segment 1 still under its name after a crash: %v", ls)
+		if name == segName(first) {
+			t.Fatalf("retired segment %d still under its name after a crash: %v", first, ls)
 		}
-		free = free || name == freeName(1)
+		free = free || name == freeName(first)
 	}
 	if !free {
 		t.Fatalf("no retired segment to reuse after a crash: %v", ls)
@@ -214,4 +215,51 @@ func TestFlushWaitsForLog(t *testing.T) {
 	}
 	w := crashWorkload{total: 1, per: 50, genEvery: 10, memLimit: 1}
 	w.verify(t, crash, 0, 0, 0, "crash while the commit state is recorded")
+}
+
+// TestSegmentNumberNeverReissued: a crash that loses the directory entry
+// of the only live segment (here the one Open creates, before any commit
+// synced the directory) must not make the next Open number its segments
+// from the start again: a retired file kept for reuse may hold records of
+// a number given again, which a replay of the reused file would take for
+// new ones. Every Open numbers its segments above every number a file or
+// a record was written with.
+func TestSegmentNumberNeverReissued(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	s := mustOpen(t, "db", Options{FS: mem, memLimit: 1})
+	for i := 0; i < 4; i++ {
+		commitRange(t, s, 1, 10*i, 10*i+10, []byte("a")) // a segment each
+	}
+	if err := s.flushAll(); err != nil {
+		t.Fatal(err)
+	}
+	used := s.segNum
+	mustClose(t, s)
+	// Open replays, removes the live segments and creates a new one; a
+	// crash before any commit loses that one's directory entry.
+	s = mustOpen(t, "db", Options{FS: mem, memLimit: 1})
+	crash := mem.CrashClone(vfs.CrashCloneCfg{})
+	mustClose(t, s)
+	ls, err := crash.List("db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ls {
+		if n, ok := parseSegName(name); ok {
+			t.Fatalf("segment %d survived the crash: %v", n, ls)
+		}
+	}
+	s = mustOpen(t, "db", Options{FS: crash, memLimit: 1})
+	defer mustClose(t, s)
+	for i := 0; i < 4; i++ {
+		if s.segNum <= used {
+			t.Fatalf("segment number %d given again after a crash (numbers up to %d were used)", s.segNum, used)
+		}
+		commitRange(t, s, 1, 100+10*i, 110+10*i, []byte("b"))
+	}
+	for i := 0; i < 40; i++ {
+		if ok, err := s.Has(1, keyOf(i)); err != nil || !ok {
+			t.Fatalf("key %d: %v, %v", i, ok, err)
+		}
+	}
 }

@@ -75,6 +75,7 @@
 //	0x07                          -> seq (8 bytes)             log records of seq <= it are truncated
 //	0x08 gen flush (8 bytes) key  -> empty                     a key, written by flush number flush
 //	0x09 gen flush (8 bytes)      -> key filter                the Bloom filter of that flush's keys
+//	0x0a                          -> epoch (8 bytes)           commit log epoch of the last Open
 //
 // A flush's number is the sequence number of its first commit. A log
 // record is a format byte (1) followed by runs, each run being
@@ -85,9 +86,11 @@
 //
 // Commits past the last flush are in the commit log's segments,
 // exact-commits-NNNNNN (retired ones waiting for reuse are
-// exact-commits-free-NNNNNN), described in commitlog.go. Format 2 (this
-// one) adds the commit log and tags 0x07-0x09; a format-1 store is
-// upgraded when opened, its keys still found.
+// exact-commits-free-NNNNNN), described in commitlog.go. A segment's
+// number is epoch<<32 | count, the epoch raised durably by every Open, so
+// that no number is ever given twice. Format 2 (this one) adds the commit
+// log and tags 0x07-0x0a; a format-1 store is upgraded when opened, its
+// keys still found.
 //
 // # Fatal Pebble errors
 //

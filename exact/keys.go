@@ -17,6 +17,7 @@ const (
 	tagTruncated  = 0x07
 	tagFlushKey   = 0x08 // generation, flush, key
 	tagFilter     = 0x09 // generation, flush -> key filter
+	tagEpoch      = 0x0a // the commit log's epoch: one per Open
 )
 
 // formatVersion is the on-disk format written by this package: 2 adds the
@@ -32,6 +33,7 @@ var (
 	floorKey      = []byte{tagFloor}
 	seqKey        = []byte{tagSeq}
 	truncatedKey  = []byte{tagTruncated}
+	epochKey      = []byte{tagEpoch}
 )
 
 // genPrefix returns tagKey|gen: the first key of generation gen.

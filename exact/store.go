@@ -199,7 +199,7 @@ type Store struct {
 	nextSeq   uint64 // last seq handed out
 	floor     uint64 // drop floor as of the last handed-out batch
 	seg       *segment
-	segNum    uint64
+	segNum    uint64   // number of the current segment: epoch<<32 | count
 	recycled  []string // retired segments to reuse
 	bgRunning bool     // a flushLoop runs
 
@@ -230,6 +230,9 @@ type Store struct {
 	// truncated is the log truncation mark: log records of seq <= it are
 	// gone.
 	truncated atomic.Uint64
+	// epoch is the commit log's epoch recorded by the last Open (see
+	// newEpoch).
+	epoch uint64
 	// logBytes is the size of the commit log's segments.
 	logBytes atomic.Int64
 
@@ -409,6 +412,13 @@ func (s *Store) init(existing bool) (err error) {
 		s.cp = v
 		s.cpSeq = s.lastSeq
 	}
+	if v, ok, err := s.get(epochKey); err != nil {
+		return err
+	} else if ok {
+		if s.epoch, err = decodeBE64("commit log epoch", v); err != nil {
+			return err
+		}
+	}
 	if v, ok, err := s.get(truncatedKey); err != nil {
 		return err
 	} else if ok {
@@ -474,10 +484,17 @@ func (s *Store) replay() (err error) {
 		return fmt.Errorf("exact: list %q: %w", s.dir, err)
 	}
 	var nums []uint64
+	var highest uint64 // the highest segment number a file is named with
 	for _, name := range ls {
 		if n, ok := parseSegName(name); ok {
 			nums = append(nums, n)
-		} else if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled {
+			highest = max(highest, n)
+			continue
+		}
+		if n, ok := parseFreeName(name); ok {
+			highest = max(highest, n)
+		}
+		if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled {
 			path := s.fs.PathJoin(s.dir, name)
 			fi, err := s.fs.Stat(path)
 			if err != nil {
@@ -496,7 +513,6 @@ func (s *Store) replay() (err error) {
 	next := s.lastSeq + 1
 	torn := false
 	for _, num := range nums {
-		s.segNum = num
 		if torn {
 			continue
 		}
@@ -547,13 +563,36 @@ func (s *Store) replay() (err error) {
 			return err
 		}
 	}
-	s.segNum++
+	if err := s.newEpoch(highest); err != nil {
+		return err
+	}
 	seg, err := createSegment(s.fs, s.dir, s.segNum, nil, "")
 	if err != nil {
 		return err
 	}
 	s.seg = seg
 	s.active = &memTable{seg: seg, limit: s.memLimit}
+	return nil
+}
+
+// newEpoch starts a new epoch of the commit log, above the last one and
+// above that of every segment file (highest is the largest number a file
+// is named with), durably, and numbers the first segment of this Open
+// with it: segment numbers are epoch<<32 | count. A segment number is then
+// never given twice, not even after a crash lost the directory entry of a
+// segment, or the records it wrote into a reused file: a record of an
+// earlier use of a reused file never carries the number of the segment
+// now written to it, so replay never takes it for a new one.
+func (s *Store) newEpoch(highest uint64) error {
+	e := max(s.epoch, highest>>32) + 1
+	if e >= 1<<31 {
+		return fmt.Errorf("%w: commit log epoch %d", ErrCorrupt, e)
+	}
+	if err := s.db.Set(epochKey, be64(e), pebble.Sync); err != nil {
+		return fmt.Errorf("exact: start commit log epoch: %w", err)
+	}
+	s.epoch = e
+	s.segNum = e<<32 | 1
 	return nil
 }
 
