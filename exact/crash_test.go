@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -370,5 +371,74 @@ func TestBackupWhileCommitting(t *testing.T) {
 				t.Fatal("backup holds a key of a batch after its checkpoint")
 			}
 		})
+	}
+}
+
+// segFilesFS counts the commit-log segment files open through it.
+type segFilesFS struct {
+	vfs.FS
+	open *atomic.Int64
+}
+
+func (c segFilesFS) track(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.Contains(name, segPrefix) {
+		return f, err
+	}
+	c.open.Add(1)
+	return &segFile{File: f, open: c.open}, nil
+}
+
+func (c segFilesFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := c.FS.Create(name, cat)
+	return c.track(name, f, err)
+}
+
+func (c segFilesFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := c.FS.Open(name, opts...)
+	return c.track(name, f, err)
+}
+
+func (c segFilesFS) ReuseForWrite(oldname, newname string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := c.FS.ReuseForWrite(oldname, newname, cat)
+	return c.track(newname, f, err)
+}
+
+type segFile struct {
+	vfs.File
+	open   *atomic.Int64
+	closed atomic.Bool
+}
+
+func (f *segFile) Close() error {
+	if f.closed.CompareAndSwap(false, true) {
+		f.open.Add(-1)
+	}
+	return f.File.Close()
+}
+
+// TestCloseClosesSegments: Close releases the files of every commit-log
+// segment, those of memtables still waiting for their flush included (here
+// the flushes fail, so every frozen memtable keeps its segment).
+func TestCloseClosesSegments(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var open atomic.Int64
+	sstWrites := errorfs.And(errorfs.Writes, errorfs.PathMatch("db/*.sst"))
+	inj := &errorfs.Toggle{Injector: faultfs.If(sstWrites, errorfs.ErrInjected)}
+	o := Options{FS: segFilesFS{FS: errorfs.Wrap(mem, inj), open: &open}, memLimit: 1}
+	s := mustOpen(t, "db", o)
+	inj.On()
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		_, err = crashBatch(s, i, 10)
+	}
+	if !errors.Is(err, ErrBroken) {
+		t.Fatalf("Commit error %v, want ErrBroken", err)
+	}
+	inj.Off()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := open.Load(); n != 0 {
+		t.Fatalf("%d commit-log segment files left open by Close", n)
 	}
 }

@@ -691,6 +691,16 @@ func (s *Store) Close() error {
 	s.closed = true
 	err := s.stopFlushes()
 	if err == nil {
+		// The segments of frozen memtables stay for the next Open to
+		// replay; their files are closed here (a flush that ran would have
+		// closed them when it retired them).
+		for _, m := range s.frozen {
+			if m.seg != nil && m.seg != s.seg {
+				if cerr := m.seg.f.Close(); cerr != nil {
+					err = errors.Join(err, fmt.Errorf("exact: close commit log: %w", cerr))
+				}
+			}
+		}
 		s.freeMemTables()
 	}
 	if s.seg != nil {
