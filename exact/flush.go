@@ -222,8 +222,13 @@ func (s *Store) writeToPebble(m *memTable) error {
 		f   keyFilter
 	}
 	var filters []genFilter
+	// Generations below the floor are gone, the floor of later commits
+	// too: the commit that raised it is durable in the log (published),
+	// and replayed after a crash if this flush's commit state is the last
+	// one recorded.
+	floor := max(m.floor, s.pubFloor.Load())
 	for _, g := range gens {
-		if g.gen < m.floor || g.n == 0 {
+		if g.gen < floor || g.n == 0 {
 			continue
 		}
 		f, err := s.writeGenTable(name(fmt.Sprint(g.gen)), g, m.firstSeq, &sc)

@@ -954,6 +954,12 @@ func (s *Store) Reclaim(ctx context.Context) (err error) {
 			err = s.recovered(r)
 		}
 	}()
+	// No flush may be under way: one that started below the new floor
+	// would ingest tables of the generations excised here after the
+	// excision, and their disk would come back only at the next rise of
+	// the floor. Flushes from here on leave those generations out.
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	s.filters.dropBefore(floor)
 	for _, tag := range []byte{tagKey, tagFlushKey, tagFilter} {
 		if err := s.db.Excise(ctx, pebble.KeyRange{Start: tagGen(tag, 0), End: tagGen(tag, floor)}); err != nil {
