@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -441,4 +442,45 @@ func TestCloseClosesSegments(t *testing.T) {
 	if n := open.Load(); n != 0 {
 		t.Fatalf("%d commit-log segment files left open by Close", n)
 	}
+}
+
+// TestStalledCommitWokenByBackgroundFailure: a commit waiting for flushes
+// to catch up returns once Pebble's background work failed (the flush it
+// waits for may never end then), instead of holding Close up for ever.
+func TestStalledCommitWokenByBackgroundFailure(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpCreate && strings.Contains(op.Path, ingestPrefix) {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+		return nil
+	})
+	s := mustOpen(t, "db", Options{FS: errorfs.Wrap(vfs.NewMem(), inj), memLimit: 1})
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; i < 2*maxFrozen+2 && err == nil; i++ {
+			_, err = crashBatch(s, i, 10) // each freezes a memtable
+		}
+		done <- err
+	}()
+	<-entered
+	for s.frozenCount() <= maxFrozen {
+		runtime.Gosched()
+	}
+	s.lg.failBackground(errors.New("injected background failure"))
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, ErrBroken) {
+			t.Fatalf("commit: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a stalled commit still waits after Pebble's background work failed")
+	}
+	close(release)
+	_ = s.Close()
 }

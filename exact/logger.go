@@ -53,6 +53,9 @@ type fatalLogger struct {
 	// failBackground); fatal is closed when it is set.
 	bg    atomic.Pointer[error]
 	fatal chan struct{}
+	// onFail, if set, is called once the first failure is recorded: the
+	// store wakes the commits waiting for a flush.
+	onFail atomic.Pointer[func()]
 }
 
 func newFatalLogger(l pebble.Logger) *fatalLogger {
@@ -83,6 +86,9 @@ func (l *fatalLogger) Fatalf(format string, args ...any) {
 func (l *fatalLogger) failBackground(err error) {
 	if l.bg.CompareAndSwap(nil, &err) {
 		close(l.fatal)
+		if fn := l.onFail.Load(); fn != nil {
+			(*fn)()
+		}
 	}
 }
 

@@ -304,6 +304,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.memLimit = opts.memLimit
 	}
 	s.stallCond.L = &s.stallMu
+	// A commit waiting for a flush must not wait for ever once Pebble's
+	// background work failed (and the flush may be stuck in Pebble).
+	wake := s.wakeStalled
+	lg.onFail.Store(&wake)
 	s.active = &memTable{limit: s.memLimit}
 	if err := s.init(existing); err != nil {
 		return nil, errors.Join(err, s.closeDB())
