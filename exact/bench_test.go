@@ -455,3 +455,77 @@ func BenchmarkFlushWrite(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
 }
+
+// BenchmarkMemTableSize measures what MemTableSize trades, for commits of
+// 5000 random 16-byte keys (-benchtime=Nx for N keys per size): the
+// commit rate and CPU per key, the flushes per million keys, the most
+// memory the memtables held (active and frozen, sampled after each
+// commit), and the time Open takes to replay a memtable filled to its
+// limit.
+func BenchmarkMemTableSize(b *testing.B) {
+	for _, size := range []uint64{4 << 20, 16 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			const per = 5000
+			dir := b.TempDir()
+			s := mustOpen(b, dir, Options{MemTableSize: size})
+			rng := rand.New(rand.NewPCG(9, 10))
+			keys := benchKeys(rng, per)
+			commit := func(gen uint64) {
+				for _, k := range keys {
+					binary.LittleEndian.PutUint64(k, rng.Uint64())
+					binary.LittleEndian.PutUint64(k[8:], rng.Uint64())
+				}
+				bt := s.NewBatch()
+				for _, k := range keys {
+					bt.Add(gen, k, binary.LittleEndian.Uint64(k))
+				}
+				if _, err := bt.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			held := func() int {
+				s.memMu.RLock()
+				defer s.memMu.RUnlock()
+				n := s.active.size
+				for _, m := range s.frozen {
+					n += m.size
+				}
+				return n
+			}
+			ingests0 := s.db.Metrics().Ingest.Count
+			maxHeld := 0
+			b.ResetTimer()
+			start, cpu0 := time.Now(), cpuNanos()
+			for i := 0; i < b.N; i += per {
+				commit(uint64(1 + i/4_000_000))
+				maxHeld = max(maxHeld, held())
+			}
+			el, cpu := time.Since(start), cpuNanos()-cpu0
+			b.StopTimer()
+			flushes := s.db.Metrics().Ingest.Count - ingests0
+			// Fill a memtable to its limit, leave it to the commit log, and
+			// time its replay.
+			if err := s.flushAll(); err != nil {
+				b.Fatal(err)
+			}
+			for grow := 0; s.active.size+2*grow < s.memLimit; {
+				before := s.active.size
+				commit(1 << 30)
+				grow = max(grow, s.active.size-before)
+			}
+			replayed := s.active.lastSeq - s.active.firstSeq + 1
+			mustClose(b, s)
+			t0 := time.Now()
+			s = mustOpen(b, dir, Options{MemTableSize: size})
+			open := time.Since(t0)
+			mustClose(b, s)
+			b.ReportMetric(float64(b.N)/el.Seconds()/1e6, "Mkeys/s")
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/key")
+			b.ReportMetric(float64(flushes)/(float64(b.N)/1e6), "flushes/Mkey")
+			b.ReportMetric(float64(maxHeld)/(1<<20), "MiB-held")
+			b.ReportMetric(open.Seconds()*1e3, "replay-ms")
+			b.ReportMetric(float64(replayed*per)/1e6, "replayed-Mkeys")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
