@@ -312,7 +312,7 @@ func (s *Store) writeLogTable(path string, m *memTable, after uint64) (err error
 		}
 		runs := m.runs[r.run0:r.run1]
 		val = slices.Grow(val[:0], logRecordSize(runs))[:logRecordSize(runs)]
-		encodeLogRecord(val, runs, m.hashes[r.hash0:])
+		encodeLogRecord(val, runs, m.hashes.s[r.hash0:])
 		if err := w.Set(logKey(r.seq), val); err != nil {
 			return fmt.Errorf("write %q: %w", path, err)
 		}

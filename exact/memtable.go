@@ -27,7 +27,7 @@ type memTable struct {
 
 	recs   []memRec
 	runs   []run
-	hashes []uint64
+	hashes offHeapU64s // the log records' hashes
 
 	// State as of the last commit in the table.
 	firstSeq, lastSeq uint64
@@ -60,11 +60,10 @@ type memRec struct {
 type memGen struct {
 	gen    uint64
 	chunks []offHeapBuf
-	parts  [][]uint64
+	parts  [][]uint64 // their arrays in arena
+	arena  partArena
 	pbits  uint
-	// partBytes is the memory of parts' entries.
-	partBytes int
-	n         int
+	n      int
 }
 
 // partitionBits returns the number of partitions, as a power of two, for a
@@ -104,12 +103,14 @@ func (m *memTable) free() {
 		g.free()
 	}
 	m.gens = nil
+	m.hashes.free()
 }
 
 func (g *memGen) free() {
 	for _, c := range g.chunks {
 		c.free()
 	}
+	g.arena.freeAll()
 	g.chunks, g.parts = nil, nil
 }
 
@@ -165,10 +166,11 @@ func (m *memTable) begin(seq uint64, runs []run, hashes []uint64, cp []byte, has
 		})
 	}
 	if len(hashes) > 0 {
-		m.recs = append(m.recs, memRec{seq: seq, run0: len(m.runs), run1: len(m.runs) + len(runs), hash0: len(m.hashes)})
+		m.recs = append(m.recs, memRec{seq: seq, run0: len(m.runs), run1: len(m.runs) + len(runs), hash0: len(m.hashes.s)})
 		m.runs = append(m.runs, runs...)
-		m.hashes = append(m.hashes, hashes...)
-		m.size += 8*len(hashes) + 16*len(runs) + 40
+		before := m.hashes.bytes()
+		m.hashes.append(hashes)
+		m.size += m.hashes.bytes() - before + 16*len(runs) + 40
 	}
 }
 
@@ -217,7 +219,7 @@ func (m *memTable) has(gen uint64, key []byte, h uint64) bool {
 
 // bytes is the memory of g's keys and entries.
 func (g *memGen) bytes() int {
-	n := g.partBytes
+	n := g.arena.size
 	for _, c := range g.chunks {
 		n += cap(c.b)
 	}
@@ -253,9 +255,11 @@ func (g *memGen) add(h uint64, key []byte) {
 	p, e := g.entry(h, off)
 	ents := g.parts[p]
 	if len(ents) == cap(ents) {
-		grown := make([]uint64, len(ents), max(8, 2*cap(ents)))
+		grown := g.arena.alloc(max(8, 2*cap(ents)))[:len(ents)]
 		copy(grown, ents)
-		g.partBytes += 8 * (cap(grown) - cap(ents))
+		if cap(ents) > 0 {
+			g.arena.release(ents)
+		}
 		ents = grown
 	}
 	g.parts[p] = append(ents, e)

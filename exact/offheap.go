@@ -1,0 +1,101 @@
+package exact
+
+import (
+	"math/bits"
+	"unsafe"
+)
+
+// u64s views the first n*8 bytes of b, which must be 8-byte aligned, as n
+// uint64s.
+func u64s(b []byte, n int) []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), n)
+}
+
+// offHeapU64s is a growing array of uint64s outside the Go heap (see
+// offHeap): a memtable's log hashes. It doubles by copying into a new
+// mapping.
+type offHeapU64s struct {
+	buf offHeapBuf
+	s   []uint64
+}
+
+// append adds vs.
+func (a *offHeapU64s) append(vs []uint64) {
+	if len(a.s)+len(vs) > cap(a.s) {
+		n := max(1024, 2*cap(a.s), len(a.s)+len(vs))
+		buf := newOffHeapBuf(8 * n)
+		s := u64s(buf.b[:8*n], n)[:len(a.s)]
+		copy(s, a.s)
+		a.buf.free()
+		a.buf, a.s = buf, s
+	}
+	a.s = append(a.s, vs...)
+}
+
+// free gives the memory back; a is empty afterwards.
+func (a *offHeapU64s) free() {
+	a.buf.free()
+	*a = offHeapU64s{}
+}
+
+// bytes is the memory a holds.
+func (a *offHeapU64s) bytes() int { return 8 * cap(a.s) }
+
+// partArena hands out the index partitions of a memGen outside the Go
+// heap: arrays of 8<<c entries, carved from chunks of 64 KiB doubling to
+// 1 MiB (or mapped alone when larger). A partition that grows gives its old array back to the
+// free list of its size, where the next partition to grow to that size
+// takes it: partitions fill evenly, so little stays free.
+type partArena struct {
+	chunks []offHeapBuf
+	free   [40][][]uint64
+	// size is the memory mapped.
+	size int
+}
+
+// alloc returns an empty array of n entries, n a power of two >= 8.
+func (a *partArena) alloc(n int) []uint64 {
+	c := bits.TrailingZeros(uint(n)) - 3
+	if fl := a.free[c]; len(fl) > 0 {
+		s := fl[len(fl)-1]
+		a.free[c] = fl[:len(fl)-1]
+		return s[:0]
+	}
+	need := 8 * n
+	if need > chunkSize {
+		buf := newOffHeapBuf(need)
+		a.chunks = append(a.chunks, buf)
+		a.size += need
+		return u64s(buf.b[:need], n)[:0]
+	}
+	last := len(a.chunks) - 1
+	if last < 0 || len(a.chunks[last].b)+need > cap(a.chunks[last].b) {
+		// Small first, as the key arena, so that small tables stay small.
+		size := firstChunk
+		if last >= 0 {
+			size = min(chunkSize, 2*cap(a.chunks[last].b))
+		}
+		size = max(size, need)
+		a.chunks = append(a.chunks, newOffHeapBuf(size))
+		a.size += size
+		last++
+	}
+	c0 := &a.chunks[last]
+	off := len(c0.b)
+	c0.b = c0.b[:off+need]
+	return u64s(c0.b[off:], n)[:0]
+}
+
+// release gives back an array from alloc.
+func (a *partArena) release(s []uint64) {
+	c := bits.TrailingZeros(uint(cap(s))) - 3
+	a.free[c] = append(a.free[c], s)
+}
+
+// freeAll gives all the memory back.
+func (a *partArena) freeAll() {
+	for _, c := range a.chunks {
+		c.free()
+	}
+	*a = partArena{}
+}
