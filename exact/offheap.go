@@ -38,8 +38,9 @@ func (a *offHeapU64s) free() {
 	*a = offHeapU64s{}
 }
 
-// bytes is the memory a holds.
-func (a *offHeapU64s) bytes() int { return 8 * cap(a.s) }
+// bytes is the memory a uses: the pages past its length are mapped but
+// never touched, so they take no memory.
+func (a *offHeapU64s) bytes() int { return 8 * len(a.s) }
 
 // partArena hands out the index partitions of a memGen outside the Go
 // heap: arrays of 8<<c entries, carved from chunks of 64 KiB doubling to
@@ -49,7 +50,8 @@ func (a *offHeapU64s) bytes() int { return 8 * cap(a.s) }
 type partArena struct {
 	chunks []offHeapBuf
 	free   [40][][]uint64
-	// size is the memory mapped.
+	// size is the memory handed out, free lists included (the rest of the
+	// last chunk is mapped but never touched, so it takes no memory).
 	size int
 }
 
@@ -77,9 +79,9 @@ func (a *partArena) alloc(n int) []uint64 {
 		}
 		size = max(size, need)
 		a.chunks = append(a.chunks, newOffHeapBuf(size))
-		a.size += size
 		last++
 	}
+	a.size += need
 	c0 := &a.chunks[last]
 	off := len(c0.b)
 	c0.b = c0.b[:off+need]
