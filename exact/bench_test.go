@@ -327,7 +327,9 @@ func BenchmarkDiskPerKey(b *testing.B) {
 	}
 	fill := time.Since(start)
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if s.Metrics().Compact.NumInProgress == 0 && s.frozenCount() == 0 {
+		// Pebble deletes the tables Reclaim excised in the background.
+		m := s.Metrics()
+		if m.Compact.NumInProgress == 0 && s.frozenCount() == 0 && m.Table.ObsoleteSize == 0 && m.Table.ZombieSize == 0 {
 			break
 		}
 	}
