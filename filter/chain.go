@@ -91,6 +91,9 @@ func New(kind Kind, capacity uint64, fp float64) (Filter, error) {
 		}
 		return newLaneFilter(capacity, fp)
 	}
+	if kind == Fuse {
+		return nil, fmt.Errorf("filter: kind: fuse filters are built from their hashes (BuildFuse), not by New")
+	}
 	if err := validate(kind, capacity, fp); err != nil {
 		return nil, err
 	}
@@ -132,6 +135,12 @@ func EstimateBytes(kind Kind, capacity uint64, fp float64) (uint64, error) {
 			return 0, err
 		}
 		return EstimateLaneTableBytes(LaneTableConfig{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
+	}
+	if kind == Fuse {
+		if err := validate(Blocked, capacity, fp); err != nil {
+			return 0, err
+		}
+		return FuseBytes(capacity, FuseWidth(fp)), nil
 	}
 	if err := validate(kind, capacity, fp); err != nil {
 		return 0, err
@@ -320,6 +329,10 @@ type Regrower interface {
 	StopJournal()
 	// Journaling reports whether the filter keeps a journal.
 	Journaling() bool
+	// Journal returns the journal: every hash given to the filter since
+	// StartJournal, in order, nil if it keeps none. The slice is the
+	// filter's own.
+	Journal() []uint64
 	// JournalBytes returns the memory the journal holds.
 	JournalBytes() uint64
 	// Regrow rebuilds the journaling filter as one link sized for capacity
@@ -343,6 +356,9 @@ func (c *chain) StopJournal() { c.journal, c.grow = nil, nil }
 
 // Journaling implements [Regrower].
 func (c *chain) Journaling() bool { return c.journal != nil }
+
+// Journal implements [Regrower].
+func (c *chain) Journal() []uint64 { return c.journal }
 
 // JournalBytes implements [Regrower].
 func (c *chain) JournalBytes() uint64 { return 8 * uint64(cap(c.journal)) }

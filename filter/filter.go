@@ -79,6 +79,11 @@ const (
 	// one-lane table; package rotate shares one table among a ring's
 	// generations.
 	Interleaved Kind = 4
+	// Fuse is a static binary fuse filter ([FuseFilter], built by
+	// [BuildFuse] from a generation's hashes once it is sealed): package
+	// rotate keeps a ring's newest generation in a blocked filter with a
+	// journal and turns each older one into a fuse filter. New refuses it.
+	Fuse Kind = 5
 )
 
 // Kinds lists every chained backend, in a stable order. Interleaved is not
@@ -96,19 +101,21 @@ func (k Kind) String() string {
 		return "blocked"
 	case Interleaved:
 		return "interleaved"
+	case Fuse:
+		return "fuse"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// ParseKind returns the Kind named s ("bloom", "cuckoo", "blocked" or
-// "interleaved").
+// ParseKind returns the Kind named s ("bloom", "cuckoo", "blocked",
+// "interleaved" or "fuse").
 func ParseKind(s string) (Kind, error) {
-	for _, k := range append(Kinds[:len(Kinds):len(Kinds)], Interleaved) {
+	for _, k := range append(Kinds[:len(Kinds):len(Kinds)], Interleaved, Fuse) {
 		if k.String() == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("filter: unknown kind %q (want bloom, cuckoo, blocked or interleaved)", s)
+	return 0, fmt.Errorf("filter: unknown kind %q (want bloom, cuckoo, blocked, interleaved or fuse)", s)
 }
 
 // ErrCorrupt marks bytes that Unmarshal cannot accept: truncated, altered, or

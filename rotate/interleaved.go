@@ -434,8 +434,10 @@ func (r *Ring) FilterBytes() uint64 {
 		for _, g := range r.gens {
 			n += g.Filter.SizeBytes()
 		}
-		if g := r.sizing.young; g != nil {
-			n += g.Filter.(filter.Regrower).JournalBytes()
+		for _, g := range r.gens { // the young generation's, a Fuse ring's newest
+			if rg, ok := g.Filter.(filter.Regrower); ok && rg.Journaling() {
+				n += rg.JournalBytes()
+			}
 		}
 		return n
 	}

@@ -46,7 +46,9 @@ type Config struct {
 	Generations int
 	// Kind is the filter backend. With filter.Interleaved the generations
 	// share lane tables (see interleaved.go), and Generations is at most
-	// filter.MaxLanes-1.
+	// filter.MaxLanes-1. With filter.Fuse the newest generation is a
+	// blocked filter keeping a journal of its hashes and every older one a
+	// static binary fuse filter built from it (see fuse.go).
 	Kind filter.Kind
 	// Capacity is the number of distinct hashes one generation is sized for
 	// at most while the traffic stays below it (the expected rate times the
@@ -112,6 +114,9 @@ type Ring struct {
 	now int64
 	// sizing is the state of memory that follows the traffic (sizing.go).
 	sizing sizing
+	// fuse is the state of a ring of Kind filter.Fuse (fuse.go), nil for
+	// the other kinds.
+	fuse *fuseState
 }
 
 // New returns an empty ring, or an error naming the first bad field of cfg.
@@ -127,6 +132,9 @@ func New(cfg Config) (*Ring, error) {
 	}
 	if cfg.Kind == filter.Interleaved {
 		r.lanes = newLaneTables(cfg)
+	}
+	if cfg.Kind == filter.Fuse {
+		r.fuse = newFuseState(cfg)
 	}
 	r.reset()
 	return r, nil
@@ -195,6 +203,9 @@ func (r *Ring) Advance(now time.Time) (expired []uint64) {
 	if r.sizing.settle {
 		r.settleYoung()
 	}
+	if r.fuse != nil && ns >= r.fuse.sealAt {
+		r.sealDue(ns)
+	}
 	if ns < r.expireAt {
 		return nil
 	}
@@ -258,7 +269,7 @@ func (r *Ring) Get(id uint64) (*Generation, error) {
 		return nil, fmt.Errorf("rotate: generation %d: %w", id, err)
 	}
 	g := &Generation{ID: id, Filter: f}
-	if r.lanes == nil && len(r.gens) == 0 {
+	if r.lanes == nil && r.fuse == nil && len(r.gens) == 0 {
 		r.startYoung(g)
 	}
 	return r.insert(g)
@@ -299,6 +310,9 @@ func (r *Ring) insert(g *Generation) (*Generation, error) {
 	r.updateExpiry()
 	newest := r.gens[len(r.gens)-1].ID
 	r.nextAt = int64(newest+1) * r.span
+	if r.fuse != nil {
+		r.planSeal()
+	}
 	return g, nil
 }
 
