@@ -329,10 +329,6 @@ type Regrower interface {
 	StopJournal()
 	// Journaling reports whether the filter keeps a journal.
 	Journaling() bool
-	// Journal returns the journal: every hash given to the filter since
-	// StartJournal, in order, nil if it keeps none. The slice is the
-	// filter's own.
-	Journal() []uint64
 	// JournalBytes returns the memory the journal holds.
 	JournalBytes() uint64
 	// Regrow rebuilds the journaling filter as one link sized for capacity
@@ -356,9 +352,6 @@ func (c *chain) StopJournal() { c.journal, c.grow = nil, nil }
 
 // Journaling implements [Regrower].
 func (c *chain) Journaling() bool { return c.journal != nil }
-
-// Journal implements [Regrower].
-func (c *chain) Journal() []uint64 { return c.journal }
 
 // JournalBytes implements [Regrower].
 func (c *chain) JournalBytes() uint64 { return 8 * uint64(cap(c.journal)) }

@@ -1,7 +1,9 @@
 package rotate
 
 import (
+	"fmt"
 	"math"
+	"sync"
 
 	"github.com/streamdedup/dedup/filter"
 )
@@ -10,18 +12,19 @@ import (
 //
 // Only the newest generation takes new keys; once a newer one exists and
 // the clock has passed its end, a generation is sealed: its filter is
-// rebuilt as a binary fuse filter (filter.BuildFuse) from the journal of
-// hashes it kept while it was the newest, and the journal and the mutable
-// filter are dropped. A fuse filter holds 1.125*w bits a key for a rate of
-// 2^-w, where the blocked filter needs about 1.5*log2(1/p). Hashes a sealed
-// generation receives later (commits of keys observed before its end) go
-// into its fuse filter's small overflow, so nothing is lost.
+// rebuilt as a binary fuse filter (filter.BuildFuse) from the spool of
+// hashes it kept while it was the newest (a Spool: memory, or a file of the
+// state directory), and the spool and the blocked filter are dropped. A
+// fuse filter holds 1.125*w bits a key for a rate of 2^-w, where a blocked
+// filter needs about 1.5*log2(1/p). Hashes a sealed generation receives
+// later (commits of keys observed before its end) go into its fuse
+// filter's small overflow, so nothing is lost.
 //
-// The newest generation is a blocked filter keeping a journal (8 bytes a
-// key, in memory): it is rebuilt twice as large from the journal when
-// full, so it starts small and follows the traffic like the other kinds'
-// first generation. A generation restored from a snapshot while it was the
-// newest has no journal: it stays a blocked filter until it expires.
+// The newest generation is a blocked filter that spools its hashes (see
+// spooled): rebuilt twice as large from the spool when full, it starts
+// small and follows the traffic like the other kinds' first generation. A
+// generation restored from a snapshot while it was the newest has no
+// spool: it stays a blocked filter until it expires.
 //
 // The error budget: a new key is tested against the newest generation's
 // filter (rate pa) and N sealed ones (2^-w each), so pa and w are chosen
@@ -68,13 +71,23 @@ type fuseState struct {
 	// sealAt is the time (ns) from which a generation is due to be sealed;
 	// math.MaxInt64 if none is.
 	sealAt int64
-	// sealErrors counts generations whose fuse filter could not be built
-	// (they keep their blocked filter).
-	sealErrors int
+	// seals and sealErrors count generations sealed, and those whose fuse
+	// filter could not be built (they keep their blocked filter).
+	seals, sealErrors int
 }
 
+// fuseSplits memoizes fuseSplit (a few milliseconds per width): every
+// shard's ring asks for the same split.
+var fuseSplits sync.Map // [fp, generations] -> [2]float64
+
 func newFuseState(cfg Config) *fuseState {
-	w, a := fuseSplit(cfg.FalsePositiveRate, cfg.Generations)
+	key := [2]float64{cfg.FalsePositiveRate, float64(cfg.Generations)}
+	v, ok := fuseSplits.Load(key)
+	if !ok {
+		w, a := fuseSplit(cfg.FalsePositiveRate, cfg.Generations)
+		v, _ = fuseSplits.LoadOrStore(key, [2]float64{float64(w), a})
+	}
+	w, a := int(v.([2]float64)[0]), v.([2]float64)[1]
 	return &fuseState{width: w, activeFP: a, lateFP: math.Ldexp(1, -w) * fuseLateShare, sealAt: math.MaxInt64}
 }
 
@@ -88,33 +101,147 @@ func (r *Ring) FuseWidth() (width int, activeFP float64) {
 	return r.fuse.width, r.fuse.activeFP
 }
 
-// newFuseActive returns the filter of a new generation of a Fuse ring: a
-// blocked filter for capacity keys that journals its hashes and, when
-// full, is rebuilt twice as large from them.
-func (r *Ring) newFuseActive(capacity uint64) (filter.Filter, error) {
+// Spool keeps the hashes of a Fuse ring's newest generation until it is
+// sealed: in memory by default, in a file when the ring's owner gives
+// Config.NewSpool (dedup does when it has a state directory). A Spool is
+// used under the ring's lock only.
+type Spool interface {
+	// Append adds h. An error stops the spool: its generation will not be
+	// sealed (it keeps its blocked filter).
+	Append(h uint64) error
+	// Hashes returns every hash appended, in a slice the caller owns.
+	Hashes() ([]uint64, error)
+	// MemoryBytes returns the memory the spool holds.
+	MemoryBytes() uint64
+	// Close discards the spool and what it holds.
+	Close() error
+}
+
+// memSpool is the default Spool: a slice, 8 bytes a hash (up to 16 while
+// it doubles).
+type memSpool struct{ hs []uint64 }
+
+func (m *memSpool) Append(h uint64) error     { m.hs = append(m.hs, h); return nil }
+func (m *memSpool) Hashes() ([]uint64, error) { return m.hs, nil }
+func (m *memSpool) MemoryBytes() uint64       { return 8 * uint64(cap(m.hs)) }
+func (m *memSpool) Close() error              { m.hs = nil; return nil }
+
+// spooled is the newest generation's filter in a Fuse ring: a blocked
+// filter at the newest generation's target, and the spool of every hash
+// given to it. When the blocked filter is full it is rebuilt twice as large
+// from the spool (one filter at its full target, like a young generation),
+// so a generation starts small and follows the traffic. Encoded, it is its
+// blocked filter: a generation restored from it keeps that filter.
+type spooled struct {
+	filter.Filter
+	sp Spool
+	fp float64
+}
+
+// TestOrAdd implements filter.Filter: h is spooled, then added.
+func (s *spooled) TestOrAdd(h uint64) bool {
+	if s.sp == nil {
+		return s.Filter.TestOrAdd(h)
+	}
+	was := s.Filter.Test(h)
+	if err := s.sp.Append(h); err != nil {
+		s.stop()
+		return s.Filter.TestOrAdd(h)
+	}
+	if was {
+		return true
+	}
+	if c := s.Filter.Capacity(); s.Filter.Count() >= c {
+		if s.regrow(2*c) == nil {
+			return false // the rebuilt filter holds h: it was spooled
+		}
+	}
+	s.Filter.Add(h)
+	return false
+}
+
+// Add implements filter.Filter.
+func (s *spooled) Add(h uint64) { s.TestOrAdd(h) }
+
+// Prefetch implements filter.Prefetcher.
+func (s *spooled) Prefetch(h uint64) {
+	if pf, ok := s.Filter.(filter.Prefetcher); ok {
+		pf.Prefetch(h)
+	}
+}
+
+// regrow rebuilds the blocked filter for capacity keys from the spool. On
+// an error the spool is stopped and the filter chains as usual.
+func (s *spooled) regrow(capacity uint64) error {
+	hs, err := s.sp.Hashes()
+	if err == nil {
+		var f filter.Filter
+		if f, err = filter.New(filter.Blocked, max(capacity, uint64(len(hs))), s.fp); err == nil {
+			pf := f.(filter.Prefetcher)
+			for i, h := range hs {
+				if i+8 < len(hs) {
+					pf.Prefetch(hs[i+8])
+				}
+				f.Add(h)
+			}
+			s.Filter = f
+			return nil
+		}
+	}
+	s.stop()
+	return err
+}
+
+func (s *spooled) stop() {
+	if s.sp != nil {
+		_ = s.sp.Close()
+		s.sp = nil
+	}
+}
+
+// journalBytes returns the memory f holds besides its tables: the journal
+// of a young generation, the spool of a Fuse ring's newest one.
+func journalBytes(f filter.Filter) uint64 {
+	switch f := f.(type) {
+	case filter.Regrower:
+		if f.Journaling() {
+			return f.JournalBytes()
+		}
+	case *spooled:
+		if f.sp != nil {
+			return f.sp.MemoryBytes()
+		}
+	}
+	return 0
+}
+
+// newFuseActive returns the filter of a new generation id of a Fuse ring:
+// a blocked filter for capacity keys and a spool.
+func (r *Ring) newFuseActive(id, capacity uint64) (filter.Filter, error) {
 	f, err := filter.New(filter.Blocked, capacity, r.fuse.activeFP)
 	if err != nil {
 		return nil, err
 	}
-	rg := f.(filter.Regrower)
-	grow := func(keys uint64) (uint64, bool) { return 2 * max(keys, rg.(filter.Filter).Capacity()), true }
-	if err := rg.StartJournal(grow); err != nil {
-		return nil, err
+	var sp Spool = &memSpool{}
+	if r.cfg.NewSpool != nil {
+		if sp, err = r.cfg.NewSpool(id); err != nil {
+			return nil, fmt.Errorf("spool: %w", err)
+		}
 	}
-	return f, nil
+	return &spooled{Filter: f, sp: sp, fp: r.fuse.activeFP}, nil
 }
 
-// sealable reports whether g can be sealed: its filter keeps a journal.
-func sealable(g *Generation) (filter.Regrower, bool) {
-	rg, ok := g.Filter.(filter.Regrower)
-	if !ok || !rg.Journaling() {
+// sealable reports whether g can be sealed: its filter spools its hashes.
+func sealable(g *Generation) (*spooled, bool) {
+	s, ok := g.Filter.(*spooled)
+	if !ok || s.sp == nil {
 		return nil, false
 	}
-	return rg, true
+	return s, true
 }
 
 // planSeal sets when the next seal is due: the end of the oldest
-// journaling generation that is not the newest.
+// spooling generation that is not the newest.
 func (r *Ring) planSeal() {
 	r.fuse.sealAt = math.MaxInt64
 	for _, g := range r.gens[:max(len(r.gens)-1, 0)] {
@@ -134,19 +261,41 @@ func (r *Ring) sealDue(ns int64) {
 	r.planSeal()
 }
 
-// seal replaces g's journaling filter by a fuse filter built from its
-// journal. If the build fails, g keeps its blocked filter (no longer
-// journaling): more memory, no key lost.
+// seal replaces g's blocked filter by a fuse filter built from its spool.
+// If that fails, g keeps its blocked filter: more memory, no key lost.
 func (r *Ring) seal(g *Generation) {
-	rg, ok := sealable(g)
+	s, ok := sealable(g)
 	if !ok {
 		return
 	}
-	f, err := filter.BuildFuse(rg.Journal(), r.fuse.width, r.fuse.lateFP)
+	hs, err := s.sp.Hashes()
+	var f *filter.FuseFilter
+	if err == nil {
+		f, err = filter.BuildFuse(hs, r.fuse.width, r.fuse.lateFP)
+	}
+	s.stop()
 	if err != nil {
-		rg.StopJournal()
 		r.fuse.sealErrors++
+		g.Filter = s.Filter
 		return
 	}
+	r.fuse.seals++
 	g.Filter = f
+}
+
+// dropSpool discards the spool of an expired generation that was never
+// sealed.
+func dropSpool(g *Generation) {
+	if s, ok := g.Filter.(*spooled); ok {
+		s.stop()
+	}
+}
+
+// FuseSeals returns how many generations a Fuse ring has sealed, and how
+// many it could not (they kept their blocked filter).
+func (r *Ring) FuseSeals() (sealed, failed int) {
+	if r.fuse == nil {
+		return 0, 0
+	}
+	return r.fuse.seals, r.fuse.sealErrors
 }

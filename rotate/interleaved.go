@@ -434,10 +434,8 @@ func (r *Ring) FilterBytes() uint64 {
 		for _, g := range r.gens {
 			n += g.Filter.SizeBytes()
 		}
-		for _, g := range r.gens { // the young generation's, a Fuse ring's newest
-			if rg, ok := g.Filter.(filter.Regrower); ok && rg.Journaling() {
-				n += rg.JournalBytes()
-			}
+		for _, g := range r.gens {
+			n += journalBytes(g.Filter) // a young generation's journal, a Fuse ring's spool
 		}
 		return n
 	}

@@ -59,6 +59,10 @@ type Config struct {
 	// FalsePositiveRate is the target rate of a lookup across the whole
 	// ring, in (0, 1).
 	FalsePositiveRate float64
+	// NewSpool, for Kind filter.Fuse, returns the spool that keeps the
+	// hashes of new generation id until it is sealed; nil keeps them in
+	// memory (8 bytes a hash). Other kinds ignore it.
+	NewSpool func(id uint64) (Spool, error)
 }
 
 // MaxGenerations is the largest Config.Generations.
@@ -216,6 +220,7 @@ func (r *Ring) Advance(now time.Time) (expired []uint64) {
 		if r.lanes != nil {
 			r.lanes.release(r.gens[i].Filter.(*filter.LaneView))
 		}
+		dropSpool(r.gens[i])
 		if r.gens[i] == r.sizing.young {
 			r.sizing.young = nil
 		}

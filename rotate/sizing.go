@@ -110,7 +110,7 @@ func (r *Ring) newChained(id uint64) (filter.Filter, error) {
 	var f filter.Filter
 	var err error
 	if r.fuse != nil {
-		f, err = r.newFuseActive(want)
+		f, err = r.newFuseActive(id, want)
 	} else {
 		f, err = filter.New(r.cfg.Kind, want, r.perGen)
 	}
