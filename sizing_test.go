@@ -129,7 +129,7 @@ func TestFiltersFollowTraffic(t *testing.T) {
 // Every key committed New less than a window ago must be a Duplicate when
 // it comes again.
 func TestSizingNoFalseNegatives(t *testing.T) {
-	for _, kind := range []string{"blocked", "bloom"} {
+	for _, kind := range []string{"blocked", "bloom", "fuse"} {
 		for _, prob := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/prob=%v", kind, prob), func(t *testing.T) {
 				t.Parallel()
@@ -264,7 +264,7 @@ func TestEngineFPOnTarget(t *testing.T) {
 	const gens, shards, perGen, probes = 4, 2, 200_000, 400_000
 	const fp = 0.01
 	span := time.Hour
-	for _, kind := range []string{"blocked", "bloom"} {
+	for _, kind := range []string{"blocked", "bloom", "fuse"} {
 		t.Run(kind, func(t *testing.T) {
 			clk := testclock.New(t0)
 			e := openT(t, Options{Filter: kind, Probabilistic: true, Window: gens * span, Generations: gens, Shards: shards,

@@ -39,11 +39,11 @@ const fuseLateShare = 1.0 / 16
 // target of the newest generation's filter for a ring target fp over
 // generations sealed ones: the pair that meets fp with the fewest bytes a
 // key over the window at the peak (generations fuse filters and one
-// blocked filter for generations generations' keys).
+// blocked filter for generations generations' keys). Width 0: no pair
+// meets fp.
 func fuseSplit(fp float64, generations int) (width int, activeFP float64) {
 	const probe = 1 << 20
 	best := math.Inf(1)
-	width, activeFP = filter.MaxFuseWidth, PerGenerationFP(fp, generations)
 	for w := 1; w <= filter.MaxFuseWidth; w++ {
 		sealed := math.Ldexp(1, -w) * (1 + fuseLateShare)
 		rest := 1 - (1-fp)/math.Pow(1-sealed, float64(generations))
@@ -60,6 +60,17 @@ func fuseSplit(fp float64, generations int) (width int, activeFP float64) {
 		}
 	}
 	return width, activeFP
+}
+
+// FuseFits reports, as an error naming Generations, whether a Fuse ring of
+// generations generations can meet the target fp: its sealed generations'
+// fuse filters, 2^-16 each at the widest, must leave part of it to the
+// newest one.
+func FuseFits(fp float64, generations int) error {
+	if w, _ := cachedFuseSplit(fp, generations); w == 0 {
+		return fmt.Errorf("rotate: Generations %d is too many for Kind fuse at FalsePositiveRate %g: %d sealed generations at 2^-%d each take the whole target", generations, fp, generations, filter.MaxFuseWidth)
+	}
+	return nil
 }
 
 // fuseState is a Fuse ring's: the split of the target and when the next
@@ -80,14 +91,18 @@ type fuseState struct {
 // shard's ring asks for the same split.
 var fuseSplits sync.Map // [fp, generations] -> [2]float64
 
-func newFuseState(cfg Config) *fuseState {
-	key := [2]float64{cfg.FalsePositiveRate, float64(cfg.Generations)}
+func cachedFuseSplit(fp float64, generations int) (int, float64) {
+	key := [2]float64{fp, float64(generations)}
 	v, ok := fuseSplits.Load(key)
 	if !ok {
-		w, a := fuseSplit(cfg.FalsePositiveRate, cfg.Generations)
+		w, a := fuseSplit(fp, generations)
 		v, _ = fuseSplits.LoadOrStore(key, [2]float64{float64(w), a})
 	}
-	w, a := int(v.([2]float64)[0]), v.([2]float64)[1]
+	return int(v.([2]float64)[0]), v.([2]float64)[1]
+}
+
+func newFuseState(cfg Config) *fuseState {
+	w, a := cachedFuseSplit(cfg.FalsePositiveRate, cfg.Generations)
 	return &fuseState{width: w, activeFP: a, lateFP: math.Ldexp(1, -w) * fuseLateShare, sealAt: math.MaxInt64}
 }
 

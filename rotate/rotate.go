@@ -85,6 +85,11 @@ func (c *Config) validate() error {
 	if _, err := filter.ParseKind(c.Kind.String()); err != nil {
 		return fmt.Errorf("rotate: Kind: %w", err)
 	}
+	if c.Kind == filter.Fuse {
+		if err := FuseFits(c.FalsePositiveRate, c.Generations); err != nil {
+			return err
+		}
+	}
 	if c.Kind == filter.Interleaved && c.Generations+1 > filter.MaxLanes {
 		return fmt.Errorf("rotate: Generations must be at most %d with Kind interleaved (one lane each, plus one), got %d", filter.MaxLanes-1, c.Generations)
 	}
