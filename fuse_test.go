@@ -96,7 +96,7 @@ func TestFuseSeals(t *testing.T) {
 			feed(e, 2*gens)
 			clk.Advance(time.Minute) // past the end of the last generation fed
 			mustObserve(t, e, "probe-seal", New)
-			mustCommit(t, e, "") // makes the next generation
+			mustCommit(t, e, "")                       // makes the next generation
 			mustObserve(t, e, "probe-seal", Duplicate) // seals the one before
 			sealedKinds(e, "after two windows")
 			spools("after two windows", shards)
@@ -120,7 +120,7 @@ func TestFuseSeals(t *testing.T) {
 			feed(e, gens+1)
 			clk.Advance(time.Minute)
 			mustObserve(t, e, "probe-seal-2", New)
-			mustCommit(t, e, "") // makes the next generation
+			mustCommit(t, e, "")                         // makes the next generation
 			mustObserve(t, e, "probe-seal-2", Duplicate) // seals the one before
 			sealedKinds(e, "a window after the reopen")
 			spools("a window after the reopen", shards)
