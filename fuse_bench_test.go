@@ -61,7 +61,8 @@ func BenchmarkFuseWindow(b *testing.B) {
 		b.ReportMetric(float64(d.snapBytes)/float64(w.window), d.name+"-snapB/key")
 		b.ReportMetric(d.snapTime.Seconds(), d.name+"-snap-s")
 	}
-	b.ReportMetric(float64(w.sealTime.Nanoseconds())/float64(w.sealed), "fuse-seal-ns/key")
+	b.ReportMetric(float64(w.sealTime[0].Nanoseconds())/float64(w.sealed[0]), "fuse-seal-ns/key")
+	b.ReportMetric(float64(w.sealTime[1].Nanoseconds())/float64(w.sealed[1]), "fuse-dir-seal-ns/key")
 	for _, v := range w.variants {
 		v.keys, v.wall = 0, 0
 		v.fps.Store(0)
@@ -90,8 +91,10 @@ type fuseWindowBench struct {
 	window   uint64
 	variants []*fuseVariant
 	dirs     []fuseDir
-	sealTime time.Duration
-	sealed   uint64
+	// sealTime and sealed: without a state directory (spool in memory),
+	// and with one (spool files).
+	sealTime [2]time.Duration
+	sealed   [2]uint64
 }
 
 var fuseWindowOnce struct {
@@ -182,15 +185,19 @@ func buildFuseWindow(b *testing.B) *fuseWindowBench {
 		}
 		for g := range uint64(gens) {
 			for lo := uint64(0); lo < per; lo += 1 << 20 {
-				if kind == "fuse" && dir == "" && g > 0 && lo == 0 {
+				if kind == "fuse" && g > 0 && lo == 0 {
 					// The first batch after a boundary makes the new
 					// generation (at its commit), the second seals the one
 					// before in every shard.
 					observe(g*per, batch, false)
 					t0 := time.Now()
 					observe(g*per+batch, batch, false)
-					w.sealTime += time.Since(t0)
-					w.sealed += per
+					d := 0
+					if dir != "" {
+						d = 1
+					}
+					w.sealTime[d] += time.Since(t0)
+					w.sealed[d] += per
 					observe(g*per+2*batch, int(min(1<<20, per)-2*batch), false)
 					continue
 				}
@@ -228,7 +235,7 @@ func buildFuseWindow(b *testing.B) *fuseWindowBench {
 		}
 		w.dirs = append(w.dirs, d)
 	}
-	if w.sealed == 0 {
+	if w.sealed[0] == 0 || w.sealed[1] == 0 {
 		b.Fatal(fmt.Errorf("no seal timed"))
 	}
 	return w
