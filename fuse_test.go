@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -148,5 +149,13 @@ func TestFuseSeals(t *testing.T) {
 			sealedKinds(e, "rebuilt from the store")
 			check(e, "rebuilt from the store")
 		})
+	}
+}
+
+// TestFuseNeedsDir: Filter fuse without a Dir is refused by name.
+func TestFuseNeedsDir(t *testing.T) {
+	_, err := Open(Options{Filter: "fuse"})
+	if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "Filter") || !strings.Contains(err.Error(), "Dir") {
+		t.Fatalf("Open(Filter fuse, no Dir) = %v, want ErrInvalidOptions naming Filter and Dir", err)
 	}
 }
