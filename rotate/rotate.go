@@ -16,6 +16,9 @@
 // is sized from the rate measured in the one before, up to the capacity
 // the configured rate gives.
 //
+// With Kind filter.Fuse, every generation older than the newest is sealed
+// into a static binary fuse filter built from its hashes (fuse.go).
+//
 // The clock is injected: every method takes the current time. A clock that
 // steps backwards never expires anything early (expiry only ever compares the
 // current time with a generation's end) and never creates an older generation
