@@ -215,12 +215,18 @@ func (r *Ring) Advance(now time.Time) (expired []uint64) {
 	if r.sizing.settle {
 		r.settleYoung()
 	}
+	if ns >= r.expireAt {
+		expired = r.expire(now)
+	}
+	// Seal after expiring: a generation that expires now is not sealed.
 	if r.fuse != nil && ns >= r.fuse.sealAt {
 		r.sealDue(ns)
 	}
-	if ns < r.expireAt {
-		return nil
-	}
+	return expired
+}
+
+// expire drops every generation expired at now and returns their IDs.
+func (r *Ring) expire(now time.Time) (expired []uint64) {
 	oldest := r.OldestLive(now)
 	i := 0
 	for i < len(r.gens) && r.gens[i].ID < oldest {
