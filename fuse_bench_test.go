@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -15,8 +16,8 @@ import (
 
 // BenchmarkFuseWindow compares Filter fuse with blocked and interleaved on
 // a full window (BenchmarkObserveWindow's keys: 16M window keys in 4
-// generations of 4M, the timed keys going into the fifth, 2% of them
-// repeats), probabilistic, on all cores, in rounds of 64k keys taken in
+// generations of 4M, or -fusewindow.gens, the timed keys going into the
+// next, 2% of them repeats), probabilistic, on all cores, in rounds of 64k keys taken in
 // turn. Every engine has a state directory (fuse needs one; the others
 // then log their commits alike). The timed keys go into the newest
 // generation, behind four sealed ones; the newest fills as they come, so
@@ -108,15 +109,19 @@ func heapInUse() uint64 {
 	return m.HeapInuse
 }
 
+// fuseWindowGens is BenchmarkFuseWindow's Generations.
+var fuseWindowGens = flag.Int("fusewindow.gens", 4, "Generations of BenchmarkFuseWindow's engines")
+
 func buildFuseWindow(b *testing.B) *fuseWindowBench {
-	const gens, batch = 4, 1024
+	const batch = 1024
+	gens := uint64(*fuseWindowGens)
 	window := uint64(16 << 20)
 	if testing.Short() {
 		window = 1 << 20
 	}
 	per := window / gens
-	W := 4 * time.Hour
-	span := W / gens
+	W := time.Duration(gens) * time.Hour
+	span := time.Hour
 	w := &fuseWindowBench{window: window}
 	// timedKey is key i of the timed stream: 2% repeat window keys.
 	timedKey := func(k []byte, i uint64) bool {
@@ -129,7 +134,7 @@ func buildFuseWindow(b *testing.B) *fuseWindowBench {
 	}
 	build := func(kind, dir string) (*Engine, func(from uint64, n int) int) {
 		clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-		e, err := Open(Options{Dir: dir, Filter: kind, Probabilistic: true, Window: W, Generations: gens,
+		e, err := Open(Options{Dir: dir, Filter: kind, Probabilistic: true, Window: W, Generations: int(gens),
 			ExpectedRate: float64(per) / span.Seconds(), MaxInFlight: 1 << 24, Now: clk.Now, SnapshotInterval: -1})
 		if err != nil {
 			b.Fatal(err)
@@ -177,7 +182,7 @@ func buildFuseWindow(b *testing.B) *fuseWindowBench {
 			}
 			return int(fps.Load())
 		}
-		for g := range uint64(gens) {
+		for g := range gens {
 			for lo := uint64(0); lo < per; lo += 1 << 20 {
 				if kind == "fuse" && g > 0 && lo == 0 {
 					// The first batch after a boundary makes the new
