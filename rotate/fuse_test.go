@@ -1,9 +1,11 @@
 package rotate
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +153,69 @@ func TestFuseLateAndRestore(t *testing.T) {
 	}
 	if sealed == 0 {
 		t.Fatal("no generation made after the restore was sealed")
+	}
+}
+
+// failingSpool fails its Append after limit hashes, or its Hashes.
+type failingSpool struct {
+	memSpool
+	limit      int
+	failHashes bool
+}
+
+func (f *failingSpool) Append(h uint64) error {
+	if len(f.hs) >= f.limit {
+		return errors.New("disk full")
+	}
+	return f.memSpool.Append(h)
+}
+
+func (f *failingSpool) Hashes() ([]uint64, error) {
+	if f.failHashes {
+		return nil, errors.New("read error")
+	}
+	return f.memSpool.Hashes()
+}
+
+// TestFuseSpoolErrors: a spool that fails (on append, while the blocked
+// filter regrows from it, or when it is read back to seal) leaves its
+// generation a blocked filter that holds every hash: more memory, no key
+// lost.
+func TestFuseSpoolErrors(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		limit      int
+		failHashes bool
+	}{{"append", 3000, false}, {"append-early", 10, false}, {"hashes", 1 << 30, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{Window: 4 * time.Hour, Generations: 4, Kind: filter.Fuse, Capacity: 4096, FalsePositiveRate: 0.01,
+				NewSpool: func(uint64) (Spool, error) { return &failingSpool{limit: c.limit, failHashes: c.failHashes}, nil }}
+			r, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &feeder{t: t, rings: []*Ring{r}, rng: rand.New(rand.NewPCG(12, uint64(c.limit)))}
+			f.feed(t0, 3*time.Hour, 30_000)
+			f.check(t0.Add(3 * time.Hour))
+			sealed, failed := r.FuseSeals()
+			for _, g := range r.Generations()[:r.Len()-1] {
+				if _, ok := g.Filter.(*filter.FuseFilter); ok {
+					t.Fatalf("generation %d sealed from a failed spool", g.ID)
+				}
+			}
+			t.Logf("sealed %d, failed %d", sealed, failed)
+			if c.failHashes && failed == 0 {
+				t.Fatal("no seal failure counted")
+			}
+		})
+	}
+	// A spool that cannot be made fails the generation's creation.
+	r, err := New(Config{Window: time.Hour, Generations: 4, Kind: filter.Fuse, Capacity: 10, FalsePositiveRate: 0.01,
+		NewSpool: func(uint64) (Spool, error) { return nil, errors.New("no spool") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Active(t0); err == nil || !strings.Contains(err.Error(), "no spool") {
+		t.Fatalf("Active with a failing NewSpool: %v", err)
 	}
 }
