@@ -240,7 +240,10 @@ func (r *Ring) newFuseActive(id, capacity uint64) (filter.Filter, error) {
 	var sp Spool = &memSpool{}
 	if r.cfg.NewSpool != nil {
 		if sp, err = r.cfg.NewSpool(id); err != nil {
-			return nil, fmt.Errorf("spool: %w", err)
+			// The generation keeps its blocked filter (it will not be
+			// sealed): a full disk costs memory, not a commit.
+			r.fuse.sealErrors++
+			return &spooled{Filter: f, fp: r.fuse.activeFP}, nil
 		}
 	}
 	return &spooled{Filter: f, sp: sp, fp: r.fuse.activeFP}, nil
@@ -307,7 +310,8 @@ func dropSpool(g *Generation) {
 }
 
 // FuseSeals returns how many generations a Fuse ring has sealed, and how
-// many it could not (they kept their blocked filter).
+// many it could not (no spool could be made, or it failed: they keep
+// their blocked filter).
 func (r *Ring) FuseSeals() (sealed, failed int) {
 	if r.fuse == nil {
 		return 0, 0
