@@ -32,6 +32,7 @@ func FuzzOptions(f *testing.F) {
 	f.Add(int64(-1), -5.0, 1.5, "xor", -1, 1<<20, int64(-1), -1, int64(-1), -1, true)
 	f.Add(int64(time.Millisecond), math.NaN(), math.Inf(1), "cuckoo", 8, 4096, int64(time.Millisecond), 1, int64(time.Second), 1<<20, true)
 	f.Add(int64(1), 1e12, 1e-300, "blocked", 1024, 1, int64(1), 1<<40, int64(1), 1<<21, false)
+	f.Add(int64(time.Hour), 1000.0, 0.01, "fuse", 4, 2, int64(0), 10, int64(0), 16, true)
 	f.Fuzz(func(t *testing.T, window int64, rate, fp float64, kind string, gens, shards int, autoCommit int64,
 		maxInFlight int, snapInt int64, maxKey int, prob bool) {
 		o := Options{Window: time.Duration(window), ExpectedRate: rate, FalsePositiveRate: fp, Filter: kind,
@@ -54,7 +55,7 @@ func FuzzOptions(f *testing.F) {
 		if fp < 0 || fp >= 1 || math.IsNaN(fp) {
 			must = append(must, "FalsePositiveRate")
 		}
-		if kind != "" && kind != "bloom" && kind != "cuckoo" && kind != "blocked" && kind != "interleaved" {
+		if kind != "" && kind != "bloom" && kind != "cuckoo" && kind != "blocked" && kind != "interleaved" && kind != "fuse" {
 			must = append(must, "Filter")
 		}
 		if gens < 0 || gens > 1024 {

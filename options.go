@@ -46,8 +46,13 @@ type Options struct {
 	FalsePositiveRate float64
 
 	// Filter is the pre-filter backend: "bloom" (bits-and-blooms), "cuckoo"
-	// (seiflotfy) or "blocked" (cache-line-blocked Bloom, one memory line
-	// per operation). Default "blocked".
+	// (seiflotfy), "blocked" (cache-line-blocked Bloom, one memory line
+	// per operation), "interleaved" (one line for all generations) or
+	// "fuse" (the newest generation blocked, every older one a static
+	// binary fuse filter: 0.8x the memory of blocked, three lines per
+	// older generation; it needs a Dir, where the newest generation's
+	// hashes wait in files under [SpoolDir]; see docs/static.md). Default
+	// "blocked".
 	Filter string
 
 	// Probabilistic keeps no exact store: a filter hit is reported
@@ -192,9 +197,14 @@ func (o *Options) Validate() error {
 		bad("FalsePositiveRate", "must be in (0, 1), got %v", o.FalsePositiveRate)
 	}
 	if _, err := filter.ParseKind(o.Filter); err != nil {
-		bad("Filter", "must be bloom, cuckoo, blocked or interleaved, got %q", o.Filter)
+		bad("Filter", "must be bloom, cuckoo, blocked, interleaved or fuse, got %q", o.Filter)
 	} else if o.Filter == filter.Interleaved.String() && o.Generations > filter.MaxLanes-1 {
 		bad("Generations", "must be at most %d with Filter interleaved (a lane each, plus one), got %d", filter.MaxLanes-1, o.Generations)
+	} else if o.Filter == filter.Fuse.String() && o.Dir == "" {
+		bad("Filter", "fuse needs a Dir: the newest generation's hashes wait there until it is sealed (in memory they would cost 8 bytes a key, more than the static filters save)")
+	} else if o.Filter == filter.Fuse.String() && o.Generations >= 1 && o.Generations <= maxGenerations &&
+		o.FalsePositiveRate > 0 && o.FalsePositiveRate < 1 && rotate.FuseFits(o.FalsePositiveRate, o.Generations) != nil {
+		bad("Generations", "%d is too many with Filter fuse at FalsePositiveRate %g (each older generation's static filter takes at least 2^-16 of it)", o.Generations, o.FalsePositiveRate)
 	}
 	if o.Generations < 1 || o.Generations > maxGenerations {
 		bad("Generations", "must be in [1, %d], got %d", maxGenerations, o.Generations)

@@ -10,6 +10,7 @@ import (
 
 	. "github.com/streamdedup/dedup"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
@@ -21,7 +22,7 @@ var oracleEvents = flag.Int("oracle.events", 60000, "events per configuration in
 // probabilistic mode may only turn New into Duplicate, at no more than its
 // false-positive rate.
 func TestOracle(t *testing.T) {
-	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved"} {
+	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved", "fuse"} {
 		for _, prob := range []bool{false, true} {
 			for _, shards := range []int{1, 16} {
 				name := fmt.Sprintf("%s/prob=%v/shards=%d", kind, prob, shards)
@@ -39,8 +40,12 @@ func runOracle(t *testing.T, kind string, prob bool, shards int, seed uint64, ev
 	const N = 5
 	clk := testclock.New(t0)
 	// A small ExpectedRate makes the filters grow many times over.
-	e := openT(t, Options{Filter: kind, Probabilistic: prob, Shards: shards, Window: W, Generations: N,
-		ExpectedRate: 5, FalsePositiveRate: 0.01, Now: clk.Now})
+	o0 := Options{Filter: kind, Probabilistic: prob, Shards: shards, Window: W, Generations: N,
+		ExpectedRate: 5, FalsePositiveRate: 0.01, Now: clk.Now}
+	if kind == "fuse" { // it needs a Dir (for the newest generation's hashes)
+		o0.Dir, o0.FS, o0.SnapshotInterval = "/oracle", vfs.NewMem(), -1
+	}
+	e := openT(t, o0)
 	o := &oracle{window: W, span: W / N, seen: map[string]*oracleEntry{}}
 	r := rand.New(rand.NewPCG(seed, 7))
 	var history []string

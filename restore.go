@@ -111,7 +111,7 @@ func (e *Engine) restoreFrom(snap *snapshot.Snapshot, truncated uint64) error {
 		if err != nil {
 			return fmt.Errorf("%w: snapshot generation %d shard %d: %w", ErrCorrupt, g.ID, g.Shard, err)
 		}
-		if f.Kind() != e.kind {
+		if !kindFits(e.kind, f.Kind()) {
 			return fmt.Errorf("%w: snapshot generation %d holds a %v filter, want %v", ErrCorrupt, g.ID, f.Kind(), e.kind)
 		}
 		if _, err := e.shards[g.Shard].ring.Insert(&rotate.Generation{ID: g.ID, Filter: f}); err != nil {

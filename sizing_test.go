@@ -129,7 +129,7 @@ func TestFiltersFollowTraffic(t *testing.T) {
 // Every key committed New less than a window ago must be a Duplicate when
 // it comes again.
 func TestSizingNoFalseNegatives(t *testing.T) {
-	for _, kind := range []string{"blocked", "bloom"} {
+	for _, kind := range []string{"blocked", "bloom", "fuse"} {
 		for _, prob := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/prob=%v", kind, prob), func(t *testing.T) {
 				t.Parallel()
@@ -264,11 +264,15 @@ func TestEngineFPOnTarget(t *testing.T) {
 	const gens, shards, perGen, probes = 4, 2, 200_000, 400_000
 	const fp = 0.01
 	span := time.Hour
-	for _, kind := range []string{"blocked", "bloom"} {
+	for _, kind := range []string{"blocked", "bloom", "fuse"} {
 		t.Run(kind, func(t *testing.T) {
 			clk := testclock.New(t0)
-			e := openT(t, Options{Filter: kind, Probabilistic: true, Window: gens * span, Generations: gens, Shards: shards,
-				ExpectedRate: perGen / span.Seconds(), FalsePositiveRate: fp, Now: clk.Now, MaxInFlight: 1 << 20})
+			dir := "" // fuse needs one: its newest generation's hashes wait there
+			if kind == "fuse" {
+				dir = t.TempDir()
+			}
+			e := openT(t, Options{Dir: dir, Filter: kind, Probabilistic: true, Window: gens * span, Generations: gens, Shards: shards,
+				ExpectedRate: perGen / span.Seconds(), FalsePositiveRate: fp, Now: clk.Now, MaxInFlight: 1 << 20, SnapshotInterval: -1})
 			const batch = 4000
 			keys := make([][]byte, batch)
 			out := make([]Verdict, batch)

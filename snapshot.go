@@ -68,7 +68,7 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 		for _, g := range s.ring.Generations() {
 			f := g.Filter
 			sg := snapshot.Generation{
-				ID: g.ID, Shard: uint32(i), Count: f.Count(), Kind: e.kind,
+				ID: g.ID, Shard: uint32(i), Count: f.Count(), Kind: f.Kind(),
 				Start: e.timing.Start(g.ID).UnixNano(), End: e.timing.End(g.ID).UnixNano(),
 				// A past generation with no key in flight can never
 				// change again: no new key goes into it.

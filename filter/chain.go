@@ -91,6 +91,9 @@ func New(kind Kind, capacity uint64, fp float64) (Filter, error) {
 		}
 		return newLaneFilter(capacity, fp)
 	}
+	if kind == Fuse {
+		return nil, fmt.Errorf("filter: kind: fuse filters are built from their hashes (BuildFuse), not by New")
+	}
 	if err := validate(kind, capacity, fp); err != nil {
 		return nil, err
 	}
@@ -132,6 +135,12 @@ func EstimateBytes(kind Kind, capacity uint64, fp float64) (uint64, error) {
 			return 0, err
 		}
 		return EstimateLaneTableBytes(LaneTableConfig{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
+	}
+	if kind == Fuse {
+		if err := validate(Blocked, capacity, fp); err != nil {
+			return 0, err
+		}
+		return FuseBytes(capacity, FuseWidth(fp)), nil
 	}
 	if err := validate(kind, capacity, fp); err != nil {
 		return 0, err

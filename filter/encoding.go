@@ -171,6 +171,13 @@ func Unmarshal(data []byte) (Filter, error) {
 		}
 		return v, nil
 	}
+	if string(data[:4]) == fuseMagic {
+		f, err := unmarshalFuse(data)
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
 	if string(data[:4]) != magic {
 		return nil, corrupt("bad magic %q", data[:4])
 	}

@@ -43,8 +43,10 @@
 //	bloom     1.21 B   1.81 B    k = 7 / 10 random cache lines
 //	blocked   1.27 B   1.98 B    1 cache line
 //	cuckoo    6-12 B   63-125 B  2 cache lines (table rounded up to 2^n)
+//	fuse      1.02 B   1.46 B    3 cache lines (static: 7 and 10-bit
+//	                             fingerprints, 2^-w = 0.78% and 0.098%)
 //
-// Three backends:
+// Three growable backends, and a static one:
 //
 //   - Bloom: github.com/bits-and-blooms/bloom/v3, k probes spread over the
 //     whole bit array (k cache misses per operation on a large filter).
@@ -58,6 +60,11 @@
 //     it never grows.
 //   - Blocked: a cache-line-blocked Bloom filter of our own: all k bits of a
 //     key fall in one 64-byte line, so an operation costs one cache miss.
+//   - Fuse: [FuseFilter], a binary fuse filter built once by [BuildFuse]
+//     from a set of hashes (github.com/FastFilter/xorfilter), with
+//     fingerprints of any width up to 16 bits; hashes added later go to a
+//     small blocked overflow. New refuses it: package rotate builds one for
+//     each generation that no longer takes new keys.
 package filter
 
 import (
@@ -79,6 +86,11 @@ const (
 	// one-lane table; package rotate shares one table among a ring's
 	// generations.
 	Interleaved Kind = 4
+	// Fuse is a static binary fuse filter ([FuseFilter], built by
+	// [BuildFuse] from a generation's hashes once it is sealed): package
+	// rotate keeps a ring's newest generation in a blocked filter with a
+	// journal and turns each older one into a fuse filter. New refuses it.
+	Fuse Kind = 5
 )
 
 // Kinds lists every chained backend, in a stable order. Interleaved is not
@@ -96,19 +108,21 @@ func (k Kind) String() string {
 		return "blocked"
 	case Interleaved:
 		return "interleaved"
+	case Fuse:
+		return "fuse"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// ParseKind returns the Kind named s ("bloom", "cuckoo", "blocked" or
-// "interleaved").
+// ParseKind returns the Kind named s ("bloom", "cuckoo", "blocked",
+// "interleaved" or "fuse").
 func ParseKind(s string) (Kind, error) {
-	for _, k := range append(Kinds[:len(Kinds):len(Kinds)], Interleaved) {
+	for _, k := range append(Kinds[:len(Kinds):len(Kinds)], Interleaved, Fuse) {
 		if k.String() == s {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("filter: unknown kind %q (want bloom, cuckoo, blocked or interleaved)", s)
+	return 0, fmt.Errorf("filter: unknown kind %q (want bloom, cuckoo, blocked, interleaved or fuse)", s)
 }
 
 // ErrCorrupt marks bytes that Unmarshal cannot accept: truncated, altered, or

@@ -434,8 +434,8 @@ func (r *Ring) FilterBytes() uint64 {
 		for _, g := range r.gens {
 			n += g.Filter.SizeBytes()
 		}
-		if g := r.sizing.young; g != nil {
-			n += g.Filter.(filter.Regrower).JournalBytes()
+		for _, g := range r.gens {
+			n += journalBytes(g.Filter) // a young generation's journal, a Fuse ring's spool
 		}
 		return n
 	}

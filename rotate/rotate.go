@@ -16,6 +16,9 @@
 // is sized from the rate measured in the one before, up to the capacity
 // the configured rate gives.
 //
+// With Kind filter.Fuse, every generation older than the newest is sealed
+// into a static binary fuse filter built from its hashes (fuse.go).
+//
 // The clock is injected: every method takes the current time. A clock that
 // steps backwards never expires anything early (expiry only ever compares the
 // current time with a generation's end) and never creates an older generation
@@ -46,7 +49,9 @@ type Config struct {
 	Generations int
 	// Kind is the filter backend. With filter.Interleaved the generations
 	// share lane tables (see interleaved.go), and Generations is at most
-	// filter.MaxLanes-1.
+	// filter.MaxLanes-1. With filter.Fuse the newest generation is a
+	// blocked filter keeping a journal of its hashes and every older one a
+	// static binary fuse filter built from it (see fuse.go).
 	Kind filter.Kind
 	// Capacity is the number of distinct hashes one generation is sized for
 	// at most while the traffic stays below it (the expected rate times the
@@ -57,6 +62,10 @@ type Config struct {
 	// FalsePositiveRate is the target rate of a lookup across the whole
 	// ring, in (0, 1).
 	FalsePositiveRate float64
+	// NewSpool, for Kind filter.Fuse, returns the spool that keeps the
+	// hashes of new generation id until it is sealed; nil keeps them in
+	// memory (8 bytes a hash). Other kinds ignore it.
+	NewSpool func(id uint64) (Spool, error)
 }
 
 // MaxGenerations is the largest Config.Generations.
@@ -78,6 +87,11 @@ func (c *Config) validate() error {
 	}
 	if _, err := filter.ParseKind(c.Kind.String()); err != nil {
 		return fmt.Errorf("rotate: Kind: %w", err)
+	}
+	if c.Kind == filter.Fuse {
+		if err := FuseFits(c.FalsePositiveRate, c.Generations); err != nil {
+			return err
+		}
 	}
 	if c.Kind == filter.Interleaved && c.Generations+1 > filter.MaxLanes {
 		return fmt.Errorf("rotate: Generations must be at most %d with Kind interleaved (one lane each, plus one), got %d", filter.MaxLanes-1, c.Generations)
@@ -112,6 +126,9 @@ type Ring struct {
 	now int64
 	// sizing is the state of memory that follows the traffic (sizing.go).
 	sizing sizing
+	// fuse is the state of a ring of Kind filter.Fuse (fuse.go), nil for
+	// the other kinds.
+	fuse *fuseState
 }
 
 // New returns an empty ring, or an error naming the first bad field of cfg.
@@ -127,6 +144,9 @@ func New(cfg Config) (*Ring, error) {
 	}
 	if cfg.Kind == filter.Interleaved {
 		r.lanes = newLaneTables(cfg)
+	}
+	if cfg.Kind == filter.Fuse {
+		r.fuse = newFuseState(cfg)
 	}
 	r.reset()
 	return r, nil
@@ -195,9 +215,18 @@ func (r *Ring) Advance(now time.Time) (expired []uint64) {
 	if r.sizing.settle {
 		r.settleYoung()
 	}
-	if ns < r.expireAt {
-		return nil
+	if ns >= r.expireAt {
+		expired = r.expire(now)
 	}
+	// Seal after expiring: a generation that expires now is not sealed.
+	if r.fuse != nil && ns >= r.fuse.sealAt {
+		r.sealDue(ns)
+	}
+	return expired
+}
+
+// expire drops every generation expired at now and returns their IDs.
+func (r *Ring) expire(now time.Time) (expired []uint64) {
 	oldest := r.OldestLive(now)
 	i := 0
 	for i < len(r.gens) && r.gens[i].ID < oldest {
@@ -205,6 +234,7 @@ func (r *Ring) Advance(now time.Time) (expired []uint64) {
 		if r.lanes != nil {
 			r.lanes.release(r.gens[i].Filter.(*filter.LaneView))
 		}
+		dropSpool(r.gens[i])
 		if r.gens[i] == r.sizing.young {
 			r.sizing.young = nil
 		}
@@ -258,7 +288,7 @@ func (r *Ring) Get(id uint64) (*Generation, error) {
 		return nil, fmt.Errorf("rotate: generation %d: %w", id, err)
 	}
 	g := &Generation{ID: id, Filter: f}
-	if r.lanes == nil && len(r.gens) == 0 {
+	if r.lanes == nil && r.fuse == nil && len(r.gens) == 0 {
 		r.startYoung(g)
 	}
 	return r.insert(g)
@@ -299,6 +329,9 @@ func (r *Ring) insert(g *Generation) (*Generation, error) {
 	r.updateExpiry()
 	newest := r.gens[len(r.gens)-1].ID
 	r.nextAt = int64(newest+1) * r.span
+	if r.fuse != nil {
+		r.planSeal()
+	}
 	return g, nil
 }
 

@@ -107,7 +107,13 @@ func (r *Ring) newChained(id uint64) (filter.Filter, error) {
 			want = sizeFor(m, c)
 		}
 	}
-	f, err := filter.New(r.cfg.Kind, want, r.perGen)
+	var f filter.Filter
+	var err error
+	if r.fuse != nil {
+		f, err = r.newFuseActive(id, want)
+	} else {
+		f, err = filter.New(r.cfg.Kind, want, r.perGen)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -119,6 +119,11 @@ func runKafka(e *env, args []string) error {
 			return usagef("kafka: --%s is required", f.name)
 		}
 	}
+	if c.metrics != "" {
+		if err := checkAddr("--metrics", c.metrics); err != nil {
+			return err
+		}
+	}
 	explicit := explicitFlags(fs)
 	if c.key != "" && explicit["key-from"] {
 		return usagef("kafka: --key and --key-from are exclusive")

@@ -125,12 +125,16 @@ func (s *stringList) Set(v string) error {
 }
 
 // checkAddr checks the HOST:PORT value addr of the flag fl (a listen
-// address) before anything is opened: a malformed one is bad usage naming
-// the flag, unlike a port in use, which only listening finds.
+// address) before anything is opened: a malformed one, or a host that does
+// not resolve, is bad usage naming the flag, unlike a port in use, which
+// only listening finds.
 func checkAddr(fl, addr string) error {
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err == nil {
 		_, err = net.LookupPort("tcp", port)
+	}
+	if err == nil && host != "" && net.ParseIP(host) == nil {
+		_, err = net.LookupHost(host)
 	}
 	if err != nil {
 		return usagef("%s %q: want HOST:PORT, e.g. 127.0.0.1:9090: %w", fl, addr, err)

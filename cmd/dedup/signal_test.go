@@ -77,11 +77,16 @@ func TestInterruptedPromisesResume(t *testing.T) {
 }
 
 // TestMetricsBadAddressExit1: a malformed --metrics (or serve's --listen)
-// address, bad usage, exited with status 1 like a port in use.
+// address, bad usage, exited with status 1 like a port in use; so did a
+// host that does not resolve, and dedup kafka did not check --metrics
+// before joining its group.
 func TestMetricsBadAddressExit1(t *testing.T) {
 	for _, args := range [][]string{
 		{"filter", "--key", "id", "--metrics", "bogus"},
 		{"filter", "--key", "id", "--metrics", "127.0.0.1:99999"},
+		{"filter", "--key", "id", "--metrics", "nonsense.invalid:9090"},
+		{"kafka", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "t", "--out-topic", "o",
+			"--state", t.TempDir(), "--metrics", "nonsense.invalid:9090"},
 		{"serve", "--metrics", "localhost"},
 		{"serve", "--listen", "127.0.0.1:-1"},
 	} {
