@@ -159,3 +159,32 @@ func TestFuseNeedsDir(t *testing.T) {
 		t.Fatalf("Open(Filter fuse, no Dir) = %v, want ErrInvalidOptions naming Filter and Dir", err)
 	}
 }
+
+// TestFuseCloseDropsSpools: Close left the newest generation's spool
+// files open and on disk (8 bytes a key, one file a shard): a program that
+// opens and closes engines (dedup kafka, at each rebalance) leaked their
+// descriptors, and a finished `dedup filter` left them in DIR/spool.
+func TestFuseCloseDropsSpools(t *testing.T) {
+	mem := vfs.NewMem()
+	clk := testclock.New(t0)
+	opts := Options{Dir: "/f", FS: mem, Filter: "fuse", Window: time.Hour, Shards: 4, Now: clk.Now}
+	e := openT(t, opts)
+	for i := range 1000 {
+		mustObserve(t, e, fmt.Sprintf("k%d", i), New)
+	}
+	mustCommit(t, e, "")
+	if names, err := mem.List("/f/" + SpoolDir); err != nil || len(names) == 0 {
+		t.Fatalf("spool folder before Close: %v, %v; want a file a shard", names, err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := mem.List("/f/" + SpoolDir); err != nil || len(names) != 0 {
+		t.Fatalf("spool folder after Close: %v, %v; want it empty", names, err)
+	}
+	e = openT(t, opts)
+	mustObserve(t, e, "k1", Duplicate)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
