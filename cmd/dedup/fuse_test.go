@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/streamdedup/dedup/resp"
 )
 
 // TestFuseFlagErrors: the errors of --filter fuse named the library's
@@ -39,5 +42,42 @@ func TestFuseFlagErrors(t *testing.T) {
 				t.Errorf("%v: %q names the library's %s", tc.args, stderr, w)
 			}
 		}
+	}
+}
+
+// TestServeFuse: `dedup serve --state DIR --filter fuse` refused to start
+// ("Filter fuse needs a Dir", exit 2) although DIR was given: the server's
+// engine options were checked before a table had its folder. Without
+// --state the refusal names the flags.
+func TestServeFuse(t *testing.T) {
+	if code, _, stderr := runCmd(t, "", "serve", "--listen", "127.0.0.1:0", "--filter", "fuse"); code != exitBad ||
+		!strings.Contains(stderr, "--filter") || !strings.Contains(stderr, "--state DIR") {
+		t.Errorf("serve --filter fuse without --state: exit %d, %q; want %d naming --filter and --state DIR", code, stderr, exitBad)
+	}
+	dir := t.TempDir()
+	addr, stop := serveInProcess(t, "--state", dir, "--filter", "fuse")
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	for i, want := range []bool{true, false} {
+		ok, err := c.SetNX(t.Context(), "order:42", 1, 0).Result()
+		if err != nil || ok != want {
+			t.Fatalf("SET NX %d: %v, %v; want %v", i, ok, err, want)
+		}
+	}
+	if err := c.Do(t.Context(), "BF.RESERVE", "t", "0.01", "1000").Err(); err != nil {
+		t.Fatalf("BF.RESERVE of a fuse table: %v", err)
+	}
+	if v, err := c.Do(t.Context(), "BF.ADD", "t", "a").Int(); err != nil || v != 1 {
+		t.Fatalf("BF.ADD: %v, %v", v, err)
+	}
+	if code, stderr := stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if code, stdout, stderr := runCmd(t, "", "stats", resp.EngineDir(dir, resp.DefaultTable)); code != 0 || !strings.Contains(stdout, "fuse filter") {
+		t.Errorf("stats of the default table: exit %d, %s%s", code, stdout, stderr)
+	}
+	// dedup stats checks the flags it is given against the state.
+	if code, _, stderr := runCmd(t, "", "stats", "--filter", "fuse", resp.EngineDir(dir, resp.DefaultTable)); code != 0 {
+		t.Errorf("stats --filter fuse of a fuse state: exit %d, %s", code, stderr)
 	}
 }
