@@ -167,6 +167,7 @@ func (e *Engine) Close() error {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.closed = true
+		s.ring.CloseSpools() // Filter fuse: the newest generation's spool file
 		s.mu.Unlock()
 	}
 	if n := e.inflightCount.Load(); n > 0 {

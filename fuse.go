@@ -23,8 +23,10 @@ const SpoolDir = "spool"
 // memory; none otherwise (the ring keeps them in memory). The folder is
 // emptied first: a spool of an earlier run is never read (a generation
 // restored from a snapshot keeps its blocked filter until it expires, one
-// rebuilt from the log or the store spools its hashes again).
-func fuseSpools(cfg *rotate.Config, fs vfs.FS, dir string, persistent bool) error {
+// rebuilt from the log or the store spools its hashes again). A spool that
+// cannot be made, written or read back (a full disk) leaves its generation
+// unsealed, and logf says so once a generation.
+func fuseSpools(cfg *rotate.Config, fs vfs.FS, dir string, persistent bool, logf func(string, ...any)) error {
 	if cfg.Kind != filter.Fuse || !persistent {
 		return nil
 	}
@@ -42,13 +44,20 @@ func fuseSpools(cfg *rotate.Config, fs vfs.FS, dir string, persistent bool) erro
 		}
 	}
 	var seq atomic.Uint64
+	var logged atomic.Uint64 // 1 + the generation last reported
+	report := func(id uint64, err error) {
+		if logged.Swap(id+1) != id+1 {
+			logf("dedup: fuse spool of generation %d: %v: a shard whose spool failed keeps the generation's blocked filter (more memory, no key lost)", id, err)
+		}
+	}
 	cfg.NewSpool = func(id uint64) (rotate.Spool, error) {
 		path := fs.PathJoin(sdir, fmt.Sprintf("%d-%d.hashes", id, seq.Add(1)))
 		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 		if err != nil {
+			report(id, err)
 			return nil, err
 		}
-		return &fileSpool{fs: fs, path: path, f: f, buf: make([]byte, 0, spoolBuffer)}, nil
+		return &fileSpool{fs: fs, path: path, f: f, buf: make([]byte, 0, spoolBuffer), id: id, report: report}, nil
 	}
 	return nil
 }
@@ -65,13 +74,19 @@ type fileSpool struct {
 	f    vfs.File
 	buf  []byte
 	n    uint64 // hashes written to f
+	// id is the generation spooled; report logs a failure.
+	id     uint64
+	report func(id uint64, err error)
 }
 
 // Append implements rotate.Spool.
 func (s *fileSpool) Append(h uint64) error {
 	s.buf = binary.LittleEndian.AppendUint64(s.buf, h)
 	if len(s.buf) == cap(s.buf) {
-		return s.flush()
+		if err := s.flush(); err != nil {
+			s.report(s.id, err)
+			return err
+		}
 	}
 	return nil
 }
@@ -90,6 +105,14 @@ func (s *fileSpool) flush() error {
 
 // Hashes implements rotate.Spool: the file read back whole.
 func (s *fileSpool) Hashes() ([]uint64, error) {
+	hs, err := s.hashes()
+	if err != nil {
+		s.report(s.id, err)
+	}
+	return hs, err
+}
+
+func (s *fileSpool) hashes() ([]uint64, error) {
 	if err := s.flush(); err != nil {
 		return nil, err
 	}

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	. "github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/internal/testclock"
@@ -157,5 +159,81 @@ func TestFuseNeedsDir(t *testing.T) {
 	_, err := Open(Options{Filter: "fuse"})
 	if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "Filter") || !strings.Contains(err.Error(), "Dir") {
 		t.Fatalf("Open(Filter fuse, no Dir) = %v, want ErrInvalidOptions naming Filter and Dir", err)
+	}
+}
+
+// TestFuseCloseDropsSpools: Close left the newest generation's spool
+// files open and on disk (8 bytes a key, one file a shard): a program that
+// opens and closes engines (dedup kafka, at each rebalance) leaked their
+// descriptors, and a finished `dedup filter` left them in DIR/spool.
+func TestFuseCloseDropsSpools(t *testing.T) {
+	mem := vfs.NewMem()
+	clk := testclock.New(t0)
+	opts := Options{Dir: "/f", FS: mem, Filter: "fuse", Window: time.Hour, Shards: 4, Now: clk.Now}
+	e := openT(t, opts)
+	for i := range 1000 {
+		mustObserve(t, e, fmt.Sprintf("k%d", i), New)
+	}
+	mustCommit(t, e, "")
+	if names, err := mem.List("/f/" + SpoolDir); err != nil || len(names) == 0 {
+		t.Fatalf("spool folder before Close: %v, %v; want a file a shard", names, err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := mem.List("/f/" + SpoolDir); err != nil || len(names) != 0 {
+		t.Fatalf("spool folder after Close: %v, %v; want it empty", names, err)
+	}
+	e = openT(t, opts)
+	mustObserve(t, e, "k1", Duplicate)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFuseSpoolFailureLogged: a spool that could not be made or written
+// (a full disk under DIR/spool) left its generation unsealed, at the
+// blocked filter's memory, without a word: `dedup filter --stats` looked
+// like a run that sealed. It is logged now, once a generation, and no
+// committed key is lost.
+func TestFuseSpoolFailureLogged(t *testing.T) {
+	for name, kind := range map[string]errorfs.OpKind{"create": errorfs.OpCreate, "write": errorfs.OpFileWrite} {
+		t.Run(name, func(t *testing.T) {
+			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if op.Kind == kind && strings.Contains(op.Path, "/"+SpoolDir+"/") {
+					return errorfs.ErrInjected
+				}
+				return nil
+			})
+			var mu sync.Mutex
+			var logs []string
+			clk := testclock.New(t0)
+			opts := Options{Dir: "/f", FS: errorfs.Wrap(vfs.NewMem(), inj), Filter: "fuse", Window: time.Hour, Shards: 2,
+				Now: clk.Now, Logf: func(format string, args ...any) {
+					mu.Lock()
+					logs = append(logs, fmt.Sprintf(format, args...))
+					mu.Unlock()
+				}}
+			e := openT(t, opts)
+			const n = 20000 // over a 16 KiB spool buffer a shard
+			for i := range n {
+				mustObserve(t, e, fmt.Sprintf("k%d", i), New)
+			}
+			mustCommit(t, e, "")
+			for i := range n {
+				mustObserve(t, e, fmt.Sprintf("k%d", i), Duplicate)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var spoolLogs []string
+			for _, l := range logs {
+				if strings.Contains(l, "spool") {
+					spoolLogs = append(spoolLogs, l)
+				}
+			}
+			if len(spoolLogs) != 1 || !strings.Contains(spoolLogs[0], errorfs.ErrInjected.Error()) {
+				t.Fatalf("spool failures logged: %q, want one line with the error", spoolLogs)
+			}
+		})
 	}
 }

@@ -194,7 +194,7 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	}
 	span := opts.Window / time.Duration(opts.Generations)
 	cfg := ringConfig(kind, opts)
-	if err := fuseSpools(&cfg, fs, dir, opts.Dir != ""); err != nil {
+	if err := fuseSpools(&cfg, fs, dir, opts.Dir != "", e.logf); err != nil {
 		return nil, err
 	}
 	need, err := checkMemory(kind, cfg, opts)

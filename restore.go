@@ -190,6 +190,7 @@ func (e *Engine) raiseNewestGen(gen uint64) {
 // resetFilters empties every ring (after a failed restore).
 func (e *Engine) resetFilters() {
 	for i := range e.shards {
+		e.shards[i].ring.CloseSpools()
 		r, err := rotate.New(e.timing.Config())
 		if err != nil {
 			panic(err) // the same config built e.timing

@@ -219,6 +219,10 @@ func (c *Config) validate() error {
 	}
 	eo := c.Engine
 	eo.EnsureDefaults()
+	if c.StateDir != "" && eo.Dir == "" {
+		// Checked as a partition's engine is opened: Filter fuse needs a Dir.
+		eo.Dir = filepath.Join(c.StateDir, c.Topic+"-0")
+	}
 	if err := eo.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: Engine: %w", ErrInvalidConfig, err))
 	}

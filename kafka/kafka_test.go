@@ -297,6 +297,14 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "FalsePositiveRate") {
 		t.Errorf("bad engine option: %v", err)
 	}
+	// Filter fuse needs a Dir, which each partition's engine has under
+	// StateDir: `dedup kafka --state DIR --filter fuse` was refused with
+	// "Filter fuse needs a Dir".
+	cfg.Engine.FalsePositiveRate = 0
+	cfg.Engine.Filter = "fuse"
+	if _, err := New(cfg); err != nil {
+		t.Errorf("Filter fuse with a StateDir: %v", err)
+	}
 	if _, err := ParseKeyFrom("header:"); err == nil {
 		t.Error("ParseKeyFrom accepted an empty header name")
 	}

@@ -184,7 +184,13 @@ func (c *Config) Validate() error {
 	if c.Engine.AutoCommit != 0 {
 		bad = append(bad, "Engine.AutoCommit is set: the server commits by Fsync")
 	}
-	err := c.Engine.Validate()
+	// Each table's engine gets its own folder under Dir: check the
+	// template as a table would be opened (Filter fuse needs a Dir).
+	eo := c.Engine
+	if c.Dir != "" && eo.Dir == "" {
+		eo.Dir = EngineDir(c.Dir, DefaultTable)
+	}
+	err := eo.Validate()
 	if len(bad) == 0 && err == nil {
 		return nil
 	}

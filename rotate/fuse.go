@@ -309,6 +309,19 @@ func dropSpool(g *Generation) {
 	}
 }
 
+// CloseSpools discards the spools of a Fuse ring's generations, their
+// files and buffers, when the ring's owner is done with it: none is read
+// after a restart. The generations keep their blocked filters and are
+// not sealed after this.
+func (r *Ring) CloseSpools() {
+	for _, g := range r.gens {
+		dropSpool(g)
+	}
+	if r.fuse != nil {
+		r.planSeal()
+	}
+}
+
 // FuseSeals returns how many generations a Fuse ring has sealed, and how
 // many it could not (no spool could be made, or it failed: they keep
 // their blocked filter).

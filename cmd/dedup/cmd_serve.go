@@ -104,6 +104,15 @@ func runServe(e *env, args []string) error {
 		}
 	}
 	opts := c.engine.options("")
+	// The engine's options, as the default table's engine gets them:
+	// a bad value is an error naming its flag.
+	tableDir := ""
+	if c.state != "" {
+		tableDir = resp.EngineDir(c.state, resp.DefaultTable)
+	}
+	if err := checkOptions(c.engine.options(tableDir), explicitFlags(fs)); err != nil {
+		return err
+	}
 	if c.state != "" {
 		// The default table keeps the shape it was created with; a flag
 		// that contradicts it is an error naming both.

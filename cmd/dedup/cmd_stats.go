@@ -194,7 +194,8 @@ func runStats(e *env, args []string) error {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
-	if err := checkOptions(c.engine.options(""), c.explicit); err != nil {
+	// With the state's directory: --filter fuse needs one.
+	if err := checkOptions(c.engine.options(pos[0]), c.explicit); err != nil {
 		return err
 	}
 	dir := pos[0]

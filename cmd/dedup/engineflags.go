@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -95,6 +96,21 @@ var optionFlags = map[string]string{
 	"MaxKeySize":        "--max-key",
 }
 
+// optionWord matches the name of an option in a reason Options.Validate
+// gives ("with Filter fuse at FalsePositiveRate 1e-09", "needs a Dir").
+var optionWord = regexp.MustCompile(`\b(a Dir|Dir|Window|ExpectedRate|FalsePositiveRate|Filter|Generations|Shards|MaxKeySize)\b`)
+
+// flagWords rewrites the option names in why into the flags that set
+// them: a user of the command never sees Options.
+func flagWords(why string) string {
+	return optionWord.ReplaceAllStringFunc(why, func(w string) string {
+		if w == "a Dir" || w == "Dir" {
+			return "--state DIR"
+		}
+		return optionFlags[w]
+	})
+}
+
 // checkOptions validates the options o that flags set, before the engine
 // fills its defaults in: a flag given a zero or out-of-range value is bad
 // usage naming it, never replaced by the default. Options whose flag was
@@ -138,7 +154,7 @@ func checkOptions(o dedup.Options, explicit map[string]bool) error {
 		msg := strings.TrimPrefix(e.Error(), dedup.ErrInvalidOptions.Error()+": ")
 		name, why, _ := strings.Cut(msg, " ")
 		if fl, ok := optionFlags[name]; ok {
-			msg = fl + ": " + why
+			msg = fl + ": " + flagWords(why)
 		}
 		msgs = append(msgs, msg)
 	}
