@@ -43,7 +43,8 @@ func checkAgainstEncodingJSON(t *testing.T, line []byte) {
 	}
 	var m map[string]json.RawMessage
 	err := json.Unmarshal(line, &m)
-	if notObject != (err != nil) {
+	// encoding/json leaves the map nil, without an error, for null.
+	if notObject != (err != nil || m == nil) {
 		t.Fatalf("scan(%q) notObject=%v, Unmarshal into a map: %v", line, notObject, err)
 	}
 	if notObject {
