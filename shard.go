@@ -151,6 +151,15 @@ func (s *shard) doneInFlight(h uint64, key []byte, exactMode bool) bool {
 	return s.inflight.has(h, key, exactMode) || hasIn(s.older, h, key, exactMode) || hasIn(s.committing, h, key, exactMode)
 }
 
+// otherInFlight is inFlight without the set newKeys returns: the sets a
+// key observed now cannot join.
+func (s *shard) otherInFlight(h uint64, key []byte, exactMode bool) bool {
+	if s.undone != nil {
+		return s.doneInFlight(h, key, exactMode)
+	}
+	return hasIn(s.older, h, key, exactMode) || hasIn(s.committing, h, key, exactMode)
+}
+
 // newKeys returns the set a key observed New joins: undone under
 // ExplicitDone, until Done; inflight otherwise.
 func (s *shard) newKeys() *inflightSet {
