@@ -2,6 +2,8 @@ package dedup_test
 
 import (
 	"encoding/binary"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
@@ -24,11 +26,25 @@ import (
 // each sees the same load; each processes b.N keys. Reported per variant:
 // Mkeys/s (wall), filter bytes per window key, and the ratios of
 // interleaved to the others. Keep b.N at most 4M (-benchtime=2000000x).
-// -short uses a 1M-key window.
+// -short uses a 1M-key window. OBSERVE_WINDOW_CPUPROFILE=file writes a CPU
+// profile of the timed rounds alone.
 //
 //	go test -run '^$' -bench BenchmarkObserveWindow -benchtime=2000000x .
 func BenchmarkObserveWindow(b *testing.B) {
 	w := observeWindow(b)
+	if path := os.Getenv("OBSERVE_WINDOW_CPUPROFILE"); path != "" {
+		// The timed rounds only: -cpuprofile would mostly show the window's
+		// build.
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	const round = 256 << 10
 	for done := 0; done < b.N; done += round {
 		n := min(round, b.N-done)
@@ -46,6 +62,9 @@ func BenchmarkObserveWindow(b *testing.B) {
 		b.ReportMetric(float64(v.bytes())/float64(w.window), v.name+"-B/key")
 		if i != 1 {
 			b.ReportMetric(v.wall.Seconds()/w.variants[1].wall.Seconds(), "interleaved-x-"+v.name)
+		}
+		if i == 0 {
+			b.ReportMetric(w.variants[2].wall.Seconds()/v.wall.Seconds(), "blocked-x-bitsandblooms")
 		}
 	}
 	for _, v := range w.variants {

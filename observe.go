@@ -109,51 +109,73 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 	}
 	now := e.opts.Now()
 	gen := e.generationFor(now)
+	// Shards another caller holds are left for a second pass, so that
+	// concurrent batches, which visit the shards in the same order, do not
+	// queue behind each other shard after shard.
+	busy := b.busy[:0]
 	for si := range e.shards {
-		lo, hi := b.start[si], b.start[si+1]
-		if lo == hi {
+		if b.start[si] == b.start[si+1] {
 			continue
 		}
 		s := &e.shards[si]
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return ErrClosed
+		if !s.mu.TryLock() {
+			busy = append(busy, int32(si))
+			continue
 		}
-		s.ring.Advance(now)
-		s.rollEpoch(e.epoch.Load())
-		group := b.order[lo:hi]
-		maybe := b.probe(s.ring, group)
-		inflight := b.probeInflight(s, group, keys, e.exactMode)
-		a := admit{gen: gen}
-		e.reserve(&a, len(group))
-		// The set new keys join is asked here, key by key in order, not by
-		// probeInflight: a key first observed earlier in this group is in
-		// it by then, and the lookup finds the slot the insert takes.
-		nk := s.newKeys()
-		for _, i := range group[:min(prefetchAhead, len(group))] {
-			nk.prefetchSlot(b.hashes[i])
+		if err := e.observeGroup(s, b, b.order[b.start[si]:b.start[si+1]], keys, out, now, gen); err != nil {
+			return err
 		}
-		for j, i := range group {
-			if k := j + prefetchAhead; k < len(group) {
-				nk.prefetchSlot(b.hashes[group[k]])
-			}
-			inFlight := inflight[j]
-			var slot uint64
-			if !inFlight {
-				slot, inFlight = nk.findSlot(b.hashes[i], keys[i], e.exactMode)
-			}
-			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, slot, &a)
-			if err != nil {
-				e.finish(s, &a)
-				s.mu.Unlock()
-				return wrap(err, "batch entry %d", i)
-			}
-			out[i] = v
-		}
-		e.finish(s, &a)
-		s.mu.Unlock()
 	}
+	for _, si := range busy {
+		s := &e.shards[si]
+		s.mu.Lock()
+		if err := e.observeGroup(s, b, b.order[b.start[si]:b.start[si+1]], keys, out, now, gen); err != nil {
+			return err
+		}
+	}
+	b.busy = busy
+	return nil
+}
+
+// observeGroup observes the keys of group, those of batch b that fall in
+// shard s, whose lock the caller took and observeGroup releases.
+func (e *Engine) observeGroup(s *shard, b *batchScratch, group []int32, keys [][]byte, out []Verdict, now time.Time, gen uint64) error {
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.ring.Advance(now)
+	s.rollEpoch(e.epoch.Load())
+	maybe := b.probe(s.ring, group)
+	inflight := b.probeInflight(s, group, keys, e.exactMode)
+	a := admit{gen: gen}
+	e.reserve(&a, len(group))
+	// The set new keys join is asked here, key by key in order, not by
+	// probeInflight: a key first observed earlier in this group is in it
+	// by then, and the lookup finds the slot the insert takes.
+	nk := s.newKeys()
+	for _, i := range group[:min(prefetchAhead, len(group))] {
+		nk.prefetchSlot(b.hashes[i])
+	}
+	for j, i := range group {
+		if k := j + prefetchAhead; k < len(group) {
+			nk.prefetchSlot(b.hashes[group[k]])
+		}
+		inFlight := inflight[j]
+		var slot uint64
+		if !inFlight {
+			slot, inFlight = nk.findSlot(b.hashes[i], keys[i], e.exactMode)
+		}
+		v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, slot, &a)
+		if err != nil {
+			e.finish(s, &a)
+			s.mu.Unlock()
+			return wrap(err, "batch entry %d", i)
+		}
+		out[i] = v
+	}
+	e.finish(s, &a)
+	s.mu.Unlock()
 	return nil
 }
 
@@ -318,6 +340,7 @@ type batchScratch struct {
 	order    []int32
 	start    []int32
 	pos      []int32
+	busy     []int32
 }
 
 var batchPool sync.Pool
