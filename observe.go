@@ -166,6 +166,9 @@ func (e *Engine) observeGroup(s *shard, b *batchScratch, group []int32, keys [][
 		if !inFlight {
 			slot, inFlight = nk.findSlot(b.hashes[i], keys[i], e.exactMode)
 		}
+		if !inFlight && sampled(b.hashes[i]) {
+			s.sample(b.hashes[i], maybe[j], now)
+		}
 		v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, slot, &a)
 		if err != nil {
 			e.finish(s, &a)
@@ -192,7 +195,11 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 	if !inFlight {
 		slot, inFlight = s.newKeys().findSlot(h, key, e.exactMode)
 	}
-	v, err := e.decide(s, key, h, s.ring.Contains(h), inFlight, slot, &a)
+	maybe := s.ring.Contains(h)
+	if !inFlight && sampled(h) {
+		s.sample(h, maybe, now)
+	}
+	v, err := e.decide(s, key, h, maybe, inFlight, slot, &a)
 	e.finish(s, &a)
 	return v, err
 }

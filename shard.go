@@ -51,9 +51,18 @@ type shard struct {
 	// generation with none can never change again (it is sealed).
 	inflightGens map[uint64]int
 
+	// shadow holds the sampled hashes committed into live generations,
+	// with their generation, for the observed false-positive rate (see
+	// shadow.go); shadowFrom is the first generation whose keys it all
+	// holds (past those restored from a snapshot), shadowPruned the oldest
+	// live generation at its last pruning.
+	shadow                   map[uint64]uint64
+	shadowFrom, shadowPruned uint64
+
 	// Counters for Stats.
 	observed, news, dups, inflightHits uint64
 	falsePositives, lookups            uint64
+	sampledNew, sampledFP              uint64
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -211,6 +220,7 @@ func (s *shard) uncount(gen uint64, n int) {
 func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 	var firstErr error
 	oldest := s.ring.OldestLive(now)
+	s.pruneShadow(oldest)
 	for _, es := range s.committing {
 		var f filter.Filter
 		gen, run := uint64(0), 0
@@ -239,6 +249,9 @@ func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 			run++
 			if f != nil {
 				f.Add(h)
+				if sampled(h) {
+					s.shadowAdd(h, gen)
+				}
 			}
 		}
 		ents := es.set.ents
