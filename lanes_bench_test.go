@@ -1,3 +1,5 @@
+//go:build unix
+
 package dedup_test
 
 import (
@@ -5,6 +7,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +27,9 @@ import (
 //
 // The three take turns in rounds of 256k keys so that on a shared machine
 // each sees the same load; each processes b.N keys. Reported per variant:
-// Mkeys/s (wall), filter bytes per window key, and the ratios of
+// Mkeys/s (wall), CPU time per key (the whole process's, all threads: on
+// a shared machine the wall ratios move with the neighbours' load, CPU
+// time much less), filter bytes per window key, and the ratios of
 // interleaved to the others. Keep b.N at most 4M (-benchtime=2000000x).
 // -short uses a 1M-key window. OBSERVE_WINDOW_CPUPROFILE=file writes a CPU
 // profile of the timed rounds alone.
@@ -49,9 +54,10 @@ func BenchmarkObserveWindow(b *testing.B) {
 	for done := 0; done < b.N; done += round {
 		n := min(round, b.N-done)
 		for _, v := range w.variants {
-			t0 := time.Now()
+			t0, c0 := time.Now(), processCPU()
 			v.run(v.next, n)
 			v.wall += time.Since(t0)
+			v.cpu += processCPU() - c0
 			v.next += uint64(n)
 			v.keys += n
 		}
@@ -60,6 +66,7 @@ func BenchmarkObserveWindow(b *testing.B) {
 	for i, v := range w.variants {
 		b.ReportMetric(float64(v.keys)/v.wall.Seconds()/1e6, v.name+"-Mkeys/s")
 		b.ReportMetric(float64(v.bytes())/float64(w.window), v.name+"-B/key")
+		b.ReportMetric(float64(v.cpu.Nanoseconds())/float64(v.keys), v.name+"-cpuns/key")
 		if i != 1 {
 			b.ReportMetric(v.wall.Seconds()/w.variants[1].wall.Seconds(), "interleaved-x-"+v.name)
 		}
@@ -68,7 +75,7 @@ func BenchmarkObserveWindow(b *testing.B) {
 		}
 	}
 	for _, v := range w.variants {
-		v.keys, v.wall = 0, 0
+		v.keys, v.wall, v.cpu = 0, 0, 0
 	}
 }
 
@@ -79,6 +86,16 @@ type windowVariant struct {
 	next  uint64
 	keys  int
 	wall  time.Duration
+	cpu   time.Duration // the process's CPU time (user and system) while it ran
+}
+
+// processCPU returns the CPU time the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type windowBench struct {
