@@ -305,8 +305,9 @@ func (r *Ring) LaneTables() (s LaneTableStats, ok bool) {
 }
 
 // Probe sets maybe[j] to whether any live generation may hold
-// hashes[group[j]], for every j. It asks the filters of all keys at once,
-// generation by generation (or lane table by lane table), prefetching
+// hashes[group[j]], for every j. It asks the filters of all keys at once
+// (filter.ProbeAll: blocked generations together, key by key; the others
+// generation by generation; or lane table by lane table), prefetching
 // ahead, so that the memory accesses of different keys overlap where
 // asking key by key would wait for each in turn.
 func (r *Ring) Probe(hashes []uint64, group []int32, maybe []bool) {
@@ -316,20 +317,15 @@ func (r *Ring) Probe(hashes []uint64, group []int32, maybe []bool) {
 		r.probeLanes(hashes, group, maybe)
 		return
 	}
-	for gi := len(r.gens) - 1; gi >= 0; gi-- {
-		f := r.gens[gi].Filter
-		pf, _ := f.(filter.Prefetcher)
-		if pf != nil {
-			for _, i := range group[:min(probeAhead, len(group))] {
-				pf.Prefetch(hashes[i])
-			}
+	// Newest first: the generation a repeat most likely falls in.
+	var fs [16]filter.Filter
+	for lo := len(r.gens); lo > 0; lo -= len(fs) {
+		n := 0
+		for gi := lo - 1; gi >= 0 && n < len(fs); gi-- {
+			fs[n] = r.gens[gi].Filter
+			n++
 		}
-		for j, i := range group {
-			if k := j + probeAhead; pf != nil && k < len(group) {
-				pf.Prefetch(hashes[group[k]])
-			}
-			maybe[j] = maybe[j] || f.Test(hashes[i])
-		}
+		filter.ProbeAll(fs[:n], hashes, group, maybe)
 	}
 }
 
