@@ -39,7 +39,7 @@ const maxFusedLinks = 16
 // linesAhead is about how many cache lines ProbeAll keeps prefetched
 // ahead of the key it tests: enough misses in flight to cover DRAM
 // latency, few enough that the lines are still cached when used.
-const linesAhead = 24
+const linesAhead = 40
 
 // probeAhead is how many keys ahead probeOne prefetches.
 const probeAhead = 12
