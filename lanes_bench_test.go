@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -31,8 +32,10 @@ import (
 // a shared machine the wall ratios move with the neighbours' load, CPU
 // time much less), filter bytes per window key, and the ratios of
 // interleaved to the others. Keep b.N at most 4M (-benchtime=2000000x).
-// -short uses a 1M-key window. OBSERVE_WINDOW_CPUPROFILE=file writes a CPU
-// profile of the timed rounds alone.
+// -short uses a 1M-key window, OBSERVE_WINDOW_KEYS=n one of n keys (the
+// 100M-key run: OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
+// OBSERVE_WINDOW_CPUPROFILE=file writes a CPU profile of the timed rounds
+// alone.
 //
 //	go test -run '^$' -bench BenchmarkObserveWindow -benchtime=2000000x .
 func BenchmarkObserveWindow(b *testing.B) {
@@ -126,6 +129,13 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	window := uint64(16 << 20)
 	if testing.Short() {
 		window = 1 << 20
+	}
+	if v := os.Getenv("OBSERVE_WINDOW_KEYS"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n < gens<<20 {
+			b.Fatalf("OBSERVE_WINDOW_KEYS=%q: want a number of keys, at least %d", v, gens<<20)
+		}
+		window = n
 	}
 	per := window / gens
 	W := 4 * time.Hour
