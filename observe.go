@@ -166,14 +166,14 @@ func (e *Engine) observeGroup(s *shard, b *batchScratch, group []int32, keys [][
 		if !inFlight {
 			slot, inFlight = nk.findSlot(b.hashes[i], keys[i], e.exactMode)
 		}
-		if !inFlight && sampled(b.hashes[i]) {
-			s.sample(b.hashes[i], maybe[j], now)
-		}
 		v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, slot, &a)
 		if err != nil {
 			e.finish(s, &a)
 			s.mu.Unlock()
 			return wrap(err, "batch entry %d", i)
+		}
+		if v != InFlight && sampled(b.hashes[i]) {
+			s.sample(b.hashes[i], maybe[j], now)
 		}
 		out[i] = v
 	}
@@ -196,10 +196,10 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 		slot, inFlight = s.newKeys().findSlot(h, key, e.exactMode)
 	}
 	maybe := s.ring.Contains(h)
-	if !inFlight && sampled(h) {
+	v, err := e.decide(s, key, h, maybe, inFlight, slot, &a)
+	if err == nil && v != InFlight && sampled(h) {
 		s.sample(h, maybe, now)
 	}
-	v, err := e.decide(s, key, h, maybe, inFlight, slot, &a)
 	e.finish(s, &a)
 	return v, err
 }

@@ -35,8 +35,8 @@ func (s *shard) shadowAdd(h, gen uint64) {
 	}
 }
 
-// sample counts an observe of the sampled hash h, not in flight, that the
-// filters answered maybe: a new key if the shadow holds it in no live
+// sample counts an observe of the sampled hash h that was not in flight
+// (answered New or Duplicate), for which the filters answered maybe: a new key if the shadow holds it in no live
 // generation, and a false positive if maybe. Nothing is counted while a
 // generation the shadow does not cover is live.
 func (s *shard) sample(h uint64, maybe bool, now time.Time) {
