@@ -222,51 +222,22 @@ func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 	oldest := s.ring.OldestLive(now)
 	s.pruneShadow(oldest)
 	for _, es := range s.committing {
-		var f filter.Filter
-		gen, run := uint64(0), 0
-		flush := func() {
-			if run > 0 {
-				s.uncount(gen, run)
-			}
-		}
-		var pf filter.Prefetcher
-		add := func(h uint64, en inflightEntry) {
-			if run == 0 || en.gen != gen {
-				flush()
-				gen, run, f, pf = en.gen, 0, nil, nil
-				if gen >= oldest {
-					g, err := s.ring.Get(gen)
-					if err != nil {
-						if firstErr == nil {
-							firstErr = err
-						}
-					} else {
-						f = g.Filter
-						pf, _ = f.(filter.Prefetcher)
-					}
-				}
-			}
-			run++
-			if f != nil {
-				f.Add(h)
-				if sampled(h) {
-					s.shadowAdd(h, gen)
-				}
-			}
-		}
 		ents := es.set.ents
-		for j, en := range ents {
-			// Prefetch the key that comes prefetchAhead later, if it goes
-			// to the same filter (runs of one generation are long).
-			if k := j + prefetchAhead; pf != nil && k < len(ents) && ents[k].gen == gen {
-				pf.Prefetch(ents[k].h)
+		for lo := 0; lo < len(ents); {
+			hi := lo + 1
+			for hi < len(ents) && ents[hi].gen == ents[lo].gen {
+				hi++
 			}
-			add(en.h, en)
+			if err := s.addRun(ents[lo:hi], oldest); err != nil && firstErr == nil {
+				firstErr = err
+			}
+			lo = hi
 		}
-		for _, en := range es.set.zero {
-			add(0, en)
+		for i := range es.set.zero {
+			if err := s.addRun(es.set.zero[i:i+1], oldest); err != nil && firstErr == nil {
+				firstErr = err
+			}
 		}
-		flush()
 		s.recycle(es.set)
 	}
 	for _, r := range fresh {
@@ -276,6 +247,34 @@ func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 		s.freeBytes = 0
 	}
 	return firstErr
+}
+
+// addRun puts run, committed keys of one generation, into that
+// generation's filter if it is live (oldest and after), and its sampled
+// hashes into the shadow, through filter.AddAll in chunks.
+func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
+	gen := run[0].gen
+	s.uncount(gen, len(run))
+	if gen < oldest {
+		return nil
+	}
+	g, err := s.ring.Get(gen)
+	if err != nil {
+		return err
+	}
+	var buf [512]uint64
+	for len(run) > 0 {
+		n := min(len(run), len(buf))
+		for i, en := range run[:n] {
+			buf[i] = en.h
+			if sampled(en.h) {
+				s.shadowAdd(en.h, gen)
+			}
+		}
+		filter.AddAll(g.Filter, buf[:n])
+		run = run[n:]
+	}
+	return nil
 }
 
 // recentSets bounds the sets of recent commits a shard keeps, since a

@@ -111,3 +111,49 @@ func probeBlocked(bs []*blocked, hashes []uint64, group []int32, maybe []bool) {
 		}
 	}
 }
+
+// AddAll adds every hash of hs to f, as f.Add would one by one: the
+// commit's inserts. While f is a one-link blocked chain (k = 8, no
+// journal) with room for them, the hashes go straight to the link,
+// prefetched addAhead places ahead; the others through f.Add, prefetched
+// where f can.
+func AddAll(f Filter, hs []uint64) {
+	if c, ok := f.(*chain); ok && c.journal == nil && len(c.links) == 1 {
+		if b, ok := c.links[0].(*blocked); ok && b.k == 8 && b.n < b.cap {
+			// Each insert adds at most one key: n of them cannot fill it.
+			n := int(min(uint64(len(hs)), b.cap-b.n))
+			addBlocked(b, hs[:n])
+			hs = hs[n:]
+		}
+	}
+	if len(hs) == 0 {
+		return
+	}
+	pf, _ := f.(Prefetcher)
+	if pf != nil {
+		for _, h := range hs[:min(addAhead, len(hs))] {
+			pf.Prefetch(h)
+		}
+	}
+	for j, h := range hs {
+		if k := j + addAhead; pf != nil && k < len(hs) {
+			pf.Prefetch(hs[k])
+		}
+		f.Add(h)
+	}
+}
+
+// addAhead is how many inserts ahead AddAll prefetches.
+const addAhead = 16
+
+func addBlocked(b *blocked, hs []uint64) {
+	for _, h := range hs[:min(addAhead, len(hs))] {
+		b.prefetch(h)
+	}
+	for j, h := range hs {
+		if k := j + addAhead; k < len(hs) {
+			b.prefetch(hs[k])
+		}
+		b.testOrAdd(h)
+	}
+}

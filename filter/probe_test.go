@@ -70,3 +70,43 @@ func TestProbeAllMatchesTest(t *testing.T) {
 		t.Logf("%d filters: %d of %d keys maybe", len(sub), hits, len(group))
 	}
 }
+
+// TestAddAllMatchesAdd: AddAll leaves a filter exactly as Add one hash at
+// a time would (the same encoding), across a blocked link filling up and
+// chaining, repeats included, and for bloom and interleaved.
+func TestAddAllMatchesAdd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, k := range []Kind{Blocked, Bloom, Interleaved} { // cuckoo evicts at random: its encoding varies
+		a, err := New(k, 3000, 0.01)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := New(k, 3000, 0.01)
+		var hs []uint64
+		for i := range 10000 {
+			h := rng.Uint64()
+			if i%10 == 0 && len(hs) > 0 {
+				h = hs[rng.IntN(len(hs))]
+			}
+			hs = append(hs, h)
+		}
+		for lo := 0; lo < len(hs); lo += 700 {
+			run := hs[lo:min(lo+700, len(hs))]
+			AddAll(a, run)
+			for _, h := range run {
+				b.Add(h)
+			}
+		}
+		ea, err := a.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		eb, _ := b.MarshalBinary()
+		if string(ea) != string(eb) || a.Count() != b.Count() {
+			t.Fatalf("%v: AddAll left %d keys (%d bytes encoded), Add %d (%d bytes)", k, a.Count(), len(ea), b.Count(), len(eb))
+		}
+		if c, ok := a.(*chain); ok && k == Blocked && len(c.links) < 2 {
+			t.Fatalf("blocked: %d links, the test meant to fill the first", len(c.links))
+		}
+	}
+}
