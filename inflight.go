@@ -178,6 +178,63 @@ func (p *inflightSet) find(h uint64, key []byte, exactMode bool) (inflightEntry,
 	}
 }
 
+// prefetchSlot starts loading both arrays at the home slot of hash h:
+// what a lookup and an insert of h read and write.
+func (p *inflightSet) prefetchSlot(h uint64) {
+	if len(p.hashes) == 0 {
+		return
+	}
+	i := p.slot(h)
+	prefetch.Addr(unsafe.Pointer(&p.hashes[i]))
+	prefetch.Addr(unsafe.Pointer(&p.idx[i]))
+}
+
+// findSlot reports whether key (hash h) is held, and if not, the slot an
+// insert of it would take (meaningless for h == 0 or a set without a
+// table): a lookup followed by addAt walks the probe sequence once. A nil
+// set holds nothing.
+func (p *inflightSet) findSlot(h uint64, key []byte, exactMode bool) (slot uint64, found bool) {
+	if p == nil {
+		return 0, false
+	}
+	if h == 0 || len(p.hashes) == 0 {
+		return 0, p.has(h, key, exactMode)
+	}
+	hashes := p.hashes
+	for i := p.slot(h); ; i = (i + 1) & p.mask {
+		switch hashes[i] {
+		case 0:
+			return i, false
+		case h:
+			if !exactMode {
+				return i, true
+			}
+			if en := p.ents[p.idx[i]]; string(p.key(en)) == string(key) {
+				return i, true
+			}
+		}
+	}
+}
+
+// addAt is add for a key that findSlot, called since the set last
+// changed, reported not held at slot.
+func (p *inflightSet) addAt(slot, h uint64, key []byte, gen uint64, exactMode bool) {
+	if h == 0 || 2*(len(p.ents)+1) > len(p.hashes) {
+		p.add(h, key, gen, exactMode)
+		return
+	}
+	en := inflightEntry{h: h, gen: gen}
+	if exactMode {
+		en.pos = uint64(len(p.arena))<<keyLenBits | uint64(len(key))
+		p.arena = append(p.arena, key...)
+		p.live += len(key)
+	}
+	p.n++
+	p.hashes[slot] = h
+	p.idx[slot] = uint32(len(p.ents))
+	p.ents = append(p.ents, en)
+}
+
 // add inserts key (hash h) of generation gen; the caller has checked that
 // it is not held.
 func (p *inflightSet) add(h uint64, key []byte, gen uint64, exactMode bool) {

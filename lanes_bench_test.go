@@ -1,7 +1,12 @@
+//go:build unix
+
 package dedup_test
 
 import (
 	"encoding/binary"
+	"os"
+	"runtime/pprof"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,20 +27,39 @@ import (
 //
 // The three take turns in rounds of 256k keys so that on a shared machine
 // each sees the same load; each processes b.N keys. Reported per variant:
-// Mkeys/s (wall), filter bytes per window key, and the ratios of
+// Mkeys/s (wall), CPU time per key (the whole process's, all threads: on
+// a shared machine the wall ratios move with the neighbours' load, CPU
+// time much less), filter bytes per window key, and the ratios of
 // interleaved to the others. Keep b.N at most 4M (-benchtime=2000000x).
-// -short uses a 1M-key window.
+// -short uses a 1M-key window, OBSERVE_WINDOW_KEYS=n one of n keys (the
+// 100M-key run: OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
+// OBSERVE_WINDOW_CPUPROFILE=file writes a CPU profile of the timed rounds
+// alone.
 //
 //	go test -run '^$' -bench BenchmarkObserveWindow -benchtime=2000000x .
 func BenchmarkObserveWindow(b *testing.B) {
 	w := observeWindow(b)
+	if path := os.Getenv("OBSERVE_WINDOW_CPUPROFILE"); path != "" {
+		// The timed rounds only: -cpuprofile would mostly show the window's
+		// build.
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	const round = 256 << 10
 	for done := 0; done < b.N; done += round {
 		n := min(round, b.N-done)
 		for _, v := range w.variants {
-			t0 := time.Now()
+			t0, c0 := time.Now(), processCPU()
 			v.run(v.next, n)
 			v.wall += time.Since(t0)
+			v.cpu += processCPU() - c0
 			v.next += uint64(n)
 			v.keys += n
 		}
@@ -44,12 +68,16 @@ func BenchmarkObserveWindow(b *testing.B) {
 	for i, v := range w.variants {
 		b.ReportMetric(float64(v.keys)/v.wall.Seconds()/1e6, v.name+"-Mkeys/s")
 		b.ReportMetric(float64(v.bytes())/float64(w.window), v.name+"-B/key")
+		b.ReportMetric(float64(v.cpu.Nanoseconds())/float64(v.keys), v.name+"-cpuns/key")
 		if i != 1 {
 			b.ReportMetric(v.wall.Seconds()/w.variants[1].wall.Seconds(), "interleaved-x-"+v.name)
 		}
+		if i == 0 {
+			b.ReportMetric(w.variants[2].wall.Seconds()/v.wall.Seconds(), "blocked-x-bitsandblooms")
+		}
 	}
 	for _, v := range w.variants {
-		v.keys, v.wall = 0, 0
+		v.keys, v.wall, v.cpu = 0, 0, 0
 	}
 }
 
@@ -60,6 +88,7 @@ type windowVariant struct {
 	next  uint64
 	keys  int
 	wall  time.Duration
+	cpu   time.Duration // the process's CPU time (user and system) while it ran
 }
 
 type windowBench struct {
@@ -90,6 +119,13 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	window := uint64(16 << 20)
 	if testing.Short() {
 		window = 1 << 20
+	}
+	if v := os.Getenv("OBSERVE_WINDOW_KEYS"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n < gens<<20 {
+			b.Fatalf("OBSERVE_WINDOW_KEYS=%q: want a number of keys, at least %d", v, gens<<20)
+		}
+		window = n
 	}
 	per := window / gens
 	W := 4 * time.Hour

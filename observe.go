@@ -109,39 +109,76 @@ func (e *Engine) ObserveBatch(keys [][]byte, out []Verdict) error {
 	}
 	now := e.opts.Now()
 	gen := e.generationFor(now)
+	// Shards another caller holds are left for a second pass, so that
+	// concurrent batches, which visit the shards in the same order, do not
+	// queue behind each other shard after shard.
+	busy := b.busy[:0]
 	for si := range e.shards {
-		lo, hi := b.start[si], b.start[si+1]
-		if lo == hi {
+		if b.start[si] == b.start[si+1] {
 			continue
 		}
 		s := &e.shards[si]
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return ErrClosed
+		if !s.mu.TryLock() {
+			busy = append(busy, int32(si))
+			continue
 		}
-		s.ring.Advance(now)
-		s.rollEpoch(e.epoch.Load())
-		group := b.order[lo:hi]
-		maybe := b.probe(s.ring, group)
-		inflight := b.probeInflight(s, group, keys, e.exactMode)
-		a := admit{gen: gen}
-		e.reserve(&a, len(group))
-		for j, i := range group {
-			// A key first observed earlier in this group joined s.newKeys
-			// after the in-flight probe: ask that set again.
-			inFlight := inflight[j] || s.newKeys().has(b.hashes[i], keys[i], e.exactMode)
-			v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, &a)
-			if err != nil {
-				e.finish(s, &a)
-				s.mu.Unlock()
-				return wrap(err, "batch entry %d", i)
-			}
-			out[i] = v
+		if err := e.observeGroup(s, b, b.order[b.start[si]:b.start[si+1]], keys, out, now, gen); err != nil {
+			return err
 		}
-		e.finish(s, &a)
-		s.mu.Unlock()
 	}
+	for _, si := range busy {
+		s := &e.shards[si]
+		s.mu.Lock()
+		if err := e.observeGroup(s, b, b.order[b.start[si]:b.start[si+1]], keys, out, now, gen); err != nil {
+			return err
+		}
+	}
+	b.busy = busy
+	return nil
+}
+
+// observeGroup observes the keys of group, those of batch b that fall in
+// shard s, whose lock the caller took and observeGroup releases.
+func (e *Engine) observeGroup(s *shard, b *batchScratch, group []int32, keys [][]byte, out []Verdict, now time.Time, gen uint64) error {
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.ring.Advance(now)
+	s.rollEpoch(e.epoch.Load())
+	maybe := b.probe(s.ring, group)
+	inflight := b.probeInflight(s, group, keys, e.exactMode)
+	a := admit{gen: gen}
+	e.reserve(&a, len(group))
+	// The set new keys join is asked here, key by key in order, not by
+	// probeInflight: a key first observed earlier in this group is in it
+	// by then, and the lookup finds the slot the insert takes.
+	nk := s.newKeys()
+	for _, i := range group[:min(prefetchAhead, len(group))] {
+		nk.prefetchSlot(b.hashes[i])
+	}
+	for j, i := range group {
+		if k := j + prefetchAhead; k < len(group) {
+			nk.prefetchSlot(b.hashes[group[k]])
+		}
+		inFlight := inflight[j]
+		var slot uint64
+		if !inFlight {
+			slot, inFlight = nk.findSlot(b.hashes[i], keys[i], e.exactMode)
+		}
+		v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, slot, &a)
+		if err != nil {
+			e.finish(s, &a)
+			s.mu.Unlock()
+			return wrap(err, "batch entry %d", i)
+		}
+		if v != InFlight && sampled(b.hashes[i]) {
+			s.sample(b.hashes[i], maybe[j], now)
+		}
+		out[i] = v
+	}
+	e.finish(s, &a)
+	s.mu.Unlock()
 	return nil
 }
 
@@ -153,7 +190,16 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 	s.ring.Advance(now)
 	s.rollEpoch(e.epoch.Load())
 	a := admit{gen: e.generationFor(now)}
-	v, err := e.decide(s, key, h, s.ring.Contains(h), s.inFlight(h, key, e.exactMode), &a)
+	inFlight := s.otherInFlight(h, key, e.exactMode)
+	var slot uint64
+	if !inFlight {
+		slot, inFlight = s.newKeys().findSlot(h, key, e.exactMode)
+	}
+	maybe := s.ring.Contains(h)
+	v, err := e.decide(s, key, h, maybe, inFlight, slot, &a)
+	if err == nil && v != InFlight && sampled(h) {
+		s.sample(h, maybe, now)
+	}
 	e.finish(s, &a)
 	return v, err
 }
@@ -190,9 +236,10 @@ func (e *Engine) finish(s *shard, a *admit) {
 
 // decide gives the verdict for key once the filters and the in-flight
 // sets have been asked: maybe says whether any live generation may hold h,
-// inFlight whether the key is in flight or being committed. The shard's
+// inFlight whether the key is in flight or being committed, and if not,
+// slot is where s.newKeys() takes it (inflightSet.findSlot). The shard's
 // lock is held, the ring is advanced; a New key goes into a.gen.
-func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, a *admit) (Verdict, error) {
+func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, slot uint64, a *admit) (Verdict, error) {
 	if inFlight {
 		s.observed++
 		s.inflightHits++
@@ -224,7 +271,7 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, a 
 		}
 		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
 	}
-	s.newKeys().add(h, key, a.gen, e.exactMode)
+	s.newKeys().addAt(slot, h, key, a.gen, e.exactMode)
 	a.news++
 	s.observed++
 	s.news++
@@ -300,6 +347,7 @@ type batchScratch struct {
 	order    []int32
 	start    []int32
 	pos      []int32
+	busy     []int32
 }
 
 var batchPool sync.Pool
@@ -346,9 +394,10 @@ func (b *batchScratch) probe(r *rotate.Ring, group []int32) []bool {
 const prefetchAhead = 8
 
 // probeInflight reports, for each key of group, whether it is in flight
-// or being committed in s, set by set for the same reason as probe: the
-// lookups of one set are independent, so their cache misses overlap. The
-// sets other than s.newKeys() do not change while the shard's lock is held.
+// or being committed in s, in a set other than s.newKeys(), set by set for
+// the same reason as probe: the lookups of one set are independent, so
+// their cache misses overlap. Those sets do not change while the shard's
+// lock is held.
 func (b *batchScratch) probeInflight(s *shard, group []int32, keys [][]byte, exactMode bool) []bool {
 	inflight := b.inflight[:len(group)]
 	clear(inflight)
@@ -368,8 +417,10 @@ func (b *batchScratch) probeInflight(s *shard, group []int32, keys [][]byte, exa
 			}
 		}
 	}
-	ask(s.undone)
-	ask(s.inflight)
+	// s.newKeys() is asked by the caller, key by key.
+	if s.undone != nil {
+		ask(s.inflight)
+	}
 	for _, es := range s.older {
 		ask(es.set)
 	}

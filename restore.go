@@ -114,9 +114,12 @@ func (e *Engine) restoreFrom(snap *snapshot.Snapshot, truncated uint64) error {
 		if !kindFits(e.kind, f.Kind()) {
 			return fmt.Errorf("%w: snapshot generation %d holds a %v filter, want %v", ErrCorrupt, g.ID, f.Kind(), e.kind)
 		}
-		if _, err := e.shards[g.Shard].ring.Insert(&rotate.Generation{ID: g.ID, Filter: f}); err != nil {
+		s := &e.shards[g.Shard]
+		if _, err := s.ring.Insert(&rotate.Generation{ID: g.ID, Filter: f}); err != nil {
 			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
+		// The shadow lacks this generation's keys (see shadow.go).
+		s.shadowFrom = max(s.shadowFrom, g.ID+1)
 		e.raiseNewestGen(g.ID)
 		n += f.Count()
 	}
@@ -137,7 +140,7 @@ func (e *Engine) replayLog(seq uint64, now time.Time) (uint64, error) {
 			return nil
 		}
 		e.raiseNewestGen(gen)
-		if _, err := e.shardOf(h).ring.Add(gen, h, now); err != nil {
+		if err := e.shardOf(h).replay(gen, h, now); err != nil {
 			return err
 		}
 		n++
@@ -164,7 +167,7 @@ func (e *Engine) rebuild() error {
 	err := e.store.ScanKeys(oldest, func(gen uint64, key []byte) error {
 		h := e.hash(key)
 		e.raiseNewestGen(gen)
-		if _, err := e.shardOf(h).ring.Add(gen, h, now); err != nil {
+		if err := e.shardOf(h).replay(gen, h, now); err != nil {
 			return err
 		}
 		n++
@@ -181,6 +184,16 @@ func (e *Engine) rebuild() error {
 	return nil
 }
 
+// replay adds h, committed into generation gen, to the shard's filters and
+// shadow while restoring (Open runs single-threaded: no lock is taken).
+func (s *shard) replay(gen, h uint64, now time.Time) error {
+	added, err := s.ring.Add(gen, h, now)
+	if added && sampled(h) {
+		s.shadowAdd(h, gen)
+	}
+	return err
+}
+
 func (e *Engine) raiseNewestGen(gen uint64) {
 	if gen > e.newestGen.Load() {
 		e.newestGen.Store(gen)
@@ -195,7 +208,9 @@ func (e *Engine) resetFilters() {
 		if err != nil {
 			panic(err) // the same config built e.timing
 		}
-		e.shards[i].ring = r
+		s := &e.shards[i]
+		s.ring = r
+		s.shadow, s.shadowFrom, s.shadowPruned = nil, 0, 0
 	}
 	e.newestGen.Store(0)
 	e.stats.restoredKeys = 0

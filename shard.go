@@ -51,9 +51,18 @@ type shard struct {
 	// generation with none can never change again (it is sealed).
 	inflightGens map[uint64]int
 
+	// shadow holds the sampled hashes committed into live generations,
+	// with their generation, for the observed false-positive rate (see
+	// shadow.go); shadowFrom is the first generation whose keys it all
+	// holds (past those restored from a snapshot), shadowPruned the oldest
+	// live generation at its last pruning.
+	shadow                   map[uint64]uint64
+	shadowFrom, shadowPruned uint64
+
 	// Counters for Stats.
 	observed, news, dups, inflightHits uint64
 	falsePositives, lookups            uint64
+	sampledNew, sampledFP              uint64
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -151,6 +160,15 @@ func (s *shard) doneInFlight(h uint64, key []byte, exactMode bool) bool {
 	return s.inflight.has(h, key, exactMode) || hasIn(s.older, h, key, exactMode) || hasIn(s.committing, h, key, exactMode)
 }
 
+// otherInFlight is inFlight without the set newKeys returns: the sets a
+// key observed now cannot join.
+func (s *shard) otherInFlight(h uint64, key []byte, exactMode bool) bool {
+	if s.undone != nil {
+		return s.doneInFlight(h, key, exactMode)
+	}
+	return hasIn(s.older, h, key, exactMode) || hasIn(s.committing, h, key, exactMode)
+}
+
 // newKeys returns the set a key observed New joins: undone under
 // ExplicitDone, until Done; inflight otherwise.
 func (s *shard) newKeys() *inflightSet {
@@ -202,49 +220,24 @@ func (s *shard) uncount(gen uint64, n int) {
 func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 	var firstErr error
 	oldest := s.ring.OldestLive(now)
+	s.pruneShadow(oldest)
 	for _, es := range s.committing {
-		var f filter.Filter
-		gen, run := uint64(0), 0
-		flush := func() {
-			if run > 0 {
-				s.uncount(gen, run)
-			}
-		}
-		var pf filter.Prefetcher
-		add := func(h uint64, en inflightEntry) {
-			if run == 0 || en.gen != gen {
-				flush()
-				gen, run, f, pf = en.gen, 0, nil, nil
-				if gen >= oldest {
-					g, err := s.ring.Get(gen)
-					if err != nil {
-						if firstErr == nil {
-							firstErr = err
-						}
-					} else {
-						f = g.Filter
-						pf, _ = f.(filter.Prefetcher)
-					}
-				}
-			}
-			run++
-			if f != nil {
-				f.Add(h)
-			}
-		}
 		ents := es.set.ents
-		for j, en := range ents {
-			// Prefetch the key that comes prefetchAhead later, if it goes
-			// to the same filter (runs of one generation are long).
-			if k := j + prefetchAhead; pf != nil && k < len(ents) && ents[k].gen == gen {
-				pf.Prefetch(ents[k].h)
+		for lo := 0; lo < len(ents); {
+			hi := lo + 1
+			for hi < len(ents) && ents[hi].gen == ents[lo].gen {
+				hi++
 			}
-			add(en.h, en)
+			if err := s.addRun(ents[lo:hi], oldest); err != nil && firstErr == nil {
+				firstErr = err
+			}
+			lo = hi
 		}
-		for _, en := range es.set.zero {
-			add(0, en)
+		for i := range es.set.zero {
+			if err := s.addRun(es.set.zero[i:i+1], oldest); err != nil && firstErr == nil {
+				firstErr = err
+			}
 		}
-		flush()
 		s.recycle(es.set)
 	}
 	for _, r := range fresh {
@@ -254,6 +247,34 @@ func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 		s.freeBytes = 0
 	}
 	return firstErr
+}
+
+// addRun puts run, committed keys of one generation, into that
+// generation's filter if it is live (oldest and after), and its sampled
+// hashes into the shadow, through filter.AddAll in chunks.
+func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
+	gen := run[0].gen
+	s.uncount(gen, len(run))
+	if gen < oldest {
+		return nil
+	}
+	g, err := s.ring.Get(gen)
+	if err != nil {
+		return err
+	}
+	var buf [512]uint64
+	for len(run) > 0 {
+		n := min(len(run), len(buf))
+		for i, en := range run[:n] {
+			buf[i] = en.h
+			if sampled(en.h) {
+				s.shadowAdd(en.h, gen)
+			}
+		}
+		filter.AddAll(g.Filter, buf[:n])
+		run = run[n:]
+	}
+	return nil
 }
 
 // recentSets bounds the sets of recent commits a shard keeps, since a

@@ -44,12 +44,17 @@ type Stats struct {
 	// follows the traffic).
 	SizedGenerationKeys uint64
 	// ObservedFPSamples and ObservedFPRate measure the filters' false
-	// positives on the real traffic (Filter interleaved): keys in a fixed
-	// 1/1024 of the hash space are also remembered exactly, and of those
-	// observed that no live generation held (ObservedFPSamples), the share
-	// the filters matched anyway is ObservedFPRate (in probabilistic mode,
-	// the share of new events dropped). Nothing is sampled while a
-	// generation restored by Open is live.
+	// positives on the real traffic, for every filter kind: keys in a fixed
+	// 1/1024 of the hash space are also remembered exactly (with their
+	// generation) when committed; of the observes of such keys that were
+	// not in flight and that no live generation held (ObservedFPSamples),
+	// the share the filters matched anyway is ObservedFPRate (in
+	// probabilistic mode, the share of new events dropped; in exact mode
+	// the store resolves them, see FalsePositives). The exact shadow is
+	// not in snapshots: after Open from a snapshot, a shard counts nothing
+	// until the generations it restored have expired (a window and a
+	// span); after a rebuild from the commit log or the store it counts at
+	// once.
 	ObservedFPSamples uint64
 	ObservedFPRate    float64
 	// InFlightBytes is the memory held by the sets of keys in flight: the
@@ -137,9 +142,8 @@ func (e *Engine) Stats() Stats {
 		st.FalsePositives += s.falsePositives
 		st.FilterBytes += s.ring.FilterBytes()
 		st.SizedGenerationKeys += s.ring.SizedCapacity()
-		n, fp := s.ring.ObservedFP()
-		st.ObservedFPSamples += n
-		fpObserved += fp
+		st.ObservedFPSamples += s.sampledNew
+		fpObserved += s.sampledFP
 		if s.undone != nil {
 			st.NotDoneKeys += int64(s.undone.n)
 		}

@@ -31,10 +31,6 @@ type LaneView struct {
 	lane   int
 	over   Filter  // overflow past the lane's capacity; nil until needed
 	overFP float64 // the overflow filter's target
-	// shadow holds exactly the sampled hashes added (see Sampled); a
-	// decoded view's shadow is incomplete (not encoded).
-	shadow     map[uint64]struct{}
-	incomplete bool
 	// journal, when not nil, holds every hash given to the view, so that
 	// the lane can be rebuilt in a table of another size (Regrow); onFull,
 	// when set, is asked to make room before the lane overflows.
@@ -74,22 +70,6 @@ func (v *LaneView) Regrow(t *LaneTable) error {
 	v.t = t
 	t.AddBatch(v.journal, v.lane)
 	return nil
-}
-
-// Sampled reports whether h falls in the 1/1024 of the hash space whose
-// hashes a LaneView also remembers exactly (its shadow), so that the rate
-// of false positives on real traffic can be measured: a sampled hash the
-// filter matches but no shadow holds is a false positive. The sample is
-// taken from the top bits of a multiplicative remix of h, independent
-// enough of the bits the table and the engine's shards use.
-func Sampled(h uint64) bool { return (h*0x9e3779b97f4a7c15)>>54 == 0 }
-
-// ShadowHolds reports whether the view's shadow holds the sampled hash h,
-// and whether the shadow is complete (false for a decoded view, whose
-// earlier hashes are not known).
-func (v *LaneView) ShadowHolds(h uint64) (held, complete bool) {
-	_, held = v.shadow[h]
-	return held, !v.incomplete
 }
 
 // overflowShare is the part of a target that New(Interleaved) leaves to
@@ -190,12 +170,6 @@ func (v *LaneView) Test(h uint64) bool {
 func (v *LaneView) TestOrAdd(h uint64) bool {
 	if v.journal != nil {
 		v.journal = append(v.journal, h)
-	}
-	if Sampled(h) {
-		if v.shadow == nil {
-			v.shadow = map[uint64]struct{}{}
-		}
-		v.shadow[h] = struct{}{}
 	}
 	if v.over == nil && !v.t.Full(v.lane) {
 		return v.t.addLane(h, v.lane) // one pass: the common case
@@ -432,7 +406,7 @@ func unmarshalLane(data []byte) (*LaneView, error) {
 	if n > 0 && acc != 0 {
 		return nil, corrupt("lane: nonzero padding after the last field")
 	}
-	v := &LaneView{t: t, lane: lane, overFP: overFP, incomplete: true}
+	v := &LaneView{t: t, lane: lane, overFP: overFP}
 	if overLen > 0 {
 		f, err := Unmarshal(rest[8*packed:])
 		if err != nil {

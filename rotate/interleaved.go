@@ -38,10 +38,6 @@ type laneTables struct {
 	// to that way (Config.Capacity).
 	young      *filter.LaneView
 	youngLimit uint64
-	// Sampled probes (filter.Sampled) while every live generation's
-	// shadow was complete: those no shadow held, and of them those the
-	// tables matched anyway (false positives on real traffic).
-	sampledNew, sampledFP uint64
 }
 
 type laneTable struct {
@@ -309,8 +305,9 @@ func (r *Ring) LaneTables() (s LaneTableStats, ok bool) {
 }
 
 // Probe sets maybe[j] to whether any live generation may hold
-// hashes[group[j]], for every j. It asks the filters of all keys at once,
-// generation by generation (or lane table by lane table), prefetching
+// hashes[group[j]], for every j. It asks the filters of all keys at once
+// (filter.ProbeAll: blocked generations together, key by key; the others
+// generation by generation; or lane table by lane table), prefetching
 // ahead, so that the memory accesses of different keys overlap where
 // asking key by key would wait for each in turn.
 func (r *Ring) Probe(hashes []uint64, group []int32, maybe []bool) {
@@ -320,20 +317,15 @@ func (r *Ring) Probe(hashes []uint64, group []int32, maybe []bool) {
 		r.probeLanes(hashes, group, maybe)
 		return
 	}
-	for gi := len(r.gens) - 1; gi >= 0; gi-- {
-		f := r.gens[gi].Filter
-		pf, _ := f.(filter.Prefetcher)
-		if pf != nil {
-			for _, i := range group[:min(probeAhead, len(group))] {
-				pf.Prefetch(hashes[i])
-			}
+	// Newest first: the generation a repeat most likely falls in.
+	var fs [16]filter.Filter
+	for lo := len(r.gens); lo > 0; lo -= len(fs) {
+		n := 0
+		for gi := lo - 1; gi >= 0 && n < len(fs); gi-- {
+			fs[n] = r.gens[gi].Filter
+			n++
 		}
-		for j, i := range group {
-			if k := j + probeAhead; pf != nil && k < len(group) {
-				pf.Prefetch(hashes[group[k]])
-			}
-			maybe[j] = maybe[j] || f.Test(hashes[i])
-		}
+		filter.ProbeAll(fs[:n], hashes, group, maybe)
 	}
 }
 
@@ -365,49 +357,11 @@ func (r *Ring) probeLanes(hashes []uint64, group []int32, maybe []bool) {
 			}
 		}
 	}
-	for j, i := range group {
-		if filter.Sampled(hashes[i]) {
-			r.sample(hashes[i], maybe[j])
-		}
-	}
-}
-
-// sample counts a probe of the sampled hash h that the filters answered
-// maybe: a new key if no live generation's shadow holds it, and then a
-// false positive if maybe. Nothing is counted while a shadow is
-// incomplete (a restored generation is live).
-func (r *Ring) sample(h uint64, maybe bool) {
-	for _, g := range r.gens {
-		held, complete := g.Filter.(*filter.LaneView).ShadowHolds(h)
-		if held || !complete {
-			return
-		}
-	}
-	r.lanes.sampledNew++
-	if maybe {
-		r.lanes.sampledFP++
-	}
-}
-
-// ObservedFP returns, for an Interleaved ring, the probes of sampled
-// hashes (1/1024 of the hash space, filter.Sampled) that no live
-// generation held, and how many of them the filters matched anyway: the
-// false-positive rate measured on the traffic itself is fp/probes. Zero
-// for other kinds, and while a restored generation is live.
-func (r *Ring) ObservedFP() (probes, fp uint64) {
-	if r.lanes == nil {
-		return 0, 0
-	}
-	return r.lanes.sampledNew, r.lanes.sampledFP
 }
 
 // containsLanes is Contains for an Interleaved ring: one access per table.
 func (r *Ring) containsLanes(h uint64) bool {
-	found := r.matchLanes(h)
-	if filter.Sampled(h) {
-		r.sample(h, found)
-	}
-	return found
+	return r.matchLanes(h)
 }
 
 func (r *Ring) matchLanes(h uint64) bool {

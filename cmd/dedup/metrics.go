@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -40,6 +41,9 @@ var metricDefs = []struct {
 	{"dedup_engine_filter_bytes", "Memory held by the filters.", false},
 	{"dedup_engine_filter_keys", "Keys held by the filters.", false},
 	{"dedup_engine_estimated_fp_rate", "Estimated false-positive rate of a new key.", false},
+	{"dedup_engine_observed_fp_samples_total", "Observes of sampled new keys (1/1024 of the hash space, remembered exactly): the base of the observed false-positive rate.", true},
+	{"dedup_engine_observed_false_positives_total", "Of dedup_engine_observed_fp_samples_total, the keys the filters matched anyway (in probabilistic mode, new events dropped).", true},
+	{"dedup_engine_observed_fp_rate", "Observed false-positive rate of the filters on the sampled new keys, since Open.", false},
 	{"dedup_engine_commits_total", "Successful commits.", true},
 	{"dedup_engine_commit_errors_total", "Failed commits.", true},
 	{"dedup_engine_committed_keys_total", "Keys made durable by commits.", true},
@@ -98,26 +102,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // of metricDefs.
 func engineMetricValues(st dedup.Stats) map[string]float64 {
 	return map[string]float64{
-		"dedup_engine_observed_total":              float64(st.Observed),
-		"dedup_engine_new_total":                   float64(st.New),
-		"dedup_engine_duplicates_total":            float64(st.Duplicate + st.InFlight),
-		"dedup_engine_duplicates_in_flight_total":  float64(st.InFlight),
-		"dedup_engine_inflight_keys":               float64(st.InFlightKeys),
-		"dedup_engine_store_lookups_total":         float64(st.StoreLookups),
-		"dedup_engine_false_positives_total":       float64(st.FalsePositives),
-		"dedup_engine_generations":                 float64(st.Generations),
-		"dedup_engine_filter_bytes":                float64(st.FilterBytes),
-		"dedup_engine_filter_keys":                 float64(st.FilterKeys),
-		"dedup_engine_estimated_fp_rate":           st.EstimatedFPRate,
-		"dedup_engine_commits_total":               float64(st.Commits),
-		"dedup_engine_commit_errors_total":         float64(st.CommitErrors),
-		"dedup_engine_committed_keys_total":        float64(st.CommittedKeys),
-		"dedup_engine_commit_latency_mean_seconds": st.CommitLatencyMean.Seconds(),
-		"dedup_engine_commit_latency_max_seconds":  st.CommitLatencyMax.Seconds(),
-		"dedup_engine_snapshots_total":             float64(st.Snapshots),
-		"dedup_engine_snapshot_errors_total":       float64(st.SnapshotErrors),
-		"dedup_engine_snapshot_bytes":              float64(st.SnapshotBytes),
-		"dedup_engine_disk_bytes":                  float64(st.DiskBytes),
+		"dedup_engine_observed_total":                 float64(st.Observed),
+		"dedup_engine_new_total":                      float64(st.New),
+		"dedup_engine_duplicates_total":               float64(st.Duplicate + st.InFlight),
+		"dedup_engine_duplicates_in_flight_total":     float64(st.InFlight),
+		"dedup_engine_inflight_keys":                  float64(st.InFlightKeys),
+		"dedup_engine_store_lookups_total":            float64(st.StoreLookups),
+		"dedup_engine_false_positives_total":          float64(st.FalsePositives),
+		"dedup_engine_generations":                    float64(st.Generations),
+		"dedup_engine_filter_bytes":                   float64(st.FilterBytes),
+		"dedup_engine_filter_keys":                    float64(st.FilterKeys),
+		"dedup_engine_estimated_fp_rate":              st.EstimatedFPRate,
+		"dedup_engine_observed_fp_samples_total":      float64(st.ObservedFPSamples),
+		"dedup_engine_observed_false_positives_total": math.Round(st.ObservedFPRate * float64(st.ObservedFPSamples)),
+		"dedup_engine_observed_fp_rate":               st.ObservedFPRate,
+		"dedup_engine_commits_total":                  float64(st.Commits),
+		"dedup_engine_commit_errors_total":            float64(st.CommitErrors),
+		"dedup_engine_committed_keys_total":           float64(st.CommittedKeys),
+		"dedup_engine_commit_latency_mean_seconds":    st.CommitLatencyMean.Seconds(),
+		"dedup_engine_commit_latency_max_seconds":     st.CommitLatencyMax.Seconds(),
+		"dedup_engine_snapshots_total":                float64(st.Snapshots),
+		"dedup_engine_snapshot_errors_total":          float64(st.SnapshotErrors),
+		"dedup_engine_snapshot_bytes":                 float64(st.SnapshotBytes),
+		"dedup_engine_disk_bytes":                     float64(st.DiskBytes),
 	}
 }
 

@@ -1,3 +1,5 @@
+//go:build unix
+
 package dedup_test
 
 import (
