@@ -49,7 +49,7 @@ type memRec struct {
 
 // memGen holds the keys of one generation: each is uvarint(len) key in an
 // arena of chunks, indexed by hash partitions: a key of hash h is listed in
-// partition h >> (64-pbits) as an entry holding the next 24 bits of h and
+// partition h >> (64-pbits) as an entry holding the top 28 bits of h and
 // 1 + the key's offset in the arena (its chunk's index << chunkBits | its
 // place in the chunk). Adding a key appends to its partition, whose tail
 // stays in the cache with those of the others (thousands of cache lines,
@@ -63,33 +63,53 @@ type memRec struct {
 // from the length, see partCap). Slice headers on the Go heap took 24
 // bytes a partition, up to 16384 partitions a generation and memtable:
 // 7.3 of the 11 bytes of heap per held key in dedupbench's exact row.
+//
+// A generation starts with 2^minPartBits partitions and doubles them
+// (split) each time they hold 64 entries on average, up to maxBits: a
+// generation of few keys takes memory for those, not for a full table.
+// Entries hold the top bits of their hash, so that a split sends each to
+// one of the two halves of its partition without reading its key.
 type memGen struct {
-	gen    uint64
-	chunks []offHeapBuf
-	parts  offHeapBuf
-	desc   []uint64 // parts' words: partition p's array ref at 2p, its length at 2p+1
-	arena  partArena
-	pbits  uint
-	n      int
+	gen     uint64
+	chunks  []offHeapBuf
+	parts   offHeapBuf
+	desc    []uint64 // parts' words: partition p's array ref at 2p, its length at 2p+1
+	arena   partArena
+	pbits   uint
+	maxBits uint
+	n       int
 }
 
-// partitionBits returns the number of partitions, as a power of two, for a
-// memtable of limit bytes: about 128 entries each when it is full (keys of
-// some 40 bytes in the table), within [2^6, 2^14].
+// partitionBits returns the largest number of partitions, as a power of
+// two, for a memtable of limit bytes: about 128 entries each when one
+// generation fills it (keys of some 40 bytes in the table), within
+// [2^minPartBits, 2^14].
 func partitionBits(limit int) uint {
-	b := uint(6)
+	b := uint(minPartBits)
 	for b < 14 && 1<<b < limit/(40*128) {
 		b++
 	}
 	return b
 }
 
+// minPartBits sets the partitions of a new generation; splitAt is the
+// mean entries per partition at which they double.
+const (
+	minPartBits = 6
+	splitAt     = 64
+)
+
 func newMemGen(gen uint64, limit int) *memGen {
-	g := &memGen{gen: gen, pbits: partitionBits(limit)}
-	n := 2 << g.pbits
-	g.parts = newOffHeapBuf(8 * n)
-	g.desc = u64s(g.parts.b[:8*n], n)
+	g := &memGen{gen: gen, pbits: minPartBits, maxBits: partitionBits(limit)}
+	g.parts, g.desc = newPartDescs(g.pbits)
 	return g
+}
+
+// newPartDescs returns zeroed descriptors for 2^pbits partitions.
+func newPartDescs(pbits uint) (offHeapBuf, []uint64) {
+	n := 2 << pbits
+	b := newOffHeapBuf(8 * n)
+	return b, u64s(b.b[:8*n], n)
 }
 
 // offHeapBuf is memory from offHeap.
@@ -134,10 +154,13 @@ const (
 	firstChunk = 64 << 10
 )
 
-// An index entry: the 24 bits of a key's hash after its partition bits,
-// then 1 + its offset in the arena.
+// An index entry: the top 28 bits of a key's hash, then 1 + its offset in
+// the arena. Offsets stay far below 2^36: a generation's keys in a
+// memtable are less than its limit (at most 1 GiB) plus one commit's
+// record (at most 4 GiB), in chunks of 1 MiB each of which wastes less
+// than a key.
 const (
-	entryOffBits = 40
+	entryOffBits = 36
 	entryOffMask = 1<<entryOffBits - 1
 )
 
@@ -204,12 +227,13 @@ func (m *memTable) addKeys(seed maphash.Seed, n int, key func(int) (uint64, []by
 		}
 		if gen >= m.floor {
 			g := m.gen(gen)
+			before := 0
 			if g == nil {
 				g = newMemGen(gen, m.limit)
 				m.gens = append(m.gens, g)
-				m.size += cap(g.parts.b)
+			} else {
+				before = g.bytes()
 			}
-			before := g.bytes()
 			for i := lo; i < hi; i++ {
 				_, k := key(i)
 				g.add(h[i], k)
@@ -227,9 +251,9 @@ func (m *memTable) has(gen uint64, key []byte, h uint64) bool {
 	return g != nil && g.has(h, key)
 }
 
-// bytes is the memory of g's keys and entries.
+// bytes is the memory of g's keys, entries and partition descriptors.
 func (g *memGen) bytes() int {
-	n := g.arena.size
+	n := g.arena.size + cap(g.parts.b)
 	for _, c := range g.chunks {
 		n += cap(c.b)
 	}
@@ -239,7 +263,7 @@ func (g *memGen) bytes() int {
 // entry returns the partition of hash h and the index entry of a key of
 // hash h at offset off.
 func (g *memGen) entry(h uint64, off int) (part int, e uint64) {
-	return int(h >> (64 - g.pbits)), (h<<g.pbits)&^entryOffMask | uint64(off+1)
+	return int(h >> (64 - g.pbits)), h&^entryOffMask | uint64(off+1)
 }
 
 // add adds key of hash h.
@@ -276,6 +300,48 @@ func (g *memGen) add(h uint64, key []byte) {
 	g.arena.view(d[0], n+1)[n] = e
 	d[1] = uint64(n + 1)
 	g.n++
+	if g.pbits < g.maxBits && g.n > splitAt<<g.pbits {
+		g.split()
+	}
+}
+
+// split doubles the partitions: partition p's entries go to 2p and 2p+1
+// by the next bit of their hash, into new arrays of a new arena; the old
+// arena and descriptors are given back whole.
+func (g *memGen) split() {
+	oldParts, oldDesc, oldArena := g.parts, g.desc, g.arena
+	g.pbits++
+	g.parts, g.desc = newPartDescs(g.pbits)
+	g.arena = partArena{}
+	shift := 64 - g.pbits
+	for p := range len(oldDesc) / 2 {
+		n := int(oldDesc[2*p+1])
+		if n == 0 {
+			continue
+		}
+		ents := oldArena.view(oldDesc[2*p], n)
+		var count [2]int
+		for _, e := range ents {
+			count[e>>shift&1]++
+		}
+		var dst [2][]uint64
+		for i, c := range count {
+			if c > 0 {
+				ref := g.arena.alloc(partCap(c))
+				g.desc[2*(2*p+i)] = ref
+				g.desc[2*(2*p+i)+1] = uint64(c)
+				dst[i] = g.arena.view(ref, c)
+			}
+		}
+		var k [2]int
+		for _, e := range ents {
+			i := e >> shift & 1
+			dst[i][k[i]] = e
+			k[i]++
+		}
+	}
+	oldArena.freeAll()
+	oldParts.free()
 }
 
 // each calls fn for every key of g, in the order added, with its offset.
