@@ -155,10 +155,10 @@ const (
 )
 
 // An index entry: the top 28 bits of a key's hash, then 1 + its offset in
-// the arena. Offsets stay far below 2^36: a generation's keys in a
-// memtable are less than its limit (at most 1 GiB) plus one commit's
-// record (at most 4 GiB), in chunks of 1 MiB each of which wastes less
-// than a key.
+// the arena. Offsets stay below 2^36: a segment holds less than the limit
+// (at most 1 GiB) plus one commit's record (at most 4 GiB), a replay
+// gathers at most the 2 + maxFrozen segments left by a crash, and the
+// arena's chunks of 1 MiB each waste less than a key (MaxKeySize).
 const (
 	entryOffBits = 36
 	entryOffMask = 1<<entryOffBits - 1
