@@ -402,6 +402,7 @@ func BenchmarkMemTable(b *testing.B) {
 	b.Run("add", func(b *testing.B) {
 		var h []uint64
 		var size int
+		cpu0 := cpuNanos()
 		for b.Loop() {
 			m := &memTable{limit: 64 << 20}
 			for lo := 0; lo < n; lo += per {
@@ -411,6 +412,7 @@ func BenchmarkMemTable(b *testing.B) {
 			m.free()
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+		b.ReportMetric(float64(cpuNanos()-cpu0)/float64(b.N*n), "cpu-ns/key")
 		b.ReportMetric(float64(size)/n, "B/key")
 	})
 	m := &memTable{limit: 64 << 20}

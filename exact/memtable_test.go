@@ -11,11 +11,27 @@ import (
 
 // TestMemGen adds keys of every size class (one-byte and two-byte length
 // prefixes, the largest key) to a generation's table and finds each of
-// them, and no other.
+// them, and no other: with partitions split as keys arrive (a 64 MiB
+// table), and with as many as the smallest table has, never split.
 func TestMemGen(t *testing.T) {
+	for _, c := range []struct {
+		limit     int
+		wantPBits uint
+	}{{64 << 20, 12}, {256 << 10, minPartBits}} {
+		t.Run(fmt.Sprint(c.limit), func(t *testing.T) {
+			g := testMemGen(t, c.limit)
+			if g.pbits != c.wantPBits {
+				t.Fatalf("%d partition bits after %d keys, want %d", g.pbits, g.n, c.wantPBits)
+			}
+			g.free()
+		})
+	}
+}
+
+func testMemGen(t *testing.T, limit int) *memGen {
 	rng := rand.New(rand.NewPCG(1, 2))
 	seed := maphash.MakeSeed()
-	g := newMemGen(7, 64<<20)
+	g := newMemGen(7, limit)
 	var keys [][]byte
 	for i := 0; i < 200_000; i++ {
 		var k []byte
@@ -34,7 +50,6 @@ func TestMemGen(t *testing.T) {
 		keys = append(keys, k)
 		g.add(maphash.Bytes(seed, k), k)
 	}
-	defer g.free()
 	if g.n != len(keys) {
 		t.Fatalf("%d keys, want %d", g.n, len(keys))
 	}
@@ -59,6 +74,7 @@ func TestMemGen(t *testing.T) {
 	if n != len(keys) {
 		t.Fatalf("each visited %d keys of %d", n, len(keys))
 	}
+	return g
 }
 
 // TestKeyFilter: no false negatives, a false-positive rate near the 1%
