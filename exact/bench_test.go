@@ -268,13 +268,24 @@ var diskKeys = flag.Int("exact.diskkeys", 10_000_000, "keys held by BenchmarkDis
 // BenchmarkDiskPerKey fills a store on disk the way the engine does with
 // -exact.diskkeys random 16-byte keys held at once: four generations of
 // commits of 5000 keys, the generation before them dropped and reclaimed,
-// a snapshot per generation truncating the log through the one before (so
-// the log holds two generations, as just before a snapshot). Then it
+// a snapshot at the end of each generation truncating the log as the
+// engine's snapshots do. In exact mode the engine truncates through the
+// newest snapshot (sub-benchmark log=newest: the log holds the one
+// generation since it, as just before a snapshot); in probabilistic mode,
+// and in exact mode before, through the one before it (log=previous: two
+// generations). Then it
 // reports the disk per held key (all files; the key tables; the log
 // tables), the compactions Pebble ran, and the time of one Has, as the
 // engine asks it (of the generation its filter names): of a stored key of
 // any live generation, and of an absent key. Run it once: -benchtime=1x.
 func BenchmarkDiskPerKey(b *testing.B) {
+	b.Run("log=newest", func(b *testing.B) { benchDiskPerKey(b, false) })
+	b.Run("log=previous", func(b *testing.B) { benchDiskPerKey(b, true) })
+}
+
+// benchDiskPerKey is BenchmarkDiskPerKey, each snapshot truncating the log
+// through the one before it (keepPrevious) or through itself.
+func benchDiskPerKey(b *testing.B, keepPrevious bool) {
 	const gens, per = 4, 5000
 	perGen := *diskKeys / gens / per * per
 	dir := b.TempDir()
@@ -287,7 +298,7 @@ func BenchmarkDiskPerKey(b *testing.B) {
 		key []byte
 	}
 	var present []lookup
-	var snapSeq, prevSnap uint64
+	var prevSnap uint64
 	start := time.Now()
 	for gen := uint64(1); gen <= gens+1; gen++ {
 		for c := 0; c < perGen/per; c++ {
@@ -313,12 +324,16 @@ func BenchmarkDiskPerKey(b *testing.B) {
 				}
 			}
 			if c == perGen/per-1 && gen < gens+1 { // a snapshot
-				if prevSnap > 0 {
-					if err := s.TruncateLog(prevSnap); err != nil {
+				through := seq
+				if keepPrevious {
+					through = prevSnap
+				}
+				if through > 0 {
+					if err := s.TruncateLog(through); err != nil {
 						b.Fatal(err)
 					}
 				}
-				prevSnap, snapSeq = snapSeq, seq
+				prevSnap = seq
 			}
 		}
 	}
