@@ -109,19 +109,35 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 	if err != nil {
 		return info, wrap(err, "snapshot")
 	}
-	// The snapshot package keeps the previous snapshot as a fallback, so the
-	// log is truncated only through it: either can still be brought up to
-	// date.
-	if prev := e.lastSnapSeq; prev > 0 {
-		if err := e.store.SetMeta(metaLogTruncated, binary.BigEndian.AppendUint64(nil, prev)); err != nil {
+	if through := e.logTruncationPoint(seq); through > 0 {
+		if err := e.store.SetMeta(metaLogTruncated, binary.BigEndian.AppendUint64(nil, through)); err != nil {
 			return info, wrap(err, "snapshot")
 		}
-		if err := e.store.TruncateLog(prev); err != nil {
+		if err := e.store.TruncateLog(through); err != nil {
 			return info, wrap(err, "snapshot: truncate log")
 		}
 	}
 	e.lastSnapSeq = seq
 	return info, nil
+}
+
+// logTruncationPoint returns the commit sequence through which the log may
+// be truncated once the snapshot covering commits through seq is durable
+// (0: not at all).
+//
+// The snapshot package keeps the previous snapshot as a fallback for a
+// damaged newest one. In probabilistic mode the log is the only exact
+// record of the keys, so it is truncated only through the previous
+// snapshot: either can still be brought up to date. In exact mode the
+// store holds every key, and Open rebuilds the filters from it when the
+// newest snapshot is unusable (restore.go), so the log is truncated
+// through the newest snapshot: it then holds only the commits since, the
+// 8 bytes per key that the previous rule kept for a second generation.
+func (e *Engine) logTruncationPoint(seq uint64) uint64 {
+	if e.exactMode {
+		return seq
+	}
+	return e.lastSnapSeq
 }
 
 // snapshotFailed marks an error of writing a snapshot as [ErrSnapshot],

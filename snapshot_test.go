@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,17 +127,37 @@ func snapshotFiles(t testing.TB, fs vfs.FS, dir string) []string {
 	return names
 }
 
-// TestCorruptSnapshot: a damaged newest snapshot is reported and passed over
-// (the previous one is used); with every snapshot damaged, exact mode
-// rebuilds from the store and probabilistic mode refuses to start empty
-// unless AllowEmptyRestore says so. Nothing committed is lost.
+// TestCorruptSnapshot: a damaged newest snapshot is reported and passed
+// over: probabilistic mode restores from the previous one and the log
+// after it; exact mode, whose log is truncated through the newest
+// snapshot, rebuilds its filters from the store and says so in its log.
+// With every snapshot damaged, exact mode rebuilds from the store and
+// probabilistic mode refuses to start empty unless AllowEmptyRestore says
+// so. Nothing committed is lost, and no committed key passes as New.
 func TestCorruptSnapshot(t *testing.T) {
 	for _, prob := range []bool{false, true} {
 		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
 			fs := vfs.NewMem()
 			clk := testclock.New(t0)
+			var logMu sync.Mutex
+			var logged []string
+			logf := func(format string, args ...any) {
+				logMu.Lock()
+				defer logMu.Unlock()
+				logged = append(logged, fmt.Sprintf(format, args...))
+			}
+			rebuiltLogged := func() bool {
+				logMu.Lock()
+				defer logMu.Unlock()
+				for _, l := range logged {
+					if strings.Contains(l, "rebuilding filters from the exact store") {
+						return true
+					}
+				}
+				return false
+			}
 			// Snapshots only when the test writes them: Close writes none.
-			o := Options{Dir: "/s", FS: fs, Probabilistic: prob, Now: clk.Now, Window: time.Hour, SnapshotInterval: -1}
+			o := Options{Dir: "/s", FS: fs, Probabilistic: prob, Now: clk.Now, Window: time.Hour, SnapshotInterval: -1, Logf: logf}
 			e, err := Open(o)
 			if err != nil {
 				t.Fatal(err)
@@ -192,10 +213,18 @@ func TestCorruptSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := e.Stats()
-			if st.RestoredFrom != RestoredSnapshot || len(st.RestoreProblems) == 0 {
-				t.Fatalf("newest corrupt: restored from %q, problems %v", st.RestoredFrom, st.RestoreProblems)
+			want := RestoredStore
+			if prob {
+				want = RestoredSnapshot
+			}
+			if st.RestoredFrom != want || len(st.RestoreProblems) == 0 {
+				t.Fatalf("newest corrupt: restored from %q, want %q; problems %v", st.RestoredFrom, want, st.RestoreProblems)
+			}
+			if got := rebuiltLogged(); got != !prob {
+				t.Fatalf("newest corrupt: log says the filters were rebuilt from the store: %v, want %v (log %q)", got, !prob, logged)
 			}
 			check(e)
+			mustObserve(t, e, "new-after-restore", New)
 			_ = e.Close()
 
 			flip(manifests[0]) // now both are corrupt
@@ -222,6 +251,61 @@ func TestCorruptSnapshot(t *testing.T) {
 			}
 			check(e)
 			_ = e.Close()
+		})
+	}
+}
+
+// TestSnapshotTruncatesLog: after two snapshots, exact mode's commit log
+// holds only the commits since the newest (the store holds every key, so
+// a damaged newest snapshot is rebuilt from it), and probabilistic mode's
+// the commits since the one before (its log is its only exact record, and
+// the previous snapshot its fallback). The truncation mark says the same.
+func TestSnapshotTruncatesLog(t *testing.T) {
+	for _, prob := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
+			clk := testclock.New(t0)
+			e := openT(t, Options{Dir: t.TempDir(), Probabilistic: prob, Now: clk.Now, Window: time.Hour, SnapshotInterval: -1})
+			var snapSeqs []uint64
+			for round, n := range []int{100, 30} {
+				for i := range n {
+					mustObserve(t, e, fmt.Sprintf("r%d-%d", round, i), New)
+				}
+				mustCommit(t, e, fmt.Sprint(round))
+				if err := e.Snapshot(); err != nil {
+					t.Fatal(err)
+				}
+				snapSeqs = append(snapSeqs, LastCommitSeq(e))
+			}
+			for i := range 7 {
+				mustObserve(t, e, fmt.Sprint("after-", i), New)
+			}
+			mustCommit(t, e, "after")
+			wantMark, wantPairs := snapSeqs[1], 7
+			if prob {
+				wantMark, wantPairs = snapSeqs[0], 30+7
+			}
+			mark, err := LogTruncatedThrough(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pairs, err := LogPairs(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mark != wantMark || pairs != wantPairs {
+				t.Fatalf("log truncated through %d holding %d keys, want through %d holding %d (snapshots at %v)", mark, pairs, wantMark, wantPairs, snapSeqs)
+			}
+			// The state still opens from the newest snapshot and the log.
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e = openT(t, EngineOptions(e))
+			defer e.Close()
+			if got := e.Stats().RestoredFrom; got != RestoredSnapshot {
+				t.Fatalf("reopened from %q, want %q", got, RestoredSnapshot)
+			}
+			mustObserve(t, e, "r0-0", Duplicate)
+			mustObserve(t, e, "after-6", Duplicate)
 		})
 	}
 }
@@ -319,12 +403,16 @@ func snapshotCrashAt(t *testing.T, prob bool, k int) bool {
 }
 
 // TestSnapshotIOError injects an I/O error at each write operation of a
-// Snapshot: the error surfaces, the engine keeps deduplicating and
-// committing, and the next Snapshot (fault cleared) succeeds.
+// Snapshot to its folder: the error surfaces, the engine keeps
+// deduplicating and committing, and the next Snapshot (fault cleared)
+// succeeds. (A write error in the store, as when the snapshot then
+// truncates the log, breaks the store like any store write; the crash
+// tests cover it.)
 func TestSnapshotIOError(t *testing.T) {
 	for k := 0; ; k++ {
 		at := errorfs.OnIndex(int32(k))
-		inj := &errorfs.Toggle{Injector: faultfs.If(errorfs.And(errorfs.Writes, at), errorfs.ErrInjected)}
+		inSnapshots := pathPrefix("/s/" + SnapshotDir)
+		inj := &errorfs.Toggle{Injector: faultfs.If(errorfs.And(errorfs.Writes, inSnapshots, at), errorfs.ErrInjected)}
 		e := openT(t, Options{Dir: "/s", FS: errorfs.Wrap(vfs.NewMem(), inj), Shards: 2})
 		mustObserve(t, e, "a", New)
 		mustCommit(t, e, "1")
@@ -352,3 +440,10 @@ func TestSnapshotIOError(t *testing.T) {
 		_ = e.Close()
 	}
 }
+
+// pathPrefix is an errorfs predicate: the operation's path starts with p.
+type pathPrefix string
+
+func (p pathPrefix) String() string { return fmt.Sprintf("(PathPrefix %q)", string(p)) }
+
+func (p pathPrefix) Evaluate(op errorfs.Op) bool { return strings.HasPrefix(op.Path, string(p)) }
