@@ -23,6 +23,10 @@ const (
 // restore refills the filters after Open: from the newest valid snapshot
 // plus the commit log after it, or, if there is none, from the exact store
 // (exact mode) or the whole log (probabilistic mode, if never truncated).
+// A snapshot the log no longer covers is unusable: in exact mode, where
+// the log is truncated through the newest snapshot (snapshot.go), that is
+// the previous one whenever the newest is damaged, and the filters are
+// rebuilt from the store.
 func (e *Engine) restore() error {
 	start := time.Now()
 	defer func() { e.stats.restoreNanos = int64(time.Since(start)) }()
