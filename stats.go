@@ -37,7 +37,7 @@ type Stats struct {
 	Generations     int
 	GenerationStats []GenerationStats
 	// Seals counts the generations sealed into static fuse filters
-	// (Filter "fuse", see [GenerationStats.Sealed]) since Open, and
+	// ([Options.Filter] "fuse", see [GenerationStats.Sealed]) since [Open], and
 	// SealErrors those that will not be, because their spool of hashes
 	// could not be made, written or read back (a full disk): they keep
 	// their blocked filter, which takes more memory and loses no key, and
@@ -61,11 +61,12 @@ type Stats struct {
 	// not in flight and that no live generation held (ObservedFPSamples),
 	// the share the filters matched anyway is ObservedFPRate (in
 	// probabilistic mode, the share of new events dropped; in exact mode
-	// the store resolves them, see FalsePositives). The exact shadow is
-	// not in snapshots: after Open from a snapshot, a shard counts nothing
-	// until the generations it restored have expired (a window and a
-	// span); after a rebuild from the commit log or the store it counts at
-	// once.
+	// the store resolves them, see FalsePositives). While
+	// ObservedFPSamples is 0 the rate is 0 and means not measured yet. The
+	// exact shadow is not in snapshots: after Open from a snapshot, a shard
+	// counts nothing until the generations it restored have expired (a
+	// window and a span); after a rebuild from the commit log or the store
+	// it counts at once.
 	ObservedFPSamples uint64
 	ObservedFPRate    float64
 	// InFlightBytes is the memory held by the sets of keys in flight: the
@@ -138,7 +139,7 @@ type GenerationStats struct {
 	// the blocked filter the others replaced.
 	Kind string
 	// Sealed reports whether the generation's filter is sealed in every
-	// shard: with Filter "fuse", rebuilt as a static fuse filter once a
+	// shard: with [Options.Filter] "fuse", rebuilt as a static fuse filter once a
 	// newer generation took over (smaller; the few keys committed into it
 	// later go into its small overflow). The newest generation is never
 	// sealed, and with the other filters none is. This is not the sealed
