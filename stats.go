@@ -2,9 +2,11 @@ package dedup
 
 import (
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/internal/diskuse"
 	"github.com/streamdedup/dedup/internal/fprate"
 )
@@ -29,10 +31,19 @@ type Stats struct {
 	// exact store did not hold (exact mode): the false positives the store
 	// resolved, each costing one or more StoreLookups.
 	FalsePositives uint64
-	// Generations is the number of live generations summed over shards;
-	// GenerationStats has one entry per generation ID, summed over shards.
+	// Generations is the number of generations in the window (not expired
+	// at the engine's clock) summed over shards; GenerationStats has one
+	// entry per generation ID, summed over shards, oldest first.
 	Generations     int
 	GenerationStats []GenerationStats
+	// Seals counts the generations sealed into static fuse filters
+	// ([Options.Filter] "fuse", see [GenerationStats.Sealed]) since [Open], and
+	// SealErrors those that will not be, because their spool of hashes
+	// could not be made, written or read back (a full disk): they keep
+	// their blocked filter, which takes more memory and loses no key, and
+	// Logf says why once a generation. Both count per shard: a generation
+	// sealed in each of 16 shards counts 16. 0 with the other filters.
+	Seals, SealErrors uint64
 	// FilterBytes is the memory held by all filters.
 	FilterBytes uint64
 	// FilterKeys is the number of keys held by all filters.
@@ -50,11 +61,12 @@ type Stats struct {
 	// not in flight and that no live generation held (ObservedFPSamples),
 	// the share the filters matched anyway is ObservedFPRate (in
 	// probabilistic mode, the share of new events dropped; in exact mode
-	// the store resolves them, see FalsePositives). The exact shadow is
-	// not in snapshots: after Open from a snapshot, a shard counts nothing
-	// until the generations it restored have expired (a window and a
-	// span); after a rebuild from the commit log or the store it counts at
-	// once.
+	// the store resolves them, see FalsePositives). While
+	// ObservedFPSamples is 0 the rate is 0 and means not measured yet. The
+	// exact shadow is not in snapshots: after Open from a snapshot, a shard
+	// counts nothing until the generations it restored have expired (a
+	// window and a span); after a rebuild from the commit log or the store
+	// it counts at once.
 	ObservedFPSamples uint64
 	ObservedFPRate    float64
 	// InFlightBytes is the memory held by the sets of keys in flight: the
@@ -110,13 +122,30 @@ type Stats struct {
 
 // GenerationStats describes one generation across all shards.
 type GenerationStats struct {
+	// ID numbers the generation: it covers [Start, End) of the engine's
+	// clock.
 	ID         uint64
 	Start, End time.Time
-	Keys       uint64
-	Bytes      uint64
+	// Keys is the number of keys its filters hold, Bytes their memory.
+	Keys  uint64
+	Bytes uint64
 	// FPRate is the mean estimated false-positive rate of the generation's
 	// filters at their current fill.
 	FPRate float64
+	// Kind names the kind of the generation's filters ([filter.Kind]'s
+	// String: "bloom", "cuckoo", "blocked", "interleaved" or "fuse"). When
+	// shards differ, it is every kind in that order joined by "+", such as
+	// "blocked+fuse": with Filter "fuse", a shard whose seal failed keeps
+	// the blocked filter the others replaced.
+	Kind string
+	// Sealed reports whether the generation's filter is sealed in every
+	// shard: with [Options.Filter] "fuse", rebuilt as a static fuse filter once a
+	// newer generation took over (smaller; the few keys committed into it
+	// later go into its small overflow). The newest generation is never
+	// sealed, and with the other filters none is. This is not the sealed
+	// of a snapshot's segments (`dedup snapshot inspect`), which says a
+	// segment can no longer change.
+	Sealed bool
 }
 
 // Stats returns the engine's counters, and the generations live at the
@@ -124,6 +153,7 @@ type GenerationStats struct {
 func (e *Engine) Stats() Stats {
 	var st Stats
 	gens := map[uint64]*GenerationStats{}
+	kinds := map[uint64]uint64{} // bit k: a shard's filter is of Kind k
 	var order []uint64
 	var fpSum float64
 	var fpObserved uint64
@@ -142,6 +172,9 @@ func (e *Engine) Stats() Stats {
 		st.FalsePositives += s.falsePositives
 		st.FilterBytes += s.ring.FilterBytes()
 		st.SizedGenerationKeys += s.ring.SizedCapacity()
+		sealed, failed := s.ring.FuseSeals()
+		st.Seals += uint64(sealed)
+		st.SealErrors += uint64(failed)
 		st.ObservedFPSamples += s.sampledNew
 		fpObserved += s.sampledFP
 		if s.undone != nil {
@@ -161,10 +194,13 @@ func (e *Engine) Stats() Stats {
 			fps = append(fps, fp)
 			gs := gens[g.ID]
 			if gs == nil {
-				gs = &GenerationStats{ID: g.ID, Start: e.timing.Start(g.ID), End: e.timing.End(g.ID)}
+				gs = &GenerationStats{ID: g.ID, Start: e.timing.Start(g.ID), End: e.timing.End(g.ID), Sealed: true}
 				gens[g.ID] = gs
 				order = append(order, g.ID)
 			}
+			kinds[g.ID] |= 1 << (f.Kind() % 64)
+			// A fuse filter is only ever made by a seal.
+			gs.Sealed = gs.Sealed && f.Kind() == filter.Fuse
 			gs.Keys += f.Count()
 			gs.Bytes += f.SizeBytes()
 			gs.FPRate += fp / float64(len(e.shards))
@@ -178,7 +214,9 @@ func (e *Engine) Stats() Stats {
 	}
 	slices.Sort(order)
 	for _, id := range order {
-		st.GenerationStats = append(st.GenerationStats, *gens[id])
+		gs := gens[id]
+		gs.Kind = kindNames(kinds[id])
+		st.GenerationStats = append(st.GenerationStats, *gs)
 	}
 	st.InFlightKeys = e.inflightCount.Load()
 	st.Commits = e.stats.commits.Load()
@@ -209,6 +247,18 @@ func (e *Engine) Stats() Stats {
 	// error leaves the count of what was read.
 	st.DiskBytes, _ = diskuse.Bytes(e.fs, e.dir)
 	return st
+}
+
+// kindNames names the filter kinds of the set bits (bit k: Kind k), in
+// order, joined by "+".
+func kindNames(set uint64) string {
+	var names []string
+	for k := range 64 {
+		if set&(1<<k) != 0 {
+			names = append(names, filter.Kind(k).String())
+		}
+	}
+	return strings.Join(names, "+")
 }
 
 // engineStats are counters outside the shards.

@@ -151,6 +151,9 @@ type spooled struct {
 	filter.Filter
 	sp Spool
 	fp float64
+	// failed is the ring's count of seal failures: a spool that fails
+	// counts one there when it fails (its generation will not be sealed).
+	failed *int
 }
 
 // TestOrAdd implements filter.Filter: h is spooled, then added.
@@ -160,7 +163,7 @@ func (s *spooled) TestOrAdd(h uint64) bool {
 	}
 	was := s.Filter.Test(h)
 	if err := s.sp.Append(h); err != nil {
-		s.stop()
+		s.fail()
 		return s.Filter.TestOrAdd(h)
 	}
 	if was {
@@ -203,8 +206,17 @@ func (s *spooled) regrow(capacity uint64) error {
 			return nil
 		}
 	}
-	s.stop()
+	s.fail()
 	return err
+}
+
+// fail stops the spool after an error and counts its generation's seal
+// as failed.
+func (s *spooled) fail() {
+	s.stop()
+	if s.failed != nil {
+		*s.failed++
+	}
 }
 
 func (s *spooled) stop() {
@@ -246,7 +258,7 @@ func (r *Ring) newFuseActive(id, capacity uint64) (filter.Filter, error) {
 			return &spooled{Filter: f, fp: r.fuse.activeFP}, nil
 		}
 	}
-	return &spooled{Filter: f, sp: sp, fp: r.fuse.activeFP}, nil
+	return &spooled{Filter: f, sp: sp, fp: r.fuse.activeFP, failed: &r.fuse.sealErrors}, nil
 }
 
 // sealable reports whether g can be sealed: its filter spools its hashes.
@@ -323,8 +335,9 @@ func (r *Ring) CloseSpools() {
 }
 
 // FuseSeals returns how many generations a Fuse ring has sealed, and how
-// many it could not (no spool could be made, or it failed: they keep
-// their blocked filter).
+// many it could not (no spool could be made, or it failed on a write or a
+// read: they keep their blocked filter). A failure counts when it
+// happens, before the generation's seal was due.
 func (r *Ring) FuseSeals() (sealed, failed int) {
 	if r.fuse == nil {
 		return 0, 0

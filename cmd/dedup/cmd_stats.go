@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -77,36 +79,41 @@ func (o *stateOptionsJSON) options() dedup.Options {
 
 // engineStatsJSON is dedup.Stats for JSON (see its fields).
 type engineStatsJSON struct {
-	Observed                    uint64           `json:"observed"`
-	New                         uint64           `json:"new"`
-	Duplicate                   uint64           `json:"duplicate"`
-	InFlight                    uint64           `json:"in_flight"`
-	InFlightKeys                int64            `json:"in_flight_keys"`
-	StoreLookups                uint64           `json:"store_lookups"`
-	FalsePositives              uint64           `json:"false_positives"`
-	Generations                 int              `json:"generations"`
-	GenerationStats             []generationJSON `json:"generation_stats"`
-	FilterBytes                 uint64           `json:"filter_bytes"`
-	FilterKeys                  uint64           `json:"filter_keys"`
-	EstimatedFPRate             float64          `json:"estimated_fp_rate"`
-	Commits                     uint64           `json:"commits"`
-	CommitErrors                uint64           `json:"commit_errors"`
-	CommittedKeys               uint64           `json:"committed_keys"`
-	CommitLatencyMeanSeconds    float64          `json:"commit_latency_mean_seconds"`
-	CommitLatencyLastSeconds    float64          `json:"commit_latency_last_seconds"`
-	CommitLatencyMaxSeconds     float64          `json:"commit_latency_max_seconds"`
-	LastCommitError             string           `json:"last_commit_error,omitempty"`
-	RestoredKeys                uint64           `json:"restored_keys"`
-	RestoreDurationSeconds      float64          `json:"restore_duration_seconds"`
-	RestoredFrom                string           `json:"restored_from"`
-	RestoreProblems             []string         `json:"restore_problems,omitempty"`
-	Snapshots                   uint64           `json:"snapshots"`
-	SnapshotErrors              uint64           `json:"snapshot_errors"`
-	LastSnapshotError           string           `json:"last_snapshot_error,omitempty"`
-	LastSnapshotDurationSeconds float64          `json:"last_snapshot_duration_seconds"`
-	LastSnapshotWrittenBytes    int64            `json:"last_snapshot_written_bytes"`
-	SnapshotBytes               int64            `json:"snapshot_bytes"`
-	DiskBytes                   uint64           `json:"disk_bytes"`
+	Observed          uint64           `json:"observed"`
+	New               uint64           `json:"new"`
+	Duplicate         uint64           `json:"duplicate"`
+	InFlight          uint64           `json:"in_flight"`
+	InFlightKeys      int64            `json:"in_flight_keys"`
+	StoreLookups      uint64           `json:"store_lookups"`
+	FalsePositives    uint64           `json:"false_positives"`
+	Generations       int              `json:"generations"`
+	GenerationStats   []generationJSON `json:"generation_stats"`
+	FilterBytes       uint64           `json:"filter_bytes"`
+	FilterKeys        uint64           `json:"filter_keys"`
+	EstimatedFPRate   float64          `json:"estimated_fp_rate"`
+	ObservedFPSamples uint64           `json:"observed_fp_samples"`
+	// ObservedFPRate is null while ObservedFPSamples is 0: not measured.
+	ObservedFPRate              *float64 `json:"observed_fp_rate"`
+	Seals                       uint64   `json:"seals"`
+	SealErrors                  uint64   `json:"seal_errors"`
+	Commits                     uint64   `json:"commits"`
+	CommitErrors                uint64   `json:"commit_errors"`
+	CommittedKeys               uint64   `json:"committed_keys"`
+	CommitLatencyMeanSeconds    float64  `json:"commit_latency_mean_seconds"`
+	CommitLatencyLastSeconds    float64  `json:"commit_latency_last_seconds"`
+	CommitLatencyMaxSeconds     float64  `json:"commit_latency_max_seconds"`
+	LastCommitError             string   `json:"last_commit_error,omitempty"`
+	RestoredKeys                uint64   `json:"restored_keys"`
+	RestoreDurationSeconds      float64  `json:"restore_duration_seconds"`
+	RestoredFrom                string   `json:"restored_from"`
+	RestoreProblems             []string `json:"restore_problems,omitempty"`
+	Snapshots                   uint64   `json:"snapshots"`
+	SnapshotErrors              uint64   `json:"snapshot_errors"`
+	LastSnapshotError           string   `json:"last_snapshot_error,omitempty"`
+	LastSnapshotDurationSeconds float64  `json:"last_snapshot_duration_seconds"`
+	LastSnapshotWrittenBytes    int64    `json:"last_snapshot_written_bytes"`
+	SnapshotBytes               int64    `json:"snapshot_bytes"`
+	DiskBytes                   uint64   `json:"disk_bytes"`
 }
 
 // generationJSON is dedup.GenerationStats for JSON.
@@ -114,6 +121,8 @@ type generationJSON struct {
 	ID     uint64    `json:"id"`
 	Start  time.Time `json:"start"`
 	End    time.Time `json:"end"`
+	Kind   string    `json:"kind"`
+	Sealed bool      `json:"sealed"`
 	Keys   uint64    `json:"keys"`
 	Bytes  uint64    `json:"bytes"`
 	FPRate float64   `json:"fp_rate"`
@@ -125,6 +134,7 @@ func engineJSON(st dedup.Stats) *engineStatsJSON {
 		StoreLookups: st.StoreLookups, FalsePositives: st.FalsePositives, Generations: st.Generations,
 		GenerationStats: []generationJSON{},
 		FilterBytes:     st.FilterBytes, FilterKeys: st.FilterKeys, EstimatedFPRate: st.EstimatedFPRate,
+		ObservedFPSamples: st.ObservedFPSamples, Seals: st.Seals, SealErrors: st.SealErrors,
 		Commits: st.Commits, CommitErrors: st.CommitErrors, CommittedKeys: st.CommittedKeys,
 		CommitLatencyMeanSeconds: st.CommitLatencyMean.Seconds(), CommitLatencyLastSeconds: st.CommitLatencyLast.Seconds(),
 		CommitLatencyMaxSeconds: st.CommitLatencyMax.Seconds(), LastCommitError: st.LastCommitError,
@@ -133,10 +143,35 @@ func engineJSON(st dedup.Stats) *engineStatsJSON {
 		LastSnapshotError: st.LastSnapshotError, LastSnapshotDurationSeconds: st.LastSnapshotDuration.Seconds(),
 		LastSnapshotWrittenBytes: st.LastSnapshotWritten, SnapshotBytes: st.SnapshotBytes, DiskBytes: st.DiskBytes,
 	}
+	if st.ObservedFPSamples > 0 {
+		r := st.ObservedFPRate
+		j.ObservedFPRate = &r
+	}
 	for _, g := range st.GenerationStats {
-		j.GenerationStats = append(j.GenerationStats, generationJSON{ID: g.ID, Start: g.Start.UTC(), End: g.End.UTC(), Keys: g.Keys, Bytes: g.Bytes, FPRate: g.FPRate})
+		j.GenerationStats = append(j.GenerationStats, generationJSON{ID: g.ID, Start: g.Start.UTC(), End: g.End.UTC(),
+			Kind: g.Kind, Sealed: g.Sealed, Keys: g.Keys, Bytes: g.Bytes, FPRate: g.FPRate})
 	}
 	return j
+}
+
+// observedFP describes the observed false-positive rate of samples
+// sampled new keys: what it is, or that it is not measured yet.
+func observedFP(samples uint64, rate float64) string {
+	if samples == 0 {
+		return "not measured yet: no sampled new key observed since the engine opened " +
+			"(after a restart from a snapshot, none counts until the generations restored have expired, about a window)"
+	}
+	return fmt.Sprintf("%.4g: the filters wrongly matched %d of %d sampled new keys (1 in 1024, checked exactly, on the real traffic)",
+		rate, uint64(math.Round(rate*float64(samples))), samples)
+}
+
+// sealsLine describes a fuse state's seals since the state was opened.
+func sealsLine(seals, errors uint64) string {
+	s := fmt.Sprintf("%d done, %d failed since the engine opened (one per generation and shard)", seals, errors)
+	if errors > 0 {
+		s += "; a failed one keeps its blocked filter: more memory, no key lost (the log says why)"
+	}
+	return s
 }
 
 // snapshotSummary is the newest snapshot of a state, from its manifest.
@@ -330,10 +365,38 @@ func printStatsReport(e *env, r *statsReport) {
 		return
 	}
 	fmt.Fprintf(w, "filter memory    %s, estimated FP rate %.4g\n", humanize.Bytes(st.FilterBytes), st.EstimatedFPRate)
-	fmt.Fprintf(w, "generations      %d live\n", len(st.GenerationStats))
-	for _, g := range st.GenerationStats {
-		fmt.Fprintf(w, "  gen %-8d %s .. %s  %10d keys  %10s  fp %.4g\n", g.ID,
-			g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.Keys, humanize.Bytes(g.Bytes), g.FPRate)
+	if st.ObservedFPSamples == 0 {
+		// Always so: the engine stats opens observes nothing.
+		fmt.Fprintf(w, "observed FP      not measured here (stats observes no keys): a running engine measures it on its traffic, see its --metrics dedup_engine_observed_fp_rate\n")
+	} else {
+		fmt.Fprintf(w, "observed FP      %s\n", observedFP(st.ObservedFPSamples, deref(st.ObservedFPRate)))
+	}
+	fuse := r.Options != nil && r.Options.Filter == "fuse"
+	fmt.Fprintf(w, "generations      %d in the window, oldest first, with their filter kind\n", len(st.GenerationStats))
+	unsealed := false
+	for i, g := range st.GenerationStats {
+		kind := g.Kind
+		switch {
+		case g.Sealed:
+			kind += ", sealed"
+		case fuse && strings.Contains(g.Kind, "fuse"):
+			kind += ", sealed in some shards"
+			unsealed = true
+		case fuse && i == len(st.GenerationStats)-1:
+			kind += ", newest"
+		case fuse:
+			kind += ", not sealed"
+			unsealed = true
+		}
+		fmt.Fprintf(w, "  gen %-8d %s .. %s  %-20s %10d keys  %10s  fp %.4g\n", g.ID,
+			g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), kind, g.Keys, humanize.Bytes(g.Bytes), g.FPRate)
+	}
+	if fuse {
+		fmt.Fprintf(w, "  sealed: rebuilt as a static fuse filter once a newer generation took over; newest: takes the new keys\n")
+		if unsealed {
+			fmt.Fprintf(w, "  not sealed: was the newest at the last snapshot, or its seal failed; stays blocked until it expires\n")
+		}
+		fmt.Fprintf(w, "fuse seals       %s\n", sealsLine(st.Seals, st.SealErrors))
 	}
 	switch {
 	case r.Checkpoint != nil:
@@ -353,4 +416,11 @@ func printStatsReport(e *env, r *statsReport) {
 	default:
 		fmt.Fprintf(w, "checkpoint       none\n")
 	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -30,6 +30,10 @@ func (f *filterRun) printStats() {
 	fmt.Fprintf(w, "rejects         %d%s\n", f.pub.rejects.Load(), pct(f.pub.rejects.Load()))
 	fmt.Fprintf(w, "store lookups   %d\n", st.StoreLookups)
 	fmt.Fprintf(w, "false positives %d\n", st.FalsePositives)
+	fmt.Fprintf(w, "observed FP     %s\n", observedFP(st.ObservedFPSamples, st.ObservedFPRate))
+	if st.Seals+st.SealErrors > 0 {
+		fmt.Fprintf(w, "fuse seals      %s\n", sealsLine(st.Seals, st.SealErrors))
+	}
 	fmt.Fprintf(w, "commits         %d (mean %v)\n", st.Commits, st.CommitLatencyMean.Round(time.Microsecond))
 	fmt.Fprintf(w, "elapsed         %v\n", el.Round(time.Millisecond))
 	fmt.Fprintf(w, "throughput      %.1f MB/s, %s events/s\n", float64(by)/1e6/el.Seconds(), strconv.FormatFloat(float64(ev)/el.Seconds(), 'f', 0, 64))
