@@ -53,8 +53,9 @@ var (
 	ErrBroken = exact.ErrBroken
 	// ErrSnapshot wraps a failure to write a filter snapshot (Snapshot, a
 	// periodic one, or the last one of Close). The committed state is intact:
-	// the next Open restores from an older snapshot and the commit log, or
-	// rebuilds the filters, so a caller may treat it as a warning.
+	// the next Open restores from an older snapshot and the commit log
+	// (probabilistic mode) or rebuilds the filters from the store (exact
+	// mode), so a caller may treat it as a warning.
 	ErrSnapshot = errors.New("dedup: snapshot")
 	// ErrBatchLength is returned by ObserveBatch when out is shorter than
 	// keys.
