@@ -157,13 +157,15 @@ func (e *Engine) Stats() Stats {
 	var order []uint64
 	var fpSum float64
 	var fpObserved uint64
-	now := e.opts.Now()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
 		// A shard's ring drops expired generations when it is next used;
 		// report the generations live now, as that use would leave them.
-		s.ring.Advance(now)
+		// The clock is read under the lock: read before it, a clock that
+		// moved on while Stats waited would count, beside the live ones,
+		// the newer generations other callers made meanwhile.
+		s.ring.Advance(e.opts.Now())
 		st.Observed += s.observed
 		st.New += s.news
 		st.Duplicate += s.dups
