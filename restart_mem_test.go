@@ -103,7 +103,10 @@ func TestRestartMemoryMeasure(t *testing.T) {
 	}
 	perGen, _ := strconv.Atoi(os.Getenv("DEDUP_RESTART_MEASURE"))
 	for _, k := range []string{"blocked", "bloom", "fuse", "interleaved"} {
-		for _, c := range []struct{ gens, snapAt int; rate float64 }{{5, -1, 0}, {5, 81, 0}, {5, 99, 0}, {2, 1, 0}, {1, 1, 0}, {5, 81, 500}, {5, -1, 500}} {
+		for _, c := range []struct {
+			gens, snapAt int
+			rate         float64
+		}{{5, -1, 0}, {5, 81, 0}, {5, 99, 0}, {2, 1, 0}, {1, 1, 0}, {5, 81, 500}, {5, -1, 500}} {
 			snapAt := c.snapAt
 			b, a, ha := restartState(t, k, perGen, c.gens, snapAt, c.rate)
 			bb := float64(b.FilterBytes) / float64(b.FilterKeys)
