@@ -127,6 +127,9 @@ func (e *Engine) restoreFrom(snap *snapshot.Snapshot, truncated uint64) error {
 		e.raiseNewestGen(g.ID)
 		n += f.Count()
 	}
+	if err := e.reserveReplay(h.CommitSeq, now); err != nil {
+		return err
+	}
 	m, err := e.replayLog(h.CommitSeq, now)
 	if err != nil {
 		return err
@@ -154,6 +157,58 @@ func (e *Engine) replayLog(seq uint64, now time.Time) (uint64, error) {
 		return n, wrap(err, "replay commit log")
 	}
 	return n, nil
+}
+
+// reserveReplay makes room, in each restored generation, for the keys the
+// log after seq is about to add to it: a generation restored small (the
+// first one of a ring, snapshotted early while it grew, or a fuse ring's
+// newest one, which restores without the spool it grew from) would
+// otherwise chain a run of doubling growth links for them, each at a
+// tighter target than the one before (a fuse ring snapshotted 5% into its
+// first generation held 2.3x its bytes per key after the replay). A
+// filter that can reserve (the chained kinds) chains one link sized for
+// the keys past its capacity instead; its rate keeps its bound (see
+// filter's chain). Keys the log adds to a generation created by the replay
+// itself need nothing: rotate sizes it from the one before.
+func (e *Engine) reserveReplay(seq uint64, now time.Time) error {
+	type reserver interface{ Reserve(n uint64) }
+	type key struct {
+		shard int
+		gen   uint64
+	}
+	restored := make(map[key]filter.Filter)
+	for i := range e.shards {
+		for _, g := range e.shards[i].ring.Generations() {
+			if _, ok := g.Filter.(reserver); ok {
+				restored[key{i, g.ID}] = g.Filter
+			}
+		}
+	}
+	if len(restored) == 0 {
+		return nil
+	}
+	oldest := e.timing.OldestLive(now)
+	adds := make(map[key]uint64, len(restored))
+	err := e.store.ScanLog(seq, func(_, gen, h uint64) error {
+		if gen < oldest {
+			return nil
+		}
+		k := key{e.shardIndex(h), gen}
+		if _, ok := restored[k]; ok {
+			adds[k]++
+		}
+		return nil
+	})
+	if err != nil {
+		return wrap(err, "count the commit log's keys to replay")
+	}
+	for k, n := range adds {
+		f := restored[k]
+		if free := f.Capacity() - min(f.Count(), f.Capacity()); n > free {
+			f.(reserver).Reserve(n - free)
+		}
+	}
+	return nil
 }
 
 // rebuild refills the filters from the store: every key of a live
