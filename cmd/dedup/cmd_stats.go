@@ -242,6 +242,9 @@ func runStats(e *env, args []string) error {
 	if len(ents) == 0 {
 		return fmt.Errorf("stats: %s is empty, not a state directory", dir)
 	}
+	if err := serveStateDir(dir, ents); err != nil {
+		return err
+	}
 	rep := statsReport{Dir: dir}
 	have, err := dedup.StateOptions(dir)
 	if err == nil {
@@ -264,6 +267,32 @@ func runStats(e *env, args []string) error {
 	}
 	printStatsReport(e, &rep)
 	return nil
+}
+
+// serveStateDir returns an error naming the state directories to give
+// stats when dir is the --state DIR of 'dedup serve' (one state per table,
+// in DIR/<table>/engine) or one of its tables, nil otherwise: opened as a
+// state, it reads as a directory of foreign files.
+func serveStateDir(dir string, ents []os.DirEntry) error {
+	isTable := func(d string) bool {
+		_, err := os.Stat(filepath.Join(d, "table.json"))
+		return err == nil
+	}
+	if isTable(dir) {
+		return fmt.Errorf("stats: %s is a table of 'dedup serve', its state in engine/: dedup stats %s",
+			dir, filepath.Join(dir, "engine"))
+	}
+	var engines []string
+	for _, ent := range ents {
+		if t := filepath.Join(dir, ent.Name()); ent.IsDir() && isTable(t) {
+			engines = append(engines, "dedup stats "+filepath.Join(t, "engine"))
+		}
+	}
+	if len(engines) == 0 {
+		return nil
+	}
+	return fmt.Errorf("stats: %s is the state of 'dedup serve', one state per table: %s",
+		dir, strings.Join(engines, "; "))
 }
 
 // fromEngine fills rep by opening the state dir, whose options are have.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
@@ -130,5 +131,32 @@ func TestFilterStatsObservedFP(t *testing.T) {
 	code, _, stderr = runCmd(t, "", "filter", "--format", "lines", "--stats")
 	if code != 0 || !strings.Contains(stderr, "observed FP     not measured yet") {
 		t.Errorf("empty input: exit %d, want observed FP not measured yet:\n%s", code, stderr)
+	}
+}
+
+// TestStatsServeState: dedup stats DIR after dedup serve --state DIR said
+// "exact: directory holds files that are not an exact store", as if DIR
+// were damaged: serve keeps one state per table, in DIR/<table>/engine.
+// Stats now says so and names the directories to give it.
+func TestStatsServeState(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	addr, stop := serveInProcess(t, "--state", dir)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	if err := c.Do(t.Context(), "SET", "k", "1", "NX").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if code, stderr := stop(); code != 0 {
+		t.Fatalf("serve: exit %d\n%s", code, stderr)
+	}
+	engine := filepath.Join(dir, "default", "engine")
+	for _, d := range []string{dir, filepath.Join(dir, "default")} {
+		code, _, stderr := runCmd(t, "", "stats", d)
+		if code == 0 || !strings.Contains(stderr, "dedup serve") || !strings.Contains(stderr, "dedup stats "+engine) {
+			t.Errorf("stats %s: exit %d, %s; want an error naming dedup serve and %s", d, code, stderr, engine)
+		}
+	}
+	if code, out, stderr := runCmd(t, "", "stats", engine); code != 0 || !strings.Contains(out, "keys             1 in the filters") {
+		t.Errorf("stats %s: exit %d\n%s%s", engine, code, out, stderr)
 	}
 }
