@@ -49,34 +49,7 @@ func TestGoldenExactFormat2State(t *testing.T) {
 		goldenExact2Write(t, dir)
 		return
 	}
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(goldenExact2Dir)); err != nil {
-		t.Fatal(err)
-	}
-	clk := testclock.New(goldenExactT0.Add(3 * time.Hour))
 	// Open it, commit a new key, then open it again: every key each time,
 	// restored from the snapshot.
-	for round, cp := range []string{"cp-1", "cp-new"} {
-		e := openT(t, goldenExactOptions(dir, clk))
-		if got := string(e.Checkpoint()); got != cp {
-			t.Fatalf("open %d: checkpoint %q, want %q", round, got, cp)
-		}
-		if got := e.Stats().RestoredFrom; got != RestoredSnapshot {
-			t.Fatalf("open %d: restored from %q, want %q", round, got, RestoredSnapshot)
-		}
-		for g, n := range goldenExactCounts {
-			for i := range n {
-				mustObserve(t, e, goldenExactKey(g, i), Duplicate)
-			}
-		}
-		if round == 0 {
-			mustObserve(t, e, "golden-exact-new", New)
-			mustCommit(t, e, "cp-new")
-		} else {
-			mustObserve(t, e, "golden-exact-new", Duplicate)
-		}
-		if err := e.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkGoldenExact(t, goldenExact2Dir, RestoredSnapshot)
 }

@@ -56,17 +56,26 @@ func TestGoldenExactFormat1State(t *testing.T) {
 		goldenExactWrite(t, dir)
 		return
 	}
+	checkGoldenExact(t, goldenExactDir, "")
+}
+
+// checkGoldenExact opens a copy of the golden exact-mode state src
+// (goldenExactCounts keys, checkpoint cp-1), commits a new key, and opens
+// it again: every key and the checkpoint each time, and, unless
+// restoredFrom is "", restored from there.
+func checkGoldenExact(t *testing.T, src, restoredFrom string) {
 	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(goldenExactDir)); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
 	clk := testclock.New(goldenExactT0.Add(3 * time.Hour))
-	// Open it (the upgrade), commit a new key, then open the upgraded
-	// state: every key each time.
 	for round, cp := range []string{"cp-1", "cp-new"} {
 		e := openT(t, goldenExactOptions(dir, clk))
 		if got := string(e.Checkpoint()); got != cp {
 			t.Fatalf("open %d: checkpoint %q, want %q", round, got, cp)
+		}
+		if got := e.Stats().RestoredFrom; restoredFrom != "" && got != restoredFrom {
+			t.Fatalf("open %d: restored from %q, want %q", round, got, restoredFrom)
 		}
 		for g, n := range goldenExactCounts {
 			for i := range n {
