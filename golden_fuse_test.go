@@ -40,26 +40,8 @@ func TestGoldenFuseState(t *testing.T) {
 		if err := os.RemoveAll(goldenFuseDir); err != nil {
 			t.Fatal(err)
 		}
-		clk := testclock.New(goldenFuseT0)
-		e, err := Open(goldenFuseOptions(goldenFuseDir, clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for g, n := range goldenFuseCounts {
-			for i := range n {
-				if _, err := e.Observe(goldenFuseKey(g, i)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			mustCommit(t, e, fmt.Sprintf("cp-%d", g))
-			clk.Advance(time.Hour)
-		}
-		if err := e.Snapshot(); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Close(); err != nil {
-			t.Fatal(err)
-		}
+		writeGoldenState(t, goldenFuseT0, func(clk *testclock.Clock) Options { return goldenFuseOptions(goldenFuseDir, clk) },
+			goldenFuseCounts, goldenFuseKey)
 		// The newest generation's spool is never read again.
 		spool := filepath.Join(goldenFuseDir, SpoolDir)
 		if err := os.RemoveAll(spool); err != nil {

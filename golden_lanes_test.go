@@ -41,28 +41,8 @@ func TestGoldenInterleavedState(t *testing.T) {
 		if err := os.RemoveAll(goldenLanesDir); err != nil {
 			t.Fatal(err)
 		}
-		clk := testclock.New(goldenLanesT0)
-		e, err := Open(goldenLanesOptions(goldenLanesDir, clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for g, n := range goldenLanesCounts {
-			for i := range n {
-				// New, or Duplicate for a false positive (1%): either way
-				// the key is held from now on.
-				if _, err := e.Observe(goldenLanesKey(g, i)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			mustCommit(t, e, fmt.Sprintf("cp-%d", g))
-			clk.Advance(time.Hour)
-		}
-		if err := e.Snapshot(); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Close(); err != nil {
-			t.Fatal(err)
-		}
+		writeGoldenState(t, goldenLanesT0, func(clk *testclock.Clock) Options { return goldenLanesOptions(goldenLanesDir, clk) },
+			goldenLanesCounts, goldenLanesKey)
 	}
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS(goldenLanesDir)); err != nil {
@@ -86,5 +66,35 @@ func TestGoldenInterleavedState(t *testing.T) {
 		for i := range n {
 			mustObserve(t, e, string(goldenLanesKey(g, i)), Duplicate)
 		}
+	}
+}
+
+// writeGoldenState writes a golden probabilistic state directory: for
+// each generation g, counts[g] keys key(g, i) observed and committed
+// (checkpoint cp-g), then an hour on the clock; a snapshot and Close at
+// the end.
+func writeGoldenState(t *testing.T, t0 time.Time, opts func(*testclock.Clock) Options, counts []int, key func(g, i int) []byte) {
+	t.Helper()
+	clk := testclock.New(t0)
+	e, err := Open(opts(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, n := range counts {
+		for i := range n {
+			// New, or Duplicate for a false positive: either way the key
+			// is held from now on.
+			if _, err := e.Observe(key(g, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustCommit(t, e, fmt.Sprintf("cp-%d", g))
+		clk.Advance(time.Hour)
+	}
+	if err := e.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
