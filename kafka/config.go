@@ -21,6 +21,10 @@ var (
 	// ErrNoKey is the class of [KeyFunc] errors: the record has no usable
 	// key. Such a record goes to [Config.RejectsTopic].
 	ErrNoKey = errors.New("kafka: no usable key")
+	// ErrTooLarge is the class of rejects for a record larger than a topic
+	// it would be written to takes (its max.message.bytes). Such a record
+	// goes to [Config.RejectsTopic], or is dropped and counted.
+	ErrTooLarge = errors.New("kafka: record too large")
 	// ErrTxn wraps a transaction that could not be ended. It ends the
 	// session, which [Consumer.Run] logs and follows with a new one; Run
 	// does not return it.

@@ -35,6 +35,18 @@ type Consumer struct {
 	admin *kadm.Client
 	sess  *kgo.GroupTransactSession
 
+	// rebalanced is set when partitions were revoked or lost: franz-go's
+	// session then aborts the next transaction it ends, so the loop
+	// clears that with an empty End before beginning one (see
+	// clearRebalance).
+	rebalanced atomic.Bool
+
+	// The max.message.bytes of each topic written, read at the start of
+	// each session (readLimits), and the largest record the output and
+	// duplicates topics both take.
+	limits    map[string]int32
+	keepLimit int
+
 	// The open transaction; only the poll loop touches these.
 	staged     []*partition
 	produceErr atomic.Pointer[error]
@@ -231,6 +243,7 @@ func (c *Consumer) session(ctx context.Context) error {
 	defer adminCl.Close()
 	c.admin = kadm.NewClient(adminCl)
 	c.checkTopics(ctx)
+	c.readLimits(ctx)
 
 	opts := c.clientOpts(
 		kgo.ConsumerGroup(c.cfg.Group),
@@ -249,6 +262,9 @@ func (c *Consumer) session(ctx context.Context) error {
 		// Output topics missing are created if the brokers allow it;
 		// checkTopics warns about them.
 		kgo.AllowAutoTopicCreation(),
+		// Batches as large as each topic takes, no larger: a record the
+		// topic refuses is rejected before it is produced (tooLarge).
+		kgo.ProducerBatchMaxBytesFn(c.batchLimit),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
 		kgo.AdjustFetchOffsetsFn(c.adjust),
@@ -261,6 +277,7 @@ func (c *Consumer) session(ctx context.Context) error {
 		return &permanentError{fmt.Errorf("kafka: group client: %w", err)}
 	}
 	c.sess = sess
+	c.rebalanced.Store(false)
 	defer sess.CloseAllowingRebalance()
 	return c.loop(ctx, sess)
 }
@@ -316,6 +333,13 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			return errClientClosed
 		}
 		c.logFetchErrors(fetches)
+		if c.rebalanced.Swap(false) {
+			if err := c.clearRebalance(sess); err != nil {
+				return err
+			}
+			sess.AllowRebalance()
+			continue
+		}
 		if fetches.NumRecords() == 0 {
 			sess.AllowRebalance()
 			continue
@@ -363,6 +387,26 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		}
 		sess.AllowRebalance()
 	}
+}
+
+// clearRebalance runs between transactions after partitions were revoked
+// or lost. franz-go's GroupTransactSession marks itself failed in its
+// revoke and lost callbacks and clears the mark only in End, so the first
+// transaction after a rebalance would abort however long after it begins,
+// and the partitions this instance kept would be rewound for nothing.
+// Rebalances happen here only between transactions (the loop blocks them
+// while it polls and processes), so nothing is at risk: an End with no
+// transaction open clears the mark. It also rewinds every partition's
+// fetch position to its committed offset, which the last transaction left
+// them at, so the records polled since are fetched again: the caller drops
+// them.
+func (c *Consumer) clearRebalance(sess *kgo.GroupTransactSession) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TransactionTimeout)
+	defer cancel()
+	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("%w: end after a rebalance: %w", ErrTxn, err)
+	}
+	return nil
 }
 
 func (c *Consumer) logFetchErrors(fs kgo.Fetches) {
@@ -569,6 +613,9 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 	}
 	for _, r := range recs {
 		k, err := c.cfg.Key(r)
+		if why := c.tooLarge(r); why != "" {
+			err = fmt.Errorf("%w: %s", ErrTooLarge, why)
+		}
 		if err == nil && len(k) > c.engine.MaxKeySize {
 			err = fmt.Errorf("%w: key of %d bytes exceeds the limit of %d", ErrNoKey, len(k), c.engine.MaxKeySize)
 		}
@@ -622,13 +669,30 @@ func verdictValue(v dedup.Verdict) []byte {
 
 // reject sends r to the rejects topic, or drops it, counting it in the
 // open transaction.
+// A record too large for the rejects topic goes there without its value
+// (and without its key and headers if they are still too large), the
+// reason saying so.
 func (c *Consumer) reject(r *kgo.Record, why error) {
 	c.txnRejected++
 	if c.cfg.RejectsTopic == "" {
 		return
 	}
-	h := append(slices.Clip(r.Headers), kgo.RecordHeader{Key: RejectReasonHeader, Value: []byte(why.Error())})
-	c.produce(&kgo.Record{Topic: c.cfg.RejectsTopic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp})
+	limit := int(c.batchLimit(c.cfg.RejectsTopic))
+	reason := why.Error()
+	rr := &kgo.Record{Topic: c.cfg.RejectsTopic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}
+	fits := func() bool {
+		return wireSize(rr)+headerOverhead+len(RejectReasonHeader)+len(reason) <= limit
+	}
+	if !fits() {
+		reason += fmt.Sprintf("; value of %d bytes dropped (the rejects topic takes %d)", len(r.Value), limit)
+		rr.Value = nil
+	}
+	if !fits() {
+		reason += "; key and headers dropped"
+		rr.Key, rr.Headers = nil, nil
+	}
+	rr.Headers = append(slices.Clip(rr.Headers), kgo.RecordHeader{Key: RejectReasonHeader, Value: []byte(reason)})
+	c.produce(rr)
 }
 
 // produce writes r in the open transaction; a failure aborts it at end.
@@ -644,12 +708,16 @@ func (c *Consumer) produce(r *kgo.Record) {
 // the loop's AllowRebalance, so their transactions have ended and their
 // engines committed.
 func (c *Consumer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	if len(revoked) > 0 {
+		c.rebalanced.Store(true)
+	}
 	c.closeParts(revoked, "revoked")
 }
 
 // onLost closes the engines of lost partitions; their staged work, if any,
 // was released when the transaction aborted.
 func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.rebalanced.Store(true)
 	c.closeParts(lost, "lost")
 }
 
