@@ -13,7 +13,9 @@ import (
 
 	"github.com/streamdedup/dedup"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Consumer is a deduplicating consumer-group member; see the package doc.
@@ -27,13 +29,21 @@ type Consumer struct {
 	// can be remembered, Window + Window/Generations.
 	lookback time.Duration
 
+	// Shutdown deadlines, set by Run: endCtx is canceled half of
+	// ShutdownTimeout after Run's context is done (the open transaction
+	// must have ended by then), closeCtx at three quarters (the group
+	// client must have closed), hardCtx at the whole (the static member
+	// must have left).
+	endCtx, closeCtx, hardCtx context.Context
+
 	mu    sync.Mutex
 	parts map[tp]*partition
 	fatal error // a permanent error found in a callback: Run returns it
 
 	// Per-session handles, set by session before the group is joined.
-	admin *kadm.Client
-	sess  *kgo.GroupTransactSession
+	admin   *kadm.Client
+	adminCl *kgo.Client // admin's client
+	sess    *kgo.GroupTransactSession
 
 	// rebalanced is set when partitions were revoked or lost: franz-go's
 	// session then aborts the next transaction it ends, so the loop
@@ -183,6 +193,13 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
+// fenced is the permanent error of an instance whose InstanceID another
+// member took: a new session would take it back, and the two would fence
+// each other in turn.
+func (c *Consumer) fenced(err error) error {
+	return &permanentError{fmt.Errorf("%w: instance ID %q (%w); give each instance its own", ErrFenced, c.cfg.InstanceID, err)}
+}
+
 func (c *Consumer) setFatal(err error) {
 	c.mu.Lock()
 	if c.fatal == nil {
@@ -204,7 +221,25 @@ func (c *Consumer) fatalErr() error {
 // [Config.RetryBackoff]; the recovery on assignment (see the package doc)
 // makes that safe. Run returns an error only for a permanent failure, such
 // as a state directory that cannot be opened.
+//
+// Once ctx is done, Run returns within [Config.ShutdownTimeout] whatever
+// it is doing, and returns [ErrFenced] if another member took this
+// instance's [Config.InstanceID].
 func (c *Consumer) Run(ctx context.Context) error {
+	endCtx, endCancel := context.WithCancel(context.Background())
+	closeCtx, closeCancel := context.WithCancel(context.Background())
+	hardCtx, hardCancel := context.WithCancel(context.Background())
+	defer endCancel()
+	defer closeCancel()
+	defer hardCancel()
+	c.endCtx, c.closeCtx, c.hardCtx = endCtx, closeCtx, hardCtx
+	d := c.cfg.ShutdownTimeout
+	stop := context.AfterFunc(ctx, func() {
+		time.AfterFunc(d/2, endCancel)
+		time.AfterFunc(d*3/4, closeCancel)
+		time.AfterFunc(d, hardCancel)
+	})
+	defer stop()
 	for {
 		c.stats.sessn.Add(1)
 		err := c.session(ctx)
@@ -241,7 +276,7 @@ func (c *Consumer) session(ctx context.Context) error {
 		return &permanentError{fmt.Errorf("kafka: admin client: %w", err)}
 	}
 	defer adminCl.Close()
-	c.admin = kadm.NewClient(adminCl)
+	c.admin, c.adminCl = kadm.NewClient(adminCl), adminCl
 	c.checkTopics(ctx)
 	c.readLimits(ctx)
 
@@ -278,8 +313,54 @@ func (c *Consumer) session(ctx context.Context) error {
 	}
 	c.sess = sess
 	c.rebalanced.Store(false)
-	defer sess.CloseAllowingRebalance()
+	defer c.closeSession(ctx, sess)
 	return c.loop(ctx, sess)
+}
+
+// closeSession closes the group client: its last revoke commits and
+// closes the engines, and a dynamic member leaves the group. A static
+// member (InstanceID) that is shutting down leaves the group too, unless
+// KeepStaticMembership says to keep its place for a restart: franz-go
+// does not leave for one, so it is asked here by instance ID. Once Run's
+// context is done this takes at most ShutdownTimeout: a client still
+// closing then (waiting on a join the group has not completed) is
+// abandoned.
+func (c *Consumer) closeSession(ctx context.Context, sess *kgo.GroupTransactSession) {
+	member, _ := sess.Client().GroupMetadata()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sess.CloseAllowingRebalance()
+	}()
+	select {
+	case <-done:
+	case <-c.closeCtx.Done():
+		c.logf("kafka: the group client is still closing %v after the shutdown began; abandoning it", c.cfg.ShutdownTimeout*3/4)
+	}
+	if ctx.Err() == nil || c.cfg.InstanceID == "" || c.cfg.KeepStaticMembership || member == "" || errors.Is(c.fatalErr(), ErrFenced) {
+		return
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = c.cfg.Group
+	m := kmsg.NewLeaveGroupRequestMember()
+	m.MemberID = member
+	m.InstanceID = &c.cfg.InstanceID
+	m.Reason = kmsg.StringPtr("dedup kafka shutting down")
+	req.Members = append(req.Members, m)
+	resp, err := req.RequestWith(c.hardCtx, c.adminCl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+		for _, m := range resp.Members {
+			if err == nil {
+				err = kerr.ErrorForCode(m.ErrorCode)
+			}
+		}
+	}
+	if err != nil {
+		c.logf("kafka: leave the group as static member %s: %v (its partitions wait for the session timeout, %v)", c.cfg.InstanceID, err, c.cfg.SessionTimeout)
+		return
+	}
+	c.logf("kafka: left the group as static member %s", c.cfg.InstanceID)
 }
 
 // checkTopics logs the topics this consumer reads or writes that do not
@@ -401,7 +482,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 // them at, so the records polled since are fetched again: the caller drops
 // them.
 func (c *Consumer) clearRebalance(sess *kgo.GroupTransactSession) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TransactionTimeout)
+	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.TransactionTimeout)
 	defer cancel()
 	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
 		return fmt.Errorf("%w: end after a rebalance: %w", ErrTxn, err)
@@ -412,6 +493,10 @@ func (c *Consumer) clearRebalance(sess *kgo.GroupTransactSession) error {
 func (c *Consumer) logFetchErrors(fs kgo.Fetches) {
 	fs.EachError(func(t string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if errors.Is(err, kerr.FencedInstanceID) {
+			c.setFatal(c.fenced(err))
 			return
 		}
 		c.logf("kafka: fetch %s-%d: %v", t, p, err)
@@ -447,7 +532,7 @@ func (c *Consumer) stage(fs kgo.Fetches) error {
 // then commits the engines of the staged partitions, or releases their new
 // keys if the transaction did not commit.
 func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TransactionTimeout)
+	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.TransactionTimeout)
 	defer cancel()
 	// Flush first and look at every record's outcome: End would commit a
 	// transaction whose records failed with a non-retriable error (a
@@ -468,6 +553,9 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 	if err != nil || !committed {
 		c.stats.aborted.Add(1)
 		c.release(staged)
+		if errors.Is(err, kerr.FencedInstanceID) {
+			return c.fenced(err)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrTxn, err)
 		}
