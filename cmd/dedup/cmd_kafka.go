@@ -40,6 +40,8 @@ type kafkaConfig struct {
 	session      time.Duration
 	rebalance    time.Duration
 	txnTimeout   time.Duration
+	shutdown     time.Duration
+	keepStatic   bool
 }
 
 const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
@@ -65,11 +67,19 @@ dedup filter. A record without a usable key goes to --rejects-topic with
 the reason in the dedup-reject-reason header (dropped and counted without
 one); it never blocks its partition. --dups-topic receives the duplicates.
 
+A record larger than the output topic takes (its max.message.bytes, which
+the producer follows) goes to --rejects-topic too, without its value if
+that topic cannot take it either.
+
 The window runs on record timestamps, not the wall clock. Run one process
 per machine (or per --state); --instance-id makes it a static member, so a
-restart within the session timeout keeps its partitions. SIGTERM or SIGINT:
-end the transaction, commit, leave the group, exit 0. DEDUP_KAFKA_LOG=info
-(or debug) adds the Kafka client's log to stderr.
+failed session rejoins without a rebalance. SIGTERM or SIGINT: end the
+transaction, commit, leave the group (a static member too, unless
+--keep-static-membership keeps its partitions for a restart within the
+session timeout), exit 0, all within --shutdown-timeout whatever the state
+(joining, replaying). Another instance joining with the same --instance-id
+fences this one: it exits 1 saying so. DEDUP_KAFKA_LOG=info (or debug) adds
+the Kafka client's log to stderr.
 
 dev-broker starts an in-process Kafka-protocol broker (franz-go's kfake, in
 memory, for trying dedup locally; topics are created on first use).
@@ -103,6 +113,8 @@ func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
 	fs.DurationVar(&c.session, "session-timeout", kafka.DefaultSessionTimeout, "group session timeout")
 	fs.DurationVar(&c.rebalance, "rebalance-timeout", kafka.DefaultRebalanceTimeout, "group rebalance timeout")
 	fs.DurationVar(&c.txnTimeout, "transaction-timeout", kafka.DefaultTransactionTimeout, "transaction timeout")
+	fs.DurationVar(&c.shutdown, "shutdown-timeout", kafka.DefaultShutdownTimeout, "on SIGTERM, exit within `DURATION` whatever the state")
+	fs.BoolVar(&c.keepStatic, "keep-static-membership", false, "with --instance-id, do not leave the group on SIGTERM: a restart within the session timeout gets the same partitions back")
 	return fs, c
 }
 
@@ -159,6 +171,8 @@ func runKafka(e *env, args []string) error {
 		SessionTimeout:       c.session,
 		RebalanceTimeout:     c.rebalance,
 		TransactionTimeout:   c.txnTimeout,
+		ShutdownTimeout:      c.shutdown,
+		KeepStaticMembership: c.keepStatic,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(e.stderr, "dedup kafka: "+strings.TrimPrefix(format, "kafka: ")+"\n", args...)
 		},
@@ -192,7 +206,11 @@ func runKafka(e *env, args []string) error {
 	go func() {
 		select {
 		case <-e.sigs:
-			fmt.Fprintln(e.stderr, "dedup kafka: shutting down: ending the transaction, committing, leaving the group")
+			leave := "leaving the group"
+			if c.keepStatic {
+				leave = "keeping the static membership of " + c.instanceID
+			}
+			fmt.Fprintf(e.stderr, "dedup kafka: shutting down within %v: ending the transaction, committing, %s\n", c.shutdown, leave)
 			cancel()
 		case <-ctx.Done():
 		}
