@@ -76,6 +76,15 @@ type Config struct {
 	// "dedup-<Group>-" followed by a hash of the host name and the
 	// absolute StateDir.
 	TransactionalID string
+	// ResetOffset is where the group starts a partition it has no committed
+	// offset for (a new group, or a partition added to the input), and
+	// where it goes when its committed offset has left the log:
+	// kgo.NewOffset().AtStart(), .AtEnd() or .AfterMilli(ms). The zero
+	// Offset selects the earliest offset. Default: the earliest.
+	ResetOffset kgo.Offset
+	// MetadataMaxAge bounds how long partitions added to the input go
+	// unnoticed (the group rebalances to assign them). Default 10s.
+	MetadataMaxAge time.Duration
 	// Key extracts each record's key. Default [RecordKey]().
 	Key KeyFunc
 	// Engine is the template of every partition's engine options: Window,
@@ -152,6 +161,7 @@ const (
 	DefaultRetryBackoff         = time.Second
 	DefaultEngineCommitInterval = time.Second
 	DefaultShutdownTimeout      = 5 * time.Second
+	DefaultMetadataMaxAge       = 10 * time.Second
 	defaultSnapshotInterval     = time.Minute
 )
 
@@ -180,6 +190,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.ResetOffset == (kgo.Offset{}) {
+		c.ResetOffset = kgo.NewOffset().AtStart()
+	}
+	if c.MetadataMaxAge == 0 {
+		c.MetadataMaxAge = DefaultMetadataMaxAge
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
@@ -276,6 +292,9 @@ func (c *Config) validate() error {
 	}
 	if c.RetryBackoff < 0 {
 		bad("RetryBackoff", "must not be negative, got %v", c.RetryBackoff)
+	}
+	if c.MetadataMaxAge < 0 {
+		bad("MetadataMaxAge", "must not be negative, got %v", c.MetadataMaxAge)
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout", "must not be negative, got %v", c.ShutdownTimeout)

@@ -38,7 +38,10 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	parts map[tp]*partition
-	fatal error // a permanent error found in a callback: Run returns it
+	// inputPartitions is the input's partition count last seen: a partition
+	// assigned beyond it was added to the input (see warnGrown).
+	inputPartitions int32
+	fatal           error // a permanent error found in a callback: Run returns it
 
 	// Per-session handles, set by session before the group is joined.
 	admin   *kadm.Client
@@ -293,7 +296,8 @@ func (c *Consumer) session(ctx context.Context) error {
 		kgo.RebalanceTimeout(c.cfg.RebalanceTimeout),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumeResetOffset(c.cfg.ResetOffset),
+		kgo.MetadataMaxAge(c.cfg.MetadataMaxAge),
 		// Output topics missing are created if the brokers allow it;
 		// checkTopics warns about them.
 		kgo.AllowAutoTopicCreation(),
@@ -384,6 +388,11 @@ func (c *Consumer) checkTopics(ctx context.Context) {
 		if d, ok := td[t]; !ok || d.Err != nil {
 			c.logf("kafka: topic %q does not exist (yet): create it, or let the brokers auto-create it", t)
 		}
+	}
+	if d, ok := td[c.cfg.Topic]; ok && d.Err == nil {
+		c.mu.Lock()
+		c.inputPartitions = max(c.inputPartitions, int32(len(d.Partitions)))
+		c.mu.Unlock()
 	}
 }
 

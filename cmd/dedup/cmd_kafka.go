@@ -42,6 +42,8 @@ type kafkaConfig struct {
 	txnTimeout   time.Duration
 	shutdown     time.Duration
 	keepStatic   bool
+	maxKey       int
+	startOffset  string
 }
 
 const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
@@ -101,6 +103,8 @@ func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
 	fs.StringVar(&c.state, "state", "", "state `DIR`: one engine per partition in DIR/<topic>-<partition> (required)")
 	fs.StringVar(&c.key, "key", "", "key from the JSON value: member `PATH`s, comma-separated (e.g. event_id or user.id,seq)")
 	fs.StringVar(&c.keyFrom, "key-from", "record-key", "key `SOURCE`: record-key or header:NAME")
+	fs.IntVar(&c.maxKey, "max-key", engineDefaults.MaxKeySize, "reject keys over `N` bytes")
+	fs.StringVar(&c.startOffset, "start-offset", "earliest", "where a partition without a committed offset starts: `earliest`, latest, or an RFC 3339 time (the first record at or after it)")
 	c.engine.register(fs, tuneUsage)
 	fs.StringVar(&c.rejectsTopic, "rejects-topic", "", "send records without a usable key to `TOPIC` (default: drop and count them)")
 	fs.StringVar(&c.dupsTopic, "dups-topic", "", "send duplicates to `TOPIC` (default: drop them)")
@@ -140,7 +144,15 @@ func runKafka(e *env, args []string) error {
 	if c.key != "" && explicit["key-from"] {
 		return usagef("kafka: --key and --key-from are exclusive")
 	}
+	if c.maxKey < 1 {
+		return usagef("kafka: --max-key %d: must be at least 1", c.maxKey)
+	}
+	start, err := parseStartOffset(c.startOffset)
+	if err != nil {
+		return usageErr(err)
+	}
 	opts := c.engine.options("")
+	opts.MaxKeySize = c.maxKey
 	// Every partition's state keeps the shape it was created with; a flag
 	// that contradicts it is an error naming both.
 	if dir := firstPartitionState(c.state, c.topic); dir != "" {
@@ -172,9 +184,10 @@ func runKafka(e *env, args []string) error {
 		RebalanceTimeout:     c.rebalance,
 		TransactionTimeout:   c.txnTimeout,
 		ShutdownTimeout:      c.shutdown,
+		ResetOffset:          start,
 		KeepStaticMembership: c.keepStatic,
 		Logf: func(format string, args ...any) {
-			fmt.Fprintf(e.stderr, "dedup kafka: "+strings.TrimPrefix(format, "kafka: ")+"\n", args...)
+			kafkaLogf(e, strings.TrimPrefix(format, "kafka: "), args...)
 		},
 	}
 	switch lvl := os.Getenv("DEDUP_KAFKA_LOG"); lvl {
@@ -200,7 +213,7 @@ func runKafka(e *env, args []string) error {
 			return err
 		}
 	}
-	fmt.Fprintf(e.stderr, "dedup kafka: group %s, %s -> %s, window %v, state %s\n", c.group, c.topic, c.outTopic, opts.Window, c.state)
+	kafkaLogf(e, "group %s, %s -> %s, window %v, state %s", c.group, c.topic, c.outTopic, opts.Window, c.state)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -210,15 +223,36 @@ func runKafka(e *env, args []string) error {
 			if c.keepStatic {
 				leave = "keeping the static membership of " + c.instanceID
 			}
-			fmt.Fprintf(e.stderr, "dedup kafka: shutting down within %v: ending the transaction, committing, %s\n", c.shutdown, leave)
+			kafkaLogf(e, "shutting down within %v: ending the transaction, committing, %s", c.shutdown, leave)
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
 	runErr := cons.Run(ctx)
 	st := cons.Stats()
-	fmt.Fprintln(e.stderr, kafkaSummary(st))
+	kafkaLogf(e, "%s", strings.TrimPrefix(kafkaSummary(st), "dedup kafka: "))
 	return errors.Join(runErr, stopMetrics())
+}
+
+// kafkaLogf writes one log line to stderr: the UTC time to the
+// millisecond, "dedup kafka:", the message.
+func kafkaLogf(e *env, format string, args ...any) {
+	fmt.Fprintf(e.stderr, "%s dedup kafka: %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), fmt.Sprintf(format, args...))
+}
+
+// parseStartOffset parses --start-offset.
+func parseStartOffset(s string) (kgo.Offset, error) {
+	switch s {
+	case "earliest":
+		return kgo.NewOffset().AtStart(), nil
+	case "latest":
+		return kgo.NewOffset().AtEnd(), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return kgo.Offset{}, fmt.Errorf("kafka: --start-offset must be earliest, latest or an RFC 3339 time, got %q", s)
+	}
+	return kgo.NewOffset().AfterMilli(t.UnixMilli()), nil
 }
 
 // kafkaSummary is the line `dedup kafka` ends with. Its figures are
@@ -264,6 +298,9 @@ func kafkaKeyFunc(c *kafkaConfig, opts dedup.Options) (kafka.KeyFunc, error) {
 	}
 	pool := sync.Pool{New: func() any { return x.clone() }}
 	return func(r *kgo.Record) ([]byte, error) {
+		if r.Value == nil {
+			return nil, fmt.Errorf("%w: a tombstone (null value), and --key reads the value", kafka.ErrNoKey)
+		}
 		xx := pool.Get().(*extractor)
 		defer pool.Put(xx)
 		key, _, rej := xx.extract(r.Value, nil)
@@ -347,8 +384,17 @@ Flags:
 		return usagef("kafka dev-broker: --partitions must be at least 1, got %d", *partitions)
 	}
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(*port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(*partitions)}
-	if len(topics) > 0 {
-		opts = append(opts, kfake.SeedTopics(int32(*partitions), topics...))
+	var names []string
+	for _, t := range topics {
+		for n := range strings.SplitSeq(t, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return usagef("kafka dev-broker: --topics %q: empty topic name", t)
+			}
+			names = append(names, n)
+		}
+	}
+	if len(names) > 0 {
+		opts = append(opts, kfake.SeedTopics(int32(*partitions), names...))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
