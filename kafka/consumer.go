@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,9 @@ type Consumer struct {
 	// clears that with an empty End before beginning one (see
 	// clearRebalance).
 	rebalanced atomic.Bool
+	// joined is set while the session has joined the group (its first
+	// assignment came), for Ready.
+	joined atomic.Bool
 
 	// The max.message.bytes of each topic written, read at the start of
 	// each session (readLimits), and the largest record the output and
@@ -107,6 +111,12 @@ type partition struct {
 	clock atomic.Int64 // the engine's clock: a record timestamp, Unix ms
 	ready bool         // its state is current (set under Consumer.mu)
 
+	// For PartitionStates: records replayed into the engine, and the
+	// records behind the last one fetched (the high watermark minus the
+	// offset after it; -1 until a fetch says).
+	replayed atomic.Int64
+	lag      atomic.Int64
+
 	// Staged in the open transaction (poll loop only).
 	news   [][]byte // keys observed New, released with Forget on abort
 	next   int64    // the offset after the last staged record; -1 if none is staged
@@ -141,6 +151,56 @@ type Stats struct {
 	Replayed         uint64 // records replayed into engines, output suppressed
 	Sessions         uint64 // group sessions started
 	Partitions       int    // partitions assigned now
+}
+
+// PartitionState describes one assigned partition; see
+// [Consumer.PartitionStates].
+type PartitionState struct {
+	Topic     string
+	Partition int32
+	// Ready reports the partition's state current; until then its engine
+	// is being made so (Replayed counts the records fed so far).
+	Ready    bool
+	Replayed int64
+	// Lag is the records behind the last one fetched, from the fetch's
+	// high watermark; -1 until a fetch brought records.
+	Lag int64
+}
+
+// PartitionStates returns the state of each partition assigned now,
+// sorted by topic and partition. It is safe to call while [Consumer.Run]
+// runs.
+func (c *Consumer) PartitionStates() []PartitionState {
+	c.mu.Lock()
+	out := make([]PartitionState, 0, len(c.parts))
+	for _, pt := range c.parts {
+		out = append(out, PartitionState{Topic: pt.topic, Partition: pt.part, Ready: pt.ready, Replayed: pt.replayed.Load(), Lag: pt.lag.Load()})
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b PartitionState) int {
+		if a.Topic != b.Topic {
+			return strings.Compare(a.Topic, b.Topic)
+		}
+		return int(a.Partition - b.Partition)
+	})
+	return out
+}
+
+// Ready reports whether the consumer is in the group and every partition
+// assigned to it is ready: it consumes all it owns. It is safe to call
+// while [Consumer.Run] runs.
+func (c *Consumer) Ready() bool {
+	if !c.joined.Load() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pt := range c.parts {
+		if !pt.ready {
+			return false
+		}
+	}
+	return true
 }
 
 // New fills cfg's zero fields with their defaults, validates it and
@@ -304,6 +364,7 @@ func (c *Consumer) session(ctx context.Context) error {
 		// Batches as large as each topic takes, no larger: a record the
 		// topic refuses is rejected before it is produced (tooLarge).
 		kgo.ProducerBatchMaxBytesFn(c.batchLimit),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { c.joined.Store(true) }),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
 		kgo.AdjustFetchOffsetsFn(c.adjust),
@@ -317,6 +378,7 @@ func (c *Consumer) session(ctx context.Context) error {
 	}
 	c.sess = sess
 	c.rebalanced.Store(false)
+	defer c.joined.Store(false)
 	defer c.closeSession(ctx, sess)
 	return c.loop(ctx, sess)
 }
@@ -529,6 +591,9 @@ func (c *Consumer) stage(fs kgo.Fetches) error {
 			err = fmt.Errorf("kafka: records for %s-%d, which has no ready engine", p.Topic, p.Partition)
 			return
 		}
+		if p.HighWatermark >= 0 {
+			pt.lag.Store(max(0, p.HighWatermark-p.Records[len(p.Records)-1].Offset-1))
+		}
 		if pt.next < 0 { // not yet in this transaction
 			c.staged = append(c.staged, pt)
 		}
@@ -561,7 +626,18 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 	c.staged = c.staged[:0]
 	if err != nil || !committed {
 		c.stats.aborted.Add(1)
+		confirmed := err == nil && commit && c.abortConfirmed(ctx, staged)
 		c.release(staged)
+		if confirmed {
+			// The group moved on under the transaction (a rebalance in
+			// which this instance gave up nothing still bumps the
+			// generation, and the offset commit fails with
+			// ILLEGAL_GENERATION): nothing of it was committed, End has
+			// rewound the input to the committed offsets, and the records
+			// are decided again in the next transaction.
+			c.logf("kafka: transaction aborted by the group (a rebalance); its %d records are read again", c.txnRecords)
+			return nil
+		}
 		if errors.Is(err, kerr.FencedInstanceID) {
 			return c.fenced(err)
 		}
@@ -610,6 +686,34 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 		return c.commitRound(false)
 	}
 	return nil
+}
+
+// abortConfirmed asks the group coordinator, once pending transactions
+// are resolved, whether the transaction End reported aborted left the
+// group's offsets short of its own for every staged partition: then it did
+// not commit. franz-go reports an abort without an error both when it
+// ended the transaction with an abort and when a commit's outcome was left
+// unknown (an EndTxn that failed after reaching the coordinator); only the
+// first may be followed by the next transaction as if nothing happened.
+func (c *Consumer) abortConfirmed(ctx context.Context, staged []*partition) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	offs, err := c.admin.FetchOffsets(kadm.RequireStable(ctx), c.cfg.Group)
+	if err != nil {
+		c.logf("kafka: after an abort, read the group's offsets: %v", err)
+		return false
+	}
+	for _, pt := range staged {
+		o, ok := offs.Lookup(pt.topic, pt.part)
+		if ok && o.Err != nil {
+			c.logf("kafka: after an abort, read the offset of %s: %v", pt.tp, o.Err)
+			return false
+		}
+		if ok && o.At >= pt.next {
+			return false
+		}
+	}
+	return true
 }
 
 // commitRound commits every engine holding keys of committed transactions

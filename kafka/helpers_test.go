@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -54,11 +55,24 @@ func testConfig(t *testing.T, addrs []string, group string) Config {
 		TransactionTimeout: 4 * time.Second,
 		RetryBackoff:       100 * time.Millisecond,
 		Logf:               t.Logf,
-		ClientOpts: []kgo.Opt{
-			kgo.HeartbeatInterval(300 * time.Millisecond),
-			kgo.FetchMaxWait(200 * time.Millisecond),
-		},
+		ClientOpts:         clientOpts(),
 	}
+}
+
+// clientOpts are the client options of testConfig: short timeouts, and the
+// client's log on stderr with TEST_KGO_LOG=info or debug.
+func clientOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.HeartbeatInterval(300 * time.Millisecond),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+	}
+	switch os.Getenv("TEST_KGO_LOG") {
+	case "info":
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)))
+	case "debug":
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
+	return opts
 }
 
 // running is a Consumer running in a goroutine.
@@ -296,7 +310,7 @@ func checkExactlyOnce(t *testing.T, addrs []string, ins ...*input) {
 	if got := sum(rej); got != keyless {
 		t.Errorf("rejects topic holds %d records, want %d", got, keyless)
 	}
-	dups, _ := readAll(t, addrs, dupsTopic, 300*time.Millisecond)
+	dups, _ := readAll(t, addrs, dupsTopic, time.Second)
 	if got, want := sum(dups), total-keyless-len(distinct); got != want {
 		t.Errorf("dups topic holds %d records, want %d", got, want)
 	}

@@ -175,6 +175,7 @@ func (c *Consumer) open(t tp) (*partition, error) {
 		return pt, nil
 	}
 	pt = &partition{tp: t, next: -1}
+	pt.lag.Store(-1)
 	opts := c.engine
 	opts.Dir = c.dir(t)
 	opts.Now = func() time.Time { return time.UnixMilli(pt.clock.Load()) }
@@ -270,6 +271,7 @@ func (c *Consumer) replay(ctx context.Context, pt *partition, from, to int64) (i
 			n += int64(len(use))
 			sinceCommit += int64(len(use))
 			c.stats.replayed.Add(uint64(len(use)))
+			pt.replayed.Add(int64(len(use)))
 		}
 		if sinceCommit >= replayCommitEvery {
 			sinceCommit = 0

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"net"
+	"net/http"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -110,7 +113,7 @@ func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
 	fs.StringVar(&c.dupsTopic, "dups-topic", "", "send duplicates to `TOPIC` (default: drop them)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "static group membership `ID`, unique per instance and stable across its restarts")
 	fs.StringVar(&c.txnID, "transactional-id", "", "transactional `ID` (default: dedup-GROUP-INSTANCE, or a hash of host and --state)")
-	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics, liveness at /healthz, readiness at /readyz")
 	fs.IntVar(&c.txnRecords, "txn-records", kafka.DefaultMaxTxnRecords, "at most `N` input records per transaction")
 	fs.DurationVar(&c.txnTime, "txn-time", kafka.DefaultMaxTxnTime, "a transaction collects records for at most `DURATION`")
 	fs.DurationVar(&c.commitEvery, "engine-commit-interval", kafka.DefaultEngineCommitInterval, "engines fsync committed transactions' keys every `DURATION` (a crash replays that much, output suppressed)")
@@ -209,7 +212,7 @@ func runKafka(e *env, args []string) error {
 	}
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
-		if stopMetrics, err = listenMetrics(c.metrics, newKafkaCollector(cons)); err != nil {
+		if stopMetrics, err = listenKafkaMetrics(c.metrics, cons); err != nil {
 			return err
 		}
 	}
@@ -334,6 +337,14 @@ var kafkaMetricDefs = []struct {
 	{"dedup_kafka_partitions", "Partitions assigned now.", false, func(s kafka.Stats) float64 { return float64(s.Partitions) }},
 }
 
+// The per-partition metrics, labeled partition="<topic>-<n>".
+var (
+	kafkaLagDesc      = prometheus.NewDesc("dedup_kafka_partition_lag", "Records behind the last one fetched, from the fetch's high watermark (-1 before the first fetch).", []string{"partition"}, nil)
+	kafkaStateDesc    = prometheus.NewDesc("dedup_kafka_partition_state", "1 for the state the partition is in: ready (consuming) or replaying (its engine being made current).", []string{"partition", "state"}, nil)
+	kafkaReplayedDesc = prometheus.NewDesc("dedup_kafka_partition_replayed_total", "Records replayed into the partition's engine since it was assigned, output suppressed.", []string{"partition"}, nil)
+	kafkaReadyDesc    = prometheus.NewDesc("dedup_kafka_ready", "1 when the instance is in the group and every partition assigned to it is ready (as /readyz).", nil, nil)
+)
+
 func newKafkaCollector(c *kafka.Consumer) *kafkaCollector {
 	k := &kafkaCollector{c: c}
 	for _, d := range kafkaMetricDefs {
@@ -347,6 +358,9 @@ func (k *kafkaCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range k.descs {
 		ch <- d
 	}
+	for _, d := range []*prometheus.Desc{kafkaLagDesc, kafkaStateDesc, kafkaReplayedDesc, kafkaReadyDesc} {
+		ch <- d
+	}
 }
 
 // Collect reads the consumer's Stats once.
@@ -358,6 +372,74 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 			kind = prometheus.CounterValue
 		}
 		ch <- prometheus.MustNewConstMetric(k.descs[i], kind, d.value(st))
+	}
+	for _, p := range k.c.PartitionStates() {
+		name := fmt.Sprintf("%s-%d", p.Topic, p.Partition)
+		ready, replaying := 0.0, 1.0
+		if p.Ready {
+			ready, replaying = 1, 0
+		}
+		ch <- prometheus.MustNewConstMetric(kafkaLagDesc, prometheus.GaugeValue, float64(p.Lag), name)
+		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, ready, name, "ready")
+		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, replaying, name, "replaying")
+		ch <- prometheus.MustNewConstMetric(kafkaReplayedDesc, prometheus.CounterValue, float64(p.Replayed), name)
+	}
+	ready := 0.0
+	if k.c.Ready() {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(kafkaReadyDesc, prometheus.GaugeValue, ready)
+}
+
+// listenKafkaMetrics serves c's metrics at /metrics on addr, with the Go
+// runtime's and the process's, "ok" at /healthz while the process runs,
+// and at /readyz 200 when c is ready (in the group, every assigned
+// partition's state current) or 503 saying which partitions are not.
+func listenKafkaMetrics(addr string, c *kafka.Consumer) (stop func() error, err error) {
+	reg, err := newRegistry(newKafkaCollector(c))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return serveKafkaMetrics(ln, reg, c), nil
+}
+
+// serveKafkaMetrics serves listenKafkaMetrics's endpoints on ln until the
+// returned stop.
+func serveKafkaMetrics(ln net.Listener, reg *prometheus.Registry, c *kafka.Consumer) (stop func() error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if c.Ready() {
+			fmt.Fprintln(w, "ready")
+			return
+		}
+		var waiting []string
+		for _, p := range c.PartitionStates() {
+			if !p.Ready {
+				waiting = append(waiting, fmt.Sprintf("%s-%d replaying (%d records so far)", p.Topic, p.Partition, p.Replayed))
+			}
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		if len(waiting) == 0 {
+			fmt.Fprintln(w, "not ready: joining the group")
+			return
+		}
+		fmt.Fprintf(w, "not ready: %s\n", strings.Join(waiting, ", "))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() error {
+		if err := srv.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		return nil
 	}
 }
 

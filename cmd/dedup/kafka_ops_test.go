@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,5 +166,42 @@ func TestKafkaSystemdUnit(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		_ = cmd.Process.Kill()
 		t.Fatalf("still running 20s after SIGTERM:\n%s", stderr.String())
+	}
+}
+
+// TestKafkaHealthEndpoints: /healthz answers while the process runs;
+// /readyz and dedup_kafka_ready say not ready before the group is joined.
+func TestKafkaHealthEndpoints(t *testing.T) {
+	cons, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "in", OutTopic: "out", StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := newRegistry(newKafkaCollector(cons))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := serveKafkaMetrics(ln, reg, cons)
+	defer stop()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + ln.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "joining the group") {
+		t.Errorf("/readyz: %d %q", code, body)
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, "dedup_kafka_ready 0") {
+		t.Errorf("/metrics has no dedup_kafka_ready 0:\n%s", body)
 	}
 }
