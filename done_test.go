@@ -14,10 +14,10 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-// TestExplicitDoneForgetAfterConcurrentCommit is issue 13's minimal case:
-// a key observed New, a Commit by another goroutine, then the processing
-// fails. Under ExplicitDone the Commit leaves the key in flight, Forget
-// succeeds and after a restart the key is New.
+// TestExplicitDoneForgetAfterConcurrentCommit: a key observed New, a
+// Commit by another goroutine, then the processing fails. Under
+// ExplicitDone the Commit leaves the key in flight, Forget succeeds and
+// after a restart the key is New.
 func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
 	for _, prob := range []bool{false, true} {
 		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
