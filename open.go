@@ -174,6 +174,41 @@ func recorded(st *exact.Store) (o Options, ok bool, err error) {
 	return o, true, nil
 }
 
+// StateOptions returns the options a state directory records: the ones
+// that shape it (Window, Generations, Shards, Filter, Probabilistic) and the
+// ones that size its generations as last opened (ExpectedRate,
+// FalsePositiveRate; zero for a state written before they were recorded).
+// Open adopts them for the fields it is given zero. The state must not be
+// open in another process.
+func StateOptions(dir string) (Options, error) {
+	return stateOptions(vfs.Default, dir)
+}
+
+func stateOptions(fs vfs.FS, dir string) (Options, error) {
+	if _, err := fs.Stat(dir); err != nil {
+		return Options{}, wrap(err, "state %q", dir)
+	}
+	st, err := exact.Open(dir, exact.Options{FS: fs, LogOnly: true})
+	if err != nil {
+		return Options{}, wrap(err, "state %q", dir)
+	}
+	defer st.Close()
+	o, ok, err := recorded(st)
+	if err != nil {
+		return Options{}, wrap(err, "state %q", dir)
+	}
+	if !ok {
+		return Options{}, fmt.Errorf("%w: %q holds no dedup options (not a state directory, or never opened)", ErrNotOurs, dir)
+	}
+	o.Dir = dir
+	return o, nil
+}
+
+func (p persisted) options(dir string) Options {
+	return Options{Dir: dir, Window: p.Window, Generations: p.Generations, Shards: p.Shards,
+		Filter: p.Filter, Probabilistic: p.Probabilistic}
+}
+
 // wrapIf is wrap for an err that may be nil.
 func wrapIf(err error, format string, args ...any) error {
 	if err == nil {
