@@ -306,7 +306,7 @@ func checkExactlyOnce(t *testing.T, addrs []string, ins ...*input) {
 	if bad > 0 {
 		t.Fatalf("%d keys wrong in the output (%d distinct in the input, %d keys in the output)", bad, len(distinct), len(out))
 	}
-	rej, _ := readAll(t, addrs, rejectsTopic, 300*time.Millisecond)
+	rej, _ := readAll(t, addrs, rejectsTopic, time.Second)
 	if got := sum(rej); got != keyless {
 		t.Errorf("rejects topic holds %d records, want %d", got, keyless)
 	}
