@@ -47,6 +47,7 @@ type kafkaConfig struct {
 	keepStatic   bool
 	maxKey       int
 	startOffset  string
+	auth         kafkaAuth
 }
 
 const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
@@ -109,6 +110,7 @@ func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
 	fs.IntVar(&c.maxKey, "max-key", engineDefaults.MaxKeySize, "reject keys over `N` bytes")
 	fs.StringVar(&c.startOffset, "start-offset", "earliest", "where a partition without a committed offset starts: `earliest`, latest, or an RFC 3339 time (the first record at or after it)")
 	c.engine.register(fs, tuneUsage)
+	c.auth.register(fs)
 	fs.StringVar(&c.rejectsTopic, "rejects-topic", "", "send records without a usable key to `TOPIC` (default: drop and count them)")
 	fs.StringVar(&c.dupsTopic, "dups-topic", "", "send duplicates to `TOPIC` (default: drop them)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "static group membership `ID`, unique per instance and stable across its restarts")
@@ -206,6 +208,11 @@ func runKafka(e *env, args []string) error {
 	default:
 		return usagef("kafka: DEDUP_KAFKA_LOG must be info or debug, got %q", lvl)
 	}
+	authOpts, err := c.auth.opts(os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.ClientOpts = append(cfg.ClientOpts, authOpts...)
 	cons, err := kafka.New(cfg)
 	if err != nil {
 		return usageErr(err)
