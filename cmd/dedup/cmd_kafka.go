@@ -48,6 +48,7 @@ type kafkaConfig struct {
 	maxKey       int
 	startOffset  string
 	auth         kafkaAuth
+	clientConfig stringList
 }
 
 const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
@@ -111,6 +112,7 @@ func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
 	fs.StringVar(&c.startOffset, "start-offset", "earliest", "where a partition without a committed offset starts: `earliest`, latest, or an RFC 3339 time (the first record at or after it)")
 	c.engine.register(fs, tuneUsage)
 	c.auth.register(fs)
+	fs.Var(&c.clientConfig, "client-config", "Kafka client setting `KEY=VALUE` (repeatable): client.id, linger.ms, compression.type, fetch.max.bytes, ...; an unknown key is an error listing the known ones")
 	fs.StringVar(&c.rejectsTopic, "rejects-topic", "", "send records without a usable key to `TOPIC` (default: drop and count them)")
 	fs.StringVar(&c.dupsTopic, "dups-topic", "", "send duplicates to `TOPIC` (default: drop them)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "static group membership `ID`, unique per instance and stable across its restarts")
@@ -213,6 +215,11 @@ func runKafka(e *env, args []string) error {
 		return err
 	}
 	cfg.ClientOpts = append(cfg.ClientOpts, authOpts...)
+	passOpts, err := parseClientConfig(c.clientConfig)
+	if err != nil {
+		return err
+	}
+	cfg.ClientOpts = append(cfg.ClientOpts, passOpts...)
 	cons, err := kafka.New(cfg)
 	if err != nil {
 		return usageErr(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // selfSigned returns a TLS certificate for 127.0.0.1 and its PEM.
@@ -106,6 +107,37 @@ func TestKafkaAuthFlags(t *testing.T) {
 	} {
 		if _, err := tc.a.opts(env(tc.pass)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error saying %s", tc.a, err, tc.want)
+		}
+	}
+}
+
+// TestKafkaClientConfig: --client-config settings become client options;
+// an unknown key or a bad value is a usage error naming it.
+func TestKafkaClientConfig(t *testing.T) {
+	opts, err := parseClientConfig([]string{"client.id=dedup-1", "linger.ms=5", "compression.type=zstd", "fetch.max.bytes=1048576"})
+	if err != nil || len(opts) != 4 {
+		t.Fatalf("%d options, %v", len(opts), err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers("127.0.0.1:1"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if got := cl.OptValue(kgo.ClientID); got != "dedup-1" {
+		t.Errorf("client.id: %v", got)
+	}
+	if got := cl.OptValue(kgo.ProducerLinger); got != 5*time.Millisecond {
+		t.Errorf("linger.ms: %v", got)
+	}
+	for s, want := range map[string]string{
+		"linger":                  "KEY=VALUE",
+		"bogus.setting=1":         "unknown setting; known: client.id",
+		"linger.ms=-1":            "linger.ms=-1",
+		"compression.type=brotli": "want none, gzip",
+		"fetch.max.bytes=0":       "positive",
+	} {
+		if _, err := parseClientConfig([]string{s}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %s", s, err, want)
 		}
 	}
 }
