@@ -79,14 +79,18 @@ func clientOpts() []kgo.Opt {
 type running struct {
 	c      *Consumer
 	cancel context.CancelFunc
-	done   chan error
+	exited chan struct{} // closed when Run has returned, with err set
+	err    error
 	mu     sync.Mutex
 	ready  []Ready
 }
 
+// start runs a consumer with cfg. A cleanup stops it before the test's
+// temporary directories go, also when the test ends early: an engine
+// whose directory is removed under it reports corruption and panics.
 func start(t *testing.T, cfg Config, hook func(string) error) *running {
 	t.Helper()
-	r := &running{done: make(chan error, 1)}
+	r := &running{exited: make(chan struct{})}
 	cfg.OnReady = func(rd Ready) {
 		r.mu.Lock()
 		r.ready = append(r.ready, rd)
@@ -100,7 +104,17 @@ func start(t *testing.T, cfg Config, hook func(string) error) *running {
 	r.c = c
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() { r.done <- c.Run(ctx) }()
+	go func() {
+		r.err = c.Run(ctx)
+		close(r.exited)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.exited:
+		case <-time.After(30 * time.Second):
+		}
+	})
 	return r
 }
 
@@ -109,9 +123,9 @@ func (r *running) stop(t *testing.T) {
 	t.Helper()
 	r.cancel()
 	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
+	case <-r.exited:
+		if r.err != nil {
+			t.Errorf("Run: %v", r.err)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("Run did not return within 60s of its cancel")

@@ -152,15 +152,14 @@ func TestFencedInstanceExits(t *testing.T) {
 	cfg2.InstanceID = "same"
 	_, _, bDone := runFor(t, cfg2)
 	select {
-	case err := <-a.done:
-		if !errors.Is(err, ErrFenced) {
-			t.Fatalf("the fenced instance's Run returned %v, want ErrFenced", err)
+	case <-a.exited:
+		if !errors.Is(a.err, ErrFenced) {
+			t.Fatalf("the fenced instance's Run returned %v, want ErrFenced", a.err)
 		}
-		t.Logf("fenced: %v", err)
+		t.Logf("fenced: %v", a.err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the fenced instance still runs 20s after another took its instance ID")
 	}
-	a.done <- nil // for its stop in no cleanup
 	select {
 	case err := <-bDone:
 		t.Fatalf("the instance that took the ID stopped: %v", err)
