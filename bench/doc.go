@@ -12,8 +12,11 @@
 //   - [Load] (load.go): events offered at fixed rates whether or not the
 //     engine keeps up; latency quantiles and a time series per rate.
 //   - [Compare] (compare.go): one stream through every engine mode and
-//     every baseline; [MemorySweep], filter memory per key against the
-//     false-positive target.
+//     every baseline, each in a process of its own ([RunChild], child.go)
+//     so that its resident set is measured alone, redis-server's read from
+//     its own /proc ([ReadProcMemory], proc.go); the memory at scale
+//     (1M and 10M distinct keys per target); [MemorySweep], filter memory
+//     per key against the false-positive target.
 //
 // What they run on:
 //
@@ -25,7 +28,11 @@
 //     (redis.go, against a real redis-server started by [StartRedis]).
 //   - [Histogram] (hist.go): log-linear latency quantiles.
 //
-// Output: report.go writes the text tables and [WriteJSON] the JSON;
-// plot.go draws the charts ([PlotLoad], [PlotMemory]). Long runs report to
-// a [Progress].
+// Output: report.go writes the text tables and [WriteJSON] the JSON, both
+// with the [Machine] and load the run had; plot.go draws the charts
+// ([PlotHeadline], [PlotScale], [PlotMemory], [PlotLoad]) from reusable
+// parts: [BarChart] (log axis, a 1x reference bar), [LineChart] (log-log,
+// markers at measured points, reference lines) and [Figure] (panels, the
+// legend outside the data, a caption saying what, where and when). Long
+// runs report to a [Progress].
 package bench

@@ -119,6 +119,8 @@ type LoadStep struct {
 type LoadResult struct {
 	Config LoadConfig `json:"config"`
 	Steps  []LoadStep `json:"steps"`
+	// Machine says where and when the run was made.
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // Load offers each target rate in turn to a fresh engine on a temporary
@@ -129,7 +131,8 @@ func Load(ctx context.Context, cfg LoadConfig, progress Progress) (*LoadResult, 
 		return nil, errors.New("bench: load Duration, Tick and Interval must be positive")
 	}
 	progress = orNop(progress)
-	res := &LoadResult{Config: cfg}
+	res := &LoadResult{Config: cfg, Machine: StartMachine()}
+	defer res.Machine.End()
 	for _, rate := range cfg.Rates {
 		if !(rate > 0) {
 			return nil, fmt.Errorf("bench: load rate must be positive, got %v", rate)

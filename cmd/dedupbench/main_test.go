@@ -4,11 +4,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
+
+func TestMain(m *testing.M) {
+	// The compare runs below start this test binary as their child
+	// processes, as dedupbench starts itself.
+	if len(os.Args) > 1 && os.Args[1] == childCommand {
+		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "dedupbench:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // TestCommands runs every subcommand at a tiny scale, as CI does.
 func TestCommands(t *testing.T) {
@@ -18,9 +32,9 @@ func TestCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"headline", []string{"--events", "5000", "--baselines", "map,bloom,pebble", "--sweep-keys", "2000", "--dir", t.TempDir()}, "engine exact/blocked"},
-		{"compare-json", []string{"compare", "--json", "--events", "5000", "--modes", "probabilistic", "--filters", "blocked", "--baselines", "map", "--no-sweep"}, `"events_per_sec"`},
-		{"compare-plot", []string{"compare", "--events", "3000", "--modes", "exact", "--filters", "bloom", "--baselines", "", "--sweep", "0.01,0.001", "--sweep-keys", "2000", "--plot", plots}, "bytes/key"},
+		{"headline", []string{"--events", "5000", "--baselines", "map,bloom,pebble", "--sweep-keys", "2000", "--scale-keys", "20000", "--scale-targets", "exact/blocked,map", "--dir", t.TempDir()}, "engine exact/blocked"},
+		{"compare-json", []string{"compare", "--json", "--events", "5000", "--modes", "probabilistic", "--filters", "blocked", "--baselines", "map", "--no-sweep", "--scale-keys", "", "--in-process"}, `"events_per_sec"`},
+		{"compare-plot", []string{"compare", "--events", "3000", "--modes", "exact", "--filters", "bloom", "--baselines", "map", "--sweep", "0.01,0.001", "--sweep-keys", "2000", "--scale-keys", "10000", "--scale-targets", "probabilistic/blocked", "--plot", plots}, "bytes/key"},
 		{"simulate", []string{"simulate", "--scale", "0.005", "--measure", "20m", "--bimodal-scale", "0.0003", "--replay-min", "20m", "--replay-max", "1h"}, "leaks per million requests"},
 		{"load", []string{"load", "--rate", "1000:3000:2", "--duration", "1s", "--series", "--plot", plots, "--dir", t.TempDir()}, "achieved/s"},
 	} {
@@ -37,7 +51,7 @@ func TestCommands(t *testing.T) {
 			}
 		})
 	}
-	for _, f := range []string{"memory_per_key.svg", "memory_per_key.png", "load_throughput.svg", "load_latency.png"} {
+	for _, f := range []string{"headline.svg", "headline.png", "memory_scale.svg", "memory_per_key.svg", "memory_per_key.png", "load_throughput.svg", "load_latency.png"} {
 		if fi, err := os.Stat(filepath.Join(plots, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("chart %s: %v", f, err)
 		}
@@ -49,6 +63,8 @@ func TestBadArguments(t *testing.T) {
 		{"frobnicate"},
 		{"simulate", "--mode", "fuzzy"},
 		{"compare", "--baselines", "memcached", "--events", "100", "--no-sweep", "--modes", ""},
+		{"compare", "--scale-targets", "exact", "--events", "100", "--no-sweep", "--modes", "", "--baselines", ""},
+		{"compare", "--scale-keys", "0", "--events", "100", "--no-sweep"},
 		{"load", "--rate", "abc"},
 	} {
 		var out, errb bytes.Buffer
