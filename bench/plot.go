@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	
+
 	"github.com/streamdedup/dedup/internal/humanize"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
