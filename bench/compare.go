@@ -205,30 +205,6 @@ type CompareResult struct {
 	Machine *Machine `json:"machine,omitempty"`
 }
 
-// recorded is the pre-generated stream every target gets.
-type recorded struct {
-	keys  [][]byte
-	at    []time.Duration
-	dup   []bool
-	inWin []bool // a duplicate within the window
-}
-
-func record(sc StreamConfig, window time.Duration) (*recorded, error) {
-	st, err := NewStream(sc)
-	if err != nil {
-		return nil, err
-	}
-	r := &recorded{}
-	var ev Event
-	for st.Next(&ev) {
-		r.keys = append(r.keys, ev.Key)
-		r.at = append(r.at, ev.At)
-		r.dup = append(r.dup, ev.Dup)
-		r.inWin = append(r.inWin, ev.Dup && ev.Delay < window)
-	}
-	return r, nil
-}
-
 // Compare runs the same stream through the engine in each mode and backend
 // and through each baseline, then the memory sweep and the memory-at-scale
 // runs. With cfg.Child every target runs in a process of its own.
@@ -272,6 +248,11 @@ func Compare(ctx context.Context, cfg CompareConfig, progress Progress) (*Compar
 		jobs = append(jobs, ChildJob{Baseline: b})
 	}
 	var rec *recorded
+	defer func() {
+		if rec != nil {
+			rec.free()
+		}
+	}()
 	for _, j := range jobs {
 		j.Config = cfg
 		var row CompareRow
@@ -492,6 +473,7 @@ func (j ChildJob) run(ctx context.Context, rec *recorded, own bool, progress Pro
 		if rec, err = record(cfg.Stream, cfg.Window); err != nil {
 			return row, err
 		}
+		defer rec.free()
 	}
 	t, clk, probe, closeFn, err := j.openTarget(ctx, own, window, rate)
 	if errors.Is(err, ErrNoRedis) {
@@ -510,20 +492,26 @@ func (j ChildJob) run(ctx context.Context, rec *recorded, own bool, progress Pro
 // runTarget feeds the recorded stream to t and measures it.
 func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, clk *VirtualClock, probe memProbe, progress Progress) (row CompareRow, err error) {
 	row.Name = t.Name()
-	progress.Stage("compare: "+row.Name, int64(len(rec.keys)))
-	verdicts := make([]bool, len(rec.keys))
+	n := rec.len()
+	progress.Stage("compare: "+row.Name, int64(n))
+	verdicts := make([]bool, n)
+	batch := make([][]byte, cfg.Batch)
 	nextCommit := cfg.CommitEvery
 	start := time.Now()
-	for lo := 0; lo < len(rec.keys); lo += cfg.Batch {
+	for lo := 0; lo < n; lo += cfg.Batch {
 		if ctx.Err() != nil {
 			return row, fmt.Errorf("bench: compare: %w", ctx.Err())
 		}
-		hi := min(lo+cfg.Batch, len(rec.keys))
+		hi := min(lo+cfg.Batch, n)
 		now := simEpoch.Add(rec.at[lo])
 		if clk != nil {
 			clk.Set(rec.at[lo])
 		}
-		if err := t.Check(rec.keys[lo:hi], now, verdicts[lo:hi]); err != nil {
+		keys := batch[:hi-lo]
+		for i := range keys {
+			keys[i] = rec.key(lo + i)
+		}
+		if err := t.Check(keys, now, verdicts[lo:hi]); err != nil {
 			return row, fmt.Errorf("bench: compare %s: %w", row.Name, err)
 		}
 		// The engine commits on the stream's clock, every CommitEvery of
@@ -537,7 +525,7 @@ func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, 
 		progress.Add(int64(hi - lo))
 	}
 	row.Elapsed = time.Since(start)
-	row.Events = uint64(len(rec.keys))
+	row.Events = uint64(n)
 	row.EventsPerSec = float64(row.Events) / row.Elapsed.Seconds()
 	if err := usage(t, &row, probe); err != nil {
 		return row, err
@@ -549,7 +537,7 @@ func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, 
 	// is right.
 	passed := make(map[string]time.Duration)
 	for j, isDup := range verdicts {
-		k := string(rec.keys[j])
+		k := string(rec.key(j))
 		first, seen := passed[k]
 		switch {
 		case seen && rec.at[j]-first < cfg.Window:

@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// The tests of this file pin what an operator relies on (issue 14): inputs
+// The tests of this file pin what an operator relies on: inputs
 // that grow or rotate never lose an event, and exit statuses and flags say
 // what happened.
 

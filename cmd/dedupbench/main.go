@@ -4,14 +4,17 @@
 //
 // Usage:
 //
-//	dedupbench [flags]            the headline table (compare on defaults, ~1 min)
+//	dedupbench [flags]            the headline (compare on defaults, a few minutes)
 //	dedupbench simulate [flags]   the window model through the engine
 //	dedupbench load [flags]       open-loop load at a rate, or a sweep of rates
 //	dedupbench compare [flags]    engine modes and backends against the baselines
 //	dedupbench kafka [flags]      dedup on Kafka (in-process broker) against a passthrough
+//	dedupbench filter [flags]     dedup filter against awk's !seen[key]++, peak RSS of each
 //
-// Every subcommand takes --json (machine-readable output) and --plot DIR
-// (charts as SVG and PNG). The logic lives in package bench; this command
+// Every subcommand takes --json (machine-readable output); those with charts
+// take --plot DIR (SVG and PNG). compare runs each target in a process of
+// its own (this executable's hidden "child" subcommand), so that the
+// resident set it reports is the target's. The logic lives in package bench; this command
 // binds flags to its config structs.
 package main
 
@@ -74,14 +77,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, args, stdout, stderr)
 	case "kafka":
 		return runKafka(ctx, args, stdout, stderr)
+	case "filter":
+		return runFilter(ctx, args, stdout, stderr)
 	case childCommand:
 		// Hidden: one target of compare, in a process of its own.
 		return bench.RunChild(ctx, os.Stdin, stdout)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|filter] [flags]; dedupbench <cmd> -h for flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve or kafka)", cmd)
+	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve, kafka or filter)", cmd)
 }
 
 // childCommand is the hidden subcommand compare starts each target in, so

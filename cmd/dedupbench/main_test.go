@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,6 +59,42 @@ func TestCommands(t *testing.T) {
 	}
 }
 
+// TestFilterAgainstAwk runs dedupbench filter with the real dedup binary
+// and awk: both must keep exactly the distinct events (FilterCmd checks it)
+// and report a peak RSS.
+func TestFilterAgainstAwk(t *testing.T) {
+	if _, err := exec.LookPath("awk"); err != nil {
+		t.Skip("awk is not on PATH")
+	}
+	dedupBin := filepath.Join(t.TempDir(), "dedup")
+	if out, err := exec.Command("go", "build", "-o", dedupBin, "../dedup").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/dedup: %v\n%s", err, out)
+	}
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"filter", "--lines", "20000", "--dedup", dedupBin, "--json"}, &out, &errb); err != nil {
+		t.Fatalf("%v\nstderr: %s", err, errb.String())
+	}
+	var res struct {
+		Distinct int `json:"distinct_keys"`
+		Rows     []struct {
+			Tool     string `json:"tool"`
+			LinesOut int    `json:"lines_out"`
+			PeakRSS  uint64 `json:"peak_rss"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2 || res.Distinct < 18000 {
+		t.Fatalf("result %+v", res)
+	}
+	for _, r := range res.Rows {
+		if r.LinesOut != res.Distinct || r.PeakRSS < 1<<20 {
+			t.Errorf("%s: %d lines kept of %d distinct, peak RSS %d", r.Tool, r.LinesOut, res.Distinct, r.PeakRSS)
+		}
+	}
+}
+
 func TestBadArguments(t *testing.T) {
 	for _, args := range [][]string{
 		{"frobnicate"},
@@ -66,6 +103,7 @@ func TestBadArguments(t *testing.T) {
 		{"compare", "--scale-targets", "exact", "--events", "100", "--no-sweep", "--modes", "", "--baselines", ""},
 		{"compare", "--scale-keys", "0", "--events", "100", "--no-sweep"},
 		{"load", "--rate", "abc"},
+		{"filter", "--lines", "-5"},
 	} {
 		var out, errb bytes.Buffer
 		if err := run(context.Background(), args, &out, &errb); err == nil {
