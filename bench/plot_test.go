@@ -34,7 +34,9 @@ func TestChartsFromRecordedResults(t *testing.T) {
 	readResult(t, "compare.json", &cmp)
 	var load LoadResult
 	readResult(t, "load.json", &load)
-	if cmp.Machine == nil || len(cmp.Rows) == 0 || len(cmp.Sweep) == 0 || len(cmp.Scale) == 0 || load.Machine == nil {
+	var serve ServeResult
+	readResult(t, "serve.json", &serve)
+	if cmp.Machine == nil || len(cmp.Rows) == 0 || len(cmp.Sweep) == 0 || len(cmp.Scale) == 0 || load.Machine == nil || serve.Machine == nil || len(serve.Set) == 0 {
 		t.Fatal("testdata lacks rows, sweep, scale rows or machine: rerecord it")
 	}
 	dir := t.TempDir()
@@ -48,6 +50,7 @@ func TestChartsFromRecordedResults(t *testing.T) {
 		{"scale", func() ([]string, error) { return PlotScale(&cmp, dir) }, []string{"memory_scale"}, "memory at scale"},
 		{"sweep", func() ([]string, error) { return PlotMemory(cmp.Sweep, cmp.Machine, dir) }, []string{"memory_per_key"}, "single-probe floor"},
 		{"load", func() ([]string, error) { return PlotLoad(&load, dir) }, []string{"load_throughput", "load_latency"}, "dedupbench load"},
+		{"serve", func() ([]string, error) { return PlotServe(&serve, dir) }, []string{"serve"}, "redis-benchmark"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files, err := tc.draw()
