@@ -97,6 +97,10 @@ func FilterCmd(ctx context.Context, cfg FilterCmdConfig) (res *FilterCmdResult, 
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s not found: %w", cfg.Awk, err)
 	}
+	awkName := filepath.Base(awkBin)
+	if real, err := filepath.EvalSymlinks(awkBin); err == nil {
+		awkName = filepath.Base(real) // awk is gawk or mawk behind a link
+	}
 	dir, err := os.MkdirTemp(cfg.Dir, "dedupbench-filter-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: filter dir: %w", err)
@@ -113,7 +117,7 @@ func FilterCmd(ctx context.Context, cfg FilterCmdConfig) (res *FilterCmdResult, 
 		args []string
 	}{
 		{"dedup filter (keys in memory)", []string{dedupBin, "filter", "--key", "event_id"}},
-		{"awk !seen[key]++ (" + filepath.Base(awkBin) + ")", []string{awkBin, awkFS, awkProgram}},
+		{"awk !seen[key]++ (" + awkName + ")", []string{awkBin, awkFS, awkProgram}},
 	} {
 		row, err := runFilterTool(ctx, t.tool, t.args, in, filepath.Join(dir, "out"))
 		if err != nil {
