@@ -172,6 +172,9 @@ func loadStep(ctx context.Context, cfg LoadConfig, rate float64, progress Progre
 	progress.Stage(fmt.Sprintf("load %.0f events/s", rate), int64(cfg.Duration/time.Millisecond))
 
 	var all, win Histogram
+	// dropped holds the originals a false positive dropped, so that their
+	// copies count as first deliveries, not as duplicates let through.
+	dropped := make(map[string]struct{})
 	var keys [][]byte
 	var truth []Event
 	var dup []bool
@@ -223,7 +226,18 @@ func loadStep(ctx context.Context, cfg LoadConfig, rate float64, progress Progre
 			step.Events += uint64(len(keys))
 			winEvents += uint64(len(keys))
 			for i := range truth {
+				k := string(truth[i].Key)
+				_, lost := dropped[k]
 				switch {
+				case truth[i].Dup && lost:
+					// The original was dropped (a filter false
+					// positive): this copy is the event's first
+					// delivery, and passing it is right.
+					if d[i] {
+						step.FalseDrops++
+					} else {
+						delete(dropped, k)
+					}
 				case truth[i].Dup:
 					step.Duplicates++
 					if !d[i] && truth[i].Delay < ec.Window {
@@ -231,6 +245,7 @@ func loadStep(ctx context.Context, cfg LoadConfig, rate float64, progress Progre
 					}
 				case d[i]:
 					step.FalseDrops++
+					dropped[k] = struct{}{}
 				}
 			}
 		}
