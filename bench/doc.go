@@ -4,7 +4,7 @@
 // library; cmd/dedupbench binds its configs to flags and prints its
 // reports.
 //
-// Three runs, each a Config in and a Result out, with a WriteText report:
+// Four runs (and Serve and Kafka, which drive the servers), each a Config in and a Result out, with a WriteText report:
 //
 //   - [Simulate] (simulate.go): the window model ([Reference]) on
 //     a virtual clock: keys held, memory, duplicates leaked per window, and
@@ -17,6 +17,8 @@
 //     its own /proc ([ReadProcMemory], proc.go); the memory at scale
 //     (1M and 10M distinct keys per target); [MemorySweep], filter memory
 //     per key against the false-positive target.
+//   - [FilterCmd] (filtercmd.go): the dedup command with its keys in memory
+//     against awk's !seen[key]++ on one NDJSON file, peak RSS of each.
 //
 // What they run on:
 //
@@ -30,7 +32,7 @@
 //
 // Output: report.go writes the text tables and [WriteJSON] the JSON, both
 // with the [Machine] and load the run had; plot.go draws the charts
-// ([PlotHeadline], [PlotScale], [PlotMemory], [PlotLoad]) from reusable
+// ([PlotHeadline], [PlotScale], [PlotMemory], [PlotLoad], [PlotServe]) from reusable
 // parts: [BarChart] (log axis, a 1x reference bar), [LineChart] (log-log,
 // markers at measured points, reference lines) and [Figure] (panels, the
 // legend outside the data, a caption saying what, where and when). Long
