@@ -4,7 +4,8 @@
 // library; cmd/dedupbench binds its configs to flags and prints its
 // reports.
 //
-// Four runs (and Serve and Kafka, which drive the servers), each a Config in and a Result out, with a WriteText report:
+// Four runs, each a Config in and a Result out, with a WriteText report
+// ([Serve] and [Kafka] drive the servers the same way):
 //
 //   - [Simulate] (simulate.go): the window model ([Reference]) on
 //     a virtual clock: keys held, memory, duplicates leaked per window, and
