@@ -361,6 +361,9 @@ type memProbe struct {
 // and left out, and the peak is reset to now.
 func selfProbe() (memProbe, error) {
 	debug.FreeOSMemory()
+	if _, err := ReadProcMemory(0); err != nil {
+		return memProbe{}, err
+	}
 	if err := resetPeak(); err != nil {
 		return memProbe{}, err
 	}
@@ -408,7 +411,8 @@ func (j ChildJob) openTarget(ctx context.Context, own bool, window time.Duration
 	var probe memProbe
 	var err error
 	if own && j.baseline() != BaselineRedis {
-		if probe, err = selfProbe(); err != nil {
+		// Without /proc (not Linux) the rows have no RSS, as in-process.
+		if probe, err = selfProbe(); err != nil && !errors.Is(err, ErrNoProcMemory) {
 			return nil, nil, probe, nop, err
 		}
 	}
