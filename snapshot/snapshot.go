@@ -43,15 +43,15 @@ type Generation struct {
 	Start, End int64       // span, unix nanoseconds
 	Count      uint64      // keys held
 	Kind       filter.Kind // filter backend of the payload
-	// Sealed promises that this filter will never change again: Write may
+	// Final promises that this filter will never change again: Write may
 	// then reuse the segment the previous snapshot holds for the same
-	// (ID, Shard) with the same metadata (Sealed included) instead of
-	// writing it again, so the first snapshot after sealing still writes it.
-	// A Sealed generation's metadata and payload must be identical in every
-	// later Write.
-	Sealed bool
+	// (ID, Shard) with the same metadata (Final included) instead of
+	// writing it again, so the first snapshot after it becomes final still
+	// writes it. A Final generation's metadata and payload must be
+	// identical in every later Write.
+	Final bool
 	// Payload produces the filter bytes. Write calls it at most once, and
-	// not at all when it reuses a sealed segment. Write may modify the
+	// not at all when it reuses a final segment. Write may modify the
 	// returned slice (vfs.File.Write may) and does not keep it.
 	Payload func() ([]byte, error)
 }
@@ -63,7 +63,7 @@ type SegmentInfo struct {
 	Start, End int64       // span, unix nanoseconds
 	Count      uint64      // keys held
 	Kind       filter.Kind // filter backend of the payload
-	Sealed     bool        // the generation was sealed when written
+	Final      bool        // the generation was final when written
 	Name       string      // segment file name, in the snapshot's directory
 	Size       int64       // segment file size in bytes (payload + 86)
 	Checksum   uint64      // xxhash64 of the segment file (its trailer)
@@ -123,7 +123,7 @@ type Info struct {
 func (r ref) info() SegmentInfo {
 	return SegmentInfo{
 		ID: r.ID, Shard: r.Shard, Start: r.Start, End: r.End, Count: r.Count,
-		Kind: r.Kind, Sealed: r.Sealed, Name: r.Name, Size: r.Size, Checksum: r.Sum,
+		Kind: r.Kind, Final: r.Final, Name: r.Name, Size: r.Size, Checksum: r.Sum,
 	}
 }
 
@@ -143,7 +143,7 @@ func (m manifest) info(path string, size int64) Info {
 // Write writes a new snapshot of h and gens into dir (created if missing) and
 // makes it the latest, atomically: a crash or an error at any point leaves
 // the previous snapshot intact, and Latest then returns either it or the new
-// one. Sealed generations whose segment the previous snapshot holds are not
+// one. Final generations whose segment the previous snapshot holds are not
 // written again. Once the new snapshot is durable, Write deletes every file
 // but it, the previous snapshot, and the segments these two reference.
 //
@@ -192,8 +192,8 @@ func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
 	reused := make([]bool, len(gens))
 	var todo []int // the generations to write
 	for i, g := range gens {
-		m := meta{ID: g.ID, Shard: g.Shard, Start: g.Start, End: g.End, Count: g.Count, Kind: g.Kind, Sealed: g.Sealed}
-		if r, ok := prevRefs[[2]uint64{g.ID, uint64(g.Shard)}]; ok && g.Sealed && r.meta == m && segmentIntact(fs, dir, r) {
+		m := meta{ID: g.ID, Shard: g.Shard, Start: g.Start, End: g.End, Count: g.Count, Kind: g.Kind, Final: g.Final}
+		if r, ok := prevRefs[[2]uint64{g.ID, uint64(g.Shard)}]; ok && g.Final && r.meta == m && segmentIntact(fs, dir, r) {
 			refs[i], reused[i] = r, true
 			continue
 		}
@@ -705,14 +705,14 @@ func (i Info) String() string {
 	fmt.Fprintf(&b, "  %d segments, %d bytes (manifest %d, options %d)\n",
 		len(i.Segments), i.TotalSize, i.ManifestSize, len(i.Options))
 	for _, s := range i.Segments {
-		sealed := "live"
-		if s.Sealed {
-			sealed = "sealed"
+		state := "live"
+		if s.Final {
+			state = "final"
 		}
 		fmt.Fprintf(&b, "  gen %d shard %d  %s .. %s  %d keys  %s  %s  %d bytes  %s\n",
 			s.ID, s.Shard,
 			time.Unix(0, s.Start).UTC().Format(time.RFC3339), time.Unix(0, s.End).UTC().Format(time.RFC3339),
-			s.Count, s.Kind, sealed, s.Size, s.Name)
+			s.Count, s.Kind, state, s.Size, s.Name)
 	}
 	return b.String()
 }
