@@ -362,7 +362,7 @@ func TestCuckooLossRecovery(t *testing.T) {
 		t.Fatal("no loss recorded after overfilling a one-bucket table")
 	}
 	if !f.full() {
-		t.Error("link not sealed after a failed insert")
+		t.Error("link not full after a failed insert")
 	}
 	if f.fpRate() < float64(f.nLost)/cuckooFPValues {
 		t.Errorf("fpRate %g ignores %d lost values", f.fpRate(), f.nLost)
