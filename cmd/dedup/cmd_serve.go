@@ -30,9 +30,10 @@ type serveConfig struct {
 
 const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
 
-Serve dedup over the Redis protocol (RESP2): any Redis client deduplicates
-unchanged with SET key value NX [EX s], SETNX and EXISTS, RedisBloom's
-BF.RESERVE/ADD/MADD/EXISTS/MEXISTS/INFO over named tables, and
+Serve dedup over the Redis protocol (RESP2, and RESP3 after HELLO 3): any
+Redis client deduplicates unchanged with SET key value NX [EX s], SETNX and
+EXISTS, RedisBloom's BF.RESERVE/ADD/MADD/INSERT/EXISTS/MEXISTS/INFO/CARD
+over named tables, and
 DEDUP.RESERVE/OBSERVE/FORGET/DONE/COMMIT/CHECKPOINT/STATS for verdicts,
 checkpoints and worker pools (DEDUP.RESERVE table EXPLICITDONE: keys stay
 in flight until DEDUP.DONE).
