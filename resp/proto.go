@@ -62,15 +62,13 @@ type reqReader struct {
 	arg   int64 // length of the argument being read, -1 when none
 	need  int   // bytes from r the command needs at least
 	args  [][]byte
+	// inline holds the arguments of an inline command, unquoted.
+	inline []byte
 }
 
 func newReqReader(rd io.Reader, lim reqLimits, in *uint64) *reqReader {
 	return &reqReader{rd: rd, lim: lim, buf: make([]byte, readSize), arg: -1, in: in}
 }
-
-// buffered reports whether bytes of a next command were read already: a
-// pipeline whose replies can wait for the commands after them.
-func (q *reqReader) buffered() bool { return q.w > q.r }
 
 // next returns the next command's arguments. Before a read that may
 // block it calls flush, so that the replies of the commands served are
@@ -195,6 +193,9 @@ func (q *reqReader) parse() (args [][]byte, ok bool, err error) {
 	if cap(q.spans) > 2048 {
 		q.spans = nil
 	}
+	if cap(q.inline) > readSize {
+		q.inline = nil
+	}
 	return q.args, true, nil
 }
 
@@ -268,10 +269,16 @@ func (q *reqReader) parseInline(b []byte) ([][]byte, bool, error) {
 	line := b[:i]
 	q.r += i + 1
 	line = bytes.TrimSuffix(line, []byte{'\r'})
-	args, err := splitArgs(line)
+	var err error
+	q.inline, q.spans, err = splitArgs(line, q.inline[:0], q.spans[:0])
 	if err != nil {
 		return nil, false, err
 	}
+	q.args = q.args[:0]
+	for i := 0; i < len(q.spans); i += 2 {
+		q.args = append(q.args, q.inline[q.spans[i]:q.spans[i+1]:q.spans[i+1]])
+	}
+	args := q.args
 	if int64(len(args)) > q.lim.maxArgs {
 		return nil, false, &protoError{fmt.Sprintf("command of %d arguments exceeds max-args %d", len(args), q.lim.maxArgs)}
 	}
@@ -284,23 +291,24 @@ func (q *reqReader) parseInline(b []byte) ([][]byte, bool, error) {
 // splitArgs splits an inline command line as Redis's sdssplitargs does:
 // arguments separated by spaces, "double quoted" with \n \r \t \b \a \\
 // \" and \xHH escapes, or 'single quoted' with \' only; a closing quote
-// must be followed by a space or the end of the line.
-func splitArgs(line []byte) ([][]byte, error) {
-	var args [][]byte
+// must be followed by a space or the end of the line. The arguments are
+// appended to buf, their start and end offsets to spans.
+func splitArgs(line, buf []byte, spans []int) ([]byte, []int, error) {
 	i := 0
 	for {
 		for i < len(line) && isSpace(line[i]) {
 			i++
 		}
 		if i == len(line) {
-			return args, nil
+			return buf, spans, nil
 		}
-		var cur []byte
+		start := len(buf)
+		cur := buf
 		inq, insq, done := false, false, false
 		for !done {
 			if i == len(line) {
 				if inq || insq {
-					return nil, &protoError{"unbalanced quotes in request"}
+					return nil, nil, &protoError{"unbalanced quotes in request"}
 				}
 				break
 			}
@@ -329,7 +337,7 @@ func splitArgs(line []byte) ([][]byte, error) {
 					}
 				case c == '"':
 					if i+1 < len(line) && !isSpace(line[i+1]) {
-						return nil, &protoError{"unbalanced quotes in request"}
+						return nil, nil, &protoError{"unbalanced quotes in request"}
 					}
 					done = true
 				default:
@@ -342,7 +350,7 @@ func splitArgs(line []byte) ([][]byte, error) {
 					cur = append(cur, '\'')
 				case c == '\'':
 					if i+1 < len(line) && !isSpace(line[i+1]) {
-						return nil, &protoError{"unbalanced quotes in request"}
+						return nil, nil, &protoError{"unbalanced quotes in request"}
 					}
 					done = true
 				default:
@@ -362,10 +370,8 @@ func splitArgs(line []byte) ([][]byte, error) {
 			}
 			i++
 		}
-		if cur == nil {
-			cur = []byte{}
-		}
-		args = append(args, cur)
+		buf = cur
+		spans = append(spans, start, len(buf))
 	}
 }
 
