@@ -179,29 +179,23 @@ func TestClientNode(t *testing.T) {
 		return p
 	}
 	nr := write("node-redis.js", nodeRedisScript)
+	// node-redis answers the same in both protocols: it maps RESP2's
+	// integers to the booleans RESP3 sends.
+	nodeRedisWant := []string{
+		"set OK null",
+		"setnx 1 0",
+		"bf.add true false",
+		"bf.madd [false,true]",
+		"bf.card 2",
+		"bf.info 2",
+		`multi ["OK",1]`,
+		`observe ["in-flight","new"]`,
+	}
 	t.Run("node-redis RESP3 default", func(t *testing.T) {
-		checkLines(t, runClient(t, node, env, nr, addr), []string{
-			"set OK null",
-			"setnx 1 0",
-			"bf.add true false",
-			"bf.madd [false,true]",
-			"bf.card 2",
-			"bf.info 2",
-			`multi ["OK",1]`,
-			`observe ["in-flight","new"]`,
-		})
+		checkLines(t, runClient(t, node, env, nr, addr), nodeRedisWant)
 	})
 	t.Run("node-redis RESP2", func(t *testing.T) {
-		checkLines(t, runClient(t, node, env, nr, addr, "2"), []string{
-			"set OK null",
-			"setnx 1 0",
-			"bf.add true false",
-			"bf.madd [false,true]",
-			"bf.card 2",
-			"bf.info 2",
-			`multi ["OK",1]`,
-			`observe ["in-flight","new"]`,
-		})
+		checkLines(t, runClient(t, node, env, nr, addr, "2"), nodeRedisWant)
 	})
 	if _, err := os.Stat(filepath.Join(mods, "ioredis")); err != nil {
 		t.Skip("npm package ioredis not installed")

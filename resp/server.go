@@ -288,7 +288,16 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			continue // counted, and backed off, by Accept
 		}
+		// Shutdown waits for the connections counted here: none is
+		// counted once it has begun.
+		s.mu.Lock()
+		if s.shut {
+			s.mu.Unlock()
+			_ = nc.Close()
+			return ErrServerClosed
+		}
 		s.connWG.Add(1)
+		s.mu.Unlock()
 		go s.serveConn(nc)
 	}
 }
