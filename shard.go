@@ -59,6 +59,9 @@ type shard struct {
 	shadow                   map[uint64]uint64
 	shadowFrom, shadowPruned uint64
 
+	// adv is the shard's part of the window advisor (advisor.go).
+	adv *shardAdvisor
+
 	// Counters for Stats.
 	observed, news, dups, inflightHits uint64
 	falsePositives, lookups            uint64
@@ -269,6 +272,9 @@ func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 			buf[i] = en.h
 			if sampled(en.h) {
 				s.shadowAdd(en.h, gen)
+			}
+			if advSampled(en.h) {
+				s.adv.horizon.Add(gen, en.h)
 			}
 		}
 		filter.AddAll(g.Filter, buf[:n])
