@@ -149,12 +149,15 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	for j := range jm {
 		q[j] = d[j] / expo[j]
 	}
-	// Tail: an exponential fitted to the second half of the measured range
-	// past half the window, by the ratio of its two quarters' rates.
+	// Tail: an exponential fitted to the measured range past half the
+	// window.
 	fit := tailFit{}
-	lo := max(jm/2, (e.opts.Generations*K)/2)
+	lo := (e.opts.Generations * K) / 2
 	if jm-lo >= 2 {
-		fit = fitTail(q, d, v, expo, lo, jm, b)
+		fit = fitTail(q, d, v, expo, lo, jm, j0, b, float64(e.opts.Window))
+	}
+	if fit.relErr >= 1 {
+		fit = tailFit{} // too unsure to extrapolate
 	}
 	if fit.ok {
 		adv.TailFitted = true
@@ -304,32 +307,82 @@ type tailFit struct {
 	centre float64 // ns: the age the level is measured at
 }
 
-// fitTail fits the bins [lo, hi) by the ratio of the rates of their two
-// halves.
-func fitTail(q, d, v, expo []float64, lo, hi int, b float64) tailFit {
+// fitTail fits rho(a) = A exp(-a/theta) to the bins [lo, hi) by Poisson
+// maximum likelihood: bin j's count has mean expo[j]*b*rho(age_j), divided
+// by advSample in the horizon (from bin j0), where the counts are the
+// sample's. Newton's method from the ratio of the two halves' rates; the
+// standard error of theta comes from the Fisher information.
+func fitTail(q, d, v, expo []float64, lo, hi, j0 int, b, unit float64) tailFit {
+	_ = q
 	mid := (lo + hi) / 2
-	half := func(from, to int) (rate, centre, relVar float64) {
-		var dd, vv, ee, ce float64
+	half := func(from, to int) (rate, centre float64) {
+		var dd, ee, ce float64
 		for j := from; j < to; j++ {
 			dd += d[j]
-			vv += v[j]
 			ee += expo[j]
 			ce += expo[j] * (float64(j) + 0.5) * b
 		}
 		if dd <= 0 || ee <= 0 {
-			return 0, 0, 0
+			return 0, 0
 		}
-		return dd / ee / b, ce / ee, vv / (dd * dd)
+		return dd / ee / b, ce / ee
 	}
-	r1, c1, v1 := half(lo, mid)
-	r2, c2, v2 := half(mid, hi)
+	r1, c1 := half(lo, mid)
+	r2, c2 := half(mid, hi)
 	if r1 <= 0 || r2 <= 0 || r2 >= r1 {
 		return tailFit{}
 	}
-	lr := math.Log(r1 / r2)
-	theta := (c2 - c1) / lr
-	return tailFit{ok: true, theta: theta, a: r2 * math.Exp(c2/theta),
-		relErr: math.Sqrt(v1+v2) / lr, qRel: math.Sqrt(v2), centre: c2}
+	// Ages in units of unit (the window) keep the Newton steps well scaled.
+	beta := math.Log(r1/r2) / ((c2 - c1) / unit)
+	alpha := math.Log(r2) + beta*c2/unit
+	type bin struct{ x, w, y float64 }
+	bins := make([]bin, 0, hi-lo)
+	for j := lo; j < hi; j++ {
+		w := expo[j] * b
+		y := d[j]
+		if j >= j0 {
+			w /= advSample
+			y /= advSample
+		}
+		bins = append(bins, bin{x: (float64(j) + 0.5) * b / unit, w: w, y: max(y, 0)})
+	}
+	var iaa, iab, ibb float64
+	for range 50 {
+		var ga, gb float64
+		iaa, iab, ibb = 0, 0, 0
+		for _, bn := range bins {
+			mu := bn.w * math.Exp(alpha-beta*bn.x)
+			ga += bn.y - mu
+			gb -= bn.x * (bn.y - mu)
+			iaa += mu
+			iab -= bn.x * mu
+			ibb += bn.x * bn.x * mu
+		}
+		det := iaa*ibb - iab*iab
+		if !(det > 0) {
+			return tailFit{}
+		}
+		da := (ibb*ga - iab*gb) / det
+		db := (iaa*gb - iab*ga) / det
+		alpha += da
+		beta += db
+		if math.Abs(da) < 1e-9 && math.Abs(db) < 1e-9 {
+			break
+		}
+	}
+	if !(beta > 0) || math.IsInf(alpha, 0) || math.IsNaN(alpha) {
+		return tailFit{}
+	}
+	det := iaa*ibb - iab*iab
+	varB := iaa / det
+	theta := unit / beta
+	// The level at the far end of the fit, where the extrapolation starts.
+	xe := float64(hi) * b / unit
+	varA := ibb / det
+	covAB := -iab / det
+	varLevel := varA + xe*xe*varB - 2*xe*covAB
+	return tailFit{ok: true, theta: theta, a: math.Exp(alpha),
+		relErr: math.Sqrt(varB) / beta, qRel: math.Sqrt(max(varLevel, 0)), centre: float64(hi) * b}
 }
 
 // massPast is the integral of rho past age a.
