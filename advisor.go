@@ -270,3 +270,59 @@ func (a *shardAdvisor) bytes() uint64 {
 
 // clampUnit returns x within [0, 1].
 func clampUnit(x float64) float64 { return math.Max(0, math.Min(1, x)) }
+
+// genOf returns the generation of key (hash h) in p; without exact, of
+// the first entry of hash h. A nil set holds nothing.
+func (p *inflightSet) genOf(h uint64, key []byte, exactMode bool) (uint64, bool) {
+	if exactMode {
+		return p.lookup(h, key)
+	}
+	if p == nil || p.n == 0 {
+		return 0, false
+	}
+	if h == 0 {
+		if len(p.zero) > 0 {
+			return p.zero[0].gen, true
+		}
+		return 0, false
+	}
+	for i := p.slot(h); ; i = (i + 1) & p.mask {
+		switch p.hashes[i] {
+		case 0:
+			return 0, false
+		case h:
+			return p.ents[p.idx[i]].gen, true
+		}
+	}
+}
+
+// noteInFlight attributes an InFlight answer of key (hash h) at now to the
+// cohort of the generation its first sighting went into, under EventTime
+// only: a replay answers each event once, where a worker pool tries an
+// InFlight event again until it is Duplicate (counted then). The shard's
+// lock is held.
+func (e *Engine) noteInFlight(s *shard, h uint64, key []byte, now int64) {
+	if !e.opts.EventTime {
+		return
+	}
+	gen, ok := s.undone.genOf(h, key, e.exactMode)
+	if !ok {
+		gen, ok = s.inflight.genOf(h, key, e.exactMode)
+	}
+	for _, sets := range [][]epochSet{s.older, s.committing} {
+		for i := 0; !ok && i < len(sets); i++ {
+			gen, ok = sets[i].set.genOf(h, key, e.exactMode)
+		}
+	}
+	if !ok {
+		return
+	}
+	c := s.adv.cohorts[gen]
+	if c == nil {
+		return
+	}
+	if j := e.win.ageBin(gen, now); j >= 0 {
+		s.adv.caught[j]++
+		c.dups++
+	}
+}

@@ -308,6 +308,7 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, sl
 	if inFlight {
 		s.observed++
 		s.inflightHits++
+		e.noteInFlight(s, h, key, a.now.UnixNano())
 		return InFlight, nil
 	}
 	if maybe {

@@ -259,6 +259,13 @@ func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 	gen := run[0].gen
 	s.uncount(gen, len(run))
 	if gen < oldest {
+		// Expired before its commit: the advisor's horizon still takes
+		// its sample.
+		for _, en := range run {
+			if advSampled(en.h) {
+				s.adv.horizon.Add(gen, en.h)
+			}
+		}
 		return nil
 	}
 	g, err := s.ring.Get(gen)
