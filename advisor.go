@@ -79,6 +79,7 @@ func (e *Engine) initWindow() {
 	for i := range e.shards {
 		e.shards[i].adv = &shardAdvisor{
 			caught:  make([]uint64, w.nbins),
+			late:    make([]uint64, w.nbins),
 			leaks:   make([]uint64, w.nbins),
 			fpExp:   make([]float64, w.nbins),
 			leakFP:  make([]float64, w.nbins),
@@ -127,6 +128,7 @@ type shardAdvisor struct {
 	// horizon's matches. fpExp and leakFP are the false matches expected
 	// among them.
 	caught, leaks  []uint64
+	late           []uint64 // New again while in flight, past the window (renewExpired)
 	fpExp, leakFP  []float64
 	cohorts        map[uint64]*cohort
 	lastID         uint64
@@ -325,4 +327,71 @@ func (e *Engine) noteInFlight(s *shard, h uint64, key []byte, now int64) {
 		s.adv.caught[j]++
 		c.dups++
 	}
+}
+
+// setGen moves the entry of key (hash h) in p to generation gen if its
+// generation is below oldest, and returns the generation it had; without
+// exact, the first entry of hash h. A nil set holds nothing.
+func (p *inflightSet) setGenIfBelow(h uint64, key []byte, exactMode bool, oldest, gen uint64) (uint64, bool) {
+	if p == nil || p.n == 0 {
+		return 0, false
+	}
+	move := func(en *inflightEntry) (uint64, bool) {
+		old := en.gen
+		if old >= oldest {
+			return old, false
+		}
+		en.gen = gen
+		return old, true
+	}
+	if h == 0 {
+		for i := range p.zero {
+			if !exactMode || string(p.key(p.zero[i])) == string(key) {
+				return move(&p.zero[i])
+			}
+		}
+		return 0, false
+	}
+	for i := p.slot(h); ; i = (i + 1) & p.mask {
+		switch p.hashes[i] {
+		case 0:
+			return 0, false
+		case h:
+			en := &p.ents[p.idx[i]]
+			if !exactMode || string(p.key(*en)) == string(key) {
+				return move(en)
+			}
+		}
+	}
+}
+
+// renewExpired is, under EventTime (without ExplicitDone), the answer to
+// an observe of a key in flight whose first sighting's generation has
+// left the window at the event clock: the sighting is past the window, so
+// the key is New again, and its entry moves to generation a.gen, where
+// its commit puts it (it would otherwise commit into an expired
+// generation, that is nowhere). A key being committed stays InFlight. The
+// advisor counts the duplicate as let through, at the old cohort's age.
+// The shard's lock is held.
+func (e *Engine) renewExpired(s *shard, h uint64, key []byte, a *admit) bool {
+	if !e.opts.EventTime || e.opts.ExplicitDone {
+		return false
+	}
+	oldest := s.ring.OldestLive(a.now)
+	old, ok := s.inflight.setGenIfBelow(h, key, e.exactMode, oldest, a.gen)
+	for i := 0; !ok && i < len(s.older); i++ {
+		old, ok = s.older[i].set.setGenIfBelow(h, key, e.exactMode, oldest, a.gen)
+	}
+	if !ok {
+		return false
+	}
+	s.uncount(old, 1)
+	s.inflightGens[a.gen]++
+	s.adv.cohortOf(a.gen).n++
+	if c := s.adv.cohorts[old]; c != nil {
+		if j := e.win.ageBin(old, a.now.UnixNano()); j >= 0 {
+			s.adv.late[j]++
+		}
+	}
+	return true
 }

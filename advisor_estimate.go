@@ -18,8 +18,12 @@ type WindowAdvice struct {
 	// Caught counts the duplicates the window caught whose first sighting
 	// the advisor saw; HorizonMatches the keys of its sample (1/16 of the
 	// hash space) seen again after the window had let them go. The
-	// estimate rests on Caught + 16*HorizonMatches duplicates.
+	// estimate rests on Caught + Late + 16*HorizonMatches duplicates.
 	Caught, HorizonMatches uint64
+	// Late counts, under [Options.EventTime], the keys observed again
+	// while in flight, after their first sighting had left the window:
+	// New again, let through and counted exactly.
+	Late uint64
 	// Censored counts the keys still inside the window without a
 	// duplicate so far: some of them will get one later.
 	Censored uint64
@@ -56,6 +60,7 @@ type WindowAdvice struct {
 // advTotals is the advisor's counts summed over shards.
 type advTotals struct {
 	caught, leaks []uint64
+	late          []uint64
 	fpExp, leakFP []float64
 	cohorts       map[uint64]*cohort
 	foldedN       uint64
@@ -64,7 +69,7 @@ type advTotals struct {
 
 func (e *Engine) newAdvTotals() *advTotals {
 	n := e.win.nbins
-	return &advTotals{caught: make([]uint64, n), leaks: make([]uint64, n), fpExp: make([]float64, n),
+	return &advTotals{caught: make([]uint64, n), late: make([]uint64, n), leaks: make([]uint64, n), fpExp: make([]float64, n),
 		leakFP: make([]float64, n), cohorts: map[uint64]*cohort{}}
 }
 
@@ -72,6 +77,7 @@ func (e *Engine) newAdvTotals() *advTotals {
 func (t *advTotals) add(a *shardAdvisor) {
 	for j := range t.caught {
 		t.caught[j] += a.caught[j]
+		t.late[j] += a.late[j]
 		t.leaks[j] += a.leaks[j]
 		t.fpExp[j] += a.fpExp[j]
 		t.leakFP[j] += a.leakFP[j]
@@ -133,8 +139,10 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	for j := range nb {
 		adv.Caught += t.caught[j]
 		adv.HorizonMatches += t.leaks[j]
-		d[j] = float64(t.caught[j]) - t.fpExp[j] + advSample*(float64(t.leaks[j])-t.leakFP[j])
-		v[j] = float64(t.caught[j]) + advSample*advSample*float64(t.leaks[j])
+		adv.Late += t.late[j]
+		seen := float64(t.caught[j] + t.late[j])
+		d[j] = seen - t.fpExp[j] + advSample*(float64(t.leaks[j])-t.leakFP[j])
+		v[j] = seen + advSample*advSample*float64(t.leaks[j])
 	}
 	// The measured range: bins exposed to at least 5% of the originals.
 	jm := 0

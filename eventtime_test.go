@@ -64,6 +64,12 @@ func TestEventTimeReplay(t *testing.T) {
 		}
 		f, seen := first[x.key]
 		switch {
+		case pending[x.key] && clock.Sub(f) >= window+window/gens:
+			if v != New {
+				t.Fatalf("event %d %s: %v after %v in flight, want new (past the window)", i, x.key, v, clock.Sub(f))
+			}
+			first[x.key] = clock
+			passed++
 		case pending[x.key]:
 			if v != InFlight {
 				t.Fatalf("event %d %s: %v, want in-flight (not committed yet)", i, x.key, v)
@@ -116,6 +122,30 @@ func TestEventTimeLateExpiresNothing(t *testing.T) {
 	at("a", t0.Add(55*time.Second), Duplicate)
 	at("late", t0.Add(80*time.Second), Duplicate) // remembered from the clock at 50 s
 	at("a", t0.Add(76*time.Second), New)          // past W + W/N of a's sighting
+}
+
+// TestEventTimeInFlightPastWindow: a key seen again while still in flight,
+// minutes of event time after its first sighting, past the window (a replay commits after
+// many lines), is New again, and its commit remembers the second sighting.
+func TestEventTimeInFlightPastWindow(t *testing.T) {
+	for _, prob := range []bool{false, true} {
+		e := openT(t, Options{Window: time.Minute, Generations: 4, EventTime: true, Probabilistic: prob})
+		at := func(key string, ts time.Time, want Verdict) {
+			t.Helper()
+			v, err := e.ObserveAt([]byte(key), ts)
+			if err != nil || v != want {
+				t.Fatalf("probabilistic %v: ObserveAt(%s, %v) = %v, %v; want %v", prob, key, ts, v, err, want)
+			}
+		}
+		at("x", t0, New)
+		at("x", t0.Add(30*time.Second), InFlight) // within the window, not committed
+		at("x", t0.Add(3*time.Minute), New)       // in flight, but past the window
+		mustCommit(t, e, "")
+		at("x", t0.Add(3*time.Minute+10*time.Second), Duplicate)
+		if late := e.Stats().WindowAdvice.Late; late != 1 {
+			t.Fatalf("WindowAdvice.Late = %d, want 1", late)
+		}
+	}
 }
 
 func TestEventTimeErrors(t *testing.T) {

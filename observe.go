@@ -307,6 +307,10 @@ func (e *Engine) finish(s *shard, a *admit) {
 func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, slot uint64, a *admit) (Verdict, error) {
 	if inFlight {
 		s.observed++
+		if e.renewExpired(s, h, key, a) {
+			s.news++
+			return New, nil
+		}
 		s.inflightHits++
 		e.noteInFlight(s, h, key, a.now.UnixNano())
 		return InFlight, nil

@@ -38,7 +38,7 @@ func adviceJSON(a dedup.WindowAdvice) *windowAdviceJSON {
 		DuplicatesPerMillion:          a.DuplicatesPerMillion,
 		WindowFor100PerMillionSeconds: a.WindowFor100.Seconds(), WindowFor10PerMillionSeconds: a.WindowFor10.Seconds(),
 		WindowFor1PerMillionSeconds: a.WindowFor1.Seconds(), HorizonSeconds: a.Horizon.Seconds(),
-		Duplicates: a.Caught + 16*a.HorizonMatches, Caught: a.Caught, HorizonMatches: a.HorizonMatches, Censored: a.Censored,
+		Duplicates: a.Caught + a.Late + 16*a.HorizonMatches, Caught: a.Caught, HorizonMatches: a.HorizonMatches, Censored: a.Censored,
 		DelayP50Seconds: a.DelayP50.Seconds(), DelayP90Seconds: a.DelayP90.Seconds(), DelayP99Seconds: a.DelayP99.Seconds(),
 		TailFitted: a.TailFitted, TailMeanSeconds: a.TailMean.Seconds(), TailRelErr: a.TailRelErr, Bytes: a.Bytes,
 	}
@@ -84,7 +84,7 @@ var adviceMetrics = []struct{ name, help string }{
 
 func adviceMetricValues(a dedup.WindowAdvice) []float64 {
 	return []float64{a.LeaksPerMillion, a.WindowFor100.Seconds(), a.WindowFor10.Seconds(), a.WindowFor1.Seconds(),
-		a.Horizon.Seconds(), float64(a.Caught + 16*a.HorizonMatches)}
+		a.Horizon.Seconds(), float64(a.Caught + a.Late + 16*a.HorizonMatches)}
 }
 
 func init() {

@@ -140,7 +140,7 @@ func engineJSON(st dedup.Stats) *engineStatsJSON {
 		FilterBytes:     st.FilterBytes, FilterKeys: st.FilterKeys, EstimatedFPRate: st.EstimatedFPRate,
 		ObservedFPSamples: st.ObservedFPSamples, Seals: st.Seals, SealErrors: st.SealErrors,
 		WindowAdvice: adviceJSON(st.WindowAdvice),
-		Commits: st.Commits, CommitErrors: st.CommitErrors, CommittedKeys: st.CommittedKeys,
+		Commits:      st.Commits, CommitErrors: st.CommitErrors, CommittedKeys: st.CommittedKeys,
 		CommitLatencyMeanSeconds: st.CommitLatencyMean.Seconds(), CommitLatencyLastSeconds: st.CommitLatencyLast.Seconds(),
 		CommitLatencyMaxSeconds: st.CommitLatencyMax.Seconds(), LastCommitError: st.LastCommitError,
 		RestoredKeys: st.RestoredKeys, RestoreDurationSeconds: st.RestoreDuration.Seconds(), RestoredFrom: st.RestoredFrom,
