@@ -204,12 +204,15 @@ type AdvisorPoint struct {
 // AdvisorRun is one engine's check.
 type AdvisorRun struct {
 	Window time.Duration `json:"window"`
-	// Advice is the engine's final estimate.
-	Advice dedup.WindowAdvice `json:"advice"`
-	// ModelLeaksPerMillion is the truth (closed form); MeasuredLeaksPerMillion
-	// the duplicates the engine answered New, per million arrivals, after
-	// the first Window + span + the longest delay... counted from the
-	// moment every cohort it saw could have leaked (Window + span).
+	// Advice is the engine's final estimate; FilterBytes the engine's
+	// filter memory then, beside Advice.Bytes.
+	Advice      dedup.WindowAdvice `json:"advice"`
+	FilterBytes uint64             `json:"filter_bytes"`
+	// ModelLeaksPerMillion is the truth (closed form);
+	// MeasuredLeaksPerMillion the duplicates the engine answered New per
+	// million arrivals, counted from Window + span on (it misses the
+	// duplicates the stream's end cuts off, so it runs low for long
+	// delays).
 	ModelLeaksPerMillion    float64 `json:"model_leaks_per_million"`
 	MeasuredLeaksPerMillion float64 `json:"measured_leaks_per_million"`
 	// ModelWindowFor100, 10, 1: the truth for Advice.WindowFor100, 10, 1.
@@ -419,7 +422,8 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 	res.Events = arrivals
 	for i, e := range engines {
 		r := &res.Runs[i]
-		r.Advice = e.Stats().WindowAdvice
+		st := e.Stats()
+		r.Advice, r.FilterBytes = st.WindowAdvice, st.FilterBytes
 		if arrivalsFrom[i] > 0 {
 			r.MeasuredLeaksPerMillion = 1e6 * float64(leaked[i]) / float64(arrivalsFrom[i])
 		}

@@ -74,11 +74,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, args, stdout, stderr)
 	case "kafka":
 		return runKafka(ctx, args, stdout, stderr)
+	case "advisor":
+		return runAdvisor(ctx, args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|advisor] [flags]; dedupbench <cmd> -h for flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve or kafka)", cmd)
+	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve, kafka or advisor)", cmd)
 }
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
