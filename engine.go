@@ -54,6 +54,8 @@ type Engine struct {
 	// clock steps back, new keys still go there, in every shard alike.
 	newestGen atomic.Uint64
 	closed    atomic.Bool
+	// win is the event clock and the window advisor's setup (advisor.go).
+	win windowState
 
 	// lifecycle is held shared by Commit, Snapshot, Backup and Stats, and
 	// exclusively by Close: nothing runs on a closing store.

@@ -1,7 +1,9 @@
 package dedup
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -67,6 +69,65 @@ func (e *Engine) Observe(key []byte) (Verdict, error) {
 	v, err := e.observeIn(s, key, h, now)
 	s.mu.Unlock()
 	return v, err
+}
+
+// ErrNoEventTime is returned by [Engine.ObserveAt] and
+// [Engine.ObserveBatchAt] on an engine opened without
+// [Options.EventTime], whose clock is Options.Now.
+var ErrNoEventTime = errors.New("dedup: ObserveAt needs Options.EventTime")
+
+// ErrEventTime rejects an event time before the Unix epoch or past the
+// year 2262 (outside int64 nanoseconds).
+var ErrEventTime = errors.New("dedup: event time out of range")
+
+// maxEventTime is the latest event time: int64 nanoseconds since the
+// epoch.
+var maxEventTime = time.Unix(0, math.MaxInt64)
+
+// ObserveAt is [Engine.Observe] for an event that happened at t, on an
+// engine opened with [Options.EventTime]: the engine's clock moves to t
+// if t is later, and the key is observed at that clock. A late or
+// out-of-order event is observed at the latest time seen so far, so it
+// never expires anything early; its key joins the newest generation.
+func (e *Engine) ObserveAt(key []byte, t time.Time) (Verdict, error) {
+	if err := e.checkEventTime(t); err != nil {
+		return 0, err
+	}
+	if err := e.checkKey(key); err != nil {
+		return 0, err
+	}
+	e.advanceClock(t)
+	return e.Observe(key)
+}
+
+// ObserveBatchAt is [Engine.ObserveBatch] for events that happened at t
+// (a caller with one time per event groups them in runs of close times),
+// on an engine opened with [Options.EventTime], with the clock of
+// [Engine.ObserveAt].
+func (e *Engine) ObserveBatchAt(keys [][]byte, t time.Time, out []Verdict) error {
+	if err := e.checkEventTime(t); err != nil {
+		return err
+	}
+	if len(out) < len(keys) {
+		return fmt.Errorf("%w: %d keys, %d verdicts", ErrBatchLength, len(keys), len(out))
+	}
+	for i, k := range keys {
+		if err := e.checkKey(k); err != nil {
+			return wrap(err, "batch entry %d", i)
+		}
+	}
+	e.advanceClock(t)
+	return e.ObserveBatch(keys, out)
+}
+
+func (e *Engine) checkEventTime(t time.Time) error {
+	if !e.opts.EventTime {
+		return ErrNoEventTime
+	}
+	if t.Before(time.Unix(0, 0)) || t.After(maxEventTime) {
+		return fmt.Errorf("%w: %v", ErrEventTime, t)
+	}
+	return nil
 }
 
 // ObserveBatch observes keys[i] into out[i], taking each shard's lock once.
@@ -145,10 +206,11 @@ func (e *Engine) observeGroup(s *shard, b *batchScratch, group []int32, keys [][
 		return ErrClosed
 	}
 	s.ring.Advance(now)
+	e.advTick(s, now)
 	s.rollEpoch(e.epoch.Load())
 	maybe := b.probe(s.ring, group)
 	inflight := b.probeInflight(s, group, keys, e.exactMode)
-	a := admit{gen: gen}
+	a := admit{gen: gen, now: now}
 	e.reserve(&a, len(group))
 	// The set new keys join is asked here, key by key in order, not by
 	// probeInflight: a key first observed earlier in this group is in it
@@ -188,8 +250,9 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 		return 0, ErrClosed
 	}
 	s.ring.Advance(now)
+	e.advTick(s, now)
 	s.rollEpoch(e.epoch.Load())
-	a := admit{gen: e.generationFor(now)}
+	a := admit{gen: e.generationFor(now), now: now}
 	inFlight := s.otherInFlight(h, key, e.exactMode)
 	var slot uint64
 	if !inFlight {
@@ -209,6 +272,7 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 // so that the shared counters are touched once per group, not per key.
 type admit struct {
 	gen      uint64
+	now      time.Time
 	reserved int64 // slots of MaxInFlight reserved and not yet used
 	news     int   // keys admitted into gen
 }
@@ -228,6 +292,7 @@ func (e *Engine) reserve(a *admit, n int) {
 func (e *Engine) finish(s *shard, a *admit) {
 	if a.news > 0 {
 		s.inflightGens[a.gen] += a.news
+		s.adv.noteNews(a.gen, a.news)
 	}
 	if a.reserved > 0 {
 		e.inflightCount.Add(-a.reserved)
@@ -242,13 +307,19 @@ func (e *Engine) finish(s *shard, a *admit) {
 func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, slot uint64, a *admit) (Verdict, error) {
 	if inFlight {
 		s.observed++
+		if e.renewExpired(s, h, key, a) {
+			s.news++
+			return New, nil
+		}
 		s.inflightHits++
+		e.noteInFlight(s, h, key, a.now.UnixNano())
 		return InFlight, nil
 	}
 	if maybe {
 		if !e.exactMode {
 			s.observed++
 			s.dups++
+			e.noteDuplicate(s, h, a.now.UnixNano())
 			return Duplicate, nil
 		}
 		found, err := e.committed(s, h, key)
@@ -258,6 +329,7 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, sl
 		if found {
 			s.observed++
 			s.dups++
+			e.noteDuplicate(s, h, a.now.UnixNano())
 			return Duplicate, nil
 		}
 		s.falsePositives++
@@ -272,6 +344,7 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, sl
 		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
 	}
 	s.newKeys().addAt(slot, h, key, a.gen, e.exactMode)
+	e.noteNew(s, h, a.now)
 	a.news++
 	s.observed++
 	s.news++

@@ -199,6 +199,7 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		logCommits: !opts.Probabilistic || opts.Dir != "",
 		shards:     make([]shard, opts.Shards),
 	}
+	e.initWindow()
 	span := opts.Window / time.Duration(opts.Generations)
 	cfg := ringConfig(kind, opts)
 	if err := fuseSpools(&cfg, fs, dir, opts.Dir != "", e.logf); err != nil {
@@ -229,6 +230,7 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	if err := e.load(); err != nil {
 		return nil, err
 	}
+	e.startEventClock()
 	if e.stats.restoredKeys > 0 {
 		var bytes, sized uint64
 		for i := range e.shards {

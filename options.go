@@ -127,8 +127,18 @@ type Options struct {
 	// accepted always commits. Default 4096.
 	MaxKeySize int
 
-	// Now is the clock. Default time.Now.
+	// Now is the clock. Default time.Now, or with EventTime the event
+	// clock.
 	Now func() time.Time
+
+	// EventTime runs the window on the events' own times instead of Now:
+	// the engine's clock is the latest time given to [Engine.ObserveAt]
+	// or [Engine.ObserveBatchAt] so far (the start of the newest restored
+	// generation before any), so replaying an old log expires keys as the
+	// log's times say. The clock never moves back: a late event is judged
+	// at the latest time seen and expires nothing early. Now must be nil.
+	// Default false.
+	EventTime bool
 }
 
 // Limits on option values.
@@ -174,7 +184,7 @@ func (o *Options) EnsureDefaults() *Options {
 		o.SnapshotInterval = min(max(o.Window/time.Duration(o.Generations),
 			minDefaultSnapshotInterval), maxDefaultSnapshotInterval)
 	}
-	if o.Now == nil {
+	if o.Now == nil && !o.EventTime {
 		o.Now = time.Now
 	}
 	return o
@@ -189,6 +199,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Window <= 0 {
 		bad("Window", "must be positive, got %v", o.Window)
+	}
+	if o.EventTime && o.Now != nil {
+		bad("Now", "must be nil with EventTime: the engine's clock is the events' times")
 	}
 	if !(o.ExpectedRate > 0) || o.ExpectedRate > 1e12 {
 		bad("ExpectedRate", "must be in (0, 1e12] keys per second, got %v", o.ExpectedRate)

@@ -59,6 +59,9 @@ type shard struct {
 	shadow                   map[uint64]uint64
 	shadowFrom, shadowPruned uint64
 
+	// adv is the shard's part of the window advisor (advisor.go).
+	adv *shardAdvisor
+
 	// Counters for Stats.
 	observed, news, dups, inflightHits uint64
 	falsePositives, lookups            uint64
@@ -256,6 +259,13 @@ func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 	gen := run[0].gen
 	s.uncount(gen, len(run))
 	if gen < oldest {
+		// Expired before its commit: the advisor's horizon still takes
+		// its sample.
+		for _, en := range run {
+			if advSampled(en.h) {
+				s.adv.horizon.Add(gen, en.h)
+			}
+		}
 		return nil
 	}
 	g, err := s.ring.Get(gen)
@@ -269,6 +279,9 @@ func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 			buf[i] = en.h
 			if sampled(en.h) {
 				s.shadowAdd(en.h, gen)
+			}
+			if advSampled(en.h) {
+				s.adv.horizon.Add(gen, en.h)
 			}
 		}
 		filter.AddAll(g.Filter, buf[:n])

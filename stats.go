@@ -113,6 +113,9 @@ type Stats struct {
 	LastSnapshotDuration      time.Duration
 	LastSnapshotWritten       int64
 	SnapshotBytes             int64
+	// WindowAdvice is the window advisor's estimate: how late duplicates
+	// come and how many the window lets through (docs/window.md).
+	WindowAdvice WindowAdvice
 	// DiskBytes is the space the state directory takes on its file system,
 	// as du counts it: the blocks allocated to the exact store (tables,
 	// write-ahead logs, manifest) and the snapshots. In memory (Dir "") it
@@ -157,6 +160,7 @@ func (e *Engine) Stats() Stats {
 	var order []uint64
 	var fpSum float64
 	var fpObserved uint64
+	advT := e.newAdvTotals()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
@@ -208,9 +212,11 @@ func (e *Engine) Stats() Stats {
 			gs.FPRate += fp / float64(len(e.shards))
 		}
 		fpSum += fprate.Any(fps...)
+		advT.add(s.adv)
 		s.mu.Unlock()
 	}
 	st.EstimatedFPRate = fpSum / float64(len(e.shards))
+	st.WindowAdvice = e.advice(advT, e.opts.Now(), st.Observed, st.New)
 	if st.ObservedFPSamples > 0 {
 		st.ObservedFPRate = float64(fpObserved) / float64(st.ObservedFPSamples)
 	}

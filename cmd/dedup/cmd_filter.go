@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,6 +35,7 @@ type filterConfig struct {
 	overwrite      bool
 	chunk          int
 	keys           extractorConfig
+	times          timeConfig
 	// snapshotInterval is the period of filter snapshots with --state.
 	snapshotInterval time.Duration
 	// explicit holds the names of the flags given on the command line.
@@ -58,6 +60,8 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.IntVar(&c.keys.field, "field", 0, "lines: key is field `N` (from 1) of --delim separated fields")
 	fs.StringVar(&c.keys.delim, "delim", "\t", "lines: field delimiter for --field")
 	fs.StringVar(&c.keys.regex, "regex", "", "lines: key is the first group (or the match) of `RE`")
+	fs.StringVar(&c.times.field, "time-field", "", "run the window on each event's time, taken from `PATH` (json: a dotted path; lines: a field number of --delim separated fields): a number of s, ms, us or ns since 1970, or an RFC 3339 string (default: the wall clock)")
+	fs.StringVar(&c.times.unit, "time-unit", "auto", "unit of numeric --time-field values: s, ms, us, ns, or auto (by magnitude: below 1e11 s, 1e14 ms, 1e17 us, else ns)")
 	fs.IntVar(&c.keys.maxKey, "max-key", 4096, "reject keys over `N` bytes")
 	fs.IntVar(&c.keys.maxLine, "max-line", 16<<20, "reject lines over `N` bytes")
 	c.engine.register(fs, tuneUsage)
@@ -95,6 +99,9 @@ func runFilter(e *env, args []string) error {
 	}
 	x, err := newExtractor(c.keys)
 	if err != nil {
+		return usageErr(err)
+	}
+	if err := x.setTime(c.times, c.keys.delim); err != nil {
 		return usageErr(err)
 	}
 	f := &filterRun{env: e, cfg: c, x: x, start: time.Now(), rejectWhy: map[rejectKey]int64{}}
@@ -185,7 +192,12 @@ type filterRun struct {
 	held    int         // bytes of a last line left unread at the end (source.holdTail)
 	// rejectWhy counts this run's rejects by reason, for the verdict on a
 	// run that rejected most of its lines (rejectVerdict).
-	rejectWhy                map[rejectKey]int64
+	rejectWhy map[rejectKey]int64
+	// window is the engine's Window, for --time-field (eventtime.go);
+	// cmtAt is the event time (Unix ns) after which keys were last
+	// committed, 0 before any.
+	window                   time.Duration
+	cmtAt                    int64
 	metricsLn                net.Listener         // --metrics, listening before anything is written
 	commitHist, snapshotHist prometheus.Histogram // with --metrics
 
@@ -198,6 +210,7 @@ type filterRun struct {
 func (f *filterRun) run() (err error) {
 	c := f.cfg
 	opts := c.engine.options(c.state)
+	opts.EventTime = c.times.field != ""
 	opts.MaxInFlight = maxInFlight(c)
 	opts.MaxKeySize = c.keys.maxKey
 	if err := checkOptions(opts, c.explicit); err != nil {
@@ -220,6 +233,7 @@ func (f *filterRun) run() (err error) {
 	if err := f.openMetricsPort(); err != nil {
 		return err
 	}
+	f.window = cmp.Or(opts.Window, engineDefaults.Window)
 	if f.eng, err = dedup.Open(opts); err != nil {
 		if f.metricsLn != nil {
 			_ = f.metricsLn.Close()

@@ -114,6 +114,10 @@ type engineStatsJSON struct {
 	LastSnapshotWrittenBytes    int64    `json:"last_snapshot_written_bytes"`
 	SnapshotBytes               int64    `json:"snapshot_bytes"`
 	DiskBytes                   uint64   `json:"disk_bytes"`
+	// WindowAdvice is the window advisor's: stats observes no keys, so it
+	// measures nothing (a running engine does: dedup filter --stats,
+	// --metrics).
+	WindowAdvice *windowAdviceJSON `json:"window_advice"`
 }
 
 // generationJSON is dedup.GenerationStats for JSON.
@@ -135,7 +139,8 @@ func engineJSON(st dedup.Stats) *engineStatsJSON {
 		GenerationStats: []generationJSON{},
 		FilterBytes:     st.FilterBytes, FilterKeys: st.FilterKeys, EstimatedFPRate: st.EstimatedFPRate,
 		ObservedFPSamples: st.ObservedFPSamples, Seals: st.Seals, SealErrors: st.SealErrors,
-		Commits: st.Commits, CommitErrors: st.CommitErrors, CommittedKeys: st.CommittedKeys,
+		WindowAdvice: adviceJSON(st.WindowAdvice),
+		Commits:      st.Commits, CommitErrors: st.CommitErrors, CommittedKeys: st.CommittedKeys,
 		CommitLatencyMeanSeconds: st.CommitLatencyMean.Seconds(), CommitLatencyLastSeconds: st.CommitLatencyLast.Seconds(),
 		CommitLatencyMaxSeconds: st.CommitLatencyMax.Seconds(), LastCommitError: st.LastCommitError,
 		RestoredKeys: st.RestoredKeys, RestoreDurationSeconds: st.RestoreDuration.Seconds(), RestoredFrom: st.RestoredFrom,
@@ -399,6 +404,12 @@ func printStatsReport(e *env, r *statsReport) {
 		fmt.Fprintf(w, "observed FP      not measured here (stats observes no keys): a running engine measures it on its traffic, see its --metrics dedup_engine_observed_fp_rate\n")
 	} else {
 		fmt.Fprintf(w, "observed FP      %s\n", observedFP(st.ObservedFPSamples, deref(st.ObservedFPRate)))
+	}
+	if st.WindowAdvice != nil && st.WindowAdvice.Caught+st.WindowAdvice.HorizonMatches > 0 {
+		fmt.Fprintf(w, "window advice    %.0f leaks per million events; window for 100/M %.0fs\n", st.WindowAdvice.LeaksPerMillion, st.WindowAdvice.WindowFor100PerMillionSeconds)
+	} else {
+		// Always so: the advisor counts the traffic an engine observes.
+		fmt.Fprintf(w, "window advice    not measured here (stats observes no keys): a running engine measures it on its traffic, see dedup filter --stats or --metrics dedup_engine_window_leaks_per_million\n")
 	}
 	fuse := r.Options != nil && r.Options.Filter == "fuse"
 	fmt.Fprintf(w, "generations      %d in the window, oldest first, with their filter kind\n", len(st.GenerationStats))

@@ -34,6 +34,7 @@ type batch struct {
 	lines     []lineRef
 	keys      [][]byte // keys of the accepted lines, in order
 	keyLine   []int32  // keyLine[k] is the line of keys[k]
+	times     []int64  // with --time-field: times[k] is the time of keys[k] (Unix ns)
 	rejects   []rejectAt
 	arena     []byte // composite keys
 	endFile   bool   // the input is exhausted after this batch
@@ -53,6 +54,7 @@ func (b *batch) reset() {
 	clear(b.keys) // drop references into old buffers
 	b.keys = b.keys[:0]
 	b.keyLine = b.keyLine[:0]
+	b.times = b.times[:0]
 	b.rejects = b.rejects[:0]
 	b.arena = b.arena[:0]
 	b.endFile, b.err, b.held = false, nil, 0
@@ -339,11 +341,18 @@ func cutLines(b *batch, x *extractor) {
 		} else {
 			key, b.arena, r = x.extract(buf[start:end], b.arena)
 		}
+		var at int64
+		if r.code == rejNone && x.timed {
+			at, r = x.eventTime(buf[start:end])
+		}
 		if r.code != rejNone {
 			b.rejects = append(b.rejects, rejectAt{line: li, r: r})
 		} else {
 			b.keys = append(b.keys, key)
 			b.keyLine = append(b.keyLine, li)
+			if x.timed {
+				b.times = append(b.times, at)
+			}
 		}
 		start = next
 	}

@@ -24,6 +24,8 @@ const (
 	rejMissingField            // --field N beyond the line's fields
 	rejLineTooLong             // line over --max-line
 	rejEmptyLine               // json: a blank line
+	rejMissingTime             // --time-field absent, null or empty
+	rejBadTime                 // --time-field not a time; text in the reject
 )
 
 // reject describes one rejected line; String formats it for the rejects
@@ -33,6 +35,7 @@ type reject struct {
 	field int // rejMissingKey: index of the missing path
 	size  int // rejKeyTooLarge, rejLineTooLong: the size found
 	json  jsonError
+	text  string // rejBadTime: the value found
 }
 
 // describe formats r for the rejects stream, naming fields from x.
@@ -59,6 +62,8 @@ func (r reject) describe(x *extractor) string {
 		return fmt.Sprintf("no field %d", x.field)
 	case rejLineTooLong:
 		return fmt.Sprintf("line too long: %d bytes or more, limit %d", r.size, x.maxLine)
+	case rejMissingTime, rejBadTime:
+		return r.timeText(x)
 	}
 	return "rejected"
 }
@@ -85,6 +90,15 @@ type extractor struct {
 	group   int // capture group of re, 0 for the whole match
 	maxKey  int
 	maxLine int
+	// With --time-field (eventtime.go): timed; in JSON mode the time's
+	// path is paths[nkeys], after the key paths; with --format lines it is
+	// field timeField of timeDelim separated fields.
+	timed     bool
+	nkeys     int
+	timeUnit  int64 // ns per unit, 0: by magnitude
+	timeName  string
+	timeField int
+	timeDelim []byte
 }
 
 // clone returns an extractor like x with its own scanner state, for
@@ -196,6 +210,9 @@ func (x *extractor) extract(line, arena []byte) (key, arenaOut []byte, r reject)
 			return nil, arena, reject{code: rejNotObject}
 		}
 		vals := x.scan.vals
+		if x.timed {
+			vals = vals[:x.nkeys]
+		}
 		for i, v := range vals {
 			if v == nil {
 				return nil, arena, reject{code: rejMissingKey, field: i}

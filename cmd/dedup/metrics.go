@@ -103,7 +103,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // engineMetricValues maps an engine's Stats to the dedup_engine_* metrics
 // of metricDefs.
 func engineMetricValues(st dedup.Stats) map[string]float64 {
-	return map[string]float64{
+	vals := map[string]float64{
 		"dedup_engine_observed_total":                 float64(st.Observed),
 		"dedup_engine_new_total":                      float64(st.New),
 		"dedup_engine_duplicates_total":               float64(st.Duplicate + st.InFlight),
@@ -130,6 +130,10 @@ func engineMetricValues(st dedup.Stats) map[string]float64 {
 		"dedup_engine_snapshot_bytes":                 float64(st.SnapshotBytes),
 		"dedup_engine_disk_bytes":                     float64(st.DiskBytes),
 	}
+	for k, v := range adviceMetricValues(st.WindowAdvice) {
+		vals[adviceMetrics[k].name] = v
+	}
+	return vals
 }
 
 // newHistograms returns the histograms of commit and snapshot durations.

@@ -205,12 +205,20 @@ func (f *filterRun) observe(b *batch) (stop bool) {
 	li := 0
 	for ki := 0; ki < nkeys || li < endLine; {
 		k1 := min(ki+groupSize, nkeys)
+		if f.x.timed && ki < nkeys {
+			// Keys in flight answer InFlight whatever their time: commit
+			// before the event time moves half a window past them.
+			if f.eventCommitDue(b.times[ki]) {
+				b.marks = append(b.marks, mark{li: li, kind: markCommit, bar: f.barrier()})
+			}
+			k1 = f.cutAtEventLimit(b, ki, k1)
+		}
 		next := endLine // the group takes the lines up to its last key, or to the end
 		if k1 < nkeys {
 			next = int(b.keyLine[k1-1]) + 1
 		}
 		if k1 > ki {
-			if err := f.eng.ObserveBatch(b.keys[ki:k1], b.verdicts[ki:k1]); err != nil {
+			if err := f.observeGroup(b, ki, k1); err != nil {
 				err = fmt.Errorf("%s:%d: %w", displayName(c.inputs[b.file]), b.firstLine+int64(b.keyLine[ki]), err)
 				b.marks = append(b.marks, mark{li: li, kind: markFail, err: err})
 				return true

@@ -34,6 +34,7 @@ func (f *filterRun) printStats() {
 	if st.Seals+st.SealErrors > 0 {
 		fmt.Fprintf(w, "fuse seals      %s\n", sealsLine(st.Seals, st.SealErrors))
 	}
+	printAdvice(w, st.WindowAdvice, 15)
 	fmt.Fprintf(w, "commits         %d (mean %v)\n", st.Commits, st.CommitLatencyMean.Round(time.Microsecond))
 	fmt.Fprintf(w, "elapsed         %v\n", el.Round(time.Millisecond))
 	fmt.Fprintf(w, "throughput      %.1f MB/s, %s events/s\n", float64(by)/1e6/el.Seconds(), strconv.FormatFloat(float64(ev)/el.Seconds(), 'f', 0, 64))

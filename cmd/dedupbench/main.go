@@ -79,14 +79,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runKafka(ctx, args, stdout, stderr)
 	case "filter":
 		return runFilter(ctx, args, stdout, stderr)
+	case "advisor":
+		return runAdvisor(ctx, args, stdout, stderr)
 	case childCommand:
 		// Hidden: one target of compare, in a process of its own.
 		return bench.RunChild(ctx, os.Stdin, stdout)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|filter] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|filter|advisor] [flags]; dedupbench <cmd> -h for flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve, kafka or filter)", cmd)
+	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve, kafka, filter or advisor)", cmd)
 }
 
 // childCommand is the hidden subcommand compare starts each target in, so

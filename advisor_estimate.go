@@ -1,0 +1,421 @@
+package dedup
+
+import (
+	"math"
+	"time"
+)
+
+// WindowAdvice is the window advisor's estimate, in [Stats]: how late
+// duplicates come, how many the window lets through, and which window
+// would let fewer through. docs/window.md describes the estimator.
+//
+// Delays are measured from a key's first sighting within the window, at
+// the resolution of an age bin (an eighth of a generation's span with
+// fewer than 16 generations), up to Horizon; past it a fitted exponential
+// tail extends them. Counts restart at Open: a restored generation's keys
+// are not counted.
+type WindowAdvice struct {
+	// Caught counts the duplicates the window caught whose first sighting
+	// the advisor saw; HorizonMatches the keys of its sample (1/16 of the
+	// hash space) seen again after the window had let them go. The
+	// estimate rests on Caught + Late + 16*HorizonMatches duplicates.
+	Caught, HorizonMatches uint64
+	// Late counts, under [Options.EventTime], the keys observed again
+	// while in flight, after their first sighting had left the window:
+	// New again, let through and counted exactly.
+	Late uint64
+	// Censored counts the keys still inside the window without a
+	// duplicate so far: some of them will get one later.
+	Censored uint64
+	// Horizon is the oldest delay measured so far: at most Window + span
+	// + 3 Windows, less until the stream has run that long.
+	Horizon time.Duration
+	// DuplicatesPerMillion is the duplicates per million events observed,
+	// at any delay: caught, let through, or in the fitted tail.
+	DuplicatesPerMillion float64
+	// LeaksPerMillion is the duplicates the current window lets through,
+	// per million events observed, and LeaksRelErr its relative standard
+	// error; TailLeaksPerMillion is the part of it past Horizon, from the
+	// fitted tail. 0 with LeaksRelErr 0 means none measured.
+	LeaksPerMillion, LeaksRelErr, TailLeaksPerMillion float64
+	// TailFitted reports whether the delays past the window's middle
+	// decay enough to fit an exponential tail; TailMean is its mean and
+	// TailRelErr the relative standard error of TailMean. Without a fit,
+	// nothing past Horizon is counted and the windows that need it are 0.
+	TailFitted bool
+	TailMean   time.Duration
+	TailRelErr float64
+	// DelayP50, DelayP90 and DelayP99 are quantiles of the duplicates'
+	// delay since their key's first sighting; 0 when not known.
+	DelayP50, DelayP90, DelayP99 time.Duration
+	// WindowFor100, WindowFor10 and WindowFor1 are the smallest Window,
+	// with the same Generations, that would let at most 100, 10 and 1
+	// duplicates per million events through; 0 when not known (no
+	// duplicates yet, or past Horizon without a tail fit).
+	WindowFor100, WindowFor10, WindowFor1 time.Duration
+	// Bytes is the memory the advisor takes, mostly its horizon's sample.
+	Bytes uint64
+}
+
+// advTotals is the advisor's counts summed over shards.
+type advTotals struct {
+	caught, leaks []uint64
+	late          []uint64
+	fpExp, leakFP []float64
+	cohorts       map[uint64]*cohort
+	foldedN       uint64
+	bytes         uint64
+}
+
+func (e *Engine) newAdvTotals() *advTotals {
+	n := e.win.nbins
+	return &advTotals{caught: make([]uint64, n), late: make([]uint64, n), leaks: make([]uint64, n), fpExp: make([]float64, n),
+		leakFP: make([]float64, n), cohorts: map[uint64]*cohort{}}
+}
+
+// add sums a shard's advisor into t; the shard's lock is held.
+func (t *advTotals) add(a *shardAdvisor) {
+	for j := range t.caught {
+		t.caught[j] += a.caught[j]
+		t.late[j] += a.late[j]
+		t.leaks[j] += a.leaks[j]
+		t.fpExp[j] += a.fpExp[j]
+		t.leakFP[j] += a.leakFP[j]
+	}
+	for id, c := range a.cohorts {
+		m := t.cohorts[id]
+		if m == nil {
+			m = &cohort{}
+			t.cohorts[id] = m
+		}
+		m.n += c.n
+		m.dups += c.dups
+	}
+	t.foldedN += a.foldedN
+	t.bytes += a.bytes()
+}
+
+// advice turns the totals into the estimate at now, with observed events
+// of which news were New.
+func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) WindowAdvice {
+	w := &e.win
+	var adv WindowAdvice
+	adv.Bytes = t.bytes
+	nb := w.nbins
+	K := w.binsPerSpan
+	b := float64(w.bin)
+	span := float64(w.span)
+	ns := now.UnixNano()
+	j0 := (e.opts.Generations + 1) * K // first bin past the window: age Window + span
+	// Exposure: originals times the share of each bin their cohort has
+	// lived through. A cohort still current has seen age/span of its keys
+	// so far; under uniform arrivals its size is n*span/age.
+	expo := make([]float64, nb)
+	for id, c := range t.cohorts {
+		age := float64(ns - int64(id)*w.span)
+		if age <= 0 || c.n == 0 {
+			continue
+		}
+		n := float64(c.n)
+		if age < span {
+			n *= span / age
+		} else if age < float64(j0)*b {
+			adv.Censored += c.n - min(c.n, c.dups)
+		}
+		for j := range nb {
+			f := clampUnit((age - float64(j)*b) / b)
+			if f == 0 {
+				break
+			}
+			expo[j] += n * f
+		}
+	}
+	for j := range expo {
+		expo[j] += float64(t.foldedN)
+	}
+	// D: duplicates per bin, false matches subtracted; V their variance.
+	d := make([]float64, nb)
+	v := make([]float64, nb)
+	for j := range nb {
+		adv.Caught += t.caught[j]
+		adv.HorizonMatches += t.leaks[j]
+		adv.Late += t.late[j]
+		seen := float64(t.caught[j] + t.late[j])
+		d[j] = seen - t.fpExp[j] + advSample*(float64(t.leaks[j])-t.leakFP[j])
+		v[j] = seen + advSample*advSample*float64(t.leaks[j])
+	}
+	// The measured range: bins exposed to at least 5% of the originals.
+	jm := 0
+	for jm < nb && expo[jm] > 0 && expo[jm] >= 0.05*expo[0] {
+		jm++
+	}
+	adv.Horizon = time.Duration(float64(jm) * b)
+	if jm < 2*K || observed == 0 {
+		return adv
+	}
+	q := make([]float64, jm)
+	for j := range jm {
+		q[j] = d[j] / expo[j]
+	}
+	// Tail: an exponential fitted to the measured range past half the
+	// window.
+	fit := tailFit{}
+	lo := (e.opts.Generations * K) / 2
+	if jm-lo >= 2 {
+		fit = fitTail(q, d, v, expo, lo, jm, j0, b, float64(e.opts.Window))
+	}
+	if fit.relErr >= 1 {
+		fit = tailFit{} // too unsure to extrapolate
+	}
+	if fit.ok {
+		adv.TailFitted = true
+		adv.TailMean = time.Duration(fit.theta)
+		adv.TailRelErr = fit.relErr
+	}
+	// q extended past the measured range by the fit, far enough for the
+	// windows asked.
+	ext := jm
+	if fit.ok {
+		ext = min(jm+int(40*fit.theta/b)+nb, 1<<20)
+	}
+	qx := make([]float64, ext)
+	copy(qx, q)
+	for j := jm; j < ext; j++ {
+		qx[j] = fit.binMass(j, b)
+	}
+	tailPast := func(a float64) float64 {
+		if !fit.ok {
+			return 0
+		}
+		return fit.massPast(a)
+	}
+	perEvent := float64(news) / float64(observed)
+	total := 0.0
+	for _, x := range q {
+		total += x
+	}
+	total += tailPast(float64(jm) * b)
+	adv.DuplicatesPerMillion = 1e6 * perEvent * total
+	// Leaks of the current window: the mass at cohort ages past Window +
+	// span.
+	leak, leakVar := 0.0, 0.0
+	for j := j0; j < jm; j++ {
+		leak += q[j]
+		leakVar += v[j] / (expo[j] * expo[j])
+	}
+	tail := tailPast(float64(max(jm, j0)) * b)
+	adv.TailLeaksPerMillion = 1e6 * perEvent * tail
+	leak += tail
+	leakVar += math.Pow(tail*fit.tailRelErr(float64(max(jm, j0))*b), 2)
+	adv.LeaksPerMillion = 1e6 * perEvent * leak
+	if leak > 0 {
+		adv.LeaksRelErr = math.Sqrt(leakVar) / leak
+	}
+	// Rbar(t), the duplicates per original later than t, at bin j's middle:
+	// K times the sum of q every span past j (span*sum rho(t + k*span)).
+	suffix := make([]float64, ext+K)
+	for j := ext - 1; j >= 0; j-- {
+		suffix[j] = qx[j] + suffix[j+K]
+	}
+	// Rbar is measured below ext - span; past it, with a fit, the fit
+	// answers. Without one, the measured Rbar counts the delays up to
+	// Horizon only.
+	known := float64(ext) * b
+	rbar := func(t float64) (float64, bool) {
+		j := int(max(t/b-0.5, 0))
+		if j+1+K >= ext {
+			if fit.ok {
+				return fit.rbar(t, span), true
+			}
+			return 0, false
+		}
+		f := max(t/b-0.5, 0) - float64(j)
+		r0 := float64(K) * suffix[j+K]
+		r1 := float64(K) * suffix[j+1+K]
+		return r0*(1-f) + r1*f, true
+	}
+	if total > 0 {
+		adv.DelayP50 = quantile(rbar, total, 0.5, b, known)
+		adv.DelayP90 = quantile(rbar, total, 0.9, b, known)
+		adv.DelayP99 = quantile(rbar, total, 0.99, b, known)
+	}
+	// leaksAt is the leaks per million events of a window W' with the same
+	// generations: the mean of Rbar over retentions [W', W' + W'/N].
+	gens := float64(e.opts.Generations)
+	leaksAt := func(win float64) (float64, bool) {
+		if !fit.ok {
+			return 0, false
+		}
+		const steps = 16
+		sum := 0.0
+		for i := range steps {
+			r, ok := rbar(win * (1 + (float64(i)+0.5)/steps/gens))
+			if !ok {
+				return 0, false
+			}
+			sum += r
+		}
+		return 1e6 * perEvent * sum / steps, true
+	}
+	window := float64(e.opts.Window)
+	for _, x := range []struct {
+		target float64
+		out    *time.Duration
+	}{{100, &adv.WindowFor100}, {10, &adv.WindowFor10}, {1, &adv.WindowFor1}} {
+		*x.out = windowFor(leaksAt, window, x.target, b)
+	}
+	return adv
+}
+
+// windowFor returns the smallest window on a grid of 1/32 octaves from
+// window/256 to 4096 windows past which leaksAt stays at most target, or
+// 0 if not known.
+func windowFor(leaksAt func(float64) (float64, bool), window, target, bin float64) time.Duration {
+	best := 0.0
+	for k := 12 * 32; k >= -8*32; k-- {
+		win := window * math.Exp2(float64(k)/32)
+		if win < bin {
+			break
+		}
+		l, ok := leaksAt(win)
+		if !ok {
+			best = 0 // not known this far: only a window below it can answer
+			continue
+		}
+		if l > target {
+			break
+		}
+		best = win
+	}
+	return time.Duration(best)
+}
+
+// quantile returns the delay by which a share p of the duplicates have
+// come: the smallest bin middle t with Rbar(t) <= (1-p) total.
+func quantile(rbar func(float64) (float64, bool), total, p, bin, known float64) time.Duration {
+	for t := 0.5 * bin; t < 64*known; t += bin {
+		r, ok := rbar(t)
+		if !ok {
+			return 0
+		}
+		if r <= (1-p)*total {
+			return time.Duration(t)
+		}
+	}
+	return 0
+}
+
+// tailFit is rho(a) = A exp(-a/theta) per original per ns of cohort age.
+type tailFit struct {
+	ok     bool
+	a      float64 // rho at age 0
+	theta  float64 // ns
+	relErr float64 // of theta
+	qRel   float64 // relative error of the level
+	centre float64 // ns: the age the level is measured at
+}
+
+// fitTail fits rho(a) = A exp(-a/theta) to the bins [lo, hi) by Poisson
+// maximum likelihood: bin j's count has mean expo[j]*b*rho(age_j), divided
+// by advSample in the horizon (from bin j0), where the counts are the
+// sample's. Newton's method from the ratio of the two halves' rates; the
+// standard error of theta comes from the Fisher information.
+func fitTail(q, d, v, expo []float64, lo, hi, j0 int, b, unit float64) tailFit {
+	_ = q
+	mid := (lo + hi) / 2
+	half := func(from, to int) (rate, centre float64) {
+		var dd, ee, ce float64
+		for j := from; j < to; j++ {
+			dd += d[j]
+			ee += expo[j]
+			ce += expo[j] * (float64(j) + 0.5) * b
+		}
+		if dd <= 0 || ee <= 0 {
+			return 0, 0
+		}
+		return dd / ee / b, ce / ee
+	}
+	r1, c1 := half(lo, mid)
+	r2, c2 := half(mid, hi)
+	if r1 <= 0 || r2 <= 0 || r2 >= r1 {
+		return tailFit{}
+	}
+	// Ages in units of unit (the window) keep the Newton steps well scaled.
+	beta := math.Log(r1/r2) / ((c2 - c1) / unit)
+	alpha := math.Log(r2) + beta*c2/unit
+	type bin struct{ x, w, y float64 }
+	bins := make([]bin, 0, hi-lo)
+	for j := lo; j < hi; j++ {
+		w := expo[j] * b
+		y := d[j]
+		if j >= j0 {
+			w /= advSample
+			y /= advSample
+		}
+		bins = append(bins, bin{x: (float64(j) + 0.5) * b / unit, w: w, y: max(y, 0)})
+	}
+	var iaa, iab, ibb float64
+	for range 50 {
+		var ga, gb float64
+		iaa, iab, ibb = 0, 0, 0
+		for _, bn := range bins {
+			mu := bn.w * math.Exp(alpha-beta*bn.x)
+			ga += bn.y - mu
+			gb -= bn.x * (bn.y - mu)
+			iaa += mu
+			iab -= bn.x * mu
+			ibb += bn.x * bn.x * mu
+		}
+		det := iaa*ibb - iab*iab
+		if !(det > 0) {
+			return tailFit{}
+		}
+		da := (ibb*ga - iab*gb) / det
+		db := (iaa*gb - iab*ga) / det
+		alpha += da
+		beta += db
+		if math.Abs(da) < 1e-9 && math.Abs(db) < 1e-9 {
+			break
+		}
+	}
+	if !(beta > 0) || math.IsInf(alpha, 0) || math.IsNaN(alpha) {
+		return tailFit{}
+	}
+	det := iaa*ibb - iab*iab
+	varB := iaa / det
+	theta := unit / beta
+	// The level at the far end of the fit, where the extrapolation starts.
+	xe := float64(hi) * b / unit
+	varA := ibb / det
+	covAB := -iab / det
+	varLevel := varA + xe*xe*varB - 2*xe*covAB
+	return tailFit{ok: true, theta: theta, a: math.Exp(alpha),
+		relErr: math.Sqrt(varB) / beta, qRel: math.Sqrt(max(varLevel, 0)), centre: float64(hi) * b}
+}
+
+// massPast is the integral of rho past age a.
+func (f tailFit) massPast(a float64) float64 { return f.a * f.theta * math.Exp(-a/f.theta) }
+
+// binMass is the integral of rho over bin j.
+func (f tailFit) binMass(j int, b float64) float64 {
+	if !f.ok {
+		return 0
+	}
+	return f.massPast(float64(j)*b) - f.massPast(float64(j+1)*b)
+}
+
+// rbar is Rbar(t), the duplicates per original later than t, under the
+// fit: with rho(a) = (Rbar(a-span) - Rbar(a))/span, Rbar(t) = C
+// exp(-t/theta) with C = A span / (exp(span/theta) - 1).
+func (f tailFit) rbar(t, span float64) float64 {
+	return f.a * span / math.Expm1(span/f.theta) * math.Exp(-t/f.theta)
+}
+
+// tailRelErr is the relative error of massPast(a): the level's and the
+// mean's, the latter amplified by the distance extrapolated.
+func (f tailFit) tailRelErr(a float64) float64 {
+	if !f.ok {
+		return 0
+	}
+	return f.qRel + f.relErr*(1+max(0, a-f.centre)/f.theta)
+}

@@ -1,0 +1,117 @@
+package dedup_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	. "github.com/streamdedup/dedup"
+)
+
+// advisorStream runs, on event time, originals at 100/s for 8 minutes;
+// every 5th gets a duplicate 20 s later (caught by the 1-minute window)
+// and every 10th one 2 minutes later (let through, seen by the horizon).
+// It returns the advice and the truth counted from the verdicts.
+func advisorStream(t *testing.T, o Options) (adv WindowAdvice, events, dups, leaks int) {
+	o.Window, o.Generations, o.EventTime = time.Minute, 4, true
+	e := openT(t, o)
+	type ev struct {
+		at  time.Duration
+		key string
+		dup bool
+	}
+	const rate = 100
+	const dur = 8 * time.Minute
+	var due []ev // duplicates, in time order per delay
+	var short, long []ev
+	step := time.Second / rate
+	for i := 0; time.Duration(i)*step < dur; i++ {
+		at := time.Duration(i) * step
+		for _, q := range []*[]ev{&short, &long} {
+			for len(*q) > 0 && (*q)[0].at <= at {
+				due = append(due, (*q)[0])
+				*q = (*q)[1:]
+			}
+		}
+		k := fmt.Sprintf("key-%d", i)
+		due = append(due, ev{at, k, false})
+		if i%5 == 0 {
+			short = append(short, ev{at + 20*time.Second, k, true})
+		}
+		if i%10 == 3 {
+			long = append(long, ev{at + 2*time.Minute, k, true})
+		}
+		if len(due) >= 256 {
+			keys := make([][]byte, len(due))
+			for j, x := range due {
+				keys[j] = []byte(x.key)
+			}
+			out := make([]Verdict, len(keys))
+			if err := e.ObserveBatchAt(keys, t0.Add(at), out); err != nil {
+				t.Fatal(err)
+			}
+			for j, x := range due {
+				events++
+				if x.dup {
+					dups++
+					if out[j] == New {
+						leaks++
+					}
+				}
+			}
+			due = due[:0]
+			mustCommit(t, e, "")
+		}
+	}
+	return e.Stats().WindowAdvice, events, dups, leaks
+}
+
+// TestWindowAdvisor checks the advice against the truth of a stream with
+// two fixed delays: the leaks measured through the horizon, the
+// duplicates per million with the filters' false positives subtracted
+// (probabilistic mode at 5%), the delay quantiles, the censored keys.
+func TestWindowAdvisor(t *testing.T) {
+	for _, o := range []Options{{}, {Probabilistic: true, FalsePositiveRate: 0.05, ExpectedRate: 100}} {
+		t.Run(fmt.Sprintf("probabilistic=%v", o.Probabilistic), func(t *testing.T) {
+			adv, events, dups, leaks := advisorStream(t, o)
+			t.Logf("%+v", adv)
+			// The truth, in steady state: a fifth of originals caught at
+			// 20 s, a tenth let through at 2 min.
+			perEvent := 1 / (1 + 0.2 + 0.1)
+			wantLeaks := 1e6 * 0.1 * perEvent
+			wantDups := 1e6 * 0.3 * perEvent
+			if leaks == 0 || dups == 0 || events == 0 {
+				t.Fatal("empty stream")
+			}
+			within := func(name string, got, want, tol float64) {
+				t.Helper()
+				if math.Abs(got-want) > tol*want {
+					t.Errorf("%s = %.0f, want %.0f within %.0f%%", name, got, want, 100*tol)
+				}
+			}
+			within("LeaksPerMillion", adv.LeaksPerMillion, wantLeaks, 0.2)
+			within("DuplicatesPerMillion", adv.DuplicatesPerMillion, wantDups, 0.08)
+			if adv.HorizonMatches == 0 || adv.Caught == 0 {
+				t.Errorf("caught %d, horizon matches %d", adv.Caught, adv.HorizonMatches)
+			}
+			if d := adv.DelayP50; d < 15*time.Second || d > 25*time.Second {
+				t.Errorf("DelayP50 = %v, want about 20s", d)
+			}
+			if adv.Censored == 0 {
+				t.Error("Censored = 0: the keys inside the window are not counted")
+			}
+			if adv.Horizon < 4*time.Minute {
+				t.Errorf("Horizon = %v, want past 4m (W + span + 3W = 4m15s)", adv.Horizon)
+			}
+			// Every leak is at 2 min: a window of 2 min (with its span)
+			// catches them all, one of 1.5 min none.
+			if w := adv.WindowFor100; w != 0 && (w < 90*time.Second || w > 2*time.Minute+time.Second) {
+				t.Errorf("WindowFor100 = %v, want in [1m30s, 2m]", w)
+			}
+			if adv.Bytes == 0 {
+				t.Error("Bytes = 0")
+			}
+		})
+	}
+}

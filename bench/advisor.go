@@ -1,0 +1,441 @@
+package bench
+
+import (
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/streamdedup/dedup"
+)
+
+// The advisor check: streams whose redelivery delays follow a known
+// distribution go through the real engine, on event time, and the
+// engine's own estimate of the duplicates its window lets through
+// (dedup.Stats.WindowAdvice) is compared with the truth: the
+// distribution's closed form for the engine's retention, and the leaks
+// counted in the run itself.
+
+// The delay distributions AdvisorConfig.Delay names.
+const (
+	// AdvisorExponential: exponential delays of mean Mean (the window
+	// model's).
+	AdvisorExponential = "exponential"
+	// AdvisorLognormal: lognormal delays of mean Mean and shape Sigma.
+	AdvisorLognormal = "lognormal"
+	// AdvisorMixture: 80% exponential of mean 10 s, 20% of mean 10 min.
+	AdvisorMixture = "mixture"
+)
+
+// AdvisorConfig shapes an advisor check.
+type AdvisorConfig struct {
+	// Seed makes the stream deterministic. Default 1.
+	Seed uint64
+	// Rate is arrivals per second of virtual time, duplicates included.
+	// Default 2000.
+	Rate float64
+	// DuplicateFraction is the share of arrivals that are duplicates.
+	// Default 0.02.
+	DuplicateFraction float64
+	// Delay is AdvisorExponential, AdvisorLognormal or AdvisorMixture.
+	// Default AdvisorExponential.
+	Delay string
+	// Mean is the mean delay of the exponential and lognormal kinds.
+	// Default 2m.
+	Mean time.Duration
+	// Sigma is the lognormal's shape. Default 1.
+	Sigma float64
+	// Windows are the engine windows checked, one engine each on the same
+	// stream. Default 5m.
+	Windows []time.Duration
+	// Generations is the engines' Generations. Default 4.
+	Generations int
+	// Duration is the virtual length of the stream. Default 40m.
+	Duration time.Duration
+	// Checkpoints is how many times along the stream the estimates are
+	// recorded (AdvisorRun.Trace). Default 20.
+	Checkpoints int
+	// Probabilistic runs the engines without the exact store.
+	Probabilistic bool
+}
+
+func (c *AdvisorConfig) ensureDefaults() {
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Rate == 0 {
+		c.Rate = 2000
+	}
+	if c.DuplicateFraction == 0 {
+		c.DuplicateFraction = 0.02
+	}
+	if c.Delay == "" {
+		c.Delay = AdvisorExponential
+	}
+	if c.Mean == 0 {
+		c.Mean = 2 * time.Minute
+	}
+	if c.Sigma == 0 {
+		c.Sigma = 1
+	}
+	if len(c.Windows) == 0 {
+		c.Windows = []time.Duration{5 * time.Minute}
+	}
+	if c.Generations == 0 {
+		c.Generations = 4
+	}
+	if c.Duration == 0 {
+		c.Duration = 40 * time.Minute
+	}
+	if c.Checkpoints == 0 {
+		c.Checkpoints = 20
+	}
+}
+
+func (c *AdvisorConfig) validate() error {
+	var errs []error
+	if !(c.Rate > 0) {
+		errs = append(errs, fmt.Errorf("bench: advisor Rate must be positive, got %v", c.Rate))
+	}
+	if !(c.DuplicateFraction > 0 && c.DuplicateFraction < 0.5) {
+		errs = append(errs, fmt.Errorf("bench: advisor DuplicateFraction must be in (0, 0.5), got %v", c.DuplicateFraction))
+	}
+	switch c.Delay {
+	case AdvisorExponential, AdvisorLognormal, AdvisorMixture:
+	default:
+		errs = append(errs, fmt.Errorf("bench: advisor Delay must be %s, %s or %s, got %q", AdvisorExponential, AdvisorLognormal, AdvisorMixture, c.Delay))
+	}
+	if c.Mean <= 0 || !(c.Sigma > 0) || c.Duration <= 0 || c.Generations < 1 || c.Checkpoints < 1 {
+		errs = append(errs, fmt.Errorf("bench: advisor Mean, Sigma, Duration, Generations and Checkpoints must be positive"))
+	}
+	for _, w := range c.Windows {
+		if w <= 0 {
+			errs = append(errs, fmt.Errorf("bench: advisor window must be positive, got %v", w))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// survival returns P(delay > t) of the configured distribution.
+func (c *AdvisorConfig) survival(t time.Duration) float64 {
+	x := t.Seconds()
+	m := c.Mean.Seconds()
+	switch c.Delay {
+	case AdvisorLognormal:
+		mu := math.Log(m) - c.Sigma*c.Sigma/2
+		if x <= 0 {
+			return 1
+		}
+		return 0.5 * math.Erfc((math.Log(x)-mu)/(c.Sigma*math.Sqrt2))
+	case AdvisorMixture:
+		return 0.8*math.Exp(-x/10) + 0.2*math.Exp(-x/600)
+	}
+	return math.Exp(-x / m)
+}
+
+// draw returns a delay from the configured distribution.
+func (c *AdvisorConfig) draw(r *rand.Rand) time.Duration {
+	m := c.Mean.Seconds()
+	var s float64
+	switch c.Delay {
+	case AdvisorLognormal:
+		mu := math.Log(m) - c.Sigma*c.Sigma/2
+		s = math.Exp(mu + c.Sigma*r.NormFloat64())
+	case AdvisorMixture:
+		if r.Float64() < 0.8 {
+			s = 10 * r.ExpFloat64()
+		} else {
+			s = 600 * r.ExpFloat64()
+		}
+	default:
+		s = m * r.ExpFloat64()
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// ModelLeaksPerMillion is the truth the advisor is checked against: the
+// duplicates per million arrivals that an engine of window w and gens
+// generations lets through. A key is kept from W to W + W/gens after its
+// arrival, uniformly over arrivals, so the leaks are d times the mean of
+// P(delay > T) over T in [W, W + W/gens].
+func (c *AdvisorConfig) ModelLeaksPerMillion(w time.Duration, gens int) float64 {
+	const steps = 256
+	sum := 0.0
+	for i := range steps {
+		t := float64(w) * (1 + (float64(i)+0.5)/steps/float64(gens))
+		sum += c.survival(time.Duration(t))
+	}
+	return 1e6 * c.DuplicateFraction * sum / steps
+}
+
+// ModelWindowFor is the smallest window (gens generations) whose
+// ModelLeaksPerMillion is at most target, to 0.1%.
+func (c *AdvisorConfig) ModelWindowFor(target float64, gens int) time.Duration {
+	lo, hi := float64(time.Millisecond), float64(1000*time.Hour)
+	if c.ModelLeaksPerMillion(time.Duration(hi), gens) > target {
+		return 0
+	}
+	for hi/lo > 1.001 {
+		mid := math.Sqrt(lo * hi)
+		if c.ModelLeaksPerMillion(time.Duration(mid), gens) > target {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return time.Duration(hi)
+}
+
+// AdvisorPoint is one engine's estimate at a point of the stream.
+type AdvisorPoint struct {
+	At              time.Duration `json:"at"`
+	Duplicates      uint64        `json:"duplicates"` // true duplicates so far
+	Caught          uint64        `json:"caught"`
+	LeaksPerMillion float64       `json:"leaks_per_million"`
+	LeaksRelErr     float64       `json:"leaks_rel_err"`
+	WindowFor100    time.Duration `json:"window_for_100"`
+}
+
+// AdvisorRun is one engine's check.
+type AdvisorRun struct {
+	Window time.Duration `json:"window"`
+	// Advice is the engine's final estimate; FilterBytes the engine's
+	// filter memory then, beside Advice.Bytes.
+	Advice      dedup.WindowAdvice `json:"advice"`
+	FilterBytes uint64             `json:"filter_bytes"`
+	// ModelLeaksPerMillion is the truth (closed form);
+	// MeasuredLeaksPerMillion the duplicates the engine answered New per
+	// million arrivals, counted from Window + span on (it misses the
+	// duplicates the stream's end cuts off, so it runs low for long
+	// delays).
+	ModelLeaksPerMillion    float64 `json:"model_leaks_per_million"`
+	MeasuredLeaksPerMillion float64 `json:"measured_leaks_per_million"`
+	// ModelWindowFor100, 10, 1: the truth for Advice.WindowFor100, 10, 1.
+	ModelWindowFor100, ModelWindowFor10, ModelWindowFor1 time.Duration
+	// Trace is the estimate along the stream.
+	Trace []AdvisorPoint `json:"trace"`
+	// Within20At is the number of true duplicates after which the
+	// estimate of leaks stays within 20% of the model; 0 if it never
+	// settles.
+	Within20At uint64 `json:"within20_at"`
+}
+
+// AdvisorResult is an advisor check's outcome.
+type AdvisorResult struct {
+	Config AdvisorConfig `json:"config"`
+	Runs   []AdvisorRun  `json:"runs"`
+	Events uint64        `json:"events"`
+}
+
+// pending is a scheduled duplicate.
+type pending struct {
+	at  time.Duration
+	key uint64
+}
+
+type pendingHeap []pending
+
+func (h pendingHeap) Len() int           { return len(h) }
+func (h pendingHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h pendingHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *pendingHeap) Push(x any)        { *h = append(*h, x.(pending)) }
+func (h *pendingHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// advisorEpoch is the virtual clock's start.
+var advisorEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Advisor runs the check: one stream, one engine per window on event time,
+// commits every Window/16 of virtual time.
+func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
+	cfg.ensureDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	res := &AdvisorResult{Config: cfg}
+	engines := make([]*dedup.Engine, len(cfg.Windows))
+	defer func() {
+		for _, e := range engines {
+			if e != nil {
+				_ = e.Close()
+			}
+		}
+	}()
+	minW := cfg.Windows[0]
+	for i, w := range cfg.Windows {
+		e, err := dedup.Open(dedup.Options{Window: w, Generations: cfg.Generations, EventTime: true,
+			Probabilistic: cfg.Probabilistic, ExpectedRate: cfg.Rate, MaxInFlight: 1 << 24})
+		if err != nil {
+			return nil, err
+		}
+		engines[i] = e
+		minW = min(minW, w)
+		res.Runs = append(res.Runs, AdvisorRun{Window: w,
+			ModelLeaksPerMillion: cfg.ModelLeaksPerMillion(w, cfg.Generations),
+			ModelWindowFor100:    cfg.ModelWindowFor(100, cfg.Generations),
+			ModelWindowFor10:     cfg.ModelWindowFor(10, cfg.Generations),
+			ModelWindowFor1:      cfg.ModelWindowFor(1, cfg.Generations)})
+	}
+	// Originals arrive as a Poisson process at R(1-d); each gets one
+	// duplicate with probability d/(1-d), after a drawn delay.
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
+	origRate := cfg.Rate * (1 - cfg.DuplicateFraction)
+	pDup := cfg.DuplicateFraction / (1 - cfg.DuplicateFraction)
+	tick := min(max(minW/2000, time.Millisecond), time.Second)
+	commitEvery := max(minW/16, 10*time.Millisecond)
+	var pend pendingHeap
+	var next uint64
+	nextOrig := time.Duration(rng.ExpFloat64() / origRate * float64(time.Second))
+	keys := make([][]byte, 0, 512)
+	isDup := make([]bool, 0, 512)
+	verdicts := make([][]dedup.Verdict, len(engines))
+	leaked := make([]uint64, len(engines))
+	var arrivals uint64
+	var dups uint64
+	var batchAt, lastCommit time.Duration
+	checkEvery := cfg.Duration / time.Duration(cfg.Checkpoints)
+	nextCheck := checkEvery
+	measureFrom := make([]time.Duration, len(engines))
+	for i, w := range cfg.Windows {
+		measureFrom[i] = w + w/time.Duration(cfg.Generations)
+	}
+	arrivalsFrom := make([]uint64, len(engines))
+	parallel := func(fn func(i int) error) error {
+		var wg sync.WaitGroup
+		errs := make([]error, len(engines))
+		for i := range engines {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = fn(i) }()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		at := advisorEpoch.Add(batchAt)
+		err := parallel(func(i int) error {
+			v := verdicts[i]
+			if cap(v) < len(keys) {
+				v = make([]dedup.Verdict, 512)
+			}
+			v = v[:len(keys)]
+			verdicts[i] = v
+			if err := engines[i].ObserveBatchAt(keys, at, v); err != nil {
+				return err
+			}
+			if batchAt >= measureFrom[i] {
+				for k, d := range isDup {
+					if d && v[k] == dedup.New {
+						leaked[i]++
+					}
+				}
+			}
+			return nil
+		})
+		keys, isDup = keys[:0], isDup[:0]
+		return err
+	}
+	var buf []byte
+	for {
+		// The next arrival: an original or the earliest pending duplicate.
+		var at time.Duration
+		var key uint64
+		dup := false
+		if pend.Len() > 0 && pend[0].at < nextOrig {
+			p := heap.Pop(&pend).(pending)
+			at, key, dup = p.at, p.key, true
+		} else {
+			at, key = nextOrig, next
+			next++
+			nextOrig += time.Duration(rng.ExpFloat64() / origRate * float64(time.Second))
+			if rng.Float64() < pDup {
+				heap.Push(&pend, pending{at: at + cfg.draw(rng), key: key})
+			}
+		}
+		if at >= cfg.Duration {
+			break
+		}
+		if arrivals&4095 == 0 && ctx.Err() != nil {
+			return nil, fmt.Errorf("bench: advisor: %w", ctx.Err())
+		}
+		if len(keys) > 0 && (at-batchAt >= tick || len(keys) == cap(keys)) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		if at-lastCommit >= commitEvery {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			if err := parallel(func(i int) error { return engines[i].Commit(nil) }); err != nil {
+				return nil, err
+			}
+			lastCommit = at
+		}
+		if at >= nextCheck {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			for i, e := range engines {
+				a := e.Stats().WindowAdvice
+				res.Runs[i].Trace = append(res.Runs[i].Trace, AdvisorPoint{At: at, Duplicates: dups, Caught: a.Caught,
+					LeaksPerMillion: a.LeaksPerMillion, LeaksRelErr: a.LeaksRelErr, WindowFor100: a.WindowFor100})
+			}
+			nextCheck += checkEvery
+		}
+		if len(keys) == 0 {
+			batchAt = at
+		}
+		buf = binary.BigEndian.AppendUint64(buf[:0], key*0x9e3779b97f4a7c15)
+		k := make([]byte, 12)
+		copy(k, "ev")
+		copy(k[2:], buf)
+		keys = append(keys, k)
+		isDup = append(isDup, dup)
+		arrivals++
+		if dup {
+			dups++
+		}
+		for i := range engines {
+			if at >= measureFrom[i] {
+				arrivalsFrom[i]++
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if err := parallel(func(i int) error { return engines[i].Commit(nil) }); err != nil {
+		return nil, err
+	}
+	res.Events = arrivals
+	for i, e := range engines {
+		r := &res.Runs[i]
+		st := e.Stats()
+		r.Advice, r.FilterBytes = st.WindowAdvice, st.FilterBytes
+		if arrivalsFrom[i] > 0 {
+			r.MeasuredLeaksPerMillion = 1e6 * float64(leaked[i]) / float64(arrivalsFrom[i])
+		}
+		r.Trace = append(r.Trace, AdvisorPoint{At: cfg.Duration, Duplicates: dups, Caught: r.Advice.Caught,
+			LeaksPerMillion: r.Advice.LeaksPerMillion, LeaksRelErr: r.Advice.LeaksRelErr, WindowFor100: r.Advice.WindowFor100})
+		for k := len(r.Trace) - 1; k >= 0; k-- {
+			p := r.Trace[k]
+			if math.Abs(p.LeaksPerMillion-r.ModelLeaksPerMillion) > 0.2*r.ModelLeaksPerMillion {
+				break
+			}
+			r.Within20At = p.Duplicates
+		}
+	}
+	return res, nil
+}

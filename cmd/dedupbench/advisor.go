@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/streamdedup/dedup/bench"
+)
+
+// runAdvisor is `dedupbench advisor`: streams of known delay distributions
+// through the engine on event time, the window advisor's estimates beside
+// the truth (bench.Advisor).
+func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c common
+	var cfg bench.AdvisorConfig
+	var delays, csvPath string
+	cfg.Windows = []time.Duration{2 * time.Minute, 3 * time.Minute, 5 * time.Minute, 8 * time.Minute}
+	fs := newFlagSet("dedupbench advisor", stderr)
+	c.bind(fs)
+	fs.StringVar(&delays, "delay", "exponential,lognormal,mixture", "delay distributions, comma-separated: exponential, lognormal (of --mean and --sigma), mixture (80% mean 10s, 20% mean 10m)")
+	fs.Var((*durations)(&cfg.Windows), "windows", "engine windows, comma-separated, one engine each on the same stream")
+	fs.Float64Var(&cfg.Rate, "rate", 2000, "arrivals per second of virtual time, duplicates included")
+	fs.Float64Var(&cfg.DuplicateFraction, "dup", 0.02, "share of arrivals that are duplicates")
+	fs.DurationVar(&cfg.Mean, "mean", 2*time.Minute, "mean delay of the exponential and the lognormal")
+	fs.Float64Var(&cfg.Sigma, "sigma", 1, "shape of the lognormal")
+	fs.DurationVar(&cfg.Duration, "duration", 40*time.Minute, "virtual length of each stream")
+	fs.IntVar(&cfg.Generations, "generations", 4, "engine generations")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "stream seed")
+	fs.BoolVar(&cfg.Probabilistic, "probabilistic", false, "engines without the exact store")
+	fs.StringVar(&csvPath, "csv", "", "write estimated against true leaks per window, one row per distribution and window, to `FILE`")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if len(cfg.Windows) == 0 {
+		return fmt.Errorf("--windows: at least one window")
+	}
+	var results []*bench.AdvisorResult
+	for _, d := range strings.Split(delays, ",") {
+		cfg.Delay = strings.TrimSpace(d)
+		if !c.quiet {
+			fmt.Fprintf(stderr, "dedupbench advisor: %s delays, %d windows, %v of virtual time\n", cfg.Delay, len(cfg.Windows), cfg.Duration)
+		}
+		res, err := bench.Advisor(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+	}
+	if csvPath != "" {
+		if err := writeAdvisorCSV(csvPath, results); err != nil {
+			return err
+		}
+	}
+	return output(c, stdout, results, func() error { return writeAdvisorText(stdout, results) })
+}
+
+func writeAdvisorText(w io.Writer, results []*bench.AdvisorResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "delay\twindow\ttrue leaks/M\testimate\t±\tcounted in run\tfor 100/M: est\ttrue\tfor 10/M: est\ttrue\tfor 1/M: est\ttrue\tdups\twithin 20% from dups\tadvisor/filter bytes\t")
+	m := func(d time.Duration) string {
+		if d == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1fm", d.Minutes())
+	}
+	for _, res := range results {
+		for _, r := range res.Runs {
+			a := r.Advice
+			within := "-"
+			if r.Within20At > 0 {
+				within = strconv.FormatUint(r.Within20At, 10)
+			}
+			fmt.Fprintf(tw, "%s\t%v\t%.0f\t%.0f\t%.0f%%\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%.2f\t\n",
+				res.Config.Delay, r.Window, r.ModelLeaksPerMillion, a.LeaksPerMillion, 100*a.LeaksRelErr, r.MeasuredLeaksPerMillion,
+				m(a.WindowFor100), m(r.ModelWindowFor100), m(a.WindowFor10), m(r.ModelWindowFor10), m(a.WindowFor1), m(r.ModelWindowFor1),
+				a.Caught+a.Late+16*a.HorizonMatches, within, float64(a.Bytes)/float64(max(r.FilterBytes, 1)))
+		}
+	}
+	return tw.Flush()
+}
+
+func writeAdvisorCSV(path string, results []*bench.AdvisorResult) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	cw := csv.NewWriter(f)
+	_ = cw.Write([]string{"delay", "window_seconds", "true_leaks_per_million", "estimated_leaks_per_million", "estimate_rel_err",
+		"counted_leaks_per_million", "estimated_window_for_100_seconds", "true_window_for_100_seconds"})
+	for _, res := range results {
+		for _, r := range res.Runs {
+			g := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+			_ = cw.Write([]string{res.Config.Delay, g(r.Window.Seconds()), g(r.ModelLeaksPerMillion), g(r.Advice.LeaksPerMillion),
+				g(r.Advice.LeaksRelErr), g(r.MeasuredLeaksPerMillion), g(r.Advice.WindowFor100.Seconds()), g(r.ModelWindowFor100.Seconds())})
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
