@@ -132,4 +132,8 @@
 //   - spool.go: the spool files of Filter fuse's newest generation
 //   - shadow.go: the sampled shadow behind the observed false-positive rate
 //   - stats.go: [Stats]
+//   - advisor.go: the window advisor's counts (duplicate delays by cohort age,
+//     the horizon past the window)
+//   - advisor_estimate.go: the advisor's estimate ([WindowAdvice]): censored
+//     delays, the fitted tail, leaks per million and the window for a target
 package dedup
