@@ -20,7 +20,7 @@ import (
 
 // fdChildEnv makes this test binary the server child of
 // TestAcceptBacksOffWhenOutOfFiles, with that many file descriptors.
-const fdChildEnv = "RESP_FD_CHILD_LIMIT"
+const fdChildEnv = "DEDUP_RESP_FD_CHILD_LIMIT"
 
 // TestAcceptBacksOffWhenOutOfFiles: a server out of file descriptors
 // (EMFILE: more clients than its ulimit allows, below --max-clients) backs

@@ -19,7 +19,7 @@ import (
 
 // childEnv names the state directory when this test binary runs as the
 // server child of TestKillAlways.
-const childEnv = "RESP_KILL_CHILD_DIR"
+const childEnv = "DEDUP_RESP_KILL_CHILD_DIR"
 
 // serveChild serves FsyncAlways on dir, prints the address and serves
 // until killed.

@@ -219,11 +219,10 @@ func (remoteConn) RemoteAddr() net.Addr {
 	return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 40000}
 }
 
-// TestProtectedMode: a server without a password used to serve any
-// address it listened on (--listen 0.0.0.0 only printed a warning), so
-// anyone who reached it could mark keys and drop other people's events.
-// Without RequirePass it now serves loopback clients only, as Redis's
-// protected mode, unless Unprotected says otherwise.
+// TestProtectedMode: a server without a password serves loopback clients
+// only, as Redis's protected mode, unless Unprotected says otherwise, so
+// nobody who merely reaches its address can mark keys and drop other
+// people's events.
 func TestProtectedMode(t *testing.T) {
 	serve := func(cfg resp.Config, remote bool) string {
 		t.Helper()

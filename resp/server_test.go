@@ -391,10 +391,9 @@ func TestAuth(t *testing.T) {
 }
 
 // TestReserveRefusedLeavesNoTable: a BF.RESERVE the engine refuses (here
-// filters too large for a 1e-300 error rate) used to leave its table.json
-// behind, so the name answered "item exists" to every later BF.RESERVE and
-// an engine error to every BF.ADD, for good: the state kept the refused
-// options across restarts.
+// filters too large for a 1e-300 error rate) leaves no table.json behind,
+// so the name stays free: a later BF.RESERVE succeeds and no refused
+// options are kept across restarts.
 func TestReserveRefusedLeavesNoTable(t *testing.T) {
 	dir := t.TempDir()
 	_, addr := start(t, resp.Config{Dir: dir})
@@ -416,10 +415,10 @@ func TestReserveRefusedLeavesNoTable(t *testing.T) {
 }
 
 // TestMultiExec: MULTI/EXEC is what redis-py's pipeline() sends by default
-// and go-redis's TxPipeline always. The server used to answer MULTI and
-// EXEC "unknown command" and run the commands between them one by one: the
-// client saw its transaction fail while its keys were marked, so its retry
-// dropped every event of the batch as a duplicate.
+// and go-redis's TxPipeline always. The commands between MULTI and EXEC
+// are queued and run together, so a client never sees its transaction fail
+// while its keys are marked (its retry would drop every event of the batch
+// as a duplicate).
 func TestMultiExec(t *testing.T) {
 	_, addr := start(t, resp.Config{})
 	c := client(t, addr)

@@ -45,9 +45,8 @@ func TestFuseFlagErrors(t *testing.T) {
 	}
 }
 
-// TestServeFuse: `dedup serve --state DIR --filter fuse` refused to start
-// ("Filter fuse needs a Dir", exit 2) although DIR was given: the server's
-// engine options were checked before a table had its folder. Without
+// TestServeFuse: `dedup serve --state DIR --filter fuse` starts (each table's
+// engine options are checked once the table has its folder); without
 // --state the refusal names the flags.
 func TestServeFuse(t *testing.T) {
 	if code, _, stderr := runCmd(t, "", "serve", "--listen", "127.0.0.1:0", "--filter", "fuse"); code != exitBad ||

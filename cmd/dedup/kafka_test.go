@@ -56,7 +56,7 @@ func startKafka(t *testing.T, bin string, addrs []string, root, id string, extra
 		"--session-timeout", "2s", "--rebalance-timeout", "3s", "--transaction-timeout", "3s",
 		"--txn-records", "300", "--txn-time", "50ms", "--engine-commit-interval", "200ms"}
 	cmd := exec.Command(bin, append(args, extra...)...)
-	cmd.Env = append(os.Environ(), "DEDUP_KAFKA_LOG="+os.Getenv("TEST_KAFKA_LOG"))
+	cmd.Env = append(os.Environ(), "DEDUP_KAFKA_LOG="+os.Getenv("DEDUP_TEST_KAFKA_LOG"))
 	c := &kafkaChild{cmd: cmd, id: id, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = &lockedWriter{w: c.stderr}
 	if err := cmd.Start(); err != nil {
