@@ -821,11 +821,6 @@ func statsFields(o TableOptions, st dedup.Stats) []field {
 	if o.Probabilistic {
 		mode = "probabilistic"
 	}
-	// Four significant digits: an estimate.
-	fp, _ := strconv.ParseFloat(strconv.FormatFloat(st.EstimatedFPRate, 'g', 4, 64), 64)
-	if math.IsNaN(fp) {
-		fp = 0
-	}
 	return []field{
 		{"mode", mode},
 		{"window", o.Window.String()},
@@ -840,7 +835,7 @@ func statsFields(o TableOptions, st dedup.Stats) []field {
 		{"keys", st.FilterKeys},
 		{"filter_bytes", st.FilterBytes},
 		{"generations", int64(st.Generations)},
-		{"estimated_fp_rate", fp},
+		{"estimated_fp_rate", round4(st.EstimatedFPRate)},
 		{"store_lookups", st.StoreLookups},
 		{"false_positives", st.FalsePositives},
 		{"commits", st.Commits},
@@ -852,7 +847,23 @@ func statsFields(o TableOptions, st dedup.Stats) []field {
 		{"disk_bytes", st.DiskBytes},
 		{"restored_from", st.RestoredFrom},
 		{"restored_keys", st.RestoredKeys},
+		{"window_leaks_per_million", round4(st.WindowAdvice.LeaksPerMillion)},
+		{"window_for_100_per_million_seconds", int64(st.WindowAdvice.WindowFor100.Seconds())},
+		{"window_for_10_per_million_seconds", int64(st.WindowAdvice.WindowFor10.Seconds())},
+		{"window_for_1_per_million_seconds", int64(st.WindowAdvice.WindowFor1.Seconds())},
+		{"window_delay_p99_ms", st.WindowAdvice.DelayP99.Milliseconds()},
+		{"window_horizon_seconds", int64(st.WindowAdvice.Horizon.Seconds())},
+		{"window_advice_duplicates", st.WindowAdvice.Caught + st.WindowAdvice.Late + 16*st.WindowAdvice.HorizonMatches},
 	}
+}
+
+// round4 keeps four significant digits of an estimate; NaN reads 0.
+func round4(v float64) float64 {
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64)
+	if math.IsNaN(r) {
+		return 0
+	}
+	return r
 }
 
 // b2i is 1 for true, as Redis answers flags.
