@@ -15,6 +15,9 @@ import (
 // Done twice, and ErrNoExplicitDone on an engine opened without
 // ExplicitDone.
 func (e *Engine) Done(key []byte) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	if !e.opts.ExplicitDone {
 		return ErrNoExplicitDone
 	}
@@ -37,6 +40,9 @@ func (e *Engine) Done(key []byte) error {
 // Done is Done, and the error joins, naming each index, the keys that were
 // not in flight or were Done already.
 func (e *Engine) DoneBatch(keys [][]byte) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	if !e.opts.ExplicitDone {
 		return ErrNoExplicitDone
 	}

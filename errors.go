@@ -14,6 +14,9 @@ import (
 var (
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("dedup: engine closed")
+	// ErrNotOpen is returned by the methods of an Engine that [Open] did
+	// not make (a zero Engine): open one with Open.
+	ErrNotOpen = errors.New("dedup: engine not opened: make it with dedup.Open")
 	// ErrEmptyKey rejects an empty key (or a nil entry in a batch).
 	ErrEmptyKey = errors.New("dedup: empty key")
 	// ErrKeyTooLarge rejects a key longer than Options.MaxKeySize.

@@ -41,6 +41,9 @@ func (v Verdict) String() string {
 }
 
 func (e *Engine) checkKey(key []byte) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	if len(key) == 0 {
 		return ErrEmptyKey
 	}

@@ -235,7 +235,7 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	// Errors of background work are counted in Stats (commits, snapshots)
 	// or logged (reclaim); the next tick retries.
 	if opts.AutoCommit > 0 {
-		e.every(opts.AutoCommit, func() { _ = e.commit(math.MaxUint64, nil) })
+		e.every(opts.AutoCommit, func() { _ = e.commit(context.Background(), math.MaxUint64, 2*e.epoch.Load(), nil) })
 	}
 	if opts.SnapshotInterval > 0 {
 		e.every(opts.SnapshotInterval, func() {

@@ -325,16 +325,54 @@ func TestWorkerPoolCrash(t *testing.T) {
 	if os.Getenv("DEDUP_WP_PLAIN") == "1" {
 		mode = "plain"
 	}
-	const kills = 24
 	dir := t.TempDir()
+	forgetFailures := 0
+	killRounds(t, killConfig{
+		child: "TestWorkerPoolChild", kills: 24,
+		env: []string{wpChildEnv + "=" + mode, "DEDUP_WP_DIR=" + dir},
+		line: func(round int, f []string) {
+			if f[0] == "FORGET" {
+				forgetFailures++
+				if forgetFailures <= 3 {
+					t.Logf("round %d: child: %s", round, strings.Join(f, " "))
+				}
+			}
+		},
+	})
+	if forgetFailures > 0 {
+		t.Logf("%d Forget calls failed: their keys had been committed before they were processed", forgetFailures)
+	}
+	wpCheckOutput(t, filepath.Join(dir, "out"), wpEvents())
+}
+
+// killConfig describes the rounds of killRounds.
+type killConfig struct {
+	child string   // the test function the child runs
+	env   []string // added to the child's environment
+	kills int      // rounds killed; one more runs to the end
+	// line, if not nil, sees each line of the child's output, split into
+	// fields, besides what killRounds reads.
+	line func(round int, fields []string)
+}
+
+// killRounds runs the child test c.child (this test binary re-executed)
+// c.kills times, SIGKILLing it at a random moment each time, then once to
+// the end. The child prints "S <watermark> ..." once its state is open, "C
+// <watermark> ..." after each commit returns, "END" once it has finished,
+// and "ERR ..." on failure (fatal). A quarter of the rounds are killed
+// within 30ms of the start (maybe while the child opens the state), the
+// others after 0-2 commits and then 0-20ms. A round that resumes below the
+// watermark of a commit that returned before fails the test.
+func killRounds(t *testing.T, c killConfig) {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	r := rand.New(rand.NewPCG(seed, 3))
-	t.Logf("seed %d, mode %s", seed, mode)
-	lastLow, forgetFailures, ended := 0, 0, false
-	for round := 0; round <= kills; round++ {
-		final := round == kills
-		cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerPoolChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), wpChildEnv+"="+mode, "DEDUP_WP_DIR="+dir)
+	t.Logf("seed %d, child %s", seed, c.child)
+	lastLow, ended := 0, false
+	for round := 0; round <= c.kills; round++ {
+		final := round == c.kills
+		cmd := exec.Command(os.Args[0], "-test.run=^"+c.child+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), c.env...)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -351,9 +389,6 @@ func TestWorkerPoolCrash(t *testing.T) {
 				lines <- sc.Text()
 			}
 		}()
-		// Kill the child at a random moment: a quarter of the rounds within
-		// 30ms of its start (maybe while it opens the state), the others
-		// after 0-2 commits and then 0-20ms.
 		early := r.IntN(4) == 0
 		waitCommits := r.IntN(3)
 		var killAt <-chan time.Time
@@ -373,15 +408,15 @@ func TestWorkerPoolCrash(t *testing.T) {
 				}
 				last = append(last, line)
 				f := strings.Fields(line)
+				if len(f) == 0 {
+					continue
+				}
+				if c.line != nil {
+					c.line(round, f)
+				}
 				switch {
-				case len(f) == 0:
 				case f[0] == "ERR":
 					t.Fatalf("round %d: child: %s", round, line)
-				case f[0] == "FORGET":
-					forgetFailures++
-					if forgetFailures <= 3 {
-						t.Logf("round %d: child: %s", round, line)
-					}
 				case f[0] == "S":
 					started = true
 					startLow, _ = strconv.Atoi(f[1])
@@ -391,7 +426,8 @@ func TestWorkerPoolCrash(t *testing.T) {
 					lastLow = startLow
 				case f[0] == "C":
 					commits++
-					lastLow, _ = strconv.Atoi(f[1])
+					low, _ := strconv.Atoi(f[1])
+					lastLow = max(lastLow, low)
 					if !final && !early && !killed && commits > waitCommits {
 						killAt = time.After(time.Duration(r.IntN(20)) * time.Millisecond)
 						waitCommits = 1 << 30
@@ -416,15 +452,11 @@ func TestWorkerPoolCrash(t *testing.T) {
 		}
 		t.Logf("round %d: started=%v at %d, %d commits, killed=%v, ended=%v", round, started, startLow, commits, killed, ended)
 	}
-	if forgetFailures > 0 {
-		t.Logf("%d Forget calls failed: their keys had been committed before they were processed", forgetFailures)
-	}
-	wpCheckOutput(t, filepath.Join(dir, "out"))
 }
 
-// wpCheckOutput checks that the output holds every distinct key of the
+// wpCheckOutput checks that the output holds every distinct key of
 // input exactly once.
-func wpCheckOutput(t *testing.T, path string) {
+func wpCheckOutput(t *testing.T, path string, input []string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -441,7 +473,7 @@ func wpCheckOutput(t *testing.T, path string) {
 	}
 	var missing, twice, unknown []string
 	want := map[string]bool{}
-	for _, k := range wpEvents() {
+	for _, k := range input {
 		want[k] = true
 	}
 	for k := range want {
