@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,7 +72,8 @@ func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
 
 // TestExplicitDoneCommitsOnlyDone: Commit makes Done keys durable; the
 // others stay in flight across commits (InFlight to other observers,
-// forgettable) and are lost by a restart, as uncommitted keys are.
+// forgettable) and are lost by a restart, as uncommitted keys are. A Done
+// key answers Duplicate before its commit.
 func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
 	e := mustOpenOpts(t, o)
@@ -81,7 +83,7 @@ func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	if err := e.Done([]byte("A")); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "A", dedup.InFlight) // done, not committed yet
+	wantVerdict(t, e, "A", dedup.Duplicate) // done, not committed yet
 	if err := e.Commit([]byte("1")); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,8 @@ func TestExplicitDoneCommitThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantVerdict(t, e, "A", dedup.Duplicate)
-	wantVerdict(t, e, "B", dedup.InFlight)
+	wantVerdict(t, e, "B", dedup.Duplicate) // Done, not committed
+	wantVerdict(t, e, "C", dedup.InFlight)
 	if err := e.Forget([]byte("B")); !errors.Is(err, dedup.ErrAlreadyDone) {
 		t.Fatalf("Forget of a Done key past the barrier = %v, want ErrAlreadyDone", err)
 	}
@@ -395,4 +398,44 @@ func TestCloseReportsInFlight(t *testing.T) {
 	if st := e.Stats(); st.DroppedAtClose != 1 || st.CommittedKeys != 1 {
 		t.Fatalf("DroppedAtClose %d, CommittedKeys %d; want 1 and 1", st.DroppedAtClose, st.CommittedKeys)
 	}
+}
+
+// TestDoneKeyIsDuplicateBeforeCommit: under ExplicitDone a key answers
+// InFlight while its owner works on it and Duplicate from Done on, to
+// Observe, ObserveBatch and Peek alike, before any commit; such a
+// Duplicate counts in Stats.Duplicate and nowhere in the observed
+// false-positive samples. Without a commit a restart forgets the key, as
+// it forgets every uncommitted one.
+func TestDoneKeyIsDuplicateBeforeCommit(t *testing.T) {
+	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
+	e := mustOpenOpts(t, o)
+	wantVerdict(t, e, "A", dedup.New)
+	wantVerdict(t, e, "A", dedup.InFlight)
+	if v, err := e.Peek([]byte("A")); err != nil || v != dedup.InFlight {
+		t.Fatalf("Peek(A) before Done = %v, %v; want InFlight", v, err)
+	}
+	if err := e.Done([]byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, e, "A", dedup.Duplicate)
+	if v, err := e.Peek([]byte("A")); err != nil || v != dedup.Duplicate {
+		t.Fatalf("Peek(A) after Done = %v, %v; want Duplicate", v, err)
+	}
+	out := make([]dedup.Verdict, 3)
+	if err := e.ObserveBatch([][]byte{[]byte("A"), []byte("B"), []byte("B")}, out); err != nil {
+		t.Fatal(err)
+	}
+	if want := []dedup.Verdict{dedup.Duplicate, dedup.New, dedup.InFlight}; !slices.Equal(out, want) {
+		t.Fatalf("ObserveBatch(A, B, B) = %v, want %v", out, want)
+	}
+	if st := e.Stats(); st.Duplicate != 2 || st.InFlightKeys != 2 || st.NotDoneKeys != 1 {
+		t.Fatalf("Stats: Duplicate %d, InFlightKeys %d, NotDoneKeys %d; want 2, 2, 1", st.Duplicate, st.InFlightKeys, st.NotDoneKeys)
+	}
+	if err := e.Close(); err != nil { // no commit: a crash
+		t.Fatal(err)
+	}
+	e = mustOpenOpts(t, o)
+	defer e.Close()
+	wantVerdict(t, e, "A", dedup.New)
+	wantVerdict(t, e, "B", dedup.New)
 }
