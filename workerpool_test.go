@@ -3,6 +3,8 @@ package dedup_test
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -18,10 +20,11 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-// The child process of TestWorkerPoolCrash is this test binary, re-executed
-// with wpChildEnv set to the mode ("done": Options.ExplicitDone and Done;
-// "plain": the sequential API, Commit only, as a worker pool had to use it
-// before Done existed). TestWorkerPoolChild then runs the pool instead of
+// The child process of TestWorkerPoolCrash and TestPoolCrash is this test
+// binary, re-executed with wpChildEnv set to the mode ("done": the recipe
+// of the package doc by hand, Options.ExplicitDone and Done; "plain": the
+// sequential API, Commit only, which loses events in a pool; "pool": the
+// recipe run by dedup.Pool). TestWorkerPoolChild then runs the pool instead of
 // returning at once.
 const wpChildEnv = "DEDUP_WORKERPOOL_CHILD"
 
@@ -109,7 +112,11 @@ func TestWorkerPoolChild(t *testing.T) {
 	if mode == "" {
 		return
 	}
-	if err := wpRun(os.Getenv("DEDUP_WP_DIR"), mode == "done"); err != nil {
+	run := func(dir string) error { return wpRun(dir, mode == "done") }
+	if mode == "pool" {
+		run = wpRunPool
+	}
+	if err := run(os.Getenv("DEDUP_WP_DIR")); err != nil {
 		fmt.Printf("ERR %v\n", err)
 		os.Exit(3)
 	}
@@ -176,6 +183,98 @@ func wpRun(dir string, explicitDone bool) error {
 		return err
 	}
 	return e.Close()
+}
+
+// wpRunPool is wpRun on dedup.Pool: the same events, failures and output,
+// 20us of work per New event, a commit every wpCommitEvery completions and
+// no timer, so that a pool that waited on Done keys until a commit would
+// stall.
+func wpRunPool(dir string) error {
+	e, err := dedup.Open(wpOptions(dir, true))
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	var low int
+	var length int64
+	if cp := e.Checkpoint(); cp != nil {
+		if _, err := fmt.Sscanf(string(cp), "%d %d", &low, &length); err != nil {
+			return fmt.Errorf("checkpoint %q: %w", cp, err)
+		}
+	}
+	out, err := os.OpenFile(filepath.Join(dir, "out"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := out.Truncate(length); err != nil {
+		return err
+	}
+	if _, err := out.Seek(length, 0); err != nil {
+		return err
+	}
+	fmt.Printf("S %d %d\n", low, length)
+	w := bufio.NewWriter(out)
+	written := length
+	var rmu sync.Mutex
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	pool, err := dedup.NewPool(e, dedup.PoolOptions[string]{
+		Workers: wpWorkers,
+		Key:     func(k string) []byte { return []byte(k) },
+		Process: func(ctx context.Context, k string) error {
+			// Work that takes a while, so that the kills land mid-run.
+			time.Sleep(20 * time.Microsecond)
+			rmu.Lock()
+			fail := r.IntN(100) < wpFailPercent
+			rmu.Unlock()
+			if fail {
+				return errors.New("processing failed")
+			}
+			return nil
+		},
+		Output: func(k string) error {
+			n, err := w.WriteString(k + "\n")
+			written += int64(n)
+			return err
+		},
+		Checkpoint: func(resume int64) ([]byte, error) {
+			return fmt.Appendf(nil, "%d %d", resume, written), w.Flush()
+		},
+		Committed:      func(cp []byte) { fmt.Printf("C %s\n", cp) },
+		CommitEvery:    wpCommitEvery,
+		CommitInterval: time.Hour,
+		Attempts:       20,
+	})
+	if err != nil {
+		return err
+	}
+	events := wpEvents()
+	ctx := context.Background()
+	for i := low; i < len(events); i++ {
+		if err := pool.Submit(ctx, events[i], int64(i+1)); err != nil {
+			return err
+		}
+	}
+	if err := pool.Close(ctx); err != nil {
+		return err
+	}
+	if cp := string(e.Checkpoint()); !strings.HasPrefix(cp, strconv.Itoa(len(events))+" ") {
+		return fmt.Errorf("checkpoint %q after Close, want every event", cp)
+	}
+	return e.Close()
+}
+
+// TestPoolCrash is TestWorkerPoolCrash on dedup.Pool, 20 kills: the output
+// must hold every distinct key exactly once.
+func TestPoolCrash(t *testing.T) {
+	if os.Getenv(wpChildEnv) != "" {
+		return
+	}
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	dir := t.TempDir()
+	killRounds(t, killConfig{child: "TestWorkerPoolChild", kills: 20,
+		env: []string{wpChildEnv + "=pool", "DEDUP_WP_DIR=" + dir}})
+	wpCheckOutput(t, filepath.Join(dir, "out"), wpEvents())
 }
 
 // work processes events until stop.
