@@ -3,7 +3,11 @@ package dedup
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/internal/errclass"
@@ -40,6 +44,10 @@ var (
 	// ErrIncompatible is returned by Open when the state directory was
 	// created with options that the given ones contradict.
 	ErrIncompatible = errors.New("dedup: options incompatible with the state directory")
+	// ErrStateInUse is returned by Open for a state directory that another
+	// engine holds open, in this process or another: its message names the
+	// process when the system tells.
+	ErrStateInUse = errors.New("dedup: state directory in use")
 	// ErrNotOurs is returned by Open for a state directory that holds
 	// another program's files.
 	ErrNotOurs = exact.ErrNotOurs
@@ -87,3 +95,23 @@ func (w *wrapError) Error() string {
 }
 
 func (w *wrapError) Unwrap() error { return w.err }
+
+// stateOpenError is the error of Open when the exact store in dir (on fs)
+// did not open: ErrStateInUse, naming the holder, when another engine holds
+// its lock, err wrapped otherwise. given is the Dir the caller gave.
+func stateOpenError(err error, fs vfs.FS, dir, given string) error {
+	held := errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
+		strings.Contains(err.Error(), "lock held by current process")
+	if !held {
+		return wrap(err, "open state %q", given)
+	}
+	if strings.Contains(err.Error(), "lock held by current process") {
+		return fmt.Errorf("%w: %q is open in this process already (close that Engine first): %w", ErrStateInUse, given, err)
+	}
+	if fs == vfs.Default {
+		if pid := lockHolder(filepath.Join(dir, "LOCK")); pid > 0 {
+			return fmt.Errorf("%w: %q is open in process %d (stop it, or give this one another Dir): %w", ErrStateInUse, given, pid, err)
+		}
+	}
+	return fmt.Errorf("%w: %q is open in another process (stop it, or give this one another Dir): %w", ErrStateInUse, given, err)
+}
