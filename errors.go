@@ -3,6 +3,7 @@ package dedup
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -96,19 +97,24 @@ func (w *wrapError) Error() string {
 
 func (w *wrapError) Unwrap() error { return w.err }
 
-// stateOpenError is the error of Open when the exact store in dir (on fs)
-// did not open: ErrStateInUse, naming the holder, when another engine holds
-// its lock, err wrapped otherwise. given is the Dir the caller gave.
-func stateOpenError(err error, fs vfs.FS, dir, given string) error {
-	held := errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
-		strings.Contains(err.Error(), "lock held by current process")
+// stateOpenError is the error of Open when the exact store in dir (on
+// fsys) did not open: ErrStateInUse, naming the holder, when another
+// engine holds its lock, err wrapped otherwise. given is the Dir the
+// caller gave.
+func stateOpenError(err error, fsys vfs.FS, dir, given string) error {
+	// fcntl's EAGAIN or EACCES from another process's lock, or Pebble's
+	// own message for this process's; a permission problem creating the
+	// LOCK file is an *fs.PathError and does not count.
+	var pe *fs.PathError
+	held := strings.Contains(err.Error(), "lock held by current process") ||
+		!errors.As(err, &pe) && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES))
 	if !held {
 		return wrap(err, "open state %q", given)
 	}
 	if strings.Contains(err.Error(), "lock held by current process") {
 		return fmt.Errorf("%w: %q is open in this process already (close that Engine first): %w", ErrStateInUse, given, err)
 	}
-	if fs == vfs.Default {
+	if fsys == vfs.Default {
 		if pid := lockHolder(filepath.Join(dir, "LOCK")); pid > 0 {
 			return fmt.Errorf("%w: %q is open in process %d (stop it, or give this one another Dir): %w", ErrStateInUse, given, pid, err)
 		}
