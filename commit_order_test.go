@@ -1,8 +1,11 @@
 package dedup
 
 import (
+	"context"
+	"errors"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // TestConcurrentCommitsFurthestCheckpointWins holds a first commit inside
@@ -161,5 +164,41 @@ func TestCheckpointNeverMovesBack(t *testing.T) {
 	defer e.Close()
 	if got := string(e.Checkpoint()); got != "all" {
 		t.Fatalf("after reopen, Checkpoint = %q, want %q", got, "all")
+	}
+}
+
+// TestCommitContextReturnsWhileTheWriteGoesOn holds the commit gate, so
+// that a commit cannot write: CommitContext returns its context's error
+// when that ends, the write then completes for the others (its keys and
+// checkpoint become durable), and Close waits for it.
+func TestCommitContextReturnsWhileTheWriteGoesOn(t *testing.T) {
+	dir := t.TempDir()
+	e, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.Observe([]byte("k")); err != nil || v != New {
+		t.Fatalf("Observe = %v, %v", v, err)
+	}
+	e.commitGate.Lock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := e.CommitContext(ctx, []byte("cp")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("CommitContext with the gate held = %v, want DeadlineExceeded", err)
+	}
+	e.commitGate.Unlock()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e, err = Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if got := string(e.Checkpoint()); got != "cp" {
+		t.Fatalf("Checkpoint after reopen = %q, want cp", got)
+	}
+	if v, err := e.Observe([]byte("k")); err != nil || v != Duplicate {
+		t.Fatalf("Observe after reopen = %v, %v; want Duplicate", v, err)
 	}
 }
