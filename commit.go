@@ -1,15 +1,20 @@
 package dedup
 
 import (
+	"context"
 	"math"
 	"time"
 )
 
 type commitReq struct {
 	limit uint64 // commit the keys of epochs <= limit
-	cp    []byte
-	err   error
-	done  chan struct{}
+	// rank orders the checkpoints of concurrent commits: 2b+1 for
+	// CommitThrough(b, cp), 2e for a Commit that began while the epoch was
+	// e. The durable checkpoint is that of the highest rank written so far.
+	rank uint64
+	cp   []byte
+	err  error
+	done chan struct{}
 }
 
 // Commit makes every key observed New since the last commit durable,
@@ -20,18 +25,50 @@ type commitReq struct {
 // makes durable only the keys Done; the others stay in flight.
 //
 // Concurrent commits (Commit and CommitThrough) share one write: the
-// commits that arrive while one is writing queue, and the next write
-// takes them all, through the furthest barrier among them, with the
-// checkpoint of the one that queued last (a nil checkpoint does not
-// count). That is the outcome of running them one after the other in the
-// order they queued: the latest call's checkpoint wins.
+// commits that arrive while one is writing queue, and the next write takes
+// them all, through the furthest barrier among them. The checkpoint a
+// commit leaves is paired with the furthest point it covers, and never
+// moves back:
+//
+//   - [Engine.CommitThrough](b, cp) ranks by its barrier b: of all the
+//     checkpoints written, the durable one is that of the furthest barrier
+//     (a nil checkpoint does not count). A CommitThrough whose barrier is
+//     behind one already committed with a checkpoint returns once its keys
+//     are durable and leaves that later checkpoint in place.
+//   - Commit ranks by the moment it begins: after every Barrier taken
+//     before it and before every Barrier taken after it; of plain Commits
+//     that begin between the same two Barriers, the one that queues last
+//     wins.
+//
+// So one loop that commits, or goroutines that take [Engine.Barrier] and
+// their checkpoint under one lock and then call CommitThrough, always
+// leave a checkpoint that covers every durable key. Goroutines that call
+// plain Commit concurrently with checkpoints describing their output get
+// no such pairing (the engine cannot know which checkpoint covers which
+// key): they take a Barrier under the lock that orders their checkpoints
+// and call CommitThrough, or commit from one goroutine.
+//
+// Commit is [Engine.CommitContext] with [context.Background].
 func (e *Engine) Commit(checkpoint []byte) error {
+	return e.CommitContext(context.Background(), checkpoint)
+}
+
+// CommitContext is [Engine.Commit] bounded by ctx: if ctx is done before
+// the commit is durable it returns an error wrapping ctx.Err() at once.
+// The write may still happen after that (its keys become durable with the
+// checkpoint, as Commit says), as it may after a crash in the middle of a
+// commit: the caller treats the outcome as unknown, and keys Done under
+// [Options.ExplicitDone] stay Done either way.
+func (e *Engine) CommitContext(ctx context.Context, checkpoint []byte) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	return e.commit(math.MaxUint64, checkpoint)
+	return e.commit(ctx, math.MaxUint64, 2*e.epoch.Load(), checkpoint)
 }
 
 // Barrier is a point in an engine's stream of New verdicts; see
@@ -49,56 +86,107 @@ type Barrier uint64
 //	... observe the events after X meanwhile ...
 //
 // Keys whose Observe (Done) runs concurrently with Barrier fall on either
-// side. A worker pool takes the Barrier under the lock that orders its
-// output and Done calls (see the package doc, "Worker pools").
+// side. Barriers are ordered: one taken later covers every key an earlier
+// one covers, and its checkpoint wins over theirs (see [Engine.Commit]). A
+// worker pool takes the Barrier under the lock that orders its output and
+// Done calls (see the package doc, "Worker pools", and [Pool], which does
+// it for you).
 func (e *Engine) Barrier() Barrier { return Barrier(e.epoch.Add(1) - 1) }
 
 // CommitThrough is [Engine.Commit] restricted to the keys observed New
 // before barrier b (see [Engine.Barrier]): they become durable together
 // with checkpoint; keys observed after b stay in flight. Under
 // [Options.ExplicitDone] it takes the keys Done before b. Concurrent
-// commits share one write, as [Engine.Commit] says.
+// commits share one write, and the durable checkpoint is that of the
+// furthest barrier committed, as [Engine.Commit] says: a call whose
+// barrier is behind returns nil once its keys are durable, its checkpoint
+// superseded.
+//
+// CommitThrough is [Engine.CommitThroughContext] with
+// [context.Background].
 func (e *Engine) CommitThrough(b Barrier, checkpoint []byte) error {
+	return e.CommitThroughContext(context.Background(), b, checkpoint)
+}
+
+// CommitThroughContext is [Engine.CommitThrough] bounded by ctx, as
+// [Engine.CommitContext] is.
+func (e *Engine) CommitThroughContext(ctx context.Context, b Barrier, checkpoint []byte) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	return e.commit(uint64(b), checkpoint)
+	return e.commit(ctx, uint64(b), 2*uint64(b)+1, checkpoint)
 }
 
 // commit queues a commit request; the first caller to find no leader
-// becomes it and commits for every request queued meanwhile.
-func (e *Engine) commit(limit uint64, checkpoint []byte) error {
-	req := &commitReq{limit: limit, done: make(chan struct{})}
+// becomes it and commits for every request queued meanwhile. A caller
+// whose ctx can end hands the leading to a goroutine of its own, so that
+// it can return when ctx ends while the write goes on for the others.
+func (e *Engine) commit(ctx context.Context, limit, rank uint64, checkpoint []byte) error {
+	req := &commitReq{limit: limit, rank: rank, done: make(chan struct{})}
 	if checkpoint != nil {
 		req.cp = append([]byte{}, checkpoint...)
 	}
 	e.cmu.Lock()
 	e.cqueue = append(e.cqueue, req)
-	if e.cleader {
-		e.cmu.Unlock()
+	lead := !e.cleader
+	if lead {
+		e.cleader = true
+		e.leading.Add(1)
+	}
+	e.cmu.Unlock()
+	if ctx.Done() == nil {
+		if lead {
+			e.lead()
+		}
 		<-req.done
 		return req.err
 	}
-	e.cleader = true
+	if lead {
+		go e.lead()
+	}
+	select {
+	case <-req.done:
+		return req.err
+	case <-ctx.Done():
+		return wrap(ctx.Err(), "commit: the write may still happen")
+	}
+}
+
+// lead writes the queued commits, group after group, until none is left.
+// The caller set cleader and counted itself in leading.
+func (e *Engine) lead() {
+	defer e.leading.Done()
+	e.cmu.Lock()
 	for len(e.cqueue) > 0 {
 		group := e.cqueue
 		e.cqueue = nil
 		e.cmu.Unlock()
 		// One write for the group, through its furthest barrier, with the
-		// checkpoint of the last request queued that gave one: the state
-		// the calls would leave had they run one after the other in the
-		// order they queued.
+		// checkpoint of the highest rank that gave one (the later one of
+		// equal ranks), if it is not behind the durable one.
 		var limit uint64
-		var cp []byte
+		var best *commitReq
 		for _, r := range group {
 			limit = max(limit, r.limit)
-			if r.cp != nil {
-				cp = r.cp
+			if r.cp != nil && (best == nil || r.rank >= best.rank) {
+				best = r
 			}
 		}
-		err := e.commitOnce(limit, cp)
+		var cp []byte
+		var rank uint64
+		if best != nil {
+			e.cpMu.Lock()
+			if best.rank >= e.cpRank {
+				cp, rank = best.cp, best.rank
+			}
+			e.cpMu.Unlock()
+		}
+		err := e.commitOnce(limit, cp, rank)
 		for _, r := range group {
 			r.err = err
 			close(r.done)
@@ -107,13 +195,12 @@ func (e *Engine) commit(limit uint64, checkpoint []byte) error {
 	}
 	e.cleader = false
 	e.cmu.Unlock()
-	return req.err
 }
 
-// commitOnce writes the keys in flight and cp in one batch. Keys stay
+// commitOnce writes the keys in flight and cp (of rank rank) in one batch. Keys stay
 // visible as InFlight (in the shards' committing sets) until the batch is
 // durable and they are in their filters, so no Observe sees a gap.
-func (e *Engine) commitOnce(limit uint64, cp []byte) error {
+func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 	e.commitGate.Lock()
 	defer e.commitGate.Unlock()
 	start := time.Now()
@@ -192,6 +279,7 @@ func (e *Engine) commitOnce(limit uint64, cp []byte) error {
 	e.cpMu.Lock()
 	if cp != nil {
 		e.checkpoint = cp
+		e.cpRank = rank
 	}
 	e.commitSeq = seq
 	e.cpMu.Unlock()

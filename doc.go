@@ -21,7 +21,8 @@
 //
 //  1. Atomic. All methods are safe for concurrent use. For one key, among
 //     any number of concurrent Observe calls exactly one gets New; the others
-//     get InFlight, or Duplicate once committed.
+//     get InFlight, or Duplicate once committed (under ExplicitDone, once
+//     Done).
 //  2. Window. A key observed New at t is reported InFlight or Duplicate to
 //     every Observe at t' with t'-t < Window, and is New again by
 //     t'-t >= Window + Window/Generations. A clock that steps backwards never
@@ -37,8 +38,10 @@
 //     committed keys are remembered, uncommitted ones are not, and
 //     Checkpoint returns the last committed cp: a consumer that resumes its
 //     source from there processes every event exactly once. Forget
-//     releases an InFlight key. Concurrent commits share one write, whose
-//     checkpoint is the latest call's. Close commits only under
+//     releases an InFlight key. Concurrent commits share one write; the
+//     durable checkpoint is that of the furthest Barrier committed (a plain
+//     Commit ranks by when it began) and never moves back (see
+//     [Engine.Commit]). Close commits only under
 //     AutoCommit; otherwise it drops what is in flight, as a crash would,
 //     and reports how many in Stats.DroppedAtClose and the log.
 //  6. Restart. Open restores the filters from the newest valid snapshot and
@@ -66,14 +69,17 @@
 //     [Engine.Done] ([Engine.DoneBatch] for many); if processing fails it
 //     calls [Engine.Forget] instead and tries the event again.
 //   - Until Done the key stays in flight across any number of commits:
-//     other workers get InFlight and Forget still works. Commit and
-//     CommitThrough make durable only keys that are Done (for
+//     other workers get InFlight and Forget still works. From Done on they
+//     get Duplicate, before the commit: under the watermark rule below, if
+//     that commit never happens neither event is below the durable
+//     watermark, and both are read again ([Engine.Done] has the argument).
+//     Commit and CommitThrough make durable only keys that are Done (for
 //     CommitThrough, Done before its Barrier). Forget after Done fails with
 //     ErrAlreadyDone; Done of a key not in flight with ErrNotInFlight.
-//   - A worker that gets InFlight tries the event again later, until its
-//     verdict is New (the owner forgot it: this worker owns it now) or
-//     Duplicate (the owner's commit is durable). It never drops it: the
-//     owner may still fail and Forget the key.
+//   - A worker that gets InFlight tries the event again once the owner is
+//     Done or has forgotten the key, until its verdict is New (the owner
+//     forgot it: this worker owns it now) or Duplicate. It never drops it:
+//     the owner may still fail and Forget the key.
 //   - The checkpoint is a low watermark: the source position below which
 //     every event is Done or Duplicate. Make the output part of it (the
 //     length of an output file, say, truncated back to it on restart), and
@@ -85,7 +91,13 @@
 //     ErrTooManyInFlight until workers Done or Forget keys and a commit
 //     runs.
 //
-// Example_workerPool shows the recipe; TestWorkerPoolCrash holds it to
+// [Pool] runs this recipe: it takes the processing function and an output
+// hook, owns the ordering lock, the watermark and the Barrier, commits by
+// count or timer, and parks events whose key another worker owns
+// (Example_pool). An HTTP server is a worker pool too: with ExplicitDone,
+// Done and a Barrier per request, one request's commit never makes
+// another's key durable before its work exists (Example_httpHandler).
+// TestWorkerPoolCrash and TestPoolCrash hold the recipe and Pool to
 // exactly-once output under SIGKILL.
 //
 // # State directory
@@ -103,9 +115,10 @@
 // [Engine.Observe] and [Engine.ObserveBatch] answer each key with a
 // [Verdict]. [Engine.Commit], or [Engine.Barrier] then
 // [Engine.CommitThrough], makes the keys in flight durable with a
-// checkpoint ([Engine.Checkpoint] reads it back); [Engine.Forget] releases
-// one, and under ExplicitDone [Engine.Done] marks one processed.
-// [Engine.Snapshot], [Engine.Backup], [RestoreBackup], [RebuildSnapshot]
+// checkpoint ([Engine.Checkpoint] reads it back; [Engine.CommitContext]
+// and [Engine.CommitThroughContext] bound the wait by a context);
+// [Engine.Forget] releases one, and under ExplicitDone [Engine.Done] marks
+// one processed; [Pool] runs a worker pool over them. [Engine.Snapshot], [Engine.Backup], [RestoreBackup], [RebuildSnapshot]
 // and [StateOptions] manage the state directory; [Engine.Stats] reports
 // [Stats]. Errors wrap this package's sentinels
 // (ErrClosed, ErrCorrupt, ...); [ErrCorrupt] is the corruption class of
@@ -119,6 +132,7 @@
 //   - sizing.go: the size of the filters and of the store's memtable for
 //     the workload Options describe ([Options.FilterCeiling])
 //   - errors.go: the sentinel errors
+//   - lock_unix.go and lock_other.go: which process holds a state's lock
 //   - hash.go: the key hash (XXH64, seeded)
 //   - shard.go: a shard's filters and in-flight sets
 //   - inflight.go: the set of keys in flight
@@ -126,6 +140,7 @@
 //   - observe.go: the [Verdict], Observe, ObserveBatch and Forget
 //   - peek.go: Peek, and the store lookup behind a filter hit
 //   - done.go: Done and DoneBatch (ExplicitDone)
+//   - pool.go: [Pool], the worker pool that owns the watermark and commits
 //   - commit.go: group commit, barriers and the checkpoint
 //   - snapshot.go and restore.go: writing snapshots, restoring from them
 //   - backup.go: Backup, RestoreBackup and RebuildSnapshot

@@ -8,13 +8,30 @@ import (
 // Done says that key, observed New by the caller, is processed: under
 // [Options.ExplicitDone] the next [Engine.Commit] (or
 // [Engine.CommitThrough] through a [Barrier] taken after Done returns)
-// makes it durable. Until Done the key stays in flight across commits and
-// [Engine.Forget] can release it; after Done, Forget returns
-// ErrAlreadyDone. Done returns ErrNotInFlight for a key not in flight
-// (never observed New, forgotten, or committed), ErrAlreadyDone for a key
-// Done twice, and ErrNoExplicitDone on an engine opened without
-// ExplicitDone.
+// makes it durable. Until Done the key stays in flight across commits,
+// [Engine.Observe] answers it [InFlight] and [Engine.Forget] can release
+// it; after Done, Forget returns ErrAlreadyDone. Done returns
+// ErrNotInFlight for a key not in flight (never observed New, forgotten,
+// or committed), ErrAlreadyDone for a key Done twice, and
+// ErrNoExplicitDone on an engine opened without ExplicitDone.
+//
+// From Done on, Observe answers the key [Duplicate], before the commit
+// that makes it durable: no worker waits on a key whose work is done, so
+// a pool that commits rarely never stalls. That is safe under the
+// low-watermark rule of the package doc ("Worker pools"): if event X got
+// New and was Done, and event Y of the same key then got Duplicate and
+// was marked complete, and the commit that would have made the key
+// durable never happens (a crash), then no commit that happened covered
+// X's Done, so none had X complete, and Y completed after X's Done, so
+// none had Y complete either: the durable watermark is below both, both
+// are read again after the restart, and the first of them is New. The
+// output of X lies past the durable output length and is truncated away.
+// Under the same rule a commit that does happen covers X's Done, hence
+// its key, before or with Y's completion.
 func (e *Engine) Done(key []byte) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	if !e.opts.ExplicitDone {
 		return ErrNoExplicitDone
 	}
@@ -37,6 +54,9 @@ func (e *Engine) Done(key []byte) error {
 // Done is Done, and the error joins, naming each index, the keys that were
 // not in flight or were Done already.
 func (e *Engine) DoneBatch(keys [][]byte) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	if !e.opts.ExplicitDone {
 		return ErrNoExplicitDone
 	}

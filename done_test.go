@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,7 +48,8 @@ func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
 
 // TestExplicitDoneCommitsOnlyDone: Commit makes Done keys durable; the
 // others stay in flight across commits (InFlight to other observers,
-// forgettable) and are lost by a restart, as uncommitted keys are.
+// forgettable) and are lost by a restart, as uncommitted keys are. A Done
+// key answers Duplicate before its commit.
 func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
 	e := openT(t, o)
@@ -57,7 +59,7 @@ func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	if err := e.Done([]byte("A")); err != nil {
 		t.Fatal(err)
 	}
-	mustObserve(t, e, "A", dedup.InFlight) // done, not committed yet
+	mustObserve(t, e, "A", dedup.Duplicate) // done, not committed yet
 	if err := e.Commit([]byte("1")); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,8 @@ func TestExplicitDoneCommitThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustObserve(t, e, "A", dedup.Duplicate)
-	mustObserve(t, e, "B", dedup.InFlight)
+	mustObserve(t, e, "B", dedup.Duplicate) // Done, not committed
+	mustObserve(t, e, "C", dedup.InFlight)
 	if err := e.Forget([]byte("B")); !errors.Is(err, dedup.ErrAlreadyDone) {
 		t.Fatalf("Forget of a Done key past the barrier = %v, want ErrAlreadyDone", err)
 	}
@@ -225,7 +228,8 @@ func TestExplicitDoneMaxInFlight(t *testing.T) {
 
 // TestExplicitDoneConcurrent runs workers that share keys, Forget some and
 // Done the rest, with commits running meanwhile: one owner per key at a
-// time, every key ends Duplicate, nothing is left in flight.
+// time, every key ends Duplicate, nothing is left in flight after a last
+// commit.
 func TestExplicitDoneConcurrent(t *testing.T) {
 	e := openT(t, dedup.Options{ExplicitDone: true, Shards: 4})
 	const keys, workers = 2000, 6
@@ -306,8 +310,13 @@ func TestExplicitDoneConcurrent(t *testing.T) {
 	if err := <-commitErr; err != nil {
 		t.Fatal(err)
 	}
+	// A Done key answers Duplicate before its commit, so workers may
+	// finish while the last ones wait for one.
+	if err := e.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
 	if n := e.Stats().InFlightKeys; n != 0 {
-		t.Fatalf("InFlightKeys = %d after every worker finished", n)
+		t.Fatalf("InFlightKeys = %d after every worker finished and a last commit", n)
 	}
 	for i := range dones {
 		if n := dones[i].Load(); n != 1 {
@@ -364,4 +373,44 @@ func TestCloseReportsInFlight(t *testing.T) {
 	if st := e.Stats(); st.DroppedAtClose != 1 || st.CommittedKeys != 1 {
 		t.Fatalf("DroppedAtClose %d, CommittedKeys %d; want 1 and 1", st.DroppedAtClose, st.CommittedKeys)
 	}
+}
+
+// TestDoneKeyIsDuplicateBeforeCommit: under ExplicitDone a key answers
+// InFlight while its owner works on it and Duplicate from Done on, to
+// Observe, ObserveBatch and Peek alike, before any commit; such a
+// Duplicate counts in Stats.Duplicate and nowhere in the observed
+// false-positive samples. Without a commit a restart forgets the key, as
+// it forgets every uncommitted one.
+func TestDoneKeyIsDuplicateBeforeCommit(t *testing.T) {
+	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
+	e := openT(t, o)
+	mustObserve(t, e, "A", dedup.New)
+	mustObserve(t, e, "A", dedup.InFlight)
+	if v, err := e.Peek([]byte("A")); err != nil || v != dedup.InFlight {
+		t.Fatalf("Peek(A) before Done = %v, %v; want InFlight", v, err)
+	}
+	if err := e.Done([]byte("A")); err != nil {
+		t.Fatal(err)
+	}
+	mustObserve(t, e, "A", dedup.Duplicate)
+	if v, err := e.Peek([]byte("A")); err != nil || v != dedup.Duplicate {
+		t.Fatalf("Peek(A) after Done = %v, %v; want Duplicate", v, err)
+	}
+	out := make([]dedup.Verdict, 3)
+	if err := e.ObserveBatch([][]byte{[]byte("A"), []byte("B"), []byte("B")}, out); err != nil {
+		t.Fatal(err)
+	}
+	if want := []dedup.Verdict{dedup.Duplicate, dedup.New, dedup.InFlight}; !slices.Equal(out, want) {
+		t.Fatalf("ObserveBatch(A, B, B) = %v, want %v", out, want)
+	}
+	if st := e.Stats(); st.Duplicate != 2 || st.InFlightKeys != 2 || st.NotDoneKeys != 1 {
+		t.Fatalf("Stats: Duplicate %d, InFlightKeys %d, NotDoneKeys %d; want 2, 2, 1", st.Duplicate, st.InFlightKeys, st.NotDoneKeys)
+	}
+	if err := e.Close(); err != nil { // no commit: a crash
+		t.Fatal(err)
+	}
+	e = openT(t, o)
+	defer e.Close()
+	mustObserve(t, e, "A", dedup.New)
+	mustObserve(t, e, "B", dedup.New)
 }

@@ -74,13 +74,18 @@ type Engine struct {
 
 	// cmu guards the group commit: callers queue in cqueue; the one that
 	// finds no leader (cleader false) becomes it and commits for all.
+	// leading counts the leaders running: Close waits for one that leads
+	// for a caller gone (see commit).
 	cmu     sync.Mutex
 	cqueue  []*commitReq
 	cleader bool
+	leading sync.WaitGroup
 
-	// cpMu guards the last committed checkpoint and commit sequence.
+	// cpMu guards the last committed checkpoint, the rank it was committed
+	// with (see commitReq) and the commit sequence.
 	cpMu       sync.Mutex
 	checkpoint []byte
+	cpRank     uint64
 	commitSeq  uint64
 
 	stats engineStats
@@ -146,6 +151,9 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 // [ErrSnapshot] (joined with any other), the committed state intact.
 // Every method returns ErrClosed afterwards.
 func (e *Engine) Close() error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	if !e.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
@@ -153,9 +161,11 @@ func (e *Engine) Close() error {
 	e.bg.Wait()
 	e.lifecycle.Lock()
 	defer e.lifecycle.Unlock()
+	// A commit whose caller's context ended may still be writing.
+	e.leading.Wait()
 	var errs []error
 	if e.opts.AutoCommit > 0 {
-		if err := e.commit(math.MaxUint64, nil); err != nil {
+		if err := e.commit(context.Background(), math.MaxUint64, 2*e.epoch.Load(), nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -192,6 +202,15 @@ func (e *Engine) snapshotStale() bool {
 	seq := e.commitSeq
 	e.cpMu.Unlock()
 	return seq != last
+}
+
+// usable returns ErrNotOpen for an Engine that Open did not make (a zero
+// Engine, or a nil one).
+func (e *Engine) usable() error {
+	if e == nil || e.shards == nil {
+		return ErrNotOpen
+	}
+	return nil
 }
 
 func (e *Engine) logf(format string, args ...any) {

@@ -42,7 +42,7 @@ func TestVerdictLifecycle(t *testing.T) {
 				t.Fatalf("Checkpoint after Commit(nil) = %q", got)
 			}
 			st := e.Stats()
-			if st.New != 3 || st.Duplicate != 2 || st.InFlight != 1 || st.Observed != 6 || st.InFlightKeys != 0 {
+			if st.New != 3 || st.Duplicate != 2 || st.InFlightVerdicts != 1 || st.Observed != 6 || st.InFlightKeys != 0 {
 				t.Fatalf("stats %+v", st)
 			}
 		})

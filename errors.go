@@ -3,7 +3,12 @@ package dedup
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"strings"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/internal/errclass"
@@ -14,6 +19,9 @@ import (
 var (
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("dedup: engine closed")
+	// ErrNotOpen is returned by the methods of an Engine that [Open] did
+	// not make (a zero Engine): open one with Open.
+	ErrNotOpen = errors.New("dedup: engine not opened: make it with dedup.Open")
 	// ErrEmptyKey rejects an empty key (or a nil entry in a batch).
 	ErrEmptyKey = errors.New("dedup: empty key")
 	// ErrKeyTooLarge rejects a key longer than Options.MaxKeySize.
@@ -37,6 +45,10 @@ var (
 	// ErrIncompatible is returned by Open when the state directory was
 	// created with options that the given ones contradict.
 	ErrIncompatible = errors.New("dedup: options incompatible with the state directory")
+	// ErrStateInUse is returned by Open for a state directory that another
+	// engine holds open, in this process or another: its message names the
+	// process when the system tells.
+	ErrStateInUse = errors.New("dedup: state directory in use")
 	// ErrNotOurs is returned by Open for a state directory that holds
 	// another program's files.
 	ErrNotOurs = exact.ErrNotOurs
@@ -84,3 +96,28 @@ func (w *wrapError) Error() string {
 }
 
 func (w *wrapError) Unwrap() error { return w.err }
+
+// stateOpenError is the error of Open when the exact store in dir (on
+// fsys) did not open: ErrStateInUse, naming the holder, when another
+// engine holds its lock, err wrapped otherwise. given is the Dir the
+// caller gave.
+func stateOpenError(err error, fsys vfs.FS, dir, given string) error {
+	// fcntl's EAGAIN or EACCES from another process's lock, or Pebble's
+	// own message for this process's; a permission problem creating the
+	// LOCK file is an *fs.PathError and does not count.
+	var pe *fs.PathError
+	held := strings.Contains(err.Error(), "lock held by current process") ||
+		!errors.As(err, &pe) && (errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES))
+	if !held {
+		return wrap(err, "open state %q", given)
+	}
+	if strings.Contains(err.Error(), "lock held by current process") {
+		return fmt.Errorf("%w: %q is open in this process already (close that Engine first): %w", ErrStateInUse, given, err)
+	}
+	if fsys == vfs.Default {
+		if pid := lockHolder(filepath.Join(dir, "LOCK")); pid > 0 {
+			return fmt.Errorf("%w: %q is open in process %d (stop it, or give this one another Dir): %w", ErrStateInUse, given, pid, err)
+		}
+	}
+	return fmt.Errorf("%w: %q is open in another process (stop it, or give this one another Dir): %w", ErrStateInUse, given, err)
+}

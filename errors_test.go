@@ -1,7 +1,12 @@
 package dedup_test
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -105,4 +110,106 @@ func TestErrorPrefixOnce(t *testing.T) {
 	if err := e.Backup("elsewhere"); err == nil || strings.Count(err.Error(), "dedup: ") != 1 {
 		t.Fatalf("Backup of an in-memory engine = %v; want an error with one dedup: prefix", err)
 	}
+}
+
+// TestZeroOptionsAreValid: a zero field selects its default, so
+// Options{}.Validate() reports nothing, while an explicit bad value next
+// to zero fields is still named.
+func TestZeroOptionsAreValid(t *testing.T) {
+	if err := (&dedup.Options{}).Validate(); err != nil {
+		t.Fatalf("Options{}.Validate() = %v, want nil: zero fields select their defaults", err)
+	}
+	err := (&dedup.Options{Shards: -1}).Validate()
+	if !errors.Is(err, dedup.ErrInvalidOptions) || !strings.Contains(err.Error(), "Shards") {
+		t.Fatalf("Validate with Shards -1 = %v, want ErrInvalidOptions naming Shards", err)
+	}
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 1 {
+		t.Fatalf("Validate with one bad field reported %d errors: %v", n, err)
+	}
+}
+
+// TestZeroEngineIsNotOpen: the methods of an Engine that Open did not make
+// say so, instead of failing on an option they would have read.
+func TestZeroEngineIsNotOpen(t *testing.T) {
+	var e dedup.Engine
+	for name, err := range map[string]error{
+		"Observe":       func() error { _, err := e.Observe([]byte("k")); return err }(),
+		"ObserveBatch":  e.ObserveBatch([][]byte{[]byte("k")}, make([]dedup.Verdict, 1)),
+		"Peek":          func() error { _, err := e.Peek([]byte("k")); return err }(),
+		"Forget":        e.Forget([]byte("k")),
+		"Done":          e.Done([]byte("k")),
+		"Commit":        e.Commit(nil),
+		"CommitThrough": e.CommitThrough(0, nil),
+		"Close":         e.Close(),
+	} {
+		if !errors.Is(err, dedup.ErrNotOpen) {
+			t.Errorf("%s on a zero Engine = %v, want ErrNotOpen", name, err)
+		}
+	}
+}
+
+// inUseChildEnv makes TestStateInUseChild hold the state directory it
+// names open until its standard input closes.
+const inUseChildEnv = "DEDUP_IN_USE_DIR"
+
+func TestStateInUseChild(t *testing.T) {
+	dir := os.Getenv(inUseChildEnv)
+	if dir == "" {
+		return
+	}
+	e, err := dedup.Open(dedup.Options{Dir: dir})
+	if err != nil {
+		fmt.Printf("ERR %v\n", err)
+		os.Exit(3)
+	}
+	fmt.Println("OPEN")
+	io.Copy(io.Discard, os.Stdin)
+	e.Close()
+}
+
+// TestStateInUse: a second Open of a state directory, in this process or
+// in another one, fails with ErrStateInUse; from another process the
+// message names the process that holds it.
+func TestStateInUse(t *testing.T) {
+	if os.Getenv(inUseChildEnv) != "" {
+		return
+	}
+	dir := t.TempDir()
+	e, err := dedup.Open(dedup.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dedup.Open(dedup.Options{Dir: dir})
+	if !errors.Is(err, dedup.ErrStateInUse) || !strings.Contains(err.Error(), "in this process") {
+		t.Fatalf("second Open in one process = %v, want ErrStateInUse saying so", err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStateInUseChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), inUseChildEnv+"="+dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "OPEN\n" {
+		t.Fatalf("child: %q, %v", line, err)
+	}
+	_, err = dedup.Open(dedup.Options{Dir: dir})
+	want := fmt.Sprintf("in process %d", cmd.Process.Pid)
+	if !errors.Is(err, dedup.ErrStateInUse) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open of a state another process holds = %v, want ErrStateInUse saying %q", err, want)
+	}
+	t.Logf("%v", err)
 }

@@ -1,10 +1,15 @@
 package dedup_test
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,12 +66,13 @@ func Example() {
 	// order-3 again: duplicate
 }
 
-// A pool of workers that processes every event exactly once. With
-// ExplicitDone a New key stays owned by its worker until Done, so a Commit
-// running meanwhile makes durable only processed keys; the checkpoint is a
-// low watermark (every event below it is processed or a Duplicate) and the
-// length of the output, which a restart truncates back to.
-func Example_workerPool() {
+// A pool of workers that processes every event exactly once, with
+// dedup.Pool: it owns the ordering lock, the low watermark, the Barrier
+// and the commits. Events go in in source order with the position to
+// resume from after each; Process runs concurrently, Output under the
+// pool's lock; the checkpoint records the watermark and the output's
+// length, which a restart truncates back to.
+func Example_pool() {
 	dir, err := os.MkdirTemp("", "dedup-pool")
 	if err != nil {
 		log.Fatal(err)
@@ -79,87 +85,34 @@ func Example_workerPool() {
 	}
 	events := []string{"a", "b", "a", "c", "d", "b", "e", "a", "f", "c", "g", "d"}
 
-	// mu orders the output, Done, the watermark and the commit's barrier:
-	// the keys a commit makes durable are exactly those whose output lies
-	// below the length it records.
-	var mu sync.Mutex
-	var output []string // the sink; in a service, a file whose length is recorded
-	complete := make([]bool, len(events))
-	low := 0 // every event below low is processed or a Duplicate
-	finish := func(i int) {
-		complete[i] = true
-		for low < len(events) && complete[low] {
-			low++
+	var output []string // the sink; in a service, a file whose length the checkpoint records
+	p, err := dedup.NewPool(e, dedup.PoolOptions[string]{
+		Workers: 4,
+		Key:     func(ev string) []byte { return []byte(ev) },
+		Process: func(ctx context.Context, ev string) error {
+			return nil // the work; an error makes the pool Forget the key and retry
+		},
+		Output: func(ev string) error { // under the pool's lock, right before Done
+			output = append(output, "processed "+ev)
+			return nil
+		},
+		Checkpoint: func(resume int64) ([]byte, error) { // under the same lock
+			return fmt.Appendf(nil, "%d %d", resume, len(output)), nil
+		},
+		CommitEvery: 5000, // and at least every CommitInterval (1s)
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, ev := range events {
+		// The position after the event: where to resume once it and every
+		// event before it are complete.
+		if err := p.Submit(ctx, ev, int64(i+1)); err != nil {
+			log.Fatal(err)
 		}
 	}
-	commit := func() error {
-		mu.Lock()
-		cp := fmt.Appendf(nil, "%d %d", low, len(output))
-		b := e.Barrier() // the keys Done so far
-		mu.Unlock()
-		return e.CommitThrough(b, cp)
-	}
-
-	jobs := make(chan int)
-	var workers sync.WaitGroup
-	for w := 0; w < 4; w++ {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for i := range jobs {
-				key := []byte(events[i])
-				for {
-					v, err := e.Observe(key)
-					if err != nil {
-						log.Fatal(err)
-					}
-					if v == dedup.InFlight {
-						// Another worker owns a copy and may still Forget it:
-						// ask again later, never drop the event.
-						time.Sleep(time.Millisecond)
-						continue
-					}
-					mu.Lock()
-					if v == dedup.New {
-						// Process; on failure call e.Forget(key) instead and
-						// try again.
-						output = append(output, "processed "+events[i])
-						if err := e.Done(key); err != nil {
-							log.Fatal(err)
-						}
-					}
-					finish(i)
-					mu.Unlock()
-					break
-				}
-			}
-		}()
-	}
-	stop := make(chan struct{})
-	committed := make(chan error)
-	go func() { // commits run concurrently with the workers
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if err := commit(); err != nil {
-					committed <- err
-					return
-				}
-			case <-stop:
-				committed <- commit()
-				return
-			}
-		}
-	}()
-	for i := range events {
-		jobs <- i
-	}
-	close(jobs)
-	workers.Wait()
-	close(stop)
-	if err := <-committed; err != nil {
+	if err := p.Close(ctx); err != nil { // drains the events, commits
 		log.Fatal(err)
 	}
 	if err := e.Close(); err != nil {
@@ -184,4 +137,87 @@ func Example_workerPool() {
 	// processed a, processed b, processed c, processed d, processed e, processed f, processed g
 	// resume at event 12 with 7 outputs
 	// c again: duplicate
+}
+
+// An HTTP handler is a worker pool: requests run concurrently. With
+// ExplicitDone a request's key becomes durable only once its own work is
+// done, so request A's commit never makes request B's key durable before
+// B's order exists. Each request writes its output and calls Done, takes
+// a Barrier and the output's length under one lock, then commits through
+// the barrier outside it, bounded by the request's context. To answer a
+// repeated key with the first response instead of 409, see the
+// idempotency package, which stores results.
+func Example_httpHandler() {
+	dir, err := os.MkdirTemp("", "dedup-http")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	e, err := dedup.Open(dedup.Options{Dir: dir, Window: 24 * time.Hour, ExplicitDone: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer e.Close()
+
+	var mu sync.Mutex
+	var orders []string // the output; in a service, a file whose length the checkpoint records
+	createOrder := func(r *http.Request) (string, error) { return "order for " + r.Header.Get("Idempotency-Key"), nil }
+
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := []byte("orders:" + r.Header.Get("Idempotency-Key"))
+		v, err := e.Observe(key)
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		case v == dedup.InFlight: // another request with this key is running
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "in progress", http.StatusConflict)
+			return
+		case v == dedup.Duplicate: // done before (or being committed)
+			http.Error(w, "already used", http.StatusConflict)
+			return
+		}
+		order, err := createOrder(r)
+		if err != nil {
+			e.Forget(key) // a retry may run it again
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		mu.Lock()
+		orders = append(orders, order)
+		err = e.Done(key)
+		b := e.Barrier()
+		cp := strconv.AppendInt(nil, int64(len(orders)), 10)
+		mu.Unlock()
+		if err == nil {
+			err = e.CommitThroughContext(r.Context(), b, cp)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintln(w, order)
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	for _, k := range []string{"k1", "k1", "k2"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/orders", nil)
+		req.Header.Set("Idempotency-Key", k)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%s: %d %s", k, resp.StatusCode, body)
+	}
+	fmt.Printf("checkpoint: %s orders\n", e.Checkpoint())
+	// Output:
+	// k1: 201 order for k1
+	// k1: 409 already used
+	// k2: 201 order for k2
+	// checkpoint: 2 orders
 }

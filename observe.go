@@ -19,13 +19,14 @@ const (
 	// event, processes it, then Commits (or Forgets it if processing fails).
 	// Under Options.ExplicitDone it calls Done once the event is processed.
 	New Verdict = 1
-	// Duplicate means the key was committed earlier within the window: drop
-	// the event.
+	// Duplicate means the key was committed earlier within the window (or,
+	// under Options.ExplicitDone, is Done: see Engine.Done): drop the event.
 	Duplicate Verdict = 2
 	// InFlight means the key was observed New since the last Commit and is
-	// not committed yet: another worker owns it. A worker pool tries the
-	// event again later, until it is New or Duplicate, and does not drop
-	// it: the owner may still Forget the key.
+	// not committed yet (under Options.ExplicitDone: not Done yet): another
+	// worker owns it. A worker pool tries the event again once the owner
+	// is Done or has forgotten the key, until it is New or Duplicate, and
+	// does not drop it: the owner may still Forget the key.
 	InFlight Verdict = 3
 )
 
@@ -43,6 +44,9 @@ func (v Verdict) String() string {
 }
 
 func (e *Engine) checkKey(key []byte) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
 	if len(key) == 0 {
 		return ErrEmptyKey
 	}
@@ -223,18 +227,20 @@ func (e *Engine) observeGroup(s *shard, b *batchScratch, group []int32, keys [][
 		if k := j + prefetchAhead; k < len(group) {
 			nk.prefetchSlot(b.hashes[group[k]])
 		}
+		// Under ExplicitDone the keys in flight outside newKeys are Done.
 		inFlight := inflight[j]
+		done := inFlight && s.undone != nil
 		var slot uint64
 		if !inFlight {
 			slot, inFlight = nk.findSlot(b.hashes[i], keys[i], e.exactMode)
 		}
-		v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight, slot, &a)
+		v, err := e.decide(s, keys[i], b.hashes[i], maybe[j], inFlight && !done, done, slot, &a)
 		if err != nil {
 			e.finish(s, &a)
 			s.mu.Unlock()
 			return wrap(err, "batch entry %d", i)
 		}
-		if v != InFlight && sampled(b.hashes[i]) {
+		if v != InFlight && !done && sampled(b.hashes[i]) {
 			s.sample(b.hashes[i], maybe[j], now)
 		}
 		out[i] = v
@@ -253,14 +259,16 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 	e.advTick(s, now)
 	s.rollEpoch(e.epoch.Load())
 	a := admit{gen: e.generationFor(now), now: now}
-	inFlight := s.otherInFlight(h, key, e.exactMode)
+	// Under ExplicitDone the keys in flight outside newKeys are Done.
+	done := s.undone != nil && s.doneInFlight(h, key, e.exactMode)
+	inFlight := !done && s.undone == nil && s.otherInFlight(h, key, e.exactMode)
 	var slot uint64
-	if !inFlight {
+	if !inFlight && !done {
 		slot, inFlight = s.newKeys().findSlot(h, key, e.exactMode)
 	}
 	maybe := s.ring.Contains(h)
-	v, err := e.decide(s, key, h, maybe, inFlight, slot, &a)
-	if err == nil && v != InFlight && sampled(h) {
+	v, err := e.decide(s, key, h, maybe, inFlight, done, slot, &a)
+	if err == nil && v != InFlight && !done && sampled(h) {
 		s.sample(h, maybe, now)
 	}
 	e.finish(s, &a)
@@ -301,10 +309,17 @@ func (e *Engine) finish(s *shard, a *admit) {
 
 // decide gives the verdict for key once the filters and the in-flight
 // sets have been asked: maybe says whether any live generation may hold h,
-// inFlight whether the key is in flight or being committed, and if not,
-// slot is where s.newKeys() takes it (inflightSet.findSlot). The shard's
-// lock is held, the ring is advanced; a New key goes into a.gen.
-func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight bool, slot uint64, a *admit) (Verdict, error) {
+// inFlight whether the key is in flight (not Done) or, without
+// ExplicitDone, being committed, done whether it is Done and not committed
+// yet (a Duplicate, see [Engine.Done]), and if neither, slot is where s.newKeys()
+// takes it (inflightSet.findSlot). The shard's lock is held, the ring is
+// advanced; a New key goes into a.gen.
+func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bool, slot uint64, a *admit) (Verdict, error) {
+	if done {
+		s.observed++
+		s.dups++
+		return Duplicate, nil
+	}
 	if inFlight {
 		s.observed++
 		if e.renewExpired(s, h, key, a) {

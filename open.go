@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/rotate"
 )
 
@@ -48,7 +49,7 @@ func Open(opts Options) (*Engine, error) {
 	}
 	store, err := openStore(fs, dir, given)
 	if err != nil {
-		return nil, wrap(err, "open state %q", opts.Dir)
+		return nil, stateOpenError(err, fs, dir, opts.Dir)
 	}
 	if opts.Dir != "" {
 		rec, ok, err := recorded(store)
@@ -209,8 +210,6 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	if err != nil {
 		return nil, err
 	}
-	e.logf("dedup: filters sized for ExpectedRate %v keys/s over Window %v: about %.1f MiB at most while the traffic stays within it; they follow the traffic: the first generation starts small and grows with its keys, each later one is sized for 1.5x the keys the one before held",
-		opts.ExpectedRate, opts.Window, need/(1<<20))
 	if e.timing, err = rotate.New(cfg); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
@@ -231,6 +230,12 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		return nil, err
 	}
 	e.startEventClock()
+	var now uint64
+	for i := range e.shards {
+		now += e.shards[i].ring.FilterBytes()
+	}
+	e.logf("dedup: filters hold %s now and follow the traffic: filters sized for ExpectedRate %v keys/s over Window %v grow to about %s at most, if the traffic keeps that rate for a whole window (each generation is sized for 1.5x the keys the one before held, up to that rate's share)",
+		humanize.Bytes(now), opts.ExpectedRate, opts.Window, humanize.Bytes(uint64(need)))
 	if e.stats.restoredKeys > 0 {
 		var bytes, sized uint64
 		for i := range e.shards {
@@ -244,7 +249,7 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	// Errors of background work are counted in Stats (commits, snapshots)
 	// or logged (reclaim); the next tick retries.
 	if opts.AutoCommit > 0 {
-		e.every(opts.AutoCommit, func() { _ = e.commit(math.MaxUint64, nil) })
+		e.every(opts.AutoCommit, func() { _ = e.commit(context.Background(), math.MaxUint64, 2*e.epoch.Load(), nil) })
 	}
 	if opts.SnapshotInterval > 0 {
 		e.every(opts.SnapshotInterval, func() {

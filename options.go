@@ -191,8 +191,16 @@ func (o *Options) EnsureDefaults() *Options {
 }
 
 // Validate reports every bad field by name, joined into one error wrapping
-// ErrInvalidOptions. It expects defaults to be filled (EnsureDefaults).
+// ErrInvalidOptions. A zero field selects its default (see
+// [Options.EnsureDefaults]) and is valid: Options{}.Validate() is nil. An
+// explicit bad value is reported, never replaced by a default.
 func (o *Options) Validate() error {
+	filled := *o
+	return filled.EnsureDefaults().validate()
+}
+
+// validate is Validate on options whose defaults are filled.
+func (o *Options) validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...)))

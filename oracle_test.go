@@ -134,5 +134,5 @@ func runOracle(t *testing.T, kind string, prob bool, shards int, seed uint64, ev
 	}
 	st := e.Stats()
 	t.Logf("stats: observed %d new %d dup %d inflight %d lookups %d fps %d gens %d bytes %d",
-		st.Observed, st.New, st.Duplicate, st.InFlight, st.StoreLookups, st.FalsePositives, st.Generations, st.FilterBytes)
+		st.Observed, st.New, st.Duplicate, st.InFlightVerdicts, st.StoreLookups, st.FalsePositives, st.Generations, st.FilterBytes)
 }

@@ -31,6 +31,9 @@ func (e *Engine) Peek(key []byte) (Verdict, error) {
 	// Observe sees only the generations live at now; dropping the expired
 	// ones changes no verdict, Observe would do it anyway.
 	s.ring.Advance(now)
+	if s.undone != nil && s.doneInFlight(h, key, e.exactMode) {
+		return Duplicate, nil // Done: see Engine.Done
+	}
 	if s.inFlight(h, key, e.exactMode) {
 		return InFlight, nil
 	}

@@ -97,7 +97,7 @@ func TestPeekMarksNothing(t *testing.T) {
 				}
 			}
 			st := e.Stats()
-			if st.Observed != 2 || st.New != 2 || st.Duplicate != 0 || st.InFlight != 0 || st.InFlightKeys != 1 {
+			if st.Observed != 2 || st.New != 2 || st.Duplicate != 0 || st.InFlightVerdicts != 0 || st.InFlightKeys != 1 {
 				t.Fatalf("Stats after Peeks: %+v", st)
 			}
 			mustObserve(t, e, "fresh", New)

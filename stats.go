@@ -15,11 +15,18 @@ import (
 type Stats struct {
 	// Observed counts keys observed (Observe and ObserveBatch entries).
 	Observed uint64
-	// New, Duplicate and InFlight count the verdicts given.
-	New, Duplicate, InFlight uint64
+	// New, Duplicate and InFlightVerdicts count the verdicts given: New,
+	// Duplicate and InFlight answers. They count answers, not keys (see
+	// InFlightKeys).
+	New, Duplicate, InFlightVerdicts uint64
+	// InFlight is InFlightVerdicts.
+	//
+	// Deprecated: the count of InFlight verdicts read as a count of keys
+	// in flight; use InFlightVerdicts (answers) or InFlightKeys (keys).
+	InFlight uint64
 	// InFlightKeys is the number of keys observed New and not yet
 	// committed (or forgotten). Under ExplicitDone, NotDoneKeys of them
-	// are not Done yet.
+	// are not Done yet (the others are Done and wait for a commit).
 	InFlightKeys int64
 	NotDoneKeys  int64
 	// DroppedAtClose is the number of keys in flight that Close dropped,
@@ -155,6 +162,9 @@ type GenerationStats struct {
 // engine's clock now. It takes each shard's lock briefly.
 func (e *Engine) Stats() Stats {
 	var st Stats
+	if e.usable() != nil {
+		return st
+	}
 	gens := map[uint64]*GenerationStats{}
 	kinds := map[uint64]uint64{} // bit k: a shard's filter is of Kind k
 	var order []uint64
@@ -173,7 +183,7 @@ func (e *Engine) Stats() Stats {
 		st.Observed += s.observed
 		st.New += s.news
 		st.Duplicate += s.dups
-		st.InFlight += s.inflightHits
+		st.InFlightVerdicts += s.inflightHits
 		st.StoreLookups += s.lookups
 		st.FalsePositives += s.falsePositives
 		st.FilterBytes += s.ring.FilterBytes()
@@ -227,6 +237,7 @@ func (e *Engine) Stats() Stats {
 		st.GenerationStats = append(st.GenerationStats, *gs)
 	}
 	st.InFlightKeys = e.inflightCount.Load()
+	st.InFlight = st.InFlightVerdicts
 	st.Commits = e.stats.commits.Load()
 	st.CommitErrors = e.stats.commitErrors.Load()
 	st.CommittedKeys = e.stats.committedKeys.Load()

@@ -214,8 +214,8 @@ func runStress(t *testing.T, prob bool, kind string) {
 	if st.InFlightKeys != 0 {
 		t.Fatalf("InFlightKeys = %d after the final commit", st.InFlightKeys)
 	}
-	if st.Observed != st.New+st.Duplicate+st.InFlight {
-		t.Fatalf("Observed %d != New %d + Duplicate %d + InFlight %d", st.Observed, st.New, st.Duplicate, st.InFlight)
+	if st.Observed != st.New+st.Duplicate+st.InFlightVerdicts {
+		t.Fatalf("Observed %d != New %d + Duplicate %d + InFlight %d", st.Observed, st.New, st.Duplicate, st.InFlightVerdicts)
 	}
 	if st.New != st.CommittedKeys+uint64(forgets.Load()) {
 		t.Fatalf("New %d != CommittedKeys %d + Forgets %d", st.New, st.CommittedKeys, forgets.Load())

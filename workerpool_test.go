@@ -3,6 +3,8 @@ package dedup_test
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -18,10 +20,11 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-// The child process of TestWorkerPoolCrash is this test binary, re-executed
-// with wpChildEnv set to the mode ("done": Options.ExplicitDone and Done;
-// "plain": the sequential API, Commit only, as a worker pool had to use it
-// before Done existed). TestWorkerPoolChild then runs the pool instead of
+// The child process of TestWorkerPoolCrash and TestPoolCrash is this test
+// binary, re-executed with wpChildEnv set to the mode ("done": the recipe
+// of the package doc by hand, Options.ExplicitDone and Done; "plain": the
+// sequential API, Commit only, which loses events in a pool; "pool": the
+// recipe run by dedup.Pool). TestWorkerPoolChild then runs the pool instead of
 // returning at once.
 const wpChildEnv = "DEDUP_WORKERPOOL_CHILD"
 
@@ -109,7 +112,11 @@ func TestWorkerPoolChild(t *testing.T) {
 	if mode == "" {
 		return
 	}
-	if err := wpRun(os.Getenv("DEDUP_WP_DIR"), mode == "done"); err != nil {
+	run := func(dir string) error { return wpRun(dir, mode == "done") }
+	if mode == "pool" {
+		run = wpRunPool
+	}
+	if err := run(os.Getenv("DEDUP_WP_DIR")); err != nil {
 		fmt.Printf("ERR %v\n", err)
 		os.Exit(3)
 	}
@@ -176,6 +183,98 @@ func wpRun(dir string, explicitDone bool) error {
 		return err
 	}
 	return e.Close()
+}
+
+// wpRunPool is wpRun on dedup.Pool: the same events, failures and output,
+// 20us of work per New event, a commit every wpCommitEvery completions and
+// no timer, so that a pool that waited on Done keys until a commit would
+// stall.
+func wpRunPool(dir string) error {
+	e, err := dedup.Open(wpOptions(dir, true))
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	var low int
+	var length int64
+	if cp := e.Checkpoint(); cp != nil {
+		if _, err := fmt.Sscanf(string(cp), "%d %d", &low, &length); err != nil {
+			return fmt.Errorf("checkpoint %q: %w", cp, err)
+		}
+	}
+	out, err := os.OpenFile(filepath.Join(dir, "out"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := out.Truncate(length); err != nil {
+		return err
+	}
+	if _, err := out.Seek(length, 0); err != nil {
+		return err
+	}
+	fmt.Printf("S %d %d\n", low, length)
+	w := bufio.NewWriter(out)
+	written := length
+	var rmu sync.Mutex
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
+	pool, err := dedup.NewPool(e, dedup.PoolOptions[string]{
+		Workers: wpWorkers,
+		Key:     func(k string) []byte { return []byte(k) },
+		Process: func(ctx context.Context, k string) error {
+			// Work that takes a while, so that the kills land mid-run.
+			time.Sleep(20 * time.Microsecond)
+			rmu.Lock()
+			fail := r.IntN(100) < wpFailPercent
+			rmu.Unlock()
+			if fail {
+				return errors.New("processing failed")
+			}
+			return nil
+		},
+		Output: func(k string) error {
+			n, err := w.WriteString(k + "\n")
+			written += int64(n)
+			return err
+		},
+		Checkpoint: func(resume int64) ([]byte, error) {
+			return fmt.Appendf(nil, "%d %d", resume, written), w.Flush()
+		},
+		Committed:      func(cp []byte) { fmt.Printf("C %s\n", cp) },
+		CommitEvery:    wpCommitEvery,
+		CommitInterval: time.Hour,
+		Attempts:       20,
+	})
+	if err != nil {
+		return err
+	}
+	events := wpEvents()
+	ctx := context.Background()
+	for i := low; i < len(events); i++ {
+		if err := pool.Submit(ctx, events[i], int64(i+1)); err != nil {
+			return err
+		}
+	}
+	if err := pool.Close(ctx); err != nil {
+		return err
+	}
+	if cp := string(e.Checkpoint()); !strings.HasPrefix(cp, strconv.Itoa(len(events))+" ") {
+		return fmt.Errorf("checkpoint %q after Close, want every event", cp)
+	}
+	return e.Close()
+}
+
+// TestPoolCrash is TestWorkerPoolCrash on dedup.Pool, 20 kills: the output
+// must hold every distinct key exactly once.
+func TestPoolCrash(t *testing.T) {
+	if os.Getenv(wpChildEnv) != "" {
+		return
+	}
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	dir := t.TempDir()
+	killRounds(t, killConfig{child: "TestWorkerPoolChild", kills: 20,
+		env: []string{wpChildEnv + "=pool", "DEDUP_WP_DIR=" + dir}})
+	wpCheckOutput(t, filepath.Join(dir, "out"), wpEvents())
 }
 
 // work processes events until stop.
@@ -325,16 +424,54 @@ func TestWorkerPoolCrash(t *testing.T) {
 	if os.Getenv("DEDUP_WP_PLAIN") == "1" {
 		mode = "plain"
 	}
-	const kills = 24
 	dir := t.TempDir()
+	forgetFailures := 0
+	killRounds(t, killConfig{
+		child: "TestWorkerPoolChild", kills: 24,
+		env: []string{wpChildEnv + "=" + mode, "DEDUP_WP_DIR=" + dir},
+		line: func(round int, f []string) {
+			if f[0] == "FORGET" {
+				forgetFailures++
+				if forgetFailures <= 3 {
+					t.Logf("round %d: child: %s", round, strings.Join(f, " "))
+				}
+			}
+		},
+	})
+	if forgetFailures > 0 {
+		t.Logf("%d Forget calls failed: their keys had been committed before they were processed", forgetFailures)
+	}
+	wpCheckOutput(t, filepath.Join(dir, "out"), wpEvents())
+}
+
+// killConfig describes the rounds of killRounds.
+type killConfig struct {
+	child string   // the test function the child runs
+	env   []string // added to the child's environment
+	kills int      // rounds killed; one more runs to the end
+	// line, if not nil, sees each line of the child's output, split into
+	// fields, besides what killRounds reads.
+	line func(round int, fields []string)
+}
+
+// killRounds runs the child test c.child (this test binary re-executed)
+// c.kills times, SIGKILLing it at a random moment each time, then once to
+// the end. The child prints "S <watermark> ..." once its state is open, "C
+// <watermark> ..." after each commit returns, "END" once it has finished,
+// and "ERR ..." on failure (fatal). A quarter of the rounds are killed
+// within 30ms of the start (maybe while the child opens the state), the
+// others after 0-2 commits and then 0-20ms. A round that resumes below the
+// watermark of a commit that returned before fails the test.
+func killRounds(t *testing.T, c killConfig) {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	r := rand.New(rand.NewPCG(seed, 3))
-	t.Logf("seed %d, mode %s", seed, mode)
-	lastLow, forgetFailures, ended := 0, 0, false
-	for round := 0; round <= kills; round++ {
-		final := round == kills
-		cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerPoolChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), wpChildEnv+"="+mode, "DEDUP_WP_DIR="+dir)
+	t.Logf("seed %d, child %s", seed, c.child)
+	lastLow, ended := 0, false
+	for round := 0; round <= c.kills; round++ {
+		final := round == c.kills
+		cmd := exec.Command(os.Args[0], "-test.run=^"+c.child+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), c.env...)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -351,9 +488,6 @@ func TestWorkerPoolCrash(t *testing.T) {
 				lines <- sc.Text()
 			}
 		}()
-		// Kill the child at a random moment: a quarter of the rounds within
-		// 30ms of its start (maybe while it opens the state), the others
-		// after 0-2 commits and then 0-20ms.
 		early := r.IntN(4) == 0
 		waitCommits := r.IntN(3)
 		var killAt <-chan time.Time
@@ -373,15 +507,15 @@ func TestWorkerPoolCrash(t *testing.T) {
 				}
 				last = append(last, line)
 				f := strings.Fields(line)
+				if len(f) == 0 {
+					continue
+				}
+				if c.line != nil {
+					c.line(round, f)
+				}
 				switch {
-				case len(f) == 0:
 				case f[0] == "ERR":
 					t.Fatalf("round %d: child: %s", round, line)
-				case f[0] == "FORGET":
-					forgetFailures++
-					if forgetFailures <= 3 {
-						t.Logf("round %d: child: %s", round, line)
-					}
 				case f[0] == "S":
 					started = true
 					startLow, _ = strconv.Atoi(f[1])
@@ -391,7 +525,8 @@ func TestWorkerPoolCrash(t *testing.T) {
 					lastLow = startLow
 				case f[0] == "C":
 					commits++
-					lastLow, _ = strconv.Atoi(f[1])
+					low, _ := strconv.Atoi(f[1])
+					lastLow = max(lastLow, low)
 					if !final && !early && !killed && commits > waitCommits {
 						killAt = time.After(time.Duration(r.IntN(20)) * time.Millisecond)
 						waitCommits = 1 << 30
@@ -416,15 +551,11 @@ func TestWorkerPoolCrash(t *testing.T) {
 		}
 		t.Logf("round %d: started=%v at %d, %d commits, killed=%v, ended=%v", round, started, startLow, commits, killed, ended)
 	}
-	if forgetFailures > 0 {
-		t.Logf("%d Forget calls failed: their keys had been committed before they were processed", forgetFailures)
-	}
-	wpCheckOutput(t, filepath.Join(dir, "out"))
 }
 
-// wpCheckOutput checks that the output holds every distinct key of the
+// wpCheckOutput checks that the output holds every distinct key of
 // input exactly once.
-func wpCheckOutput(t *testing.T, path string) {
+func wpCheckOutput(t *testing.T, path string, input []string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -441,7 +572,7 @@ func wpCheckOutput(t *testing.T, path string) {
 	}
 	var missing, twice, unknown []string
 	want := map[string]bool{}
-	for _, k := range wpEvents() {
+	for _, k := range input {
 		want[k] = true
 	}
 	for k := range want {

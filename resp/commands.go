@@ -830,7 +830,7 @@ func statsFields(o TableOptions, st dedup.Stats) []field {
 		{"observed", st.Observed},
 		{"new", st.New},
 		{"duplicate", st.Duplicate},
-		{"inflight", st.InFlight},
+		{"inflight", st.InFlightVerdicts},
 		{"inflight_keys", st.InFlightKeys},
 		{"keys", st.FilterKeys},
 		{"filter_bytes", st.FilterBytes},

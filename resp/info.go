@@ -150,7 +150,7 @@ func (s *Server) Info(sections ...string) string {
 	if section("Stats") {
 		var hits, misses uint64
 		for _, t := range tables {
-			hits += t.Stats.Duplicate + t.Stats.InFlight
+			hits += t.Stats.Duplicate + t.Stats.InFlightVerdicts
 			misses += t.Stats.New
 		}
 		line("total_connections_received", st.TotalConnections)

@@ -134,7 +134,7 @@ type generationJSON struct {
 
 func engineJSON(st dedup.Stats) *engineStatsJSON {
 	j := &engineStatsJSON{
-		Observed: st.Observed, New: st.New, Duplicate: st.Duplicate, InFlight: st.InFlight, InFlightKeys: st.InFlightKeys,
+		Observed: st.Observed, New: st.New, Duplicate: st.Duplicate, InFlight: st.InFlightVerdicts, InFlightKeys: st.InFlightKeys,
 		StoreLookups: st.StoreLookups, FalsePositives: st.FalsePositives, Generations: st.Generations,
 		GenerationStats: []generationJSON{},
 		FilterBytes:     st.FilterBytes, FilterKeys: st.FilterKeys, EstimatedFPRate: st.EstimatedFPRate,

@@ -106,8 +106,8 @@ func engineMetricValues(st dedup.Stats) map[string]float64 {
 	vals := map[string]float64{
 		"dedup_engine_observed_total":                 float64(st.Observed),
 		"dedup_engine_new_total":                      float64(st.New),
-		"dedup_engine_duplicates_total":               float64(st.Duplicate + st.InFlight),
-		"dedup_engine_duplicates_in_flight_total":     float64(st.InFlight),
+		"dedup_engine_duplicates_total":               float64(st.Duplicate + st.InFlightVerdicts),
+		"dedup_engine_duplicates_in_flight_total":     float64(st.InFlightVerdicts),
 		"dedup_engine_inflight_keys":                  float64(st.InFlightKeys),
 		"dedup_engine_store_lookups_total":            float64(st.StoreLookups),
 		"dedup_engine_false_positives_total":          float64(st.FalsePositives),
