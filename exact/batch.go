@@ -28,6 +28,9 @@ type Batch struct {
 	err    error
 	done   bool
 	rec    []byte // the encoded commit-log record
+
+	recs    []recOp // result records put or deleted, in call order
+	recVals []byte  // their values
 }
 
 var batchPool = sync.Pool{New: func() any { return new(Batch) }}
@@ -124,7 +127,9 @@ func (b *Batch) Close() {
 	b.err = nil
 	b.done = true
 	b.s = nil
-	if cap(b.arena)+16*cap(b.ents)+8*cap(b.hashes)+cap(b.rec) > keep {
+	b.recs = b.recs[:0]
+	b.recVals = b.recVals[:0]
+	if cap(b.arena)+16*cap(b.ents)+8*cap(b.hashes)+cap(b.rec)+cap(b.recVals) > keep {
 		return
 	}
 	batchPool.Put(b)
@@ -181,6 +186,10 @@ func (b *Batch) Commit() (seq uint64, err error) {
 		e := &b.ents[i]
 		return e.gen, b.key(e)
 	}, s.hscratch)
+	for i := range b.recs {
+		op := &b.recs[i]
+		m.putRecord(op.gen, op.fp, b.recVal(op), op.del)
+	}
 	s.memFloor.Store(floor)
 	s.memMu.Unlock()
 	if m.size >= s.memLimit {
