@@ -83,8 +83,9 @@ func Open(opts Options) (*Engine, error) {
 }
 
 // openStore opens the exact store in dir for opts (defaults filled).
+// Without a Dir, the store is in memory: fingerprint tables, no files.
 func openStore(fs vfs.FS, dir string, opts Options) (*exact.Store, error) {
-	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, MemTableSize: memTableSize(opts)})
+	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, MemTableSize: memTableSize(opts), InMemory: opts.Dir == ""})
 }
 
 // Bounds on the exact store's memtable (see memTableSize).

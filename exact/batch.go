@@ -31,6 +31,8 @@ type Batch struct {
 
 	recs    []recOp // result records put or deleted, in call order
 	recVals []byte  // their values
+
+	fps []Fingerprint // scratch of an in-memory commit
 }
 
 var batchPool = sync.Pool{New: func() any { return new(Batch) }}
@@ -157,6 +159,9 @@ func (b *Batch) Commit() (seq uint64, err error) {
 		return 0, err
 	}
 	defer s.rw.RUnlock()
+	if s.mem != nil {
+		return s.commitMem(b), nil
+	}
 	b.rec = encodeRecord(b.rec[:0], b)
 	if len(b.rec)-recHeader > maxRecord {
 		return 0, fmt.Errorf("exact: batch of %d bytes, over the %d of a commit record", len(b.rec), maxRecord)

@@ -191,6 +191,10 @@ func (s *Store) GetRecord(fp Fingerprint) (gen uint64, val []byte, ok bool, err 
 		return 0, nil, false, err
 	}
 	defer s.rw.RUnlock()
+	if s.mem != nil {
+		gen, val, ok = s.mem.getRecord(fp)
+		return gen, val, ok, nil
+	}
 	floor := s.memFloor.Load()
 	// The memtables hold the newest operations, the active one newest of
 	// all; for a generation they name, they decide.

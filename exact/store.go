@@ -72,6 +72,14 @@ type Options struct {
 	// stalls writes until compactions catch up. Default 1000.
 	L0StopWritesThreshold int
 
+	// InMemory keeps the store in memory, on no file system (FS and the
+	// directory are not used): per generation, the fingerprints of its
+	// keys in a compact table (see Store.Fingerprint), the result records,
+	// the checkpoint and the metadata. Commits apply at once; nothing
+	// survives Close. ScanKeys, ScanLog and Backup report ErrInMemory.
+	// Default false.
+	InMemory bool
+
 	// memLimit, for tests, replaces MemTableSize as the memtable's flush
 	// threshold, below its minimum.
 	memLimit int
@@ -257,6 +265,10 @@ type Store struct {
 	pubFloor atomic.Uint64
 
 	popts *pebble.Options
+
+	// mem is the state of an in-memory store (Options.InMemory), nil for
+	// a store on a file system.
+	mem *memStore
 }
 
 // Open opens the store in dir, creating dir and the store if missing. A
@@ -266,6 +278,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	opts.ensureDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
+	}
+	if opts.InMemory {
+		return openMem(opts)
 	}
 	fs := opts.FS
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
@@ -704,6 +719,10 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
+	if s.mem != nil {
+		s.mem.close()
+		return nil
+	}
 	err := s.stopFlushes()
 	if err == nil {
 		// The segments of frozen memtables stay for the next Open to
@@ -808,6 +827,12 @@ func (s *Store) GetMeta(name string) (value []byte, ok bool, err error) {
 		return nil, false, err
 	}
 	defer s.rw.RUnlock()
+	if m := s.mem; m != nil {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		v, ok := m.meta[name]
+		return bytes.Clone(v), ok, nil
+	}
 	return s.get(metaKey(name))
 }
 
@@ -817,6 +842,12 @@ func (s *Store) SetMeta(name string, value []byte) (err error) {
 		return err
 	}
 	defer s.rw.RUnlock()
+	if m := s.mem; m != nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.meta[name] = bytes.Clone(value)
+		return nil
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = s.recovered(r)
@@ -843,6 +874,9 @@ func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 		return false, err
 	}
 	defer s.rw.RUnlock()
+	if s.mem != nil {
+		return s.mem.has(gen, s.Fingerprint(key)), nil
+	}
 	if gen < s.memFloor.Load() {
 		return false, nil
 	}
@@ -910,6 +944,11 @@ func (s *Store) Checkpoint() ([]byte, error) {
 		return nil, err
 	}
 	defer s.rw.RUnlock()
+	if m := s.mem; m != nil {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		return bytes.Clone(m.cp), nil
+	}
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
 	return bytes.Clone(s.cp), nil
@@ -918,6 +957,11 @@ func (s *Store) Checkpoint() ([]byte, error) {
 // CommitSeq returns the sequence number of the last committed batch, 0 if
 // none.
 func (s *Store) CommitSeq() uint64 {
+	if m := s.mem; m != nil {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		return m.seq
+	}
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
 	return s.lastSeq
@@ -954,7 +998,7 @@ func (s *Store) publish(seq uint64, cp []byte, floor uint64) {
 // inside it breaks the store (see ErrBroken). ctx cancels it.
 func (s *Store) Reclaim(ctx context.Context) (err error) {
 	floor := s.pubFloor.Load()
-	if s.opts.LogOnly || floor <= s.compactedFloor.Load() {
+	if s.opts.LogOnly || s.mem != nil || floor <= s.compactedFloor.Load() {
 		return nil
 	}
 	if err := s.acquire(); err != nil {
@@ -992,6 +1036,9 @@ func (s *Store) Reclaim(ctx context.Context) (err error) {
 func (s *Store) ScanKeys(fromGen uint64, fn func(gen uint64, key []byte) error) error {
 	if s.opts.LogOnly {
 		return ErrLogOnly
+	}
+	if s.mem != nil {
+		return fmt.Errorf("%w: ScanKeys", ErrInMemory)
 	}
 	if err := s.acquire(); err != nil {
 		return err
@@ -1046,6 +1093,12 @@ func (s *Store) ScanLog(afterSeq uint64, fn func(seq uint64, gen uint64, hash ui
 	if afterSeq == 1<<64-1 {
 		return nil
 	}
+	if s.mem != nil {
+		if afterSeq >= s.CommitSeq() {
+			return nil
+		}
+		return fmt.Errorf("%w: ScanLog", ErrInMemory)
+	}
 	if err := s.flushAll(); err != nil {
 		return err
 	}
@@ -1092,6 +1145,10 @@ func (s *Store) TruncateLog(throughSeq uint64) (err error) {
 	if throughSeq <= s.truncated.Load() {
 		return nil
 	}
+	if s.mem != nil {
+		s.truncated.Store(throughSeq)
+		return nil
+	}
 	// The mark hides the records at once, in Pebble and in the memtables
 	// (whose flushes leave them out); the excision then drops their
 	// sstables from Pebble, which is only about disk space.
@@ -1118,6 +1175,9 @@ func (s *Store) Backup(destDir string) (err error) {
 		return err
 	}
 	defer s.rw.RUnlock()
+	if s.mem != nil {
+		return fmt.Errorf("%w: Backup", ErrInMemory)
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = s.recovered(r)
@@ -1139,7 +1199,7 @@ func (s *Store) Backup(destDir string) (err error) {
 
 // DiskUsage returns the bytes the store uses on its file system.
 func (s *Store) DiskUsage() uint64 {
-	if s.acquire() != nil {
+	if s.mem != nil || s.acquire() != nil {
 		return 0
 	}
 	defer s.rw.RUnlock()
@@ -1148,7 +1208,7 @@ func (s *Store) DiskUsage() uint64 {
 
 // Metrics returns Pebble's metrics, for diagnostics; nil when closed.
 func (s *Store) Metrics() *pebble.Metrics {
-	if s.acquire() != nil {
+	if s.mem != nil || s.acquire() != nil {
 		return nil
 	}
 	defer s.rw.RUnlock()
