@@ -47,6 +47,7 @@ func Open(opts Options) (*Engine, error) {
 	} else if fs == nil {
 		fs = vfs.Default
 	}
+	fs = exact.PrivateFS(fs)
 	store, err := openStore(fs, dir, given)
 	if err != nil {
 		return nil, wrap(err, "open state %q", opts.Dir)

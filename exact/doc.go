@@ -92,9 +92,10 @@
 // follow Add order, so a commit that adds keys of one generation has one
 // run. Result records are written to Pebble by the flush, with its commit
 // state, in one synced batch (records are replaced and deleted, so they
-// go through Pebble's own memtable); Reclaim excises those of expired
-// generations with their keys. A key filter is a format byte (1) and 64-byte blocks of 8
-// little-endian words; a key of xxhash64 h sets 7 bits of one block.
+// go through Pebble's own memtable); Reclaim removes those of expired
+// generations with a range deletion. A key filter is a format byte (1)
+// and 64-byte blocks of 8 little-endian words; a key of xxhash64 h sets 7
+// bits of one block.
 //
 // Commits past the last flush are in the commit log's segments,
 // exact-commits-NNNNNN (retired ones waiting for reuse are

@@ -282,9 +282,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.InMemory {
 		return openMem(opts)
 	}
+	opts.FS = PrivateFS(opts.FS)
 	fs := opts.FS
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := fs.MkdirAll(dir, PrivateDirMode); err != nil {
 		return nil, fmt.Errorf("exact: create %q: %w", dir, err)
+	}
+	if _, ok := fs.(privateFS); ok {
+		if err := MakePrivate(dir); err != nil {
+			return nil, err
+		}
 	}
 	ls, err := fs.List(dir)
 	if err != nil {
@@ -1020,10 +1026,17 @@ func (s *Store) Reclaim(ctx context.Context) (err error) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.filters.dropBefore(floor)
-	for _, tag := range []byte{tagKey, tagFlushKey, tagFilter, tagRecord} {
+	for _, tag := range []byte{tagKey, tagFlushKey, tagFilter} {
 		if err := s.db.Excise(ctx, pebble.KeyRange{Start: tagGen(tag, 0), End: tagGen(tag, floor)}); err != nil {
 			return fmt.Errorf("exact: reclaim generations below %d: %w", floor, err)
 		}
+	}
+	// Result records live in Pebble's memtable and tables, not in
+	// ingested tables of their own: a range deletion (which compactions
+	// carry out) instead of an excision, which would flush the memtable.
+	// They are hidden below the floor already, so it need not be synced.
+	if err := s.db.DeleteRange(tagGen(tagRecord, 0), tagGen(tagRecord, floor), pebble.NoSync); err != nil {
+		return fmt.Errorf("exact: reclaim records below %d: %w", floor, err)
 	}
 	s.compactedFloor.Store(floor)
 	return nil
