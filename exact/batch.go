@@ -1,6 +1,7 @@
 package exact
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"sync"
@@ -238,4 +239,23 @@ func (s *Store) frozenCount() int {
 	s.memMu.RLock()
 	defer s.memMu.RUnlock()
 	return len(s.frozen)
+}
+
+// publish records a completed commit.
+func (s *Store) publish(seq uint64, cp []byte, floor uint64) {
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	if seq > s.lastSeq {
+		s.lastSeq = seq
+	}
+	if cp != nil && seq > s.cpSeq {
+		s.cpSeq = seq
+		s.cp = bytes.Clone(cp)
+	}
+	for {
+		f := s.pubFloor.Load()
+		if floor <= f || s.pubFloor.CompareAndSwap(f, floor) {
+			break
+		}
+	}
 }
