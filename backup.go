@@ -165,7 +165,7 @@ func restoreLoneSnapshot(src, dst string) (Options, error) {
 		return Options{}, wrap(err, "restore")
 	}
 	// The new store has no commits: the snapshot covers commit 0 of it.
-	if err := copySnapshot(vfs.Default, snap, filepath.Join(work, SnapshotDir), 0); err != nil {
+	if err := copySnapshot(exact.PrivateFS(vfs.Default), snap, filepath.Join(work, SnapshotDir), 0); err != nil {
 		return Options{}, wrap(err, "restore")
 	}
 	from, err := restoredFrom(opts)

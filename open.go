@@ -47,6 +47,7 @@ func Open(opts Options) (*Engine, error) {
 	} else if fs == nil {
 		fs = vfs.Default
 	}
+	fs = exact.PrivateFS(fs)
 	store, err := openStore(fs, dir, given)
 	if err != nil {
 		return nil, stateOpenError(err, fs, dir, opts.Dir)
@@ -83,8 +84,9 @@ func Open(opts Options) (*Engine, error) {
 }
 
 // openStore opens the exact store in dir for opts (defaults filled).
+// Without a Dir, the store is in memory: fingerprint tables, no files.
 func openStore(fs vfs.FS, dir string, opts Options) (*exact.Store, error) {
-	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, MemTableSize: memTableSize(opts)})
+	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, MemTableSize: memTableSize(opts), InMemory: opts.Dir == ""})
 }
 
 // adopt fills the fields of o that a state directory records and o leaves

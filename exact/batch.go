@@ -1,6 +1,7 @@
 package exact
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"sync"
@@ -28,6 +29,11 @@ type Batch struct {
 	err    error
 	done   bool
 	rec    []byte // the encoded commit-log record
+
+	recs    []recOp // result records put or deleted, in call order
+	recVals []byte  // their values
+
+	fps []Fingerprint // scratch of an in-memory commit
 }
 
 var batchPool = sync.Pool{New: func() any { return new(Batch) }}
@@ -124,7 +130,9 @@ func (b *Batch) Close() {
 	b.err = nil
 	b.done = true
 	b.s = nil
-	if cap(b.arena)+16*cap(b.ents)+8*cap(b.hashes)+cap(b.rec) > keep {
+	b.recs = b.recs[:0]
+	b.recVals = b.recVals[:0]
+	if cap(b.arena)+16*cap(b.ents)+8*cap(b.hashes)+cap(b.rec)+cap(b.recVals) > keep {
 		return
 	}
 	batchPool.Put(b)
@@ -152,6 +160,9 @@ func (b *Batch) Commit() (seq uint64, err error) {
 		return 0, err
 	}
 	defer s.rw.RUnlock()
+	if s.mem != nil {
+		return s.commitMem(b), nil
+	}
 	b.rec = encodeRecord(b.rec[:0], b)
 	if len(b.rec)-recHeader > maxRecord {
 		return 0, fmt.Errorf("exact: batch of %d bytes, over the %d of a commit record", len(b.rec), maxRecord)
@@ -181,6 +192,10 @@ func (b *Batch) Commit() (seq uint64, err error) {
 		e := &b.ents[i]
 		return e.gen, b.key(e)
 	}, s.hscratch)
+	for i := range b.recs {
+		op := &b.recs[i]
+		m.putRecord(op.gen, op.fp, b.recVal(op), op.del)
+	}
 	s.memFloor.Store(floor)
 	s.memMu.Unlock()
 	if m.size >= s.memLimit {
@@ -224,4 +239,23 @@ func (s *Store) frozenCount() int {
 	s.memMu.RLock()
 	defer s.memMu.RUnlock()
 	return len(s.frozen)
+}
+
+// publish records a completed commit.
+func (s *Store) publish(seq uint64, cp []byte, floor uint64) {
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	if seq > s.lastSeq {
+		s.lastSeq = seq
+	}
+	if cp != nil && seq > s.cpSeq {
+		s.cpSeq = seq
+		s.cp = bytes.Clone(cp)
+	}
+	for {
+		f := s.pubFloor.Load()
+		if floor <= f || s.pubFloor.CompareAndSwap(f, floor) {
+			break
+		}
+	}
 }

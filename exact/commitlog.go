@@ -37,6 +37,9 @@ import (
 //	[uvarint drop]              if recDrop
 //	uvarint runs, then per run: uvarint gen, uvarint n, and n entries of
 //	    hash (8 bytes, little-endian) [uvarint len, key if recKeys]
+//	[uvarint count, then per result record: uvarint gen, fingerprint
+//	    (16 bytes), kind (1 byte: 0 delete, 1 put), [uvarint len, value
+//	    if put]]                if recRecords
 //
 // Records follow seq order within and across segments. A segment that
 // commits move on from ends with an end marker, and is fsynced whole
@@ -65,6 +68,7 @@ const (
 	recDrop
 	recKeys
 	recEnd
+	recRecords
 )
 
 // recFixed is the size of the payload's fixed part: seq, segment, flags.
@@ -225,6 +229,9 @@ func encodeRecord(dst []byte, b *Batch) []byte {
 	if keys {
 		flags |= recKeys
 	}
+	if len(b.recs) > 0 {
+		flags |= recRecords
+	}
 	dst[start+recHeader+16] = flags
 	dst = binary.AppendUvarint(dst, uint64(len(b.runs)))
 	i := 0
@@ -241,7 +248,37 @@ func encodeRecord(dst []byte, b *Batch) []byte {
 			i++
 		}
 	}
+	if len(b.recs) > 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(b.recs)))
+		for i := range b.recs {
+			op := &b.recs[i]
+			dst = binary.AppendUvarint(dst, op.gen)
+			dst = append(dst, op.fp[:]...)
+			if op.del {
+				dst = append(dst, recordDelete)
+				continue
+			}
+			dst = append(dst, recordPut)
+			dst = binary.AppendUvarint(dst, uint64(op.n))
+			dst = append(dst, b.recVal(op)...)
+		}
+	}
 	return dst
+}
+
+// Kinds of a result-record operation in a commit-log record.
+const (
+	recordDelete = 0
+	recordPut    = 1
+)
+
+// logRecOp is a result-record operation decoded from the commit log; val
+// points into the payload.
+type logRecOp struct {
+	gen uint64
+	fp  Fingerprint
+	val []byte
+	del bool
 }
 
 // sealRecord sets the seq and segment of an encoded record and fills its
@@ -274,6 +311,7 @@ type record struct {
 	runs   []run
 	hashes []uint64
 	keys   [][]byte // nil if the record holds no keys
+	recs   []logRecOp
 }
 
 // decodeRecord decodes a payload whose checksum matched.
@@ -303,7 +341,7 @@ func decodeRecord(p []byte, r *record) error {
 		return v, true
 	}
 	r.cp, r.hasCP, r.drop = nil, false, 0
-	r.runs, r.hashes, r.keys = r.runs[:0], r.hashes[:0], r.keys[:0]
+	r.runs, r.hashes, r.keys, r.recs = r.runs[:0], r.hashes[:0], r.keys[:0], r.recs[:0]
 	if flags&recCheckpoint != 0 {
 		n, ok := uv()
 		if !ok || n > uint64(len(p)) {
@@ -347,6 +385,38 @@ func decodeRecord(p []byte, r *record) error {
 	}
 	if !keys {
 		r.keys = nil
+	}
+	if flags&recRecords != 0 {
+		n, ok := uv()
+		if !ok || n == 0 || n > uint64(len(p)) {
+			return bad("record count")
+		}
+		for range n {
+			var op logRecOp
+			var ok bool
+			if op.gen, ok = uv(); !ok || len(p) < len(op.fp)+1 {
+				return bad("record")
+			}
+			copy(op.fp[:], p)
+			kind := p[len(op.fp)]
+			p = p[len(op.fp)+1:]
+			switch kind {
+			case recordDelete:
+				op.del = true
+			case recordPut:
+				vl, ok := uv()
+				if !ok || vl > MaxRecordSize || vl > uint64(len(p)) {
+					return bad("record value")
+				}
+				op.val, p = p[:vl], p[vl:]
+			default:
+				return bad("record kind")
+			}
+			r.recs = append(r.recs, op)
+		}
+	}
+	if flags&^(recCheckpoint|recDrop|recKeys|recRecords) != 0 {
+		return bad("flags")
 	}
 	if len(p) != 0 {
 		return bad("trailing bytes")

@@ -204,7 +204,10 @@ func TestFlushWaitsForLog(t *testing.T) {
 	})
 	s := mustOpen(t, "db", Options{FS: errorfs.Wrap(mem.FS(), inj), memLimit: 1})
 	armed.Store(true)
-	commitRange(t, s, 1, 0, 50, []byte("cp-0")) // freezes: the flush starts at once
+	w := crashWorkload{total: 1, per: 50, genEvery: 10, memLimit: 1}
+	if err := w.commit(s, 0); err != nil { // freezes: the flush starts at once
+		t.Fatal(err)
+	}
 	if err := s.flushAll(); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +216,6 @@ func TestFlushWaitsForLog(t *testing.T) {
 	if crash == nil {
 		t.Fatal("the flush recorded no commit state")
 	}
-	w := crashWorkload{total: 1, per: 50, genEvery: 10, memLimit: 1}
 	w.verify(t, crash, 0, 0, 0, "crash while the commit state is recorded")
 }
 

@@ -14,7 +14,8 @@ import (
 )
 
 // crashWorkload is the history TestCrashEveryWrite replays: batch i adds
-// per keys of generation genOf(i), with checkpoint "cp-i"; the first batch
+// per keys of generation genOf(i), with checkpoint "cp-i", and puts or
+// deletes a result record (see recordOps); the first batch
 // of each generation drops the generations more than two below it; every
 // fifth batch is followed by TruncateLog of the log three batches back,
 // and every drop by a Reclaim. The memtable is tiny, so that commits
@@ -51,12 +52,88 @@ func (w crashWorkload) commit(s *Store, i int) error {
 	if d := w.dropOf(i); d > 0 {
 		b.DropGenerationsBefore(d)
 	}
+	for _, op := range w.recordOps(i) {
+		if op.del {
+			b.DeleteRecord(op.gen, recordFP(s, op.key))
+		} else {
+			b.PutRecord(op.gen, recordFP(s, op.key), []byte(op.val))
+		}
+	}
 	b.SetCheckpoint([]byte(fmt.Sprintf("cp-%d", i)))
 	seq, err := b.Commit()
 	if err == nil && seq != uint64(i+1) {
 		return fmt.Errorf("batch %d got seq %d", i, seq)
 	}
 	return err
+}
+
+// recordKeys is the number of record keys the workload uses.
+const recordKeys = 5
+
+// workloadOp is a result-record operation of the workload.
+type workloadOp struct {
+	gen uint64
+	key int
+	val string
+	del bool
+}
+
+// recordOps are the record operations of batch i: a put of record key
+// i%recordKeys in generation genOf(i), and in every third batch the delete
+// of another key's record in the same generation.
+func (w crashWorkload) recordOps(i int) []workloadOp {
+	ops := []workloadOp{{gen: w.genOf(i), key: i % recordKeys, val: fmt.Sprintf("rec-%d", i)}}
+	if i%3 == 2 {
+		ops = append(ops, workloadOp{gen: w.genOf(i), key: (i + 2) % recordKeys, del: true})
+	}
+	return ops
+}
+
+// wantRecords returns, for each record key, the value GetRecord must find
+// once batches 0..last are in ("" for none).
+func (w crashWorkload) wantRecords(last int) []string {
+	type gk struct {
+		gen uint64
+		key int
+	}
+	state := map[gk]string{}
+	for i := 0; i <= last; i++ {
+		for _, op := range w.recordOps(i) {
+			if op.del {
+				delete(state, gk{op.gen, op.key})
+			} else {
+				state[gk{op.gen, op.key}] = op.val
+			}
+		}
+	}
+	floor := w.floorThrough(last)
+	want := make([]string, recordKeys)
+	newest := make([]uint64, recordKeys)
+	for k, v := range state {
+		if k.gen >= floor && (want[k.key] == "" || k.gen > newest[k.key]) {
+			want[k.key], newest[k.key] = v, k.gen
+		}
+	}
+	return want
+}
+
+// recordFP is the fingerprint of the workload's record key k.
+func recordFP(s *Store, k int) Fingerprint {
+	return s.Fingerprint([]byte(fmt.Sprintf("record-%d", k)))
+}
+
+// checkRecords checks that s holds the records of batches 0..last.
+func (w crashWorkload) checkRecords(t *testing.T, s *Store, last int, what string) {
+	t.Helper()
+	for k, want := range w.wantRecords(last) {
+		_, v, ok, err := s.GetRecord(recordFP(s, k))
+		if err != nil {
+			t.Fatalf("%s: GetRecord(%d): %v", what, k, err)
+		}
+		if string(v) != want || ok != (want != "") {
+			t.Fatalf("%s: record %d = %q (found %v), want %q, through batch %d", what, k, v, ok, want, last)
+		}
+	}
 }
 
 // progress is how far run got: batches committed, the last TruncateLog
@@ -122,6 +199,7 @@ func (w crashWorkload) verify(t *testing.T, fs vfs.FS, minDone, minTrunc, maxTru
 	if s.DroppedBefore() != floor {
 		t.Fatalf("%s: DroppedBefore %d, want %d (checkpoint %q)", what, s.DroppedBefore(), floor, cp)
 	}
+	w.checkRecords(t, s, last, what)
 	// Three keys of each batch (ScanKeys counts them all below).
 	for i := 0; i < w.total; i++ {
 		want := i <= last && w.genOf(i) >= floor

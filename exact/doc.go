@@ -24,6 +24,13 @@
 //     cause. Close it and open it again; what was committed before stays.
 //   - Keys are 1..MaxKeySize bytes. A bad key makes the batch's Commit fail
 //     with ErrEmptyKey or ErrKeyTooLarge; nothing of that batch is written.
+//   - A result record (Batch.PutRecord, Store.PutRecord) is a value of at
+//     most MaxRecordSize bytes stored under a key's Fingerprint in a
+//     generation; it is committed like the keys (durable when Commit
+//     returns nil), GetRecord finds it in the newest generation at or
+//     above the drop floor that holds one, and it leaves with its
+//     generation. Fingerprint is SipHash-2-4-128 keyed with a random
+//     secret created with the store and kept in it (in a backup too).
 //   - Keys written by a commit in progress may be seen by Has before that
 //     Commit returns (they enter the memtable before the log's fsync
 //     completes); they become durable when Commit returns nil.
@@ -76,13 +83,19 @@
 //	0x08 gen flush (8 bytes) key  -> empty                     a key, written by flush number flush
 //	0x09 gen flush (8 bytes)      -> key filter                the Bloom filter of that flush's keys
 //	0x0a                          -> epoch (8 bytes)           commit log epoch of the last Open
+//	0x0b gen (8 bytes) fp (16)    -> value                     a result record (PutRecord)
+//	0x0c                          -> secret (16 bytes)         the fingerprint secret
 //
 // A flush's number is the sequence number of its first commit. A log
 // record is a format byte (1) followed by runs, each run being
 // uvarint(gen) uvarint(n) and n hashes of 8 bytes little-endian. Runs
 // follow Add order, so a commit that adds keys of one generation has one
-// run. A key filter is a format byte (1) and 64-byte blocks of 8
-// little-endian words; a key of xxhash64 h sets 7 bits of one block.
+// run. Result records are written to Pebble by the flush, with its commit
+// state, in one synced batch (records are replaced and deleted, so they
+// go through Pebble's own memtable); Reclaim removes those of expired
+// generations with a range deletion. A key filter is a format byte (1)
+// and 64-byte blocks of 8 little-endian words; a key of xxhash64 h sets 7
+// bits of one block.
 //
 // Commits past the last flush are in the commit log's segments,
 // exact-commits-NNNNNN (retired ones waiting for reuse are

@@ -267,6 +267,7 @@ func (s *Store) writeToPebble(m *memTable) error {
 	if m.floor > 0 {
 		err = errors.Join(err, pb.Set(floorKey, be64(m.floor), nil))
 	}
+	err = errors.Join(err, writeRecords(pb, m, floor))
 	err = errors.Join(err, pb.Set(seqKey, be64(m.lastSeq), nil))
 	if err == nil {
 		err = s.db.Apply(pb, pebble.Sync)

@@ -18,6 +18,8 @@ const (
 	tagFlushKey   = 0x08 // generation, flush, key
 	tagFilter     = 0x09 // generation, flush -> key filter
 	tagEpoch      = 0x0a // the commit log's epoch: one per Open
+	tagRecord     = 0x0b // generation, fingerprint -> result record
+	tagSecret     = 0x0c // the fingerprint secret
 )
 
 // formatVersion is the on-disk format written by this package: 2 adds the
@@ -34,7 +36,21 @@ var (
 	seqKey        = []byte{tagSeq}
 	truncatedKey  = []byte{tagTruncated}
 	epochKey      = []byte{tagEpoch}
+	secretKey     = []byte{tagSecret}
 )
+
+// recordKeyLen is the length of tagRecord|gen|fingerprint.
+const recordKeyLen = 25
+
+// recordsEnd is the upper bound (exclusive) of the record range.
+var recordsEnd = []byte{tagRecord + 1}
+
+// putRecordKey writes tagRecord|gen|fp into dst, recordKeyLen long.
+func putRecordKey(dst []byte, gen uint64, fp Fingerprint) {
+	dst[0] = tagRecord
+	binary.BigEndian.PutUint64(dst[1:9], gen)
+	copy(dst[9:], fp[:])
+}
 
 // genPrefix returns tagKey|gen: the first key of generation gen.
 func genPrefix(gen uint64) []byte {

@@ -29,6 +29,10 @@ type memTable struct {
 	runs   []run
 	hashes offHeapU64s // the log records' hashes
 
+	// records holds the result-record operations, the last per generation
+	// of each fingerprint (see records.go).
+	records map[Fingerprint][]memRecord
+
 	// State as of the last commit in the table.
 	firstSeq, lastSeq uint64
 	cp                []byte
@@ -197,6 +201,14 @@ func (m *memTable) begin(seq uint64, runs []run, hashes []uint64, cp []byte, has
 			}
 			return false
 		})
+		for fp, ops := range m.records {
+			ops = slices.DeleteFunc(ops, func(r memRecord) bool { return r.gen < floor })
+			if len(ops) == 0 {
+				delete(m.records, fp)
+			} else {
+				m.records[fp] = ops
+			}
+		}
 	}
 	if len(hashes) > 0 {
 		m.recs = append(m.recs, memRec{seq: seq, run0: len(m.runs), run1: len(m.runs) + len(runs), hash0: len(m.hashes.s)})

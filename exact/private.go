@@ -1,0 +1,111 @@
+package exact
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// State directories are private: what they hold (the keys of format-1
+// and format-2 stores, the fingerprint secret, result records) is for the
+// user running the engine alone. On the operating system's file system
+// (vfs.Default) directories are 0700 and files 0600 whatever the umask:
+// PrivateFS sets the mode of every file and directory it creates, and Open
+// sets the modes of everything already in the directory (a state written
+// before, or copied in by a restore).
+
+// Private modes of state directories and their files.
+const (
+	PrivateDirMode  os.FileMode = 0o700
+	PrivateFileMode os.FileMode = 0o600
+)
+
+// PrivateFS returns fs, creating files with mode PrivateFileMode and
+// directories with PrivateDirMode whatever the umask, if fs is
+// vfs.Default; other file systems (in memory, wrapped for tests) are
+// returned as they are.
+func PrivateFS(fs vfs.FS) vfs.FS {
+	if fs == vfs.Default {
+		return privateFS{fs}
+	}
+	return fs
+}
+
+// privateFS is vfs.Default with private modes.
+type privateFS struct{ vfs.FS }
+
+// private sets the mode of a file just opened.
+func private(f vfs.File, err error, name string) (vfs.File, error) {
+	if err != nil {
+		return f, err
+	}
+	if err := os.Chmod(name, PrivateFileMode); err != nil {
+		return nil, errors.Join(fmt.Errorf("exact: make %q private: %w", name, err), f.Close())
+	}
+	return f, nil
+}
+
+func (p privateFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := p.FS.Create(name, c)
+	return private(f, err, name)
+}
+
+func (p privateFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := p.FS.OpenReadWrite(name, c, opts...)
+	return private(f, err, name)
+}
+
+func (p privateFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := p.FS.ReuseForWrite(oldname, newname, c)
+	return private(f, err, newname)
+}
+
+func (p privateFS) Lock(name string) (io.Closer, error) {
+	c, err := p.FS.Lock(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(name, PrivateFileMode); err != nil {
+		return nil, errors.Join(fmt.Errorf("exact: make %q private: %w", name, err), c.Close())
+	}
+	return c, nil
+}
+
+// MkdirAll creates dir and its missing parents with PrivateDirMode, and
+// sets dir's mode to it.
+func (p privateFS) MkdirAll(dir string, _ os.FileMode) error {
+	if err := p.FS.MkdirAll(dir, PrivateDirMode); err != nil {
+		return err
+	}
+	return os.Chmod(dir, PrivateDirMode)
+}
+
+// Unwrap returns the file system privateFS wraps.
+func (p privateFS) Unwrap() vfs.FS { return p.FS }
+
+// MakePrivate sets the modes of dir, a state directory on the operating
+// system's file system, and of everything in it: PrivateDirMode for
+// directories, PrivateFileMode for files.
+func MakePrivate(dir string) error {
+	err := filepath.WalkDir(dir, func(path string, d iofs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.Chmod(path, PrivateDirMode)
+		case d.Type().IsRegular():
+			return os.Chmod(path, PrivateFileMode)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("exact: make %q private: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package exact
+
+// The read path: Has, the checkpoint and commit state, ScanKeys and
+// ScanLog.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Has reports whether key is stored under generation gen.
+func (s *Store) Has(gen uint64, key []byte) (bool, error) {
+	if s.opts.LogOnly {
+		return false, ErrLogOnly
+	}
+	if len(key) == 0 {
+		return false, ErrEmptyKey
+	}
+	if len(key) > MaxKeySize {
+		return false, fmt.Errorf("%w: %d bytes", ErrKeyTooLarge, len(key))
+	}
+	if err := s.acquire(); err != nil {
+		return false, err
+	}
+	defer s.rw.RUnlock()
+	if s.mem != nil {
+		return s.mem.has(gen, s.Fingerprint(key)), nil
+	}
+	if gen < s.memFloor.Load() {
+		return false, nil
+	}
+	if s.memHas(gen, key) {
+		return true, nil
+	}
+	bp := keyBufPool.Get().(*lookupBuf)
+	defer keyBufPool.Put(bp)
+	if s.legacy {
+		bp.key = slices.Grow(bp.key[:0], 9+len(key))[:9+len(key)]
+		putKey(bp.key, gen, key)
+		if ok, err := s.get1(bp.key); ok || err != nil {
+			return ok, err
+		}
+	}
+	bp.flushes = s.filters.candidates(bp.flushes[:0], gen, keyHash(key))
+	for _, flush := range bp.flushes {
+		bp.key = appendFlushKey(bp.key[:0], gen, flush, key)
+		if ok, err := s.get1(bp.key); ok || err != nil {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+// lookupBuf is the scratch space of a Has.
+type lookupBuf struct {
+	key     []byte
+	flushes []uint64
+}
+
+var keyBufPool = sync.Pool{New: func() any { return &lookupBuf{key: make([]byte, 0, 64)} }}
+
+// get1 reports whether Pebble holds k.
+func (s *Store) get1(k []byte) (bool, error) {
+	_, closer, err := s.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("exact: lookup: %w", err)
+	}
+	return true, closer.Close()
+}
+
+// memHas reports whether a memtable holds key in generation gen.
+func (s *Store) memHas(gen uint64, key []byte) bool {
+	h := maphash.Bytes(s.seed, key)
+	s.memMu.RLock()
+	defer s.memMu.RUnlock()
+	if s.active.has(gen, key, h) {
+		return true
+	}
+	for _, m := range s.frozen {
+		if m.has(gen, key, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// Checkpoint returns the last committed checkpoint, nil if none.
+func (s *Store) Checkpoint() ([]byte, error) {
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.rw.RUnlock()
+	if m := s.mem; m != nil {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		return bytes.Clone(m.cp), nil
+	}
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	return bytes.Clone(s.cp), nil
+}
+
+// CommitSeq returns the sequence number of the last committed batch, 0 if
+// none.
+func (s *Store) CommitSeq() uint64 {
+	if m := s.mem; m != nil {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		return m.seq
+	}
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	return s.lastSeq
+}
+
+// DroppedBefore returns the drop floor: every generation below it is gone.
+func (s *Store) DroppedBefore() uint64 { return s.pubFloor.Load() }
+
+// ScanKeys calls fn for every stored key of generations >= fromGen, in
+// generation order (within a generation, keys come in runs, each in key
+// order). key is valid only during the call. An error from fn stops the
+// scan and is returned.
+func (s *Store) ScanKeys(fromGen uint64, fn func(gen uint64, key []byte) error) error {
+	if s.opts.LogOnly {
+		return ErrLogOnly
+	}
+	if s.mem != nil {
+		return fmt.Errorf("%w: ScanKeys", ErrInMemory)
+	}
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	if err := s.flushAll(); err != nil {
+		return err
+	}
+	fromGen = max(fromGen, s.memFloor.Load())
+	if s.legacy {
+		if err := s.scanRange(tagGen(tagKey, fromGen), keysEnd, 9, fn); err != nil {
+			return err
+		}
+	}
+	return s.scanRange(tagGen(tagFlushKey, fromGen), flushKeysEnd, flushKeyPrefix, fn)
+}
+
+// scanRange calls fn for every key in [lo, hi), whose generation is its
+// bytes [1, 9) and whose key starts at byte skip.
+func (s *Store) scanRange(lo, hi []byte, skip int, fn func(gen uint64, key []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("exact: scan keys: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) <= skip {
+			err = fmt.Errorf("%w: key entry of %d bytes", ErrCorrupt, len(k))
+			break
+		}
+		if err = fn(beUint64(k[1:9]), k[skip:]); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		if err = it.Error(); err != nil {
+			err = fmt.Errorf("exact: scan keys: %w", err)
+		}
+	}
+	return errors.Join(err, it.Close())
+}
+
+// ScanLog calls fn for every (gen, hash) committed with a sequence number >
+// afterSeq and not yet truncated, in seq order, then Add order within a
+// commit. Pairs of dropped generations (below DroppedBefore) are skipped.
+func (s *Store) ScanLog(afterSeq uint64, fn func(seq uint64, gen uint64, hash uint64) error) error {
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.rw.RUnlock()
+	afterSeq = max(afterSeq, s.truncated.Load())
+	if afterSeq == 1<<64-1 {
+		return nil
+	}
+	if s.mem != nil {
+		if afterSeq >= s.CommitSeq() {
+			return nil
+		}
+		return fmt.Errorf("%w: ScanLog", ErrInMemory)
+	}
+	if err := s.flushAll(); err != nil {
+		return err
+	}
+	floor := s.memFloor.Load()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(afterSeq + 1), UpperBound: logEnd})
+	if err != nil {
+		return fmt.Errorf("exact: scan log: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != 9 {
+			err = fmt.Errorf("%w: log key of %d bytes", ErrCorrupt, len(k))
+			break
+		}
+		var v []byte
+		if v, err = it.ValueAndErr(); err != nil {
+			err = fmt.Errorf("exact: scan log: %w", err)
+			break
+		}
+		if err = decodeLogRecord(beUint64(k[1:]), v, floor, fn); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		if err = it.Error(); err != nil {
+			err = fmt.Errorf("exact: scan log: %w", err)
+		}
+	}
+	return errors.Join(err, it.Close())
+}

@@ -1,0 +1,315 @@
+package exact
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/dchest/siphash"
+)
+
+// Result records: a small value stored under a key's fingerprint in a
+// generation, for callers that keep a result with a key (idempotency keys:
+// the status and response of the request that first used the key). A
+// record is written like the keys, by a commit: one record of the commit
+// log, fsynced (shared with concurrent commits), then the memtable, then
+// Pebble when the memtable is flushed, under tagRecord|gen|fingerprint
+// (see the package doc). It leaves with its generation: below the drop
+// floor it is gone for GetRecord, and Reclaim excises it.
+
+// Fingerprint is a key's keyed 128-bit fingerprint (see [Store.Fingerprint]).
+type Fingerprint [16]byte
+
+// MaxRecordSize is the largest value of a result record, in bytes.
+const MaxRecordSize = 4 << 20
+
+// ErrRecordTooLarge reports a record value longer than MaxRecordSize.
+var ErrRecordTooLarge = errors.New("exact: record too large")
+
+// secretSize is the size of a state's fingerprint secret: SipHash's key.
+const secretSize = 16
+
+// Fingerprint returns the fingerprint of key: SipHash-2-4-128 keyed with
+// the store's secret, drawn at random when the store was created and kept
+// in it. Without the secret, no one can choose keys whose fingerprints
+// collide; with it, fingerprints are the same across Opens and in a
+// backup.
+func (s *Store) Fingerprint(key []byte) Fingerprint {
+	h0, h1 := siphash.Hash128(s.k0, s.k1, key)
+	var fp Fingerprint
+	binary.LittleEndian.PutUint64(fp[:8], h0)
+	binary.LittleEndian.PutUint64(fp[8:], h1)
+	return fp
+}
+
+// loadSecret reads the store's fingerprint secret, creating it durably if
+// the store has none (a new store, or one written before it existed).
+func (s *Store) loadSecret() error {
+	v, ok, err := s.get(secretKey)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		v = make([]byte, secretSize)
+		if _, err := rand.Read(v); err != nil {
+			return fmt.Errorf("exact: draw the fingerprint secret: %w", err)
+		}
+		if err := s.db.Set(secretKey, v, pebble.Sync); err != nil {
+			return fmt.Errorf("exact: write the fingerprint secret: %w", err)
+		}
+	} else if len(v) != secretSize {
+		return fmt.Errorf("%w: fingerprint secret of %d bytes, want %d", ErrCorrupt, len(v), secretSize)
+	}
+	s.k0 = binary.LittleEndian.Uint64(v)
+	s.k1 = binary.LittleEndian.Uint64(v[8:])
+	return nil
+}
+
+// recOp is a record put or deleted by a Batch: its value is
+// Batch.recVals[off:off+n].
+type recOp struct {
+	gen    uint64
+	fp     Fingerprint
+	off, n uint32
+	del    bool
+}
+
+// PutRecord stores val as fp's record in generation gen, replacing the one
+// it had there, when the batch commits. val is copied. A value over
+// MaxRecordSize poisons the batch with ErrRecordTooLarge; in LogOnly mode
+// with ErrLogOnly.
+func (b *Batch) PutRecord(gen uint64, fp Fingerprint, val []byte) {
+	if !b.recordOK() {
+		return
+	}
+	if len(val) > MaxRecordSize {
+		b.err = fmt.Errorf("%w: %d bytes, max %d", ErrRecordTooLarge, len(val), MaxRecordSize)
+		return
+	}
+	off := len(b.recVals)
+	if off+len(val) > 1<<32-1 {
+		b.err = fmt.Errorf("exact: batch over 4 GiB of records")
+		return
+	}
+	b.recVals = append(b.recVals, val...)
+	b.recs = append(b.recs, recOp{gen: gen, fp: fp, off: uint32(off), n: uint32(len(val))})
+}
+
+// DeleteRecord deletes fp's record in generation gen, if it has one, when
+// the batch commits. In LogOnly mode it poisons the batch with ErrLogOnly.
+func (b *Batch) DeleteRecord(gen uint64, fp Fingerprint) {
+	if b.recordOK() {
+		b.recs = append(b.recs, recOp{gen: gen, fp: fp, del: true})
+	}
+}
+
+// recordOK reports whether a record may be added to b, poisoning b if not.
+func (b *Batch) recordOK() bool {
+	switch {
+	case b.err != nil:
+		return false
+	case b.done:
+		b.err = ErrBatchDone
+		return false
+	case b.s.opts.LogOnly:
+		b.err = ErrLogOnly
+		return false
+	}
+	return true
+}
+
+func (b *Batch) recVal(op *recOp) []byte { return b.recVals[op.off : op.off+op.n] }
+
+// PutRecord stores val as fp's record in generation gen, replacing the one
+// it had there, in one commit (see [Batch.Commit]): durable when it returns
+// nil. Records of generations below the drop floor are gone.
+func (s *Store) PutRecord(gen uint64, fp Fingerprint, val []byte) error {
+	b := s.NewBatch()
+	b.PutRecord(gen, fp, val)
+	_, err := b.Commit()
+	return err
+}
+
+// DeleteRecord deletes fp's record in generation gen in one commit (see
+// [Batch.Commit]): durable when it returns nil. Deleting a record that is
+// not there is not an error.
+func (s *Store) DeleteRecord(gen uint64, fp Fingerprint) error {
+	b := s.NewBatch()
+	b.DeleteRecord(gen, fp)
+	_, err := b.Commit()
+	return err
+}
+
+// memRecord is a record operation held by a memtable.
+type memRecord struct {
+	gen uint64
+	val []byte
+	del bool
+}
+
+// putRecord records in m that fp's record in gen is val, or deleted.
+func (m *memTable) putRecord(gen uint64, fp Fingerprint, val []byte, del bool) {
+	if gen < m.floor {
+		return
+	}
+	if m.records == nil {
+		m.records = make(map[Fingerprint][]memRecord)
+	}
+	r := memRecord{gen: gen, del: del}
+	if !del {
+		r.val = bytes.Clone(val)
+		if r.val == nil {
+			r.val = []byte{}
+		}
+	}
+	ops := m.records[fp]
+	for i := range ops {
+		if ops[i].gen == gen {
+			m.size += len(r.val) - len(ops[i].val)
+			ops[i] = r
+			return
+		}
+	}
+	m.records[fp] = append(ops, r)
+	m.size += len(r.val) + recordOverhead
+}
+
+// recordOverhead is the memory a memtable spends on a record besides its
+// value (map entry and slice), an estimate.
+const recordOverhead = 96
+
+// GetRecord returns fp's record in the newest generation at or above the
+// drop floor that holds one. val is the caller's.
+func (s *Store) GetRecord(fp Fingerprint) (gen uint64, val []byte, ok bool, err error) {
+	if s.opts.LogOnly {
+		return 0, nil, false, ErrLogOnly
+	}
+	if err := s.acquire(); err != nil {
+		return 0, nil, false, err
+	}
+	defer s.rw.RUnlock()
+	if s.mem != nil {
+		gen, val, ok = s.mem.getRecord(fp)
+		return gen, val, ok, nil
+	}
+	floor := s.memFloor.Load()
+	// The memtables hold the newest operations, the active one newest of
+	// all; for a generation they name, they decide.
+	var decided []memRecord
+	s.memMu.RLock()
+	for i := len(s.frozen); i >= 0; i-- {
+		m := s.active
+		if i < len(s.frozen) {
+			m = s.frozen[i]
+		}
+	ops:
+		for _, r := range m.records[fp] {
+			if r.gen < floor {
+				continue
+			}
+			for _, d := range decided {
+				if d.gen == r.gen {
+					continue ops
+				}
+			}
+			decided = append(decided, r)
+		}
+	}
+	s.memMu.RUnlock()
+	var best *memRecord
+	for i := range decided {
+		if r := &decided[i]; !r.del && (best == nil || r.gen > best.gen) {
+			best = r
+		}
+	}
+	isDecided := func(gen uint64) bool {
+		for _, d := range decided {
+			if d.gen == gen {
+				return true
+			}
+		}
+		return false
+	}
+	gen, val, ok, err = s.pebbleRecord(fp, floor, best, isDecided)
+	if err != nil || ok {
+		return gen, val, ok, err
+	}
+	if best != nil {
+		return best.gen, bytes.Clone(best.val), true, nil
+	}
+	return 0, nil, false, nil
+}
+
+// pebbleRecord looks for fp's record in Pebble, in the generations at or
+// above floor, above best's (if not nil), that decided does not name,
+// newest first.
+func (s *Store) pebbleRecord(fp Fingerprint, floor uint64, best *memRecord, decided func(uint64) bool) (gen uint64, val []byte, ok bool, err error) {
+	lo := floor
+	if best != nil {
+		lo = max(lo, best.gen+1)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagRecord, lo), UpperBound: recordsEnd})
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("exact: get record: %w", err)
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("exact: get record: %w", cerr)
+		}
+	}()
+	var key [recordKeyLen]byte
+	// Each step moves to the newest generation below the last one that
+	// holds any record: a step per generation holding records.
+	for valid := it.Last(); valid; {
+		k := it.Key()
+		if len(k) != recordKeyLen {
+			return 0, nil, false, fmt.Errorf("%w: record key of %d bytes", ErrCorrupt, len(k))
+		}
+		g := beUint64(k[1:9])
+		if !decided(g) {
+			putRecordKey(key[:], g, fp)
+			if it.SeekGE(key[:]) && bytes.Equal(it.Key(), key[:]) {
+				v, err := it.ValueAndErr()
+				if err != nil {
+					return 0, nil, false, fmt.Errorf("exact: get record: %w", err)
+				}
+				return g, bytes.Clone(v), true, nil
+			}
+		}
+		if g == 0 {
+			break
+		}
+		valid = it.SeekLT(tagGen(tagRecord, g))
+	}
+	if err := it.Error(); err != nil {
+		return 0, nil, false, fmt.Errorf("exact: get record: %w", err)
+	}
+	return 0, nil, false, nil
+}
+
+// writeRecords adds the record operations of m in generations at or above
+// floor to pb.
+func writeRecords(pb *pebble.Batch, m *memTable, floor uint64) error {
+	var key [recordKeyLen]byte
+	for fp, ops := range m.records {
+		for _, r := range ops {
+			if r.gen < floor {
+				continue
+			}
+			putRecordKey(key[:], r.gen, fp)
+			var err error
+			if r.del {
+				err = pb.Delete(key[:], nil)
+			} else {
+				err = pb.Set(key[:], r.val, nil)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
