@@ -9,6 +9,7 @@
 //	dedupbench load [flags]       open-loop load at a rate, or a sweep of rates
 //	dedupbench compare [flags]    engine modes and backends against the baselines
 //	dedupbench kafka [flags]      dedup on Kafka (in-process broker) against a passthrough
+//	dedupbench idem [flags]       dedup proxy against the upstream and a Redis-backed middleware
 //
 // Every subcommand takes --json (machine-readable output) and --plot DIR
 // (charts as SVG and PNG). The logic lives in package bench; this command
@@ -74,8 +75,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, args, stdout, stderr)
 	case "kafka":
 		return runKafka(ctx, args, stdout, stderr)
+	case "idem":
+		return runIdem(ctx, args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|idem] [flags]; dedupbench <cmd> -h for flags")
 		return nil
 	}
 	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve or kafka)", cmd)
