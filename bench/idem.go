@@ -376,6 +376,9 @@ func idemRedis(ctx context.Context, cfg IdemConfig, up *upstream, p Progress) (I
 		return IdemRow{}, err
 	}
 	rp := httputil.NewSingleHostReverseProxy(target)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024 // as dedup proxy keeps them
+	rp.Transport = tr
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return IdemRow{}, fmt.Errorf("bench: %w", err)

@@ -245,6 +245,7 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.H
 			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", "Upstream unavailable", status)
 		},
 		FlushInterval: -1, // stream as the upstream sends
+		Transport:     upstreamTransport(),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lease)
@@ -253,6 +254,17 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.H
 		rp.ServeHTTP(w, r.WithContext(ctx))
 		pm.upstream.Observe(time.Since(start).Seconds())
 	})
+}
+
+// upstreamTransport is http.DefaultTransport keeping enough idle
+// connections to the one upstream for every concurrent request: with the
+// default two, a burst of concurrent requests opens (and closes) a
+// connection for most of them.
+func upstreamTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 1024
+	return t
 }
 
 // proxyMetrics are the proxy's own metrics.
