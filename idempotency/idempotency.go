@@ -412,6 +412,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	finished := false
 	defer func() {
 		if finished {
+			rec.end()
 			return
 		}
 		// The handler panicked: the work may not have happened.
@@ -569,7 +570,10 @@ func (d *decoder) str() string {
 }
 
 // recorder passes the response through to the client and keeps a copy of
-// it, up to max body bytes.
+// it, up to max body bytes. Of a response of known length it holds back
+// the last byte until the response is stored or the key released (end), so
+// that a client never holds a whole response whose key a crash could leave
+// in progress.
 type recorder struct {
 	w        http.ResponseWriter
 	max      int
@@ -579,6 +583,17 @@ type recorder struct {
 	body     bytes.Buffer
 	over     bool
 	hijacked bool
+	length   int64 // the Content-Length header's value, -1 if none
+	sent     int64 // body bytes passed on
+	held     []byte
+}
+
+// end sends the byte held back, if any.
+func (rw *recorder) end() {
+	if len(rw.held) > 0 {
+		rw.w.Write(rw.held)
+		rw.held = nil
+	}
 }
 
 func (rw *recorder) Header() http.Header { return rw.w.Header() }
@@ -588,6 +603,10 @@ func (rw *recorder) WriteHeader(code int) {
 		rw.wrote = true
 		rw.status = code
 		rw.header = rw.w.Header().Clone()
+		rw.length = -1
+		if n, err := strconv.ParseInt(rw.header.Get("Content-Length"), 10, 64); err == nil && n > 0 {
+			rw.length = n
+		}
 	}
 	if code == http.StatusSwitchingProtocols {
 		rw.hijacked = true
@@ -607,7 +626,20 @@ func (rw *recorder) Write(p []byte) (int, error) {
 			rw.body.Write(p)
 		}
 	}
-	return rw.w.Write(p)
+	if rw.length > 0 && rw.held == nil && len(p) > 0 && rw.sent+int64(len(p)) >= rw.length {
+		// The last byte of the response: held back until end.
+		last := len(p) - 1
+		n, err := rw.w.Write(p[:last])
+		rw.sent += int64(n)
+		if err != nil {
+			return n, err
+		}
+		rw.held = []byte{p[last]}
+		return len(p), nil
+	}
+	n, err := rw.w.Write(p)
+	rw.sent += int64(n)
+	return n, err
 }
 
 // Flush sends what was written so far to the client.

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -382,5 +383,44 @@ func TestStoreFailureAnswers503(t *testing.T) {
 	e.Close()
 	if r := do(t, srv, "POST", "/", "k", ""); r.status != 503 || runs.Load() != 0 {
 		t.Fatalf("%+v, %d runs", r, runs.Load())
+	}
+}
+
+// slowComplete is an engine whose Complete waits for a signal.
+type slowComplete struct {
+	*dedup.Engine
+	proceed chan struct{}
+}
+
+func (s slowComplete) Complete(ctx context.Context, key []byte, tok dedup.Token, result []byte) error {
+	<-s.proceed
+	return s.Engine.Complete(ctx, key, tok, result)
+}
+
+// TestWholeResponseOnlyAfterStored: a client never holds the whole
+// response before it is stored, so a retry after it got one is a replay,
+// whatever crashes between.
+func TestWholeResponseOnlyAfterStored(t *testing.T) {
+	for _, size := range []int{1, 100, 5000, 64 << 10} {
+		st := slowComplete{newEngine(t), make(chan struct{})}
+		body := strings.Repeat("b", size)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+			io.WriteString(w, body)
+			http.NewResponseController(w).Flush()
+		})
+		srv := serve(t, idempotency.Options{Store: st}, h)
+		got := make(chan response, 1)
+		go func() { got <- do(t, srv, "POST", "/", "k", "") }()
+		select {
+		case r := <-got:
+			close(st.proceed)
+			t.Fatalf("%d bytes: the client got the whole response (%d bytes) before it was stored", size, len(r.body))
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(st.proceed)
+		if r := <-got; r.body != body {
+			t.Fatalf("%d bytes: got %d", size, len(r.body))
+		}
 	}
 }

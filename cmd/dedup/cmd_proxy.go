@@ -244,9 +244,9 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.H
 			w.WriteHeader(status)
 			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", "Upstream unavailable", status)
 		},
-		// FlushInterval 0: a response of known length reaches the client
-		// in full only after the middleware stored it; streamed ones
-		// (unknown length, event streams) are flushed as they come.
+		// FlushInterval 0: responses are buffered as net/http does;
+		// streamed ones (unknown length, event streams) are flushed as
+		// they come.
 		Transport: upstreamTransport(),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
