@@ -19,7 +19,9 @@
 //     is over [Options.MaxBody], or it hijacked the connection: then the key
 //     is released and the next request with it runs again. A handler that
 //     panics releases the key too. The response streams to the client as
-//     the handler writes and flushes it; storing it does not delay it.
+//     the handler writes and flushes it, but its end (the last byte, or the
+//     last chunk) only once it is stored or the key released: a client that
+//     holds a whole response gets it replayed on a retry.
 //   - While the first request runs: 409 with Retry-After, or, with
 //     [Options.Wait], the stored response as soon as the first request
 //     ends within that time.
