@@ -64,41 +64,6 @@ func copySnapshot(fs vfs.FS, snap *snapshot.Snapshot, dir string, seq uint64) er
 	return err
 }
 
-// StateOptions returns the options a state directory records: the ones
-// that shape it (Window, Generations, Shards, Filter, Probabilistic) and the
-// ones that size its generations as last opened (ExpectedRate,
-// FalsePositiveRate; zero for a state written before they were recorded).
-// Open adopts them for the fields it is given zero. The state must not be
-// open in another process.
-func StateOptions(dir string) (Options, error) {
-	return stateOptions(vfs.Default, dir)
-}
-
-func stateOptions(fs vfs.FS, dir string) (Options, error) {
-	if _, err := fs.Stat(dir); err != nil {
-		return Options{}, wrap(err, "state %q", dir)
-	}
-	st, err := exact.Open(dir, exact.Options{FS: fs, LogOnly: true})
-	if err != nil {
-		return Options{}, wrap(err, "state %q", dir)
-	}
-	defer st.Close()
-	o, ok, err := recorded(st)
-	if err != nil {
-		return Options{}, wrap(err, "state %q", dir)
-	}
-	if !ok {
-		return Options{}, fmt.Errorf("%w: %q holds no dedup options (not a state directory, or never opened)", ErrNotOurs, dir)
-	}
-	o.Dir = dir
-	return o, nil
-}
-
-func (p persisted) options(dir string) Options {
-	return Options{Dir: dir, Window: p.Window, Generations: p.Generations, Shards: p.Shards,
-		Filter: p.Filter, Probabilistic: p.Probabilistic}
-}
-
 // RestoreBackup installs src into the new state directory dst, verifying
 // it first; it refuses a dst that exists and is not empty. src is either a
 // backup written by Backup (a store and a snapshot) or, for a probabilistic

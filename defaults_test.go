@@ -55,9 +55,9 @@ func TestCloseWritesSnapshot(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("prob=%v,interval=%v", tc.prob, tc.interval), func(t *testing.T) {
 			o := dedup.Options{Dir: t.TempDir(), Probabilistic: tc.prob, SnapshotInterval: tc.interval}
-			e := mustOpenOpts(t, o)
+			e := openT(t, o)
 			for i := 0; i < 100; i++ {
-				wantVerdict(t, e, fmt.Sprint(i), dedup.New)
+				mustObserve(t, e, fmt.Sprint(i), dedup.New)
 			}
 			if err := e.Commit(nil); err != nil {
 				t.Fatal(err)
@@ -65,13 +65,12 @@ func TestCloseWritesSnapshot(t *testing.T) {
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
 			}
-			e = mustOpenOpts(t, o)
-			defer e.Close()
+			e = openT(t, o)
 			st := e.Stats()
 			if st.RestoredFrom != tc.want || st.RestoredKeys != 100 {
 				t.Fatalf("restored %d keys from %q, want 100 from %q", st.RestoredKeys, st.RestoredFrom, tc.want)
 			}
-			wantVerdict(t, e, "7", dedup.Duplicate)
+			mustObserve(t, e, "7", dedup.Duplicate)
 		})
 	}
 }
@@ -87,8 +86,8 @@ func TestReopenAdoptsStateOptions(t *testing.T) {
 			dir := t.TempDir()
 			created := dedup.Options{Dir: dir, Window: 10 * time.Minute, Generations: 5, Shards: 8,
 				Filter: "cuckoo", Probabilistic: prob, ExpectedRate: 123, FalsePositiveRate: 0.02}
-			e := mustOpenOpts(t, created)
-			wantVerdict(t, e, "A", dedup.New)
+			e := openT(t, created)
+			mustObserve(t, e, "A", dedup.New)
 			if err := e.Commit(nil); err != nil {
 				t.Fatal(err)
 			}
@@ -107,11 +106,11 @@ func TestReopenAdoptsStateOptions(t *testing.T) {
 				t.Fatalf("StateOptions = %+v", have)
 			}
 
-			e = mustOpenOpts(t, dedup.Options{Dir: dir})
+			e = openT(t, dedup.Options{Dir: dir})
 			if got := dedup.EngineOptions(e); !same(got) {
 				t.Fatalf("Open(Options{Dir}) runs with %+v", got)
 			}
-			wantVerdict(t, e, "A", dedup.Duplicate)
+			mustObserve(t, e, "A", dedup.Duplicate)
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +134,7 @@ func TestReopenAdoptsStateOptions(t *testing.T) {
 				}
 			}
 
-			e = mustOpenOpts(t, dedup.Options{Dir: dir, ExpectedRate: 456, FalsePositiveRate: 0.001})
+			e = openT(t, dedup.Options{Dir: dir, ExpectedRate: 456, FalsePositiveRate: 0.001})
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -155,9 +154,9 @@ func TestSmallStateSmallOnDisk(t *testing.T) {
 	dir := t.TempDir()
 	o := dedup.Options{Dir: dir, Window: time.Minute, ExpectedRate: 100}
 	for round := 0; round < 8; round++ {
-		e := mustOpenOpts(t, o)
+		e := openT(t, o)
 		for i := 0; i < 1000; i++ {
-			wantVerdict(t, e, fmt.Sprintf("r%d-%d", round, i), dedup.New)
+			mustObserve(t, e, fmt.Sprintf("r%d-%d", round, i), dedup.New)
 		}
 		if err := e.Commit(nil); err != nil {
 			t.Fatal(err)

@@ -14,57 +14,33 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-func mustOpenOpts(t *testing.T, o dedup.Options) *dedup.Engine {
-	t.Helper()
-	e, err := dedup.Open(o)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	return e
-}
-
-func wantVerdict(t *testing.T, e *dedup.Engine, key string, want dedup.Verdict) {
-	t.Helper()
-	if v, err := e.Observe([]byte(key)); err != nil || v != want {
-		t.Fatalf("Observe(%s) = %v, %v; want %v", key, v, err, want)
-	}
-}
-
-func wantErr(t *testing.T, what string, err, want error) {
-	t.Helper()
-	if !errors.Is(err, want) {
-		t.Fatalf("%s = %v, want %v", what, err, want)
-	}
-}
-
-// TestExplicitDoneForgetAfterConcurrentCommit is issue 13's minimal case:
-// a key observed New, a Commit by another goroutine, then the processing
-// fails. Under ExplicitDone the Commit leaves the key in flight, Forget
-// succeeds and after a restart the key is New.
+// TestExplicitDoneForgetAfterConcurrentCommit: a key observed New, a
+// Commit by another goroutine, then the processing fails. Under
+// ExplicitDone the Commit leaves the key in flight, Forget succeeds and
+// after a restart the key is New.
 func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
 	for _, prob := range []bool{false, true} {
 		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
 			o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true, Probabilistic: prob}
-			e := mustOpenOpts(t, o)
-			wantVerdict(t, e, "A", dedup.New)
+			e := openT(t, o)
+			mustObserve(t, e, "A", dedup.New)
 			done := make(chan error)
 			go func() { done <- e.Commit([]byte("cp")) }()
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			wantVerdict(t, e, "A", dedup.InFlight) // still owned
+			mustObserve(t, e, "A", dedup.InFlight) // still owned
 			if err := e.Forget([]byte("A")); err != nil {
 				t.Fatalf("Forget after a concurrent Commit: %v", err)
 			}
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
 			}
-			e = mustOpenOpts(t, o)
-			defer e.Close()
+			e = openT(t, o)
 			if cp := string(e.Checkpoint()); cp != "cp" {
 				t.Fatalf("Checkpoint = %q", cp)
 			}
-			wantVerdict(t, e, "A", dedup.New)
+			mustObserve(t, e, "A", dedup.New)
 		})
 	}
 }
@@ -74,20 +50,20 @@ func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
 // forgettable) and are lost by a restart, as uncommitted keys are.
 func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
-	e := mustOpenOpts(t, o)
+	e := openT(t, o)
 	for _, k := range []string{"A", "B", "C"} {
-		wantVerdict(t, e, k, dedup.New)
+		mustObserve(t, e, k, dedup.New)
 	}
 	if err := e.Done([]byte("A")); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "A", dedup.InFlight) // done, not committed yet
+	mustObserve(t, e, "A", dedup.InFlight) // done, not committed yet
 	if err := e.Commit([]byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "A", dedup.Duplicate)
-	wantVerdict(t, e, "B", dedup.InFlight)
-	wantVerdict(t, e, "C", dedup.InFlight)
+	mustObserve(t, e, "A", dedup.Duplicate)
+	mustObserve(t, e, "B", dedup.InFlight)
+	mustObserve(t, e, "C", dedup.InFlight)
 	if st := e.Stats(); st.InFlightKeys != 2 || st.NotDoneKeys != 2 {
 		t.Fatalf("InFlightKeys %d, NotDoneKeys %d after committing 1 of 3, want 2 and 2", st.InFlightKeys, st.NotDoneKeys)
 	}
@@ -103,29 +79,28 @@ func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	if err := e.Commit([]byte("3")); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "C", dedup.New) // forgotten: a new owner
-	wantVerdict(t, e, "D", dedup.New)
+	mustObserve(t, e, "C", dedup.New) // forgotten: a new owner
+	mustObserve(t, e, "D", dedup.New)
 	if err := e.Close(); err != nil { // drops C and D, as a crash would
 		t.Fatal(err)
 	}
-	e = mustOpenOpts(t, o)
-	defer e.Close()
+	e = openT(t, o)
 	if cp := string(e.Checkpoint()); cp != "3" {
 		t.Fatalf("Checkpoint = %q, want 3", cp)
 	}
-	wantVerdict(t, e, "A", dedup.Duplicate)
-	wantVerdict(t, e, "B", dedup.Duplicate)
-	wantVerdict(t, e, "C", dedup.New)
-	wantVerdict(t, e, "D", dedup.New)
+	mustObserve(t, e, "A", dedup.Duplicate)
+	mustObserve(t, e, "B", dedup.Duplicate)
+	mustObserve(t, e, "C", dedup.New)
+	mustObserve(t, e, "D", dedup.New)
 }
 
 // TestExplicitDoneCommitThrough: CommitThrough(b) makes durable the keys
 // Done before Barrier returned b; keys Done after stay in flight.
 func TestExplicitDoneCommitThrough(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
-	e := mustOpenOpts(t, o)
+	e := openT(t, o)
 	for _, k := range []string{"A", "B", "C"} {
-		wantVerdict(t, e, k, dedup.New)
+		mustObserve(t, e, k, dedup.New)
 	}
 	if err := e.Done([]byte("A")); err != nil {
 		t.Fatal(err)
@@ -137,29 +112,27 @@ func TestExplicitDoneCommitThrough(t *testing.T) {
 	if err := e.CommitThrough(b, []byte("b")); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "A", dedup.Duplicate)
-	wantVerdict(t, e, "B", dedup.InFlight)
+	mustObserve(t, e, "A", dedup.Duplicate)
+	mustObserve(t, e, "B", dedup.InFlight)
 	if err := e.Forget([]byte("B")); !errors.Is(err, dedup.ErrAlreadyDone) {
 		t.Fatalf("Forget of a Done key past the barrier = %v, want ErrAlreadyDone", err)
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e = mustOpenOpts(t, o)
-	defer e.Close()
-	wantVerdict(t, e, "A", dedup.Duplicate)
-	wantVerdict(t, e, "B", dedup.New)
-	wantVerdict(t, e, "C", dedup.New)
+	e = openT(t, o)
+	mustObserve(t, e, "A", dedup.Duplicate)
+	mustObserve(t, e, "B", dedup.New)
+	mustObserve(t, e, "C", dedup.New)
 }
 
 // TestExplicitDoneErrors: Done and Forget of keys in each state.
 func TestExplicitDoneErrors(t *testing.T) {
-	e := mustOpenOpts(t, dedup.Options{ExplicitDone: true})
-	defer e.Close()
+	e := openT(t, dedup.Options{ExplicitDone: true})
 	wantErr(t, "Done of a key never observed", e.Done([]byte("X")), dedup.ErrNotInFlight)
 	wantErr(t, "Done of an empty key", e.Done(nil), dedup.ErrEmptyKey)
 	wantErr(t, "Done of a key over MaxKeySize", e.Done(make([]byte, 5000)), dedup.ErrKeyTooLarge)
-	wantVerdict(t, e, "A", dedup.New)
+	mustObserve(t, e, "A", dedup.New)
 	if err := e.Done([]byte("A")); err != nil {
 		t.Fatal(err)
 	}
@@ -181,24 +154,23 @@ func TestExplicitDoneErrors(t *testing.T) {
 // makes every key observed New durable) and Done tells the caller that it
 // needs ExplicitDone.
 func TestDoneWithoutExplicitDone(t *testing.T) {
-	e := mustOpenOpts(t, dedup.Options{})
-	defer e.Close()
-	wantVerdict(t, e, "A", dedup.New)
+	e := openT(t, dedup.Options{})
+	mustObserve(t, e, "A", dedup.New)
 	wantErr(t, "Done without ExplicitDone", e.Done([]byte("A")), dedup.ErrNoExplicitDone)
 	wantErr(t, "DoneBatch without ExplicitDone", e.DoneBatch([][]byte{[]byte("A")}), dedup.ErrNoExplicitDone)
 	if err := e.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "A", dedup.Duplicate)
+	mustObserve(t, e, "A", dedup.Duplicate)
 }
 
 // TestDoneBatch: every key of the batch that is in flight is Done; the
 // error names the first that was not.
 func TestDoneBatch(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
-	e := mustOpenOpts(t, o)
+	e := openT(t, o)
 	for _, k := range []string{"A", "B", "C", "D"} {
-		wantVerdict(t, e, k, dedup.New)
+		mustObserve(t, e, k, dedup.New)
 	}
 	if err := e.DoneBatch([][]byte{[]byte("A"), []byte("B")}); err != nil {
 		t.Fatal(err)
@@ -215,21 +187,19 @@ func TestDoneBatch(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e = mustOpenOpts(t, o)
-	defer e.Close()
+	e = openT(t, o)
 	for _, k := range []string{"A", "B", "C"} {
-		wantVerdict(t, e, k, dedup.Duplicate)
+		mustObserve(t, e, k, dedup.Duplicate)
 	}
-	wantVerdict(t, e, "D", dedup.New)
+	mustObserve(t, e, "D", dedup.New)
 }
 
 // TestExplicitDoneMaxInFlight: keys not yet Done hold their MaxInFlight
 // slot across commits; Done and a Commit free it.
 func TestExplicitDoneMaxInFlight(t *testing.T) {
-	e := mustOpenOpts(t, dedup.Options{ExplicitDone: true, MaxInFlight: 2})
-	defer e.Close()
-	wantVerdict(t, e, "A", dedup.New)
-	wantVerdict(t, e, "B", dedup.New)
+	e := openT(t, dedup.Options{ExplicitDone: true, MaxInFlight: 2})
+	mustObserve(t, e, "A", dedup.New)
+	mustObserve(t, e, "B", dedup.New)
 	if err := e.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -246,19 +216,18 @@ func TestExplicitDoneMaxInFlight(t *testing.T) {
 	if err := e.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "C", dedup.New)
+	mustObserve(t, e, "C", dedup.New)
 	if err := e.Forget([]byte("B")); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "D", dedup.New)
+	mustObserve(t, e, "D", dedup.New)
 }
 
 // TestExplicitDoneConcurrent runs workers that share keys, Forget some and
 // Done the rest, with commits running meanwhile: one owner per key at a
 // time, every key ends Duplicate, nothing is left in flight.
 func TestExplicitDoneConcurrent(t *testing.T) {
-	e := mustOpenOpts(t, dedup.Options{ExplicitDone: true, Shards: 4})
-	defer e.Close()
+	e := openT(t, dedup.Options{ExplicitDone: true, Shards: 4})
 	const keys, workers = 2000, 6
 	var owner [keys]sync.Mutex // held by the key's owner: TryLock fails for a second one
 	var dones [keys]atomic.Int32
@@ -359,15 +328,15 @@ func TestCloseReportsInFlight(t *testing.T) {
 		defer mu.Unlock()
 		logged = append(logged, fmt.Sprintf(format, args...))
 	}}
-	e := mustOpenOpts(t, o)
+	e := openT(t, o)
 	for _, k := range []string{"A", "B", "C"} {
-		wantVerdict(t, e, k, dedup.New)
+		mustObserve(t, e, k, dedup.New)
 	}
 	if err := e.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
-	wantVerdict(t, e, "D", dedup.New)
-	wantVerdict(t, e, "E", dedup.New)
+	mustObserve(t, e, "D", dedup.New)
+	mustObserve(t, e, "E", dedup.New)
 	if err := e.Close(); err != nil {
 		t.Fatalf("Close with keys in flight = %v, want nil", err)
 	}
@@ -383,9 +352,9 @@ func TestCloseReportsInFlight(t *testing.T) {
 	// Under AutoCommit Close commits them: none dropped. Under ExplicitDone
 	// it commits the Done ones and drops the others.
 	o = dedup.Options{AutoCommit: time.Hour, ExplicitDone: true}
-	e = mustOpenOpts(t, o)
-	wantVerdict(t, e, "A", dedup.New)
-	wantVerdict(t, e, "B", dedup.New)
+	e = openT(t, o)
+	mustObserve(t, e, "A", dedup.New)
+	mustObserve(t, e, "B", dedup.New)
 	if err := e.Done([]byte("A")); err != nil {
 		t.Fatal(err)
 	}

@@ -375,10 +375,11 @@ func TestCheckpointCopy(t *testing.T) {
 	}
 }
 
-// TestRegressionBatchReusedAfterCommit pins a bug where commitOnce closed
-// its store batch after Commit had already returned it to the pool, so two
-// engines committing at once wiped each other's batches.
-func TestRegressionBatchReusedAfterCommit(t *testing.T) {
+// TestConcurrentEnginesKeepTheirCommits: two engines committing at once
+// each keep every key they committed. A commit's store batch goes back to
+// the shared pool only once the commit is done with it; a batch reused
+// while still in use would wipe the other engine's keys.
+func TestConcurrentEnginesKeepTheirCommits(t *testing.T) {
 	engines := []*Engine{openT(t, Options{Shards: 2}), openT(t, Options{Shards: 2})}
 	var wg sync.WaitGroup
 	for w, e := range engines {
@@ -504,10 +505,10 @@ func TestBarrierPipelined(t *testing.T) {
 	}
 }
 
-// TestRegressionHugeRateRefused pins a bug where an ExpectedRate whose
-// filters cannot fit in memory passed validation and killed the process at
-// the first Observe.
-func TestRegressionHugeRateRefused(t *testing.T) {
+// TestOpenRefusesFiltersLargerThanMemory: Open refuses, naming
+// ExpectedRate, an ExpectedRate whose filters cannot fit in memory, rather
+// than letting the first Observe exhaust it.
+func TestOpenRefusesFiltersLargerThanMemory(t *testing.T) {
 	_, err := Open(Options{ExpectedRate: 1e9, Window: time.Hour})
 	if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "ExpectedRate") {
 		t.Fatalf("Open with filters larger than memory: %v", err)

@@ -22,3 +22,47 @@ func SetSeed(e *Engine, seed uint64) { e.seed = seed }
 
 // ShardOfKey returns the index of the shard key goes to.
 func ShardOfKey(e *Engine, key []byte) int { return e.shardIndex(e.hash(key)) }
+
+// Filter generations.
+
+// GenerationKinds returns, per shard, the filter kind of each live
+// generation, oldest first (tests of Filter "fuse").
+func GenerationKinds(e *Engine) [][]filter.Kind {
+	out := make([][]filter.Kind, len(e.shards))
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		for _, g := range s.ring.Generations() {
+			out[i] = append(out[i], g.Filter.Kind())
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+// The commit log, snapshot.go and restore.go.
+
+// LogTruncatedThrough returns the commit sequence through which e's commit
+// log was truncated, as recorded in the store (0: never).
+func LogTruncatedThrough(e *Engine) (uint64, error) { return e.logTruncatedThrough() }
+
+// LogPairs returns the number of (generation, hash) pairs e's commit log
+// still holds.
+func LogPairs(e *Engine) (int, error) {
+	n := 0
+	err := e.store.ScanLog(0, func(_, _, _ uint64) error { n++; return nil })
+	return n, err
+}
+
+// LastCommitSeq returns the sequence number of e's last commit.
+func LastCommitSeq(e *Engine) uint64 {
+	e.cpMu.Lock()
+	defer e.cpMu.Unlock()
+	return e.commitSeq
+}
+
+// The shadow filter (shadow.go).
+
+// Sampled reports whether key falls in the sample of the hash space that
+// e's shadow covers (the observed false-positive rate).
+func Sampled(e *Engine, key []byte) bool { return sampled(e.hash(key)) }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	. "github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/cputime"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
@@ -40,10 +41,10 @@ func BenchmarkFuseWindow(b *testing.B) {
 	for done := 0; done < b.N; done += round {
 		n := min(round, b.N-done)
 		for _, v := range w.variants {
-			t0, c0 := time.Now(), processCPU()
+			t0, c0 := time.Now(), cputime.Process()
 			v.fps.Add(int64(v.run(v.next, n)))
 			v.wall += time.Since(t0)
-			v.cpu += processCPU() - c0
+			v.cpu += cputime.Process() - c0
 			v.next += uint64(n)
 			v.keys += n
 		}

@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -33,6 +34,15 @@ func mustObserve(t testing.TB, e *Engine, key string, want Verdict) {
 	}
 	if got != want {
 		t.Fatalf("Observe(%q) = %v, want %v", key, got, want)
+	}
+}
+
+// wantErr fails the test unless errors.Is(err, want); what names the call
+// that returned err.
+func wantErr(t testing.TB, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s = %v, want %v", what, err, want)
 	}
 }
 

@@ -27,7 +27,7 @@ func TestMaxKeySizeIsTheStoreLimit(t *testing.T) {
 	for _, prob := range []bool{false, true} {
 		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
 			o := dedup.Options{Dir: t.TempDir(), MaxKeySize: exact.MaxKeySize, Probabilistic: prob}
-			e := mustOpenOpts(t, o)
+			e := openT(t, o)
 			big := bytes.Repeat([]byte{'k'}, exact.MaxKeySize)
 			if v, err := e.Observe(big); err != nil || v != dedup.New {
 				t.Fatalf("Observe of a key of MaxKeySize = %v, %v", v, err)
@@ -49,8 +49,7 @@ func TestMaxKeySizeIsTheStoreLimit(t *testing.T) {
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
 			}
-			e = mustOpenOpts(t, o)
-			defer e.Close()
+			e = openT(t, o)
 			if v, err := e.Observe(big); err != nil || v != dedup.Duplicate {
 				t.Fatalf("after reopen, the key of MaxKeySize = %v, %v; want Duplicate", v, err)
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
-	"github.com/streamdedup/dedup/internal/sysmem"
 	"github.com/streamdedup/dedup/rotate"
 )
 
@@ -87,33 +86,6 @@ func openStore(fs vfs.FS, dir string, opts Options) (*exact.Store, error) {
 	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, MemTableSize: memTableSize(opts)})
 }
 
-// Bounds on the exact store's memtable (see memTableSize).
-const (
-	minMemTable = 4 << 20
-	maxMemTable = 64 << 20
-)
-
-// memTableSize sizes the exact store's memtable (exact.Options.MemTableSize:
-// the store's own table of appends, which takes the latest commits until a
-// background flush writes them to Pebble as sorted tables) for the
-// workload opts describe: 128 bytes per key of a full window (a 16-byte
-// key takes about 36 in the table, its commit-log record 25 more), a power
-// of two within [4 MiB, 64 MiB]. Measured with BenchmarkMemTableSize in
-// exact/ (commits of 5000 random 16-byte keys): 64 MiB spent 10-20% less
-// CPU per key than 16 MiB and 4 MiB, whose flushes are 7 and 30 times as
-// many, but holds up to twice its size while a flush runs and makes Open
-// replay up to 1.9M keys (0.6 s); a state that receives few keys holds and
-// replays only those, whatever the limit.
-func memTableSize(opts Options) uint64 {
-	keys := opts.ExpectedRate * (opts.Window + opts.Window/time.Duration(opts.Generations)).Seconds()
-	want := keys * 128
-	size := uint64(minMemTable)
-	for size < maxMemTable && float64(size) < want {
-		size *= 2
-	}
-	return size
-}
-
 // adopt fills the fields of o that a state directory records and o leaves
 // zero with rec's values.
 func (o *Options) adopt(rec Options) {
@@ -172,6 +144,41 @@ func recorded(st *exact.Store) (o Options, ok bool, err error) {
 		o.ExpectedRate, o.FalsePositiveRate = sz.ExpectedRate, sz.FalsePositiveRate
 	}
 	return o, true, nil
+}
+
+// StateOptions returns the options a state directory records: the ones
+// that shape it (Window, Generations, Shards, Filter, Probabilistic) and the
+// ones that size its generations as last opened (ExpectedRate,
+// FalsePositiveRate; zero for a state written before they were recorded).
+// Open adopts them for the fields it is given zero. The state must not be
+// open in another process.
+func StateOptions(dir string) (Options, error) {
+	return stateOptions(vfs.Default, dir)
+}
+
+func stateOptions(fs vfs.FS, dir string) (Options, error) {
+	if _, err := fs.Stat(dir); err != nil {
+		return Options{}, wrap(err, "state %q", dir)
+	}
+	st, err := exact.Open(dir, exact.Options{FS: fs, LogOnly: true})
+	if err != nil {
+		return Options{}, wrap(err, "state %q", dir)
+	}
+	defer st.Close()
+	o, ok, err := recorded(st)
+	if err != nil {
+		return Options{}, wrap(err, "state %q", dir)
+	}
+	if !ok {
+		return Options{}, fmt.Errorf("%w: %q holds no dedup options (not a state directory, or never opened)", ErrNotOurs, dir)
+	}
+	o.Dir = dir
+	return o, nil
+}
+
+func (p persisted) options(dir string) Options {
+	return Options{Dir: dir, Window: p.Window, Generations: p.Generations, Shards: p.Shards,
+		Filter: p.Filter, Probabilistic: p.Probabilistic}
 }
 
 // wrapIf is wrap for an err that may be nil.
@@ -324,66 +331,3 @@ func (e *Engine) recordSizing() error {
 }
 
 func beUint64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-
-// checkMemory refuses options whose filters would not fit in the machine's
-// memory (generations+1 generations of every shard at their sized capacity),
-// rather than dying out of memory at the first Observe.
-func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) (need float64, err error) {
-	per, err := rotate.EstimateBytes(cfg)
-	if err != nil {
-		return 0, fmt.Errorf("%w: ExpectedRate %v over Window %v: %w", ErrInvalidOptions, opts.ExpectedRate, opts.Window, err)
-	}
-	need = float64(per) * float64(opts.Shards)
-	if total := sysmem.Total(); total > 0 && need > float64(total) {
-		return 0, fmt.Errorf("%w: ExpectedRate %v keys/s over Window %v needs about %.1f GiB of %s filters, more than this machine's %.1f GiB of memory",
-			ErrInvalidOptions, opts.ExpectedRate, opts.Window, need/(1<<30), kind, float64(total)/(1<<30))
-	}
-	return need, nil
-}
-
-// ringConfig is the ring of generations every shard keeps under opts
-// (defaults filled in), sized for ExpectedRate.
-func ringConfig(kind filter.Kind, opts Options) rotate.Config {
-	span := opts.Window / time.Duration(opts.Generations)
-	return rotate.Config{
-		Window:            opts.Window,
-		Generations:       opts.Generations,
-		Kind:              kind,
-		Capacity:          shardCapacity(opts.ExpectedRate*span.Seconds(), opts.Shards),
-		FalsePositiveRate: opts.FalsePositiveRate,
-	}
-}
-
-// FilterCeiling returns the filter memory an engine opened with o holds at
-// most while the traffic stays within ExpectedRate: every shard's
-// Generations+1 generations at the size ExpectedRate gives them, as [Open]
-// logs it. Filters start smaller and follow the traffic (see
-// [Stats.SizedGenerationKeys]). Zero fields take their defaults; invalid
-// options are an error wrapping [ErrInvalidOptions].
-func (o Options) FilterCeiling() (uint64, error) {
-	o.EnsureDefaults()
-	if err := o.Validate(); err != nil {
-		return 0, err
-	}
-	kind, err := filter.ParseKind(o.Filter)
-	if err != nil {
-		return 0, fmt.Errorf("%w: Filter: %w", ErrInvalidOptions, err)
-	}
-	per, err := rotate.EstimateBytes(ringConfig(kind, o))
-	if err != nil {
-		return 0, fmt.Errorf("%w: ExpectedRate %v over Window %v: %w", ErrInvalidOptions, o.ExpectedRate, o.Window, err)
-	}
-	return per * uint64(o.Shards), nil
-}
-
-// shardCapacity sizes one shard's generation for perGen keys spread over
-// shards. The keys a shard receives vary binomially around the mean: the
-// capacity includes two standard deviations of headroom, so that at the
-// rate configured about one shard-generation in 40 chains a growth link (a
-// quarter of its filter); more would cost false-positive rate for nothing,
-// since a filter short of its capacity misses its target (2.4% short, as
-// four deviations and 64 keys made it at 31k keys a shard, is 12% under).
-func shardCapacity(perGen float64, shards int) uint64 {
-	mean := perGen / float64(shards)
-	return uint64(mean+2*math.Sqrt(mean)) + 16
-}

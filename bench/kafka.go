@@ -12,10 +12,10 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/cputime"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -392,10 +392,10 @@ func (k *kafkaRun) throughput(ctx context.Context, n int, dedupOn bool, rep int)
 		k.progress.Add(int64(done - last))
 		last = done
 		if t1.IsZero() && done >= lo {
-			t1, n1, cpu1 = now, done, processCPU()
+			t1, n1, cpu1 = now, done, cputime.Process()
 		}
 		if !t1.IsZero() && done >= hi {
-			t2, n2, cpu2 = now, done, processCPU()
+			t2, n2, cpu2 = now, done, cputime.Process()
 		}
 		if now.After(deadline) {
 			return 0, 0, 0, fmt.Errorf("bench: %s x%d committed %d of %d events in 10 minutes", mode, n, done, total)
@@ -449,15 +449,6 @@ func (k *kafkaRun) deleteTopics(topics ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, topics...)
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func median(xs []float64) float64 {

@@ -9,12 +9,12 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/internal/cputime"
 	"github.com/streamdedup/dedup/internal/diskuse"
 )
 
@@ -200,7 +200,7 @@ func BenchmarkSustained(b *testing.B) {
 	var reclaim sync.WaitGroup
 	var present [][]byte
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuNanos()
+	start, cpu0 := time.Now(), cputime.Process()
 	for i := 0; i < b.N; i += per {
 		c := i / per
 		gen := uint64(1 + c/perGen)
@@ -243,22 +243,13 @@ func BenchmarkSustained(b *testing.B) {
 			present = append(present, bytes.Clone(keys[per/2]))
 		}
 	}
-	el, cpu := time.Since(start), cpuNanos()-cpu0
+	el, cpu := time.Since(start), cputime.Process()-cpu0
 	b.StopTimer()
 	reclaim.Wait()
 	b.ReportMetric(float64(b.N)/el.Seconds()/1e6, "Mkeys/s")
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/key")
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(s.Metrics().ReadAmp()), "readamp")
-}
-
-// cpuNanos is the CPU time the process used so far.
-func cpuNanos() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 var benchMemTable uint64 = 64 << 20
@@ -417,7 +408,7 @@ func BenchmarkMemTable(b *testing.B) {
 	b.Run("add", func(b *testing.B) {
 		var h []uint64
 		var size int
-		cpu0 := cpuNanos()
+		cpu0 := cputime.Process()
 		for b.Loop() {
 			m := &memTable{limit: 64 << 20}
 			for lo := 0; lo < n; lo += per {
@@ -427,7 +418,7 @@ func BenchmarkMemTable(b *testing.B) {
 			m.free()
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
-		b.ReportMetric(float64(cpuNanos()-cpu0)/float64(b.N*n), "cpu-ns/key")
+		b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N*n), "cpu-ns/key")
 		b.ReportMetric(float64(size)/n, "B/key")
 	})
 	m := &memTable{limit: 64 << 20}
@@ -514,12 +505,12 @@ func BenchmarkMemTableSize(b *testing.B) {
 			ingests0 := s.db.Metrics().Ingest.Count
 			maxHeld := 0
 			b.ResetTimer()
-			start, cpu0 := time.Now(), cpuNanos()
+			start, cpu0 := time.Now(), cputime.Process()
 			for i := 0; i < b.N; i += per {
 				commit(uint64(1 + i/4_000_000))
 				maxHeld = max(maxHeld, held())
 			}
-			el, cpu := time.Since(start), cpuNanos()-cpu0
+			el, cpu := time.Since(start), cputime.Process()-cpu0
 			b.StopTimer()
 			flushes := s.db.Metrics().Ingest.Count - ingests0
 			// Fill a memtable to its limit, leave it to the commit log, and

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/streamdedup/dedup/internal/cputime"
 )
 
 // BenchmarkFilter measures each kind at 1M, 10M and 100M keys and 1% and
@@ -106,12 +108,12 @@ type cpuClock struct {
 
 func startCPU() cpuClock {
 	runtime.LockOSThread()
-	t, ok := threadCPU()
+	t, ok := cputime.Thread()
 	return cpuClock{t, ok}
 }
 
 func (c cpuClock) report(b *testing.B) {
-	t, ok := threadCPU()
+	t, ok := cputime.Thread()
 	runtime.UnlockOSThread()
 	if c.ok && ok {
 		b.ReportMetric(float64(t-c.start)/float64(b.N), "cpu-ns/op")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
+
+	"github.com/streamdedup/dedup/internal/cputime"
 )
 
 // BenchmarkWindow compares, on one full window, the ways a dedup
@@ -54,7 +56,7 @@ func BenchmarkWindow(b *testing.B) {
 		n := min(round, b.N-done)
 		for _, v := range w.variants {
 			runtime.LockOSThread()
-			c0, _ := threadCPU()
+			c0, _ := cputime.Thread()
 			t0 := time.Now()
 			for k := 0; k < n; k += windowBatch {
 				m := min(windowBatch, n-k)
@@ -72,7 +74,7 @@ func BenchmarkWindow(b *testing.B) {
 				v.fresh += fresh
 			}
 			v.wall += time.Since(t0)
-			c1, _ := threadCPU()
+			c1, _ := cputime.Thread()
 			runtime.UnlockOSThread()
 			v.cpu += c1 - c0
 			v.keys += n

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamdedup/dedup/internal/cputime"
 )
 
 // benchSize is the size of the generated NDJSON input of BenchmarkFilter:
@@ -121,11 +123,11 @@ func BenchmarkFilter(b *testing.B) {
 					args = append(args, "--state", filepath.Join(dir, "state"))
 				}
 				b.StartTimer()
-				cpu0, t0 := cpuTime(), time.Now()
+				cpu0, t0 := cputime.Process(), time.Now()
 				if code, _, stderr := runCmd(b, "", args...); code != 0 {
 					b.Fatalf("exit status %d: %s", code, stderr)
 				}
-				cpu += cpuTime() - cpu0
+				cpu += cputime.Process() - cpu0
 				wall += time.Since(t0)
 				// Each run starts from the same machine state: the GB of
 				// output of the runs before it, left behind, would still
@@ -157,7 +159,7 @@ func BenchmarkReadExtract(b *testing.B) {
 	}
 	b.SetBytes(fi.Size())
 	x := mustExtractor(b, extractorConfig{format: "json", key: "event_id"})
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		f, err := os.Open(in)
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/streamdedup/dedup/internal/cputime"
 )
 
 func mustExtractor(t testing.TB, cfg extractorConfig) *extractor {
@@ -267,7 +269,7 @@ func BenchmarkExtractJSON(b *testing.B) {
 		x := mustExtractor(b, extractorConfig{format: "json", key: "event_id"})
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
-		cpu0 := cpuTime()
+		cpu0 := cputime.Process()
 		for b.Loop() {
 			if _, _, r := x.extract(line, nil); r.code != rejNone {
 				b.Fatal(r)
@@ -280,7 +282,7 @@ func BenchmarkExtractJSON(b *testing.B) {
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
 		var arena []byte
-		cpu0 := cpuTime()
+		cpu0 := cputime.Process()
 		for b.Loop() {
 			var r reject
 			if _, arena, r = x.extract(line, arena[:0]); r.code != rejNone {
@@ -292,7 +294,7 @@ func BenchmarkExtractJSON(b *testing.B) {
 	b.Run("unmarshal-map", func(b *testing.B) {
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
-		cpu0 := cpuTime()
+		cpu0 := cputime.Process()
 		defer func() { reportCPU(b, cpu0, int64(b.N*len(line))) }()
 		for b.Loop() {
 			var m map[string]json.RawMessage
@@ -304,7 +306,7 @@ func BenchmarkExtractJSON(b *testing.B) {
 	b.Run("decoder-tokens", func(b *testing.B) {
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
-		cpu0 := cpuTime()
+		cpu0 := cputime.Process()
 		defer func() { reportCPU(b, cpu0, int64(b.N*len(line))) }()
 		for b.Loop() {
 			d := json.NewDecoder(bytes.NewReader(line))

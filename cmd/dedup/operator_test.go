@@ -18,9 +18,9 @@ import (
 	"time"
 )
 
-// The tests of this file pin what an operator relies on (issue 14): inputs
-// that grow or rotate never lose an event, and exit statuses and flags say
-// what happened.
+// The tests of this file pin what an operator relies on: inputs that grow
+// or rotate never lose an event, and exit statuses and flags say what
+// happened.
 
 // TestHelperDedup is not a test: run by dedupProcess as a child process,
 // it is the dedup command, with the arguments in DEDUP_TEST_ARGS.

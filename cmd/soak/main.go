@@ -3,8 +3,8 @@
 // its memory and disk use every second: once the window is full both must
 // stay flat, and expired generations must leave no files behind.
 //
-//	go run ./internal/soak                 # 10 minutes, writes internal/soak/RESULTS.md and soak.png
-//	go run ./internal/soak -duration=1m    # a quick look
+//	go run ./cmd/soak                 # 10 minutes, writes cmd/soak/RESULTS.md and soak.png
+//	go run ./cmd/soak -duration=1m    # a quick look
 //
 // It is a benchmark-style run, not a test: CI does not run it.
 package main
@@ -51,7 +51,7 @@ func main() {
 	snapEvery := flag.Duration("snapshot", 5*time.Second, "Options.SnapshotInterval")
 	filterKind := flag.String("filter", "blocked", "Options.Filter")
 	dir := flag.String("dir", "", "state directory (default: a temporary one, removed at the end)")
-	out := flag.String("out", "internal/soak", "folder for RESULTS.md and soak.png")
+	out := flag.String("out", "cmd/soak", "folder for RESULTS.md and soak.png")
 	flag.Parse()
 
 	stateDir := *dir
@@ -246,7 +246,7 @@ func results(samples []sample, final sample, st dedup.Stats, duration time.Durat
 	news, dups, inflightV, errs uint64, stale, segs int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Soak results\n\n")
-	fmt.Fprintf(&b, "`go run ./internal/soak` (this file and `soak.png` are its output), run on %s, %s/%s, %d CPUs (shared machine).\n\n",
+	fmt.Fprintf(&b, "`go run ./cmd/soak` (this file and `soak.png` are its output), run on %s, %s/%s, %d CPUs (shared machine).\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 	fmt.Fprintf(&b, "Workload: %v at %d events/s (%.0f%% repeats of recent keys), Window %v, %d generations (rotation every %v), filter %s, AutoCommit %v, SnapshotInterval %v, real clock, state on the local disk.\n\n",
 		duration, rate, 100*dup, window, gens, window/time.Duration(gens), kind, autoCommit, snapEvery)

@@ -14,6 +14,7 @@ import (
 	. "github.com/streamdedup/dedup"
 
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/streamdedup/dedup/internal/cputime"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
@@ -56,10 +57,10 @@ func BenchmarkObserveWindow(b *testing.B) {
 	for done := 0; done < b.N; done += round {
 		n := min(round, b.N-done)
 		for _, v := range w.variants {
-			t0, c0 := time.Now(), processCPU()
+			t0, c0 := time.Now(), cputime.Process()
 			v.run(v.next, n)
 			v.wall += time.Since(t0)
-			v.cpu += processCPU() - c0
+			v.cpu += cputime.Process() - c0
 			v.next += uint64(n)
 			v.keys += n
 		}

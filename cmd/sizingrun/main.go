@@ -4,8 +4,8 @@
 // filters' bytes, the final snapshot's size and time, and the process's
 // resident memory (now and peak).
 //
-//	go run ./internal/sizingrun                    # 450k keys at once, in the first generation
-//	go run ./internal/sizingrun -spread=24h        # 450k keys spread over a day (a virtual clock)
+//	go run ./cmd/sizingrun                    # 450k keys at once, in the first generation
+//	go run ./cmd/sizingrun -spread=24h        # 450k keys spread over a day (a virtual clock)
 //
 // docs/sizing.md runs it side by side with the binary of an earlier
 // version. It is a benchmark-style run, not a test: CI does not run it.

@@ -1,14 +1,15 @@
 //go:build unix
 
-package dedup_test
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time (user and system) the process has used.
-func processCPU() time.Duration {
+// Process returns the CPU time (user and system) this process has used so
+// far, or 0 where it is not measured (outside Unix, or if getrusage fails).
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -1,8 +1,0 @@
-//go:build !unix
-
-package dedup_test
-
-import "time"
-
-// processCPU is not measured here: 0.
-func processCPU() time.Duration { return 0 }
