@@ -239,3 +239,28 @@ func TestLookupDoesNotClaim(t *testing.T) {
 		t.Fatalf("Result %q", got.Result)
 	}
 }
+
+// TestClaimsTravelWithBackups: a backup and its restore carry the records,
+// results and claims in progress alike.
+func TestClaimsTravelWithBackups(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	e := openT(t, Options{Dir: root + "/live"})
+	done := mustBegin(t, e, "done", "f", time.Hour, ClaimNew)
+	if err := e.Complete(ctx, []byte("done"), done.Token, []byte("result")); err != nil {
+		t.Fatal(err)
+	}
+	mustBegin(t, e, "running", "f", time.Hour, ClaimNew)
+	if err := e.Backup(root + "/backup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RestoreBackup(root+"/backup", root+"/restored"); err != nil {
+		t.Fatal(err)
+	}
+	r := openT(t, Options{Dir: root + "/restored"})
+	if got := mustBegin(t, r, "done", "f", time.Hour, ClaimCompleted); string(got.Result) != "result" {
+		t.Fatalf("Result %q", got.Result)
+	}
+	mustBegin(t, r, "done", "other", time.Hour, ClaimMismatch)
+	mustBegin(t, r, "running", "f", time.Hour, ClaimInProgress)
+}
