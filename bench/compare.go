@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
+	"runtime/debug"
 	"slices"
 	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/streamdedup/dedup/internal/humanize"
 )
 
 // Baseline names accepted in CompareConfig.Baselines.
@@ -56,6 +57,24 @@ type CompareConfig struct {
 	SweepKeys int `json:"sweep_keys"`
 	// SkipSweep leaves the memory sweep out.
 	SkipSweep bool `json:"skip_sweep,omitempty"`
+	// ScaleKeys are the sizes of the memory-at-scale runs: each target of
+	// ScaleTargets takes that many distinct keys within one window, in a
+	// process of its own, and reports the process's resident set. Default
+	// 1,000,000 and 10,000,000.
+	ScaleKeys []int `json:"scale_keys"`
+	// ScaleTargets are the targets of the memory-at-scale runs: "MODE/FILTER"
+	// for the engine (exact/blocked) or a baseline name. Default
+	// exact/blocked, probabilistic/blocked and redis.
+	ScaleTargets []string `json:"scale_targets"`
+	// SkipScale leaves the memory-at-scale runs out.
+	SkipScale bool `json:"skip_scale,omitempty"`
+	// Child is the command line that runs [RunChild] in a fresh process;
+	// with it every target runs in a process of its own, so that its
+	// resident set (RSS) is the target's, not the harness's.
+	// cmd/dedupbench passes its own executable. Nil runs the targets in
+	// this process: then only redis-server, a process of its own, has an
+	// RSS.
+	Child []string `json:"-"`
 }
 
 func (c *CompareConfig) ensureDefaults() {
@@ -100,6 +119,12 @@ func (c *CompareConfig) ensureDefaults() {
 	if c.SweepKeys == 0 {
 		c.SweepKeys = 200_000
 	}
+	if c.ScaleKeys == nil {
+		c.ScaleKeys = []int{1_000_000, 10_000_000}
+	}
+	if c.ScaleTargets == nil {
+		c.ScaleTargets = []string{"exact/blocked", "probabilistic/blocked", BaselineRedis}
+	}
 }
 
 // CompareRow is one target's outcome.
@@ -117,31 +142,43 @@ type CompareRow struct {
 	Duplicates uint64 `json:"duplicates"`
 	DupsMissed uint64 `json:"dups_missed"`
 	FalseDrops uint64 `json:"false_drops"`
-	// Keys remembered at the end, RAM (Go heap growth after a GC, or the
-	// server's used_memory growth for Redis), off-heap memory the target
-	// reports (Pebble's C-allocated memtables and cache), disk.
-	Keys        uint64  `json:"keys"`
-	RAMBytes    uint64  `json:"ram_bytes"`
-	OffHeap     uint64  `json:"off_heap_bytes"`
-	FilterBytes uint64  `json:"filter_bytes"`
-	DiskBytes   uint64  `json:"disk_bytes"`
-	RAMPerKey   float64 `json:"ram_per_key"`
-	DiskPerKey  float64 `json:"disk_per_key"`
+	// Keys remembered at the end, the bytes of the target's pre-filters,
+	// its disk.
+	Keys        uint64 `json:"keys"`
+	FilterBytes uint64 `json:"filter_bytes"`
+	DiskBytes   uint64 `json:"disk_bytes"`
+	// Process names the process whose resident set the RSS fields are:
+	// "own process" (the target ran alone in a child), "redis-server", or
+	// "" when the target shared the harness's process and has no RSS.
+	Process string `json:"process,omitempty"`
+	// RSSGrowth is the process's resident set at the end less before the
+	// target opened; PeakRSS its largest resident set during the run
+	// (VmHWM) and PeakGrowth that less the same starting point. Bytes.
+	RSSGrowth  uint64 `json:"rss_growth"`
+	PeakRSS    uint64 `json:"peak_rss"`
+	PeakGrowth uint64 `json:"peak_growth"`
+	// RSSPerKey and PeakPerKey are RSSGrowth and PeakGrowth per key held.
+	RSSPerKey  float64 `json:"rss_per_key"`
+	PeakPerKey float64 `json:"peak_per_key"`
+	DiskPerKey float64 `json:"disk_per_key"`
 	// StoreLookups counts exact-store lookups (engine, exact mode).
 	StoreLookups uint64 `json:"store_lookups"`
 	// InFlightBytes and CacheBytes are the memory the engine reports for
 	// its in-flight sets and its cache of recently committed keys (see
 	// dedup.Stats); EngineBytesPerKey is its own count of what it holds,
-	// filters, in-flight sets and cache, per key (engine rows only):
-	// RAMPerKey less the noise of a heap measurement and Pebble's Go-heap
-	// share.
+	// filters, in-flight sets and cache, per key (engine rows only): what
+	// the process's RSS holds besides the Go runtime, GC headroom and, in
+	// exact mode, Pebble's memtable and block cache.
 	InFlightBytes     uint64  `json:"inflight_bytes,omitempty"`
 	CacheBytes        uint64  `json:"cache_bytes,omitempty"`
 	EngineBytesPerKey float64 `json:"engine_bytes_per_key,omitempty"`
-	// SpeedRatio is EventsPerSec over the reference row's; RAMRatio is
-	// RAMPerKey over the reference's.
+	// SpeedRatio is EventsPerSec over the reference row's; RSSRatio is
+	// RSSPerKey over the reference's.
 	SpeedRatio float64 `json:"speed_ratio,omitempty"`
-	RAMRatio   float64 `json:"ram_ratio,omitempty"`
+	RSSRatio   float64 `json:"rss_ratio,omitempty"`
+	// ScaleKeys is the number of distinct keys of a memory-at-scale row
+	// (0 in the comparison's rows).
+	ScaleKeys int `json:"scale_keys,omitempty"`
 }
 
 // SweepPoint is one backend at one false-positive target, filled with
@@ -162,59 +199,76 @@ type CompareResult struct {
 	// Reference names the row the ratios are relative to.
 	Reference string       `json:"reference"`
 	Sweep     []SweepPoint `json:"sweep,omitempty"`
-}
-
-// recorded is the pre-generated stream every target gets.
-type recorded struct {
-	keys  [][]byte
-	at    []time.Duration
-	dup   []bool
-	inWin []bool // a duplicate within the window
-}
-
-func record(sc StreamConfig, window time.Duration) (*recorded, error) {
-	st, err := NewStream(sc)
-	if err != nil {
-		return nil, err
-	}
-	r := &recorded{}
-	var ev Event
-	for st.Next(&ev) {
-		r.keys = append(r.keys, ev.Key)
-		r.at = append(r.at, ev.At)
-		r.dup = append(r.dup, ev.Dup)
-		r.inWin = append(r.inWin, ev.Dup && ev.Delay < window)
-	}
-	return r, nil
+	// Scale are the memory-at-scale rows, by size then target.
+	Scale []CompareRow `json:"scale,omitempty"`
+	// Machine says where and when the run was made.
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // Compare runs the same stream through the engine in each mode and backend
-// and through each baseline, then the memory sweep.
+// and through each baseline, then the memory sweep and the memory-at-scale
+// runs. With cfg.Child every target runs in a process of its own.
 func Compare(ctx context.Context, cfg CompareConfig, progress Progress) (*CompareResult, error) {
 	cfg.ensureDefaults()
 	if cfg.Batch < 1 || cfg.Window <= 0 {
 		return nil, errors.New("bench: compare Batch and Window must be positive")
 	}
-	progress = orNop(progress)
-	rec, err := record(cfg.Stream, cfg.Window)
-	if err != nil {
-		return nil, err
-	}
-	res := &CompareResult{Config: cfg}
 	for _, mode := range cfg.Modes {
 		if mode != "exact" && mode != "probabilistic" {
 			return nil, fmt.Errorf("bench: compare mode must be exact or probabilistic, got %q", mode)
 		}
-		for _, f := range cfg.Filters {
-			row, err := compareEngine(ctx, cfg, rec, mode, f, progress)
-			if err != nil {
-				return res, err
+	}
+	for _, b := range cfg.Baselines {
+		if !slices.Contains([]string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom}, b) {
+			return nil, fmt.Errorf("bench: unknown baseline %q (want redis, pebble, map or bloom)", b)
+		}
+	}
+	if !cfg.SkipScale {
+		for _, t := range cfg.ScaleTargets {
+			if _, _, _, err := parseScaleTarget(t); err != nil {
+				return nil, err
 			}
-			res.Rows = append(res.Rows, row)
+		}
+		for _, n := range cfg.ScaleKeys {
+			if n < 1 {
+				return nil, fmt.Errorf("bench: memory-at-scale size %d: want a positive number of keys", n)
+			}
+		}
+	}
+	progress = orNop(progress)
+	res := &CompareResult{Config: cfg, Machine: StartMachine()}
+	defer res.Machine.End()
+	var jobs []ChildJob
+	for _, mode := range cfg.Modes {
+		for _, f := range cfg.Filters {
+			jobs = append(jobs, ChildJob{Mode: mode, Filter: f})
 		}
 	}
 	for _, b := range cfg.Baselines {
-		row, err := compareBaseline(ctx, cfg, rec, b, progress)
+		jobs = append(jobs, ChildJob{Baseline: b})
+	}
+	var rec *recorded
+	defer func() {
+		if rec != nil {
+			rec.free()
+		}
+	}()
+	for _, j := range jobs {
+		j.Config = cfg
+		var row CompareRow
+		var err error
+		if cfg.Child != nil {
+			progress.Stage("compare: "+j.name()+" (own process)", 1)
+			row, err = runChild(ctx, cfg.Child, j)
+			progress.Add(1)
+		} else {
+			if rec == nil {
+				if rec, err = record(cfg.Stream, cfg.Window); err != nil {
+					return nil, err
+				}
+			}
+			row, err = j.run(ctx, rec, false, progress)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -222,9 +276,31 @@ func Compare(ctx context.Context, cfg CompareConfig, progress Progress) (*Compar
 	}
 	res.setRatios()
 	if !cfg.SkipSweep && len(cfg.MemorySweep) > 0 {
+		var err error
 		if res.Sweep, err = MemorySweep(ctx, cfg.Filters, cfg.MemorySweep, cfg.SweepKeys, progress); err != nil {
 			return res, err
 		}
+	}
+	if !cfg.SkipScale {
+		for _, n := range cfg.ScaleKeys {
+			for _, t := range cfg.ScaleTargets {
+				j := ChildJob{Config: cfg, ScaleTarget: t, ScaleKeys: n}
+				var row CompareRow
+				var err error
+				if cfg.Child != nil {
+					progress.Stage(fmt.Sprintf("memory at %s keys: %s (own process)", humanize.Count(float64(n)), t), 1)
+					row, err = runChild(ctx, cfg.Child, j)
+					progress.Add(1)
+				} else {
+					row, err = j.run(ctx, nil, false, progress)
+				}
+				if err != nil {
+					return res, err
+				}
+				res.Scale = append(res.Scale, row)
+			}
+		}
+		setScaleRatios(res.Scale)
 	}
 	return res, nil
 }
@@ -250,88 +326,196 @@ func (r *CompareResult) setRatios() {
 		if base.EventsPerSec > 0 {
 			x.SpeedRatio = x.EventsPerSec / base.EventsPerSec
 		}
-		if base.RAMPerKey > 0 {
-			x.RAMRatio = x.RAMPerKey / base.RAMPerKey
+		if base.RSSPerKey > 0 && x.RSSPerKey > 0 {
+			x.RSSRatio = x.RSSPerKey / base.RSSPerKey
 		}
 	}
 }
 
-func compareEngine(ctx context.Context, cfg CompareConfig, rec *recorded, mode, filter string, progress Progress) (row CompareRow, err error) {
-	dir, err := os.MkdirTemp(cfg.Dir, "dedupbench-compare-")
+// setScaleRatios sets each memory-at-scale row's RSSRatio to Redis's row
+// of the same size.
+func setScaleRatios(rows []CompareRow) {
+	for i := range rows {
+		for _, ref := range rows {
+			if ref.Name == "redis SET NX EX" && ref.ScaleKeys == rows[i].ScaleKeys && ref.RSSPerKey > 0 && rows[i].RSSPerKey > 0 {
+				rows[i].RSSRatio = rows[i].RSSPerKey / ref.RSSPerKey
+				if ref.EventsPerSec > 0 {
+					rows[i].SpeedRatio = rows[i].EventsPerSec / ref.EventsPerSec
+				}
+			}
+		}
+	}
+}
+
+// memProbe measures the resident set of the process that holds a target's
+// keys, from a starting point taken before the target opened.
+type memProbe struct {
+	pid  int // 0: this process
+	name string
+	base ProcMemory
+	ok   bool
+}
+
+// selfProbe starts measuring this process: what the harness holds so far
+// (the recorded stream) is returned to the system where it is garbage
+// and left out, and the peak is reset to now.
+func selfProbe() (memProbe, error) {
+	debug.FreeOSMemory()
+	if _, err := ReadProcMemory(0); err != nil {
+		return memProbe{}, err
+	}
+	if err := resetPeak(); err != nil {
+		return memProbe{}, err
+	}
+	m, err := ReadProcMemory(0)
 	if err != nil {
-		return row, fmt.Errorf("bench: compare state dir: %w", err)
+		return memProbe{}, err
 	}
-	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
-	clk := NewVirtualClock(simEpoch)
-	ec := EngineConfig{
-		Probabilistic:     mode == "probabilistic",
-		Filter:            filter,
-		Window:            cfg.Window,
-		ExpectedRate:      cfg.Stream.DistinctRate(),
-		FalsePositiveRate: cfg.FalsePositiveRate,
-		Dir:               dir,
-		ManualCommit:      true,
+	return memProbe{name: "own process", base: m, ok: true}, nil
+}
+
+// pidProbe starts measuring a server process from its resident set now.
+func pidProbe(pid int, name string) (memProbe, error) {
+	m, err := ReadProcMemory(pid)
+	if err != nil {
+		return memProbe{}, err
 	}
-	heap0 := heapAfterGC()
-	t, err := OpenEngine(ec, clk)
+	return memProbe{pid: pid, name: name, base: m, ok: true}, nil
+}
+
+// fill sets row's RSS fields.
+func (p memProbe) fill(row *CompareRow) error {
+	if !p.ok {
+		return nil
+	}
+	m, err := ReadProcMemory(p.pid)
+	if err != nil {
+		return err
+	}
+	row.Process = p.name
+	row.RSSGrowth = max(m.RSS, p.base.RSS) - p.base.RSS
+	row.PeakRSS = m.Peak
+	row.PeakGrowth = max(m.Peak, p.base.RSS) - p.base.RSS
+	if row.Keys > 0 {
+		row.RSSPerKey = float64(row.RSSGrowth) / float64(row.Keys)
+		row.PeakPerKey = float64(row.PeakGrowth) / float64(row.Keys)
+	}
+	return nil
+}
+
+// openTarget opens the target a job names. The probe measures this
+// process when own is set, redis-server's always.
+func (j ChildJob) openTarget(ctx context.Context, own bool, window time.Duration, rate float64) (Target, *VirtualClock, memProbe, func() error, error) {
+	cfg := j.Config
+	nop := func() error { return nil }
+	var probe memProbe
+	var err error
+	if own && j.baseline() != BaselineRedis {
+		// Without /proc (not Linux) the rows have no RSS, as in-process.
+		if probe, err = selfProbe(); err != nil && !errors.Is(err, ErrNoProcMemory) {
+			return nil, nil, probe, nop, err
+		}
+	}
+	mode, filter := j.Mode, j.Filter
+	if j.ScaleTarget != "" {
+		mode, filter, _, _ = parseScaleTarget(j.ScaleTarget)
+	}
+	switch j.baseline() {
+	case "":
+		dir, err := os.MkdirTemp(cfg.Dir, "dedupbench-compare-")
+		if err != nil {
+			return nil, nil, probe, nop, fmt.Errorf("bench: compare state dir: %w", err)
+		}
+		clk := NewVirtualClock(simEpoch)
+		t, err := OpenEngine(EngineConfig{
+			Probabilistic:     mode == "probabilistic",
+			Filter:            filter,
+			Window:            window,
+			ExpectedRate:      rate,
+			FalsePositiveRate: cfg.FalsePositiveRate,
+			Dir:               dir,
+			ManualCommit:      true,
+		}, clk)
+		if err != nil {
+			return nil, nil, probe, nop, errors.Join(err, os.RemoveAll(dir))
+		}
+		return t, clk, probe, func() error { return os.RemoveAll(dir) }, nil
+	case BaselineMap:
+		return NewMapTarget(window), nil, probe, nop, nil
+	case BaselineBloom:
+		return NewBloomTarget(window, rate, cfg.FalsePositiveRate), nil, probe, nop, nil
+	case BaselinePebble:
+		t, err := OpenPebbleTarget(cfg.Dir, window)
+		return t, nil, probe, nop, err
+	case BaselineRedis:
+		srv, err := StartRedis(ctx)
+		if err != nil {
+			return nil, nil, probe, nop, err
+		}
+		rt, err := OpenRedisTarget(ctx, srv.Addr, window)
+		if err != nil {
+			return nil, nil, probe, nop, errors.Join(err, srv.Stop())
+		}
+		if probe, err = pidProbe(srv.Pid(), "redis-server"); err != nil && !errors.Is(err, ErrNoProcMemory) {
+			return nil, nil, probe, nop, errors.Join(err, rt.Close(), srv.Stop())
+		}
+		return rt, nil, probe, srv.Stop, nil
+	}
+	return nil, nil, probe, nop, fmt.Errorf("bench: unknown baseline %q (want redis, pebble, map or bloom)", j.baseline())
+}
+
+// run runs the job in this process; own says the process is the job's
+// alone, so its resident set is the target's.
+func (j ChildJob) run(ctx context.Context, rec *recorded, own bool, progress Progress) (row CompareRow, err error) {
+	cfg := j.Config
+	progress = orNop(progress)
+	window, rate := cfg.Window, cfg.Stream.DistinctRate()
+	if j.ScaleKeys > 0 {
+		window = scaleWindow
+		rate = float64(j.ScaleKeys) / (scaleSpan * window.Seconds())
+	} else if rec == nil {
+		if rec, err = record(cfg.Stream, cfg.Window); err != nil {
+			return row, err
+		}
+		defer rec.free()
+	}
+	t, clk, probe, closeFn, err := j.openTarget(ctx, own, window, rate)
+	if errors.Is(err, ErrNoRedis) {
+		return CompareRow{Name: "redis SET NX EX", Skipped: "skipped: redis-server not installed", ScaleKeys: j.ScaleKeys}, nil
+	}
 	if err != nil {
 		return row, err
 	}
-	return runTarget(ctx, cfg, rec, t, clk, heap0, progress)
-}
-
-func compareBaseline(ctx context.Context, cfg CompareConfig, rec *recorded, name string, progress Progress) (CompareRow, error) {
-	heap0 := heapAfterGC()
-	var t Target
-	switch name {
-	case BaselineMap:
-		t = NewMapTarget(cfg.Window)
-	case BaselineBloom:
-		t = NewBloomTarget(cfg.Window, cfg.Stream.DistinctRate(), cfg.FalsePositiveRate)
-	case BaselinePebble:
-		p, err := OpenPebbleTarget("", cfg.Window)
-		if err != nil {
-			return CompareRow{}, err
-		}
-		t = p
-	case BaselineRedis:
-		srv, err := StartRedis(ctx)
-		if errors.Is(err, ErrNoRedis) {
-			return CompareRow{Name: "redis SET NX EX", Skipped: "skipped: redis-server not installed"}, nil
-		}
-		if err != nil {
-			return CompareRow{}, err
-		}
-		rt, err := OpenRedisTarget(ctx, srv.Addr, cfg.Window)
-		if err != nil {
-			return CompareRow{}, errors.Join(err, srv.Stop())
-		}
-		row, err := runTarget(ctx, cfg, rec, rt, nil, heap0, progress)
-		return row, errors.Join(err, srv.Stop())
-	default:
-		return CompareRow{}, fmt.Errorf("bench: unknown baseline %q (want redis, pebble, map or bloom)", name)
+	defer func() { err = errors.Join(err, t.Close(), closeFn()) }()
+	if j.ScaleKeys > 0 {
+		return runScale(ctx, cfg, j.ScaleKeys, window, rate, t, clk, probe, progress)
 	}
-	return runTarget(ctx, cfg, rec, t, nil, heap0, progress)
+	return runTarget(ctx, cfg, rec, t, clk, probe, progress)
 }
 
-// runTarget feeds the recorded stream to t, measures it and closes it.
-func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, clk *VirtualClock, heap0 uint64, progress Progress) (row CompareRow, err error) {
-	defer func() { err = errors.Join(err, t.Close()) }()
+// runTarget feeds the recorded stream to t and measures it.
+func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, clk *VirtualClock, probe memProbe, progress Progress) (row CompareRow, err error) {
 	row.Name = t.Name()
-	progress.Stage("compare: "+row.Name, int64(len(rec.keys)))
-	verdicts := make([]bool, len(rec.keys))
+	n := rec.len()
+	progress.Stage("compare: "+row.Name, int64(n))
+	verdicts := make([]bool, n)
+	batch := make([][]byte, cfg.Batch)
 	nextCommit := cfg.CommitEvery
 	start := time.Now()
-	for lo := 0; lo < len(rec.keys); lo += cfg.Batch {
+	for lo := 0; lo < n; lo += cfg.Batch {
 		if ctx.Err() != nil {
 			return row, fmt.Errorf("bench: compare: %w", ctx.Err())
 		}
-		hi := min(lo+cfg.Batch, len(rec.keys))
+		hi := min(lo+cfg.Batch, n)
 		now := simEpoch.Add(rec.at[lo])
 		if clk != nil {
 			clk.Set(rec.at[lo])
 		}
-		if err := t.Check(rec.keys[lo:hi], now, verdicts[lo:hi]); err != nil {
+		keys := batch[:hi-lo]
+		for i := range keys {
+			keys[i] = rec.key(lo + i)
+		}
+		if err := t.Check(keys, now, verdicts[lo:hi]); err != nil {
 			return row, fmt.Errorf("bench: compare %s: %w", row.Name, err)
 		}
 		// The engine commits on the stream's clock, every CommitEvery of
@@ -345,13 +529,19 @@ func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, 
 		progress.Add(int64(hi - lo))
 	}
 	row.Elapsed = time.Since(start)
-	// Ground truth, after the clock stops. A duplicate counts (and can be
-	// missed) only if an earlier copy went through within the window: when
-	// a filter false positive dropped the original, the duplicate is the
-	// event's first delivery and passing it is right.
+	row.Events = uint64(n)
+	row.EventsPerSec = float64(row.Events) / row.Elapsed.Seconds()
+	if err := usage(t, &row, probe); err != nil {
+		return row, err
+	}
+	// Ground truth, after the clock stops and the memory is measured. A
+	// duplicate counts (and can be missed) only if an earlier copy went
+	// through within the window: when a filter false positive dropped the
+	// original, the duplicate is the event's first delivery and passing it
+	// is right.
 	passed := make(map[string]time.Duration)
 	for j, isDup := range verdicts {
-		k := string(rec.keys[j])
+		k := string(rec.key(j))
 		first, seen := passed[k]
 		switch {
 		case seen && rec.at[j]-first < cfg.Window:
@@ -366,41 +556,30 @@ func runTarget(ctx context.Context, cfg CompareConfig, rec *recorded, t Target, 
 			passed[k] = rec.at[j]
 		}
 	}
-	row.Events = uint64(len(rec.keys))
-	row.EventsPerSec = float64(row.Events) / row.Elapsed.Seconds()
+	return row, nil
+}
+
+// usage commits what the engine holds in flight, then fills the row's
+// keys, memory and disk.
+func usage(t Target, row *CompareRow, probe memProbe) error {
 	if et, ok := t.(*EngineTarget); ok {
 		if err := et.Commit(); err != nil {
-			return row, err
+			return err
 		}
 	}
 	u, err := t.Usage()
 	if err != nil {
-		return row, err
+		return err
 	}
-	row.Keys, row.OffHeap, row.FilterBytes, row.DiskBytes, row.StoreLookups = u.Keys, u.OffHeap, u.FilterBytes, u.Disk, u.StoreLookups
+	row.Keys, row.FilterBytes, row.DiskBytes, row.StoreLookups = u.Keys, u.FilterBytes, u.Disk, u.StoreLookups
 	row.InFlightBytes, row.CacheBytes = u.InFlightBytes, u.CacheBytes
-	if u.RAM > 0 {
-		row.RAMBytes = u.RAM
-	} else {
-		row.RAMBytes = max(heapAfterGC(), heap0) - heap0
-	}
 	if row.Keys > 0 {
-		row.RAMPerKey = float64(row.RAMBytes+row.OffHeap) / float64(row.Keys)
 		row.DiskPerKey = float64(row.DiskBytes) / float64(row.Keys)
 		if _, ok := t.(*EngineTarget); ok {
 			row.EngineBytesPerKey = float64(row.FilterBytes+row.InFlightBytes+row.CacheBytes) / float64(row.Keys)
 		}
 	}
-	return row, nil
-}
-
-func heapAfterGC() uint64 {
-	// Twice: finalizers run after the first collection.
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
+	return probe.fill(row)
 }
 
 // MemorySweep measures, for each backend and false-positive target, the

@@ -4,7 +4,8 @@
 // library; cmd/dedupbench binds its configs to flags and prints its
 // reports.
 //
-// Three runs, each a Config in and a Result out, with a WriteText report:
+// Four runs, each a Config in and a Result out, with a WriteText report
+// ([Serve] and [Kafka] drive the servers the same way):
 //
 //   - [Simulate] (simulate.go): the window model ([Reference]) on
 //     a virtual clock: keys held, memory, duplicates leaked per window, and
@@ -12,8 +13,13 @@
 //   - [Load] (load.go): events offered at fixed rates whether or not the
 //     engine keeps up; latency quantiles and a time series per rate.
 //   - [Compare] (compare.go): one stream through every engine mode and
-//     every baseline; [MemorySweep], filter memory per key against the
-//     false-positive target.
+//     every baseline, each in a process of its own ([RunChild], child.go)
+//     so that its resident set is measured alone, redis-server's read from
+//     its own /proc ([ReadProcMemory], proc.go); the memory at scale
+//     (1M and 10M distinct keys per target); [MemorySweep], filter memory
+//     per key against the false-positive target.
+//   - [FilterCmd] (filtercmd.go): the dedup command with its keys in memory
+//     against awk's !seen[key]++ on one NDJSON file, peak RSS of each.
 //
 // What they run on:
 //
@@ -25,7 +31,11 @@
 //     (redis.go, against a real redis-server started by [StartRedis]).
 //   - [Histogram] (hist.go): log-linear latency quantiles.
 //
-// Output: report.go writes the text tables and [WriteJSON] the JSON;
-// plot.go draws the charts ([PlotLoad], [PlotMemory]). Long runs report to
-// a [Progress].
+// Output: report.go writes the text tables and [WriteJSON] the JSON, both
+// with the [Machine] and load the run had; plot.go draws the charts
+// ([PlotHeadline], [PlotScale], [PlotMemory], [PlotLoad], [PlotServe]) from reusable
+// parts: [BarChart] (log axis, a 1x reference bar), [LineChart] (log-log,
+// markers at measured points, reference lines) and [Figure] (panels, the
+// legend outside the data, a caption saying what, where and when). Long
+// runs report to a [Progress].
 package bench

@@ -62,6 +62,9 @@ func StartRedis(ctx context.Context) (*RedisServer, error) {
 	}
 }
 
+// Pid is the server's process id.
+func (s *RedisServer) Pid() int { return s.cmd.Process.Pid }
+
 // Stop kills the server (the harness's own child) and removes its
 // directory.
 func (s *RedisServer) Stop() error {

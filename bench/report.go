@@ -113,38 +113,32 @@ func (r *SimResult) WriteText(w io.Writer) error {
 	return nil
 }
 
-// WriteText writes the comparison table and the memory sweep.
+// WriteText writes the comparison table, the memory sweep and the
+// memory-at-scale table.
 func (r *CompareResult) WriteText(w io.Writer) error {
 	c := r.Config
+	if r.Machine != nil {
+		fmt.Fprintf(w, "%s\n", r.Machine)
+	}
 	fmt.Fprintf(w, "Same stream through every target: %d events (%.0f%% duplicates, delay %v, %s keys), window %v, FP target %g, batches of %d\n",
 		firstEvents(r), 100*c.Stream.DuplicateFraction, c.Stream.Delay, c.Stream.Keys, c.Window, c.FalsePositiveRate, c.Batch)
+	ref := shortRef(r.Reference)
 	var rows [][]string
 	for _, x := range r.Rows {
 		if x.Skipped != "" {
-			rows = append(rows, []string{x.Name, x.Skipped, "", "", "", "", "", "", "", ""})
+			rows = append(rows, []string{x.Name, x.Skipped, "", "", "", "", "", "", "", "", ""})
 			continue
 		}
-		ratio := "-"
-		if x.SpeedRatio > 0 {
-			ratio = fmt.Sprintf("%.2fx", x.SpeedRatio)
-		}
-		ramRatio := "-"
-		if x.RAMRatio > 0 {
-			ramRatio = fmt.Sprintf("%.2fx", x.RAMRatio)
-		}
-		engine := "-"
-		if x.EngineBytesPerKey > 0 {
-			engine = bytesPerKey(x.EngineBytesPerKey)
-		}
-		rows = append(rows, []string{x.Name, humanize.Count(x.EventsPerSec), ratio,
+		rows = append(rows, []string{x.Name, humanize.Count(x.EventsPerSec), times(x.SpeedRatio),
 			fmt.Sprintf("%d / %d", x.DupsMissed, x.Duplicates), fmt.Sprintf("%d", x.FalseDrops),
-			humanize.Count(float64(x.Keys)), bytesPerKey(x.RAMPerKey), ramRatio, engine, bytesPerKey(x.DiskPerKey)})
+			humanize.Count(float64(x.Keys)), bytesPerKey(x.RSSPerKey), times(x.RSSRatio), bytesPerKey(x.PeakPerKey),
+			bytesPerKey(x.EngineBytesPerKey), bytesPerKey(x.DiskPerKey)})
 	}
-	if err := table(w, "target\tevents/s\tvs "+shortRef(r.Reference)+"\tdups missed\tfalse drops\tkeys held\tRAM/key\tvs "+shortRef(r.Reference)+"\tengine/key\tdisk/key", rows); err != nil {
+	if err := table(w, "target\tevents/s\tvs "+ref+"\tdups missed\tfalse drops\tkeys held\tRSS/key\tvs "+ref+"\tpeak/key\tengine/key\tdisk/key", rows); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "RAM = Go heap growth after GC (engine: filters, keys in flight, recent commits, and Pebble's Go-heap share in exact mode), plus Pebble's C-allocated memtable and cache for pebble alone; Redis: used_memory growth.")
-	fmt.Fprintln(w, "engine/key = the engine's own count (Stats): filters + in-flight sets (with the spare kept for the next commit) + cache of recent commits, per key held.")
+	fmt.Fprintln(w, "RSS/key = growth of the resident set of the process holding the keys (the target alone in a child process; redis-server's own) from before the target opened to the end, per key held; peak/key = the largest resident set during the run, less the same start, per key.")
+	fmt.Fprintln(w, "engine/key = the engine's own count (Stats): filters + in-flight sets + cache of recent commits, per key held; the RSS adds the Go runtime, GC headroom and, in exact mode, Pebble's memtable and cache.")
 	if len(r.Sweep) > 0 {
 		fmt.Fprintln(w, "\nFilter memory per key against the false-positive target (probabilistic engine, one window filled, fresh keys probed):")
 		rows = rows[:0]
@@ -155,7 +149,33 @@ func (r *CompareResult) WriteText(w io.Writer) error {
 			return err
 		}
 	}
+	if len(r.Scale) > 0 {
+		fmt.Fprintf(w, "\nMemory at scale: N distinct keys within one window (%v), batches of %d, each target in a process of its own:\n", scaleWindow, c.Batch)
+		rows = rows[:0]
+		for _, x := range r.Scale {
+			if x.Skipped != "" {
+				rows = append(rows, []string{humanize.Count(float64(x.ScaleKeys)), x.Name, x.Skipped, "", "", "", "", "", "", ""})
+				continue
+			}
+			rows = append(rows, []string{humanize.Count(float64(x.ScaleKeys)), x.Name, humanize.Count(x.EventsPerSec), humanize.Count(float64(x.Keys)),
+				humanize.Bytes(x.PeakRSS), bytesPerKey(x.RSSPerKey), times(x.RSSRatio), bytesPerKey(x.PeakPerKey), bytesPerKey(x.EngineBytesPerKey), bytesPerKey(x.DiskPerKey)})
+		}
+		if err := table(w, "keys\ttarget\tkeys/s\tkeys held\tpeak RSS\tRSS/key\tvs redis\tpeak/key\tengine/key\tdisk/key", rows); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// times formats a ratio to the reference row, "-" without one.
+func times(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	if r < 0.1 {
+		return fmt.Sprintf("1/%.0f", 1/r)
+	}
+	return fmt.Sprintf("%.2fx", r)
 }
 
 func firstEvents(r *CompareResult) uint64 {

@@ -20,7 +20,7 @@ import (
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/resp"
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -129,6 +129,8 @@ type ServeResult struct {
 	Config ServeConfig `json:"config"`
 	Set    []ServeRow  `json:"set_nx"`
 	Madd   []MaddRow   `json:"bf_madd"`
+	// Machine says where and when the run was made.
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // Serve runs the comparison. It needs redis-benchmark; without
@@ -138,7 +140,8 @@ func Serve(ctx context.Context, cfg ServeConfig, p Progress) (*ServeResult, erro
 	if _, err := exec.LookPath("redis-benchmark"); err != nil {
 		return nil, ErrNoRedisBenchmark
 	}
-	res := &ServeResult{Config: cfg}
+	res := &ServeResult{Config: cfg, Machine: StartMachine()}
+	defer res.Machine.End()
 	for _, mode := range cfg.Modes {
 		if mode != "exact" && mode != "probabilistic" {
 			return nil, fmt.Errorf("bench: serve mode %q: want exact or probabilistic", mode)
@@ -441,32 +444,40 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 }
 
 // PlotServe draws the SET NX throughput and the memory per key of each
-// target: serve_throughput and serve_memory, as SVG and PNG in dir.
+// target, redis-server as the 1x line: serve, as SVG and PNG in dir.
 func PlotServe(r *ServeResult, dir string) ([]string, error) {
-	bars := func(title, ylabel, name string, val func(ServeRow) float64) ([]string, error) {
-		p := plot.New()
-		p.Title.Text = title
-		p.Y.Label.Text = ylabel
-		var vs plotter.Values
-		var names []string
-		for _, s := range r.Set {
-			vs = append(vs, val(s))
-			names = append(names, s.Target)
-		}
-		b, err := plotter.NewBarChart(vs, vg.Points(40))
-		if err != nil {
-			return nil, fmt.Errorf("bench: plot %s: %w", name, err)
-		}
-		p.Add(b)
-		p.NominalX(names...)
-		return savePlot(p, dir, name)
+	if len(r.Set) == 0 {
+		return nil, errors.New("bench: serve chart: no rows")
 	}
-	files, err := bars("SET key 1 NX EX 3600, redis-benchmark -P16 -c8", "ops/s", "serve_throughput",
-		func(s ServeRow) float64 { return s.OpsPerSec })
+	bars := func(val func(ServeRow) float64) ([]Bar, int) {
+		var bs []Bar
+		ref := -1
+		for i, s := range r.Set {
+			bs = append(bs, Bar{Label: s.Target, Value: val(s)})
+			if strings.HasPrefix(s.Target, "redis") {
+				ref = i
+			}
+		}
+		return bs, ref
+	}
+	bs, ref := bars(func(s ServeRow) float64 { return s.OpsPerSec })
+	ops, err := BarChart{Title: "SET NX ops/s", XLabel: "operations per second", Bars: bs, Ref: ref, Log: true}.Plot()
 	if err != nil {
-		return files, err
+		return nil, fmt.Errorf("bench: serve chart: %w", err)
 	}
-	more, err := bars("memory per remembered key (INFO used_memory growth)", "bytes per key", "serve_memory",
-		func(s ServeRow) float64 { return s.BytesPerKey })
-	return append(files, more...), err
+	bs, ref = bars(func(s ServeRow) float64 { return s.RSSBytesPerKey })
+	mem, err := BarChart{Title: "RSS per key held", XLabel: "bytes of resident set per key", Bars: bs, Ref: ref, Log: true,
+		HideLabels: true, Color: plotutil.Color(1)}.Plot()
+	if err != nil {
+		return nil, fmt.Errorf("bench: serve chart: %w", err)
+	}
+	c := r.Config
+	caption := []string{fmt.Sprintf("dedupbench serve: redis-benchmark -P %d -c %d -r %d -n %d SET key:__rand_int__ 1 NX EX %d; dedup serve --fsync %s, FP %g.",
+		c.Pipeline, c.Clients, c.KeySpace, c.Requests, c.TTL, c.Fsync, c.FalsePositiveRate),
+		"RSS per key: growth of used_memory_rss (the server process's resident set) over the run, per key held. Dashed line: redis-server = 1x."}
+	if r.Machine != nil {
+		caption = append(caption, r.Machine.String())
+	}
+	return Figure{Title: "dedup serve against redis-server, same client", Panels: []*plot.Plot{ops, mem}, Caption: caption,
+		Width: 10 * vg.Inch, Height: 3.2 * vg.Inch}.Save(dir, "serve")
 }

@@ -4,15 +4,18 @@
 //
 // Usage:
 //
-//	dedupbench [flags]            the headline table (compare on defaults, ~1 min)
+//	dedupbench [flags]            the headline (compare on defaults, a few minutes)
 //	dedupbench simulate [flags]   the window model through the engine
 //	dedupbench load [flags]       open-loop load at a rate, or a sweep of rates
 //	dedupbench compare [flags]    engine modes and backends against the baselines
 //	dedupbench kafka [flags]      dedup on Kafka (in-process broker) against a passthrough
+//	dedupbench filter [flags]     dedup filter against awk's !seen[key]++, peak RSS of each
 //	dedupbench idem [flags]       dedup proxy against the upstream and a Redis-backed middleware
 //
-// Every subcommand takes --json (machine-readable output) and --plot DIR
-// (charts as SVG and PNG). The logic lives in package bench; this command
+// Every subcommand takes --json (machine-readable output); those with charts
+// take --plot DIR (SVG and PNG). compare runs each target in a process of
+// its own (this executable's hidden "child" subcommand), so that the
+// resident set it reports is the target's. The logic lives in package bench; this command
 // binds flags to its config structs.
 package main
 
@@ -75,13 +78,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, args, stdout, stderr)
 	case "kafka":
 		return runKafka(ctx, args, stdout, stderr)
+	case "filter":
+		return runFilter(ctx, args, stdout, stderr)
 	case "idem":
 		return runIdem(ctx, args, stdout, stderr)
+	case childCommand:
+		// Hidden: one target of compare, in a process of its own.
+		return bench.RunChild(ctx, os.Stdin, stdout)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|idem] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|filter|idem] [flags]; dedupbench <cmd> -h for flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve or kafka)", cmd)
+	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve, kafka, filter or idem)", cmd)
+}
+
+// childCommand is the hidden subcommand compare starts each target in, so
+// that the target's resident set is measured alone.
+const childCommand = "child"
+
+// childCmd is the command line that runs one compare target in a fresh
+// process: this executable's child subcommand.
+var childCmd = func() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this executable to run targets in child processes (or pass --in-process): %w", err)
+	}
+	return []string{exe, childCommand}, nil
 }
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
@@ -300,19 +322,72 @@ func runCompare(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.Var((*floats)(&cfg.MemorySweep), "sweep", "false-positive rates of the memory sweep")
 	fs.IntVar(&cfg.SweepKeys, "sweep-keys", 200_000, "keys per memory-sweep point")
 	fs.BoolVar(&cfg.SkipSweep, "no-sweep", false, "leave out the memory sweep")
+	scaleKeys := counts{1_000_000, 10_000_000}
+	fs.Var(&scaleKeys, "scale-keys", "sizes of the memory-at-scale runs, distinct keys (empty: none)")
+	cfg.ScaleTargets = []string{"exact/blocked", "probabilistic/blocked", bench.BaselineRedis}
+	fs.Var((*words)(&cfg.ScaleTargets), "scale-targets", "targets of the memory-at-scale runs: MODE/FILTER or a baseline")
+	inProcess := fs.Bool("in-process", false, "run every target in this process (no RSS but redis-server's)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	cfg.ScaleKeys = scaleKeys
+	cfg.SkipScale = len(scaleKeys) == 0 || len(cfg.ScaleTargets) == 0
+	if !*inProcess {
+		child, err := childCmd()
+		if err != nil {
+			return err
+		}
+		cfg.Child = child
 	}
 	res, err := bench.Compare(ctx, cfg, newProgress(c, stderr))
 	if err != nil {
 		return err
 	}
-	if len(res.Sweep) > 0 {
-		if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotMemory(res.Sweep, dir) }); err != nil {
-			return err
-		}
+	if err := c.charts(stderr, func(dir string) ([]string, error) { return compareCharts(res, dir) }); err != nil {
+		return err
 	}
 	return output(c, stdout, res, func() error { return res.WriteText(stdout) })
+}
+
+// compareCharts draws the headline, the memory sweep and the memory at
+// scale, those the run has data for.
+func compareCharts(res *bench.CompareResult, dir string) ([]string, error) {
+	files, err := bench.PlotHeadline(res, dir)
+	if err != nil {
+		return files, err
+	}
+	if len(res.Sweep) > 0 {
+		more, err := bench.PlotMemory(res.Sweep, res.Machine, dir)
+		if files = append(files, more...); err != nil {
+			return files, err
+		}
+	}
+	if len(res.Scale) > 0 {
+		more, err := bench.PlotScale(res, dir)
+		if files = append(files, more...); err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}
+
+// counts is a comma-separated list of positive whole numbers; "" is none.
+type counts []int
+
+func (n *counts) String() string { return fmt.Sprint([]int(*n)) }
+func (n *counts) Set(s string) error {
+	*n = []int{}
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x == "" {
+			continue
+		}
+		v, err := strconv.Atoi(x)
+		if err != nil || v < 1 {
+			return fmt.Errorf("want positive whole numbers, got %q", x)
+		}
+		*n = append(*n, v)
+	}
+	return nil
 }
 
 // barProgress shows bench progress as a bar on a terminal.

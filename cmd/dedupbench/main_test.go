@@ -4,11 +4,26 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
+
+func TestMain(m *testing.M) {
+	// The compare runs below start this test binary as their child
+	// processes, as dedupbench starts itself.
+	if len(os.Args) > 1 && os.Args[1] == childCommand {
+		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "dedupbench:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // TestCommands runs every subcommand at a tiny scale, as CI does.
 func TestCommands(t *testing.T) {
@@ -18,9 +33,9 @@ func TestCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"headline", []string{"--events", "5000", "--baselines", "map,bloom,pebble", "--sweep-keys", "2000", "--dir", t.TempDir()}, "engine exact/blocked"},
-		{"compare-json", []string{"compare", "--json", "--events", "5000", "--modes", "probabilistic", "--filters", "blocked", "--baselines", "map", "--no-sweep"}, `"events_per_sec"`},
-		{"compare-plot", []string{"compare", "--events", "3000", "--modes", "exact", "--filters", "bloom", "--baselines", "", "--sweep", "0.01,0.001", "--sweep-keys", "2000", "--plot", plots}, "bytes/key"},
+		{"headline", []string{"--events", "5000", "--baselines", "map,bloom,pebble", "--sweep-keys", "2000", "--scale-keys", "20000", "--scale-targets", "exact/blocked,map", "--dir", t.TempDir()}, "engine exact/blocked"},
+		{"compare-json", []string{"compare", "--json", "--events", "5000", "--modes", "probabilistic", "--filters", "blocked", "--baselines", "map", "--no-sweep", "--scale-keys", "", "--in-process"}, `"events_per_sec"`},
+		{"compare-plot", []string{"compare", "--events", "3000", "--modes", "exact", "--filters", "bloom", "--baselines", "map", "--sweep", "0.01,0.001", "--sweep-keys", "2000", "--scale-keys", "10000", "--scale-targets", "probabilistic/blocked", "--plot", plots}, "bytes/key"},
 		{"simulate", []string{"simulate", "--scale", "0.005", "--measure", "20m", "--bimodal-scale", "0.0003", "--replay-min", "20m", "--replay-max", "1h"}, "leaks per million requests"},
 		{"load", []string{"load", "--rate", "1000:3000:2", "--duration", "1s", "--series", "--plot", plots, "--dir", t.TempDir()}, "achieved/s"},
 	} {
@@ -37,9 +52,45 @@ func TestCommands(t *testing.T) {
 			}
 		})
 	}
-	for _, f := range []string{"memory_per_key.svg", "memory_per_key.png", "load_throughput.svg", "load_latency.png"} {
+	for _, f := range []string{"headline.svg", "headline.png", "memory_scale.svg", "memory_per_key.svg", "memory_per_key.png", "load_throughput.svg", "load_latency.png"} {
 		if fi, err := os.Stat(filepath.Join(plots, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("chart %s: %v", f, err)
+		}
+	}
+}
+
+// TestFilterAgainstAwk runs dedupbench filter with the real dedup binary
+// and awk: both must keep exactly the distinct events (FilterCmd checks it)
+// and report a peak RSS.
+func TestFilterAgainstAwk(t *testing.T) {
+	if _, err := exec.LookPath("awk"); err != nil {
+		t.Skip("awk is not on PATH")
+	}
+	dedupBin := filepath.Join(t.TempDir(), "dedup")
+	if out, err := exec.Command("go", "build", "-o", dedupBin, "../dedup").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/dedup: %v\n%s", err, out)
+	}
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"filter", "--lines", "20000", "--dedup", dedupBin, "--json"}, &out, &errb); err != nil {
+		t.Fatalf("%v\nstderr: %s", err, errb.String())
+	}
+	var res struct {
+		Distinct int `json:"distinct_keys"`
+		Rows     []struct {
+			Tool     string `json:"tool"`
+			LinesOut int    `json:"lines_out"`
+			PeakRSS  uint64 `json:"peak_rss"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2 || res.Distinct < 18000 {
+		t.Fatalf("result %+v", res)
+	}
+	for _, r := range res.Rows {
+		if r.LinesOut != res.Distinct || r.PeakRSS < 1<<20 {
+			t.Errorf("%s: %d lines kept of %d distinct, peak RSS %d", r.Tool, r.LinesOut, res.Distinct, r.PeakRSS)
 		}
 	}
 }
@@ -49,7 +100,10 @@ func TestBadArguments(t *testing.T) {
 		{"frobnicate"},
 		{"simulate", "--mode", "fuzzy"},
 		{"compare", "--baselines", "memcached", "--events", "100", "--no-sweep", "--modes", ""},
+		{"compare", "--scale-targets", "exact", "--events", "100", "--no-sweep", "--modes", "", "--baselines", ""},
+		{"compare", "--scale-keys", "0", "--events", "100", "--no-sweep"},
 		{"load", "--rate", "abc"},
+		{"filter", "--lines", "-5"},
 	} {
 		var out, errb bytes.Buffer
 		if err := run(context.Background(), args, &out, &errb); err == nil {
