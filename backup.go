@@ -56,7 +56,7 @@ func copySnapshot(fs vfs.FS, snap *snapshot.Snapshot, dir string, seq uint64) er
 	for i, g := range snap.Generations {
 		payload := g.Payload
 		gens[i] = snapshot.Generation{ID: g.ID, Shard: g.Shard, Start: g.Start, End: g.End, Count: g.Count,
-			Kind: g.Kind, Sealed: g.Sealed, Payload: func() ([]byte, error) { return payload, nil }}
+			Kind: g.Kind, Final: g.Final, Payload: func() ([]byte, error) { return payload, nil }}
 	}
 	h := snap.Header
 	h.CommitSeq = seq

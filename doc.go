@@ -104,15 +104,32 @@
 // [Verdict]. [Engine.Commit], or [Engine.Barrier] then
 // [Engine.CommitThrough], makes the keys in flight durable with a
 // checkpoint ([Engine.Checkpoint] reads it back); [Engine.Forget] releases
-// one, and under ExplicitDone [Engine.Done] marks one processed. [Engine.Snapshot], [Engine.Backup], [RestoreBackup],
-// [RebuildSnapshot] and [StateOptions] manage the state directory;
-// [Engine.Stats] reports [Stats]. Errors wrap this package's sentinels
+// one, and under ExplicitDone [Engine.Done] marks one processed.
+// [Engine.Snapshot], [Engine.Backup], [RestoreBackup], [RebuildSnapshot]
+// and [StateOptions] manage the state directory; [Engine.Stats] reports
+// [Stats]. Errors wrap this package's sentinels
 // (ErrClosed, ErrCorrupt, ...); [ErrCorrupt] is the corruption class of
 // every layer below too.
 //
-// In the source: engine.go holds the Engine and its lock order, open.go
-// Open and recovery, observe.go the Verdict and the observe path, done.go
-// Done, inflight.go the in-flight key set, shard.go a shard's filters and in-flight sets, commit.go group
-// commit and barriers, snapshot.go and restore.go writing and restoring
-// snapshots, backup.go backups, stats.go Stats, options.go Options.
+// In the source, a file per concept:
+//
+//   - engine.go: the Engine, its lock order, Close
+//   - open.go: Open and recovery, the options a state records ([StateOptions])
+//   - options.go: [Options], their defaults and validation
+//   - sizing.go: the size of the filters and of the store's memtable for
+//     the workload Options describe ([Options.FilterCeiling])
+//   - errors.go: the sentinel errors
+//   - hash.go: the key hash (XXH64, seeded)
+//   - shard.go: a shard's filters and in-flight sets
+//   - inflight.go: the set of keys in flight
+//   - recent.go: the compact copy of recently committed keys
+//   - observe.go: the [Verdict], Observe, ObserveBatch and Forget
+//   - peek.go: Peek, and the store lookup behind a filter hit
+//   - done.go: Done and DoneBatch (ExplicitDone)
+//   - commit.go: group commit, barriers and the checkpoint
+//   - snapshot.go and restore.go: writing snapshots, restoring from them
+//   - backup.go: Backup, RestoreBackup and RebuildSnapshot
+//   - spool.go: the spool files of Filter fuse's newest generation
+//   - shadow.go: the sampled shadow behind the observed false-positive rate
+//   - stats.go: [Stats]
 package dedup

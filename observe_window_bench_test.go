@@ -32,15 +32,15 @@ import (
 // a shared machine the wall ratios move with the neighbours' load, CPU
 // time much less), filter bytes per window key, and the ratios of
 // interleaved to the others. Keep b.N at most 4M (-benchtime=2000000x).
-// -short uses a 1M-key window, OBSERVE_WINDOW_KEYS=n one of n keys (the
-// 100M-key run: OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
-// OBSERVE_WINDOW_CPUPROFILE=file writes a CPU profile of the timed rounds
-// alone.
+// -short uses a 1M-key window, DEDUP_OBSERVE_WINDOW_KEYS=n one of n keys
+// (the 100M-key run: DEDUP_OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
+// DEDUP_OBSERVE_WINDOW_CPUPROFILE=file writes a CPU profile of the timed
+// rounds alone.
 //
 //	go test -run '^$' -bench BenchmarkObserveWindow -benchtime=2000000x .
 func BenchmarkObserveWindow(b *testing.B) {
 	w := observeWindow(b)
-	if path := os.Getenv("OBSERVE_WINDOW_CPUPROFILE"); path != "" {
+	if path := os.Getenv("DEDUP_OBSERVE_WINDOW_CPUPROFILE"); path != "" {
 		// The timed rounds only: -cpuprofile would mostly show the window's
 		// build.
 		f, err := os.Create(path)
@@ -121,10 +121,10 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	if testing.Short() {
 		window = 1 << 20
 	}
-	if v := os.Getenv("OBSERVE_WINDOW_KEYS"); v != "" {
+	if v := os.Getenv("DEDUP_OBSERVE_WINDOW_KEYS"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n < gens<<20 {
-			b.Fatalf("OBSERVE_WINDOW_KEYS=%q: want a number of keys, at least %d", v, gens<<20)
+			b.Fatalf("DEDUP_OBSERVE_WINDOW_KEYS=%q: want a number of keys, at least %d", v, gens<<20)
 		}
 		window = n
 	}

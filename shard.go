@@ -48,7 +48,7 @@ type shard struct {
 	freeBytes   uint64
 	budget      int
 	// inflightGens counts the keys in flight per generation: a past
-	// generation with none can never change again (it is sealed).
+	// generation with none can never change again (it is final).
 	inflightGens map[uint64]int
 
 	// shadow holds the sampled hashes committed into live generations,

@@ -18,7 +18,7 @@ const metaLogTruncated = "log-truncated"
 
 // Snapshot writes a snapshot of the filters now, so that Open restores from
 // it instead of rebuilding. Observe is stalled only while each shard's
-// changing generation is copied, and commits while all are; sealed
+// changing generation is copied, and commits while all are; final
 // generations already on disk are not written again.
 func (e *Engine) Snapshot() error {
 	e.lifecycle.RLock()
@@ -72,13 +72,13 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 				Start: e.timing.Start(g.ID).UnixNano(), End: e.timing.End(g.ID).UnixNano(),
 				// A past generation with no key in flight can never
 				// change again: no new key goes into it.
-				Sealed: g.ID < current && s.inflightGens[g.ID] == 0,
+				Final: g.ID < current && s.inflightGens[g.ID] == 0,
 			}
 			// A filter that cannot change is encoded by the snapshot's
 			// writers, in parallel, when they reach it; the others are
 			// copied now, under the lock. At Close that is every filter,
 			// so none is copied serially here.
-			if sg.Sealed || closing {
+			if sg.Final || closing {
 				sg.Payload = f.MarshalBinary
 				if filter.SharesMemory(f) {
 					// A lane shares its table's words with the lanes

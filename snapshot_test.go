@@ -310,8 +310,9 @@ func TestSnapshotTruncatesLog(t *testing.T) {
 	}
 }
 
-// TestSnapshotSealedReuse: sealed generations are written once.
-func TestSnapshotSealedReuse(t *testing.T) {
+// TestSnapshotFinalReuse: final generations (past, nothing in flight) are
+// written once.
+func TestSnapshotFinalReuse(t *testing.T) {
 	clk := testclock.New(t0)
 	e := openT(t, Options{Dir: t.TempDir(), Now: clk.Now, Window: 40 * time.Second, Generations: 4, Shards: 2})
 	for g := 0; g < 4; g++ {

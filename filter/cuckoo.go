@@ -35,7 +35,7 @@ import (
 // value was lost (it keeps a histogram of its fingerprints and compares it
 // with the table), records that value as "lossy" (any query with that
 // fingerprint then answers maybe in this link: no false negative, FP
-// estimate raised by 1/255), and seals itself so the chain grows.
+// estimate raised by 1/255), and marks itself full so the chain grows.
 //
 // The library's Insert does not check for an existing fingerprint; we call
 // it only after Lookup said no (TestOrAdd semantics), so no link holds
@@ -170,7 +170,7 @@ func (f *cuckooFilter) histogram() *[256]uint64 {
 }
 
 // recoverLoss runs after the library's Insert gave up and evicted one
-// fingerprint: it finds the lost value, marks it lossy and seals the link.
+// fingerprint: it finds the lost value, marks it lossy and the link full.
 func (f *cuckooFilter) recoverLoss() {
 	now := f.histogram()
 	lostV, diffs := -1, 0
@@ -191,7 +191,7 @@ func (f *cuckooFilter) recoverLoss() {
 		f.all = true // someone changed the library's hasher? stay correct
 	}
 	f.hist = now
-	f.cap = f.n // sealed: the chain grows on the next insert
+	f.cap = f.n // full: the chain grows on the next insert
 }
 
 func (f *cuckooFilter) count() uint64     { return f.n }

@@ -35,19 +35,8 @@ func TestRoundTrip(t *testing.T) {
 				t.Parallel()
 				f := mustNew(t, kind, tc.capacity, 0.01)
 				next := hashes(uint64(kind)<<8+uint64(tc.fill), allShards)
-				keys := make([]uint64, tc.fill)
-				for i := range keys {
-					keys[i] = next()
-					f.Add(keys[i])
-				}
-				enc, err := f.MarshalBinary()
-				if err != nil {
-					t.Fatal(err)
-				}
-				g, err := Unmarshal(enc)
-				if err != nil {
-					t.Fatal(err)
-				}
+				keys := addHashes(f, next, tc.fill)
+				enc, g := roundTrip(t, f)
 				if g.Kind() != f.Kind() || g.Count() != f.Count() || g.Capacity() != f.Capacity() ||
 					g.SizeBytes() != f.SizeBytes() || g.FPRate() != f.FPRate() {
 					t.Fatalf("decoded %v/%d/%d/%d/%g, original %v/%d/%d/%d/%g",
@@ -65,11 +54,7 @@ func TestRoundTrip(t *testing.T) {
 						t.Fatalf("Test(%#x): original %v, decoded %v", h, f.Test(h), g.Test(h))
 					}
 				}
-				enc2, err := g.MarshalBinary()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(enc, enc2) {
+				if !bytes.Equal(enc, mustMarshal(t, g)) {
 					t.Fatal("re-encoding differs")
 				}
 				// The decoded filter keeps working, growing included.

@@ -25,8 +25,8 @@
 // Concurrency: the read methods (Test, Count, Capacity, SizeBytes, FPRate,
 // Kind, MarshalBinary) may run concurrently with each other; Add and
 // TestOrAdd need exclusive access (dedup serialises them per shard). So a
-// sealed filter, which no one adds to any more, may be marshalled outside
-// the shard lock while Observe keeps testing it.
+// filter no one adds to any more (a final generation's) may be marshalled
+// outside the shard lock while Observe keeps testing it.
 //
 // Hash bits. Each backend takes its positions from h itself, so the caller
 // may pick shards from any bijective remix of h (dedup uses the splitmix64

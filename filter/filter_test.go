@@ -56,6 +56,38 @@ func hashes(seed uint64, m shardMode) func() uint64 {
 	}
 }
 
+// addHashes adds n hashes from next to f and returns them.
+func addHashes(f Filter, next func() uint64, n int) []uint64 {
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = next()
+		f.Add(keys[i])
+	}
+	return keys
+}
+
+// mustMarshal encodes f, failing the test on an error.
+func mustMarshal(t testing.TB, f Filter) []byte {
+	t.Helper()
+	b, err := f.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// roundTrip encodes f and decodes the encoding, failing the test on an
+// error; it returns both.
+func roundTrip(t testing.TB, f Filter) ([]byte, Filter) {
+	t.Helper()
+	enc := mustMarshal(t, f)
+	g, err := Unmarshal(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return enc, g
+}
+
 func mustNew(t testing.TB, kind Kind, capacity uint64, fp float64) *chain {
 	t.Helper()
 	f, err := New(kind, capacity, fp)
@@ -278,11 +310,7 @@ func TestCuckooChains(t *testing.T) {
 		const capacity = 100_000
 		f := mustNew(t, Cuckoo, capacity, fp)
 		next := hashes(7, allShards)
-		keys := make([]uint64, 3*capacity)
-		for i := range keys {
-			keys[i] = next()
-			f.Add(keys[i])
-		}
+		keys := addHashes(f, next, 3*capacity)
 		if len(f.links) < 2 {
 			t.Errorf("fp %g: %d links after 3x capacity: did not chain", fp, len(f.links))
 		}
@@ -362,21 +390,14 @@ func TestCuckooLossRecovery(t *testing.T) {
 		t.Fatal("no loss recorded after overfilling a one-bucket table")
 	}
 	if !f.full() {
-		t.Error("link not sealed after a failed insert")
+		t.Error("link not full after a failed insert")
 	}
 	if f.fpRate() < float64(f.nLost)/cuckooFPValues {
 		t.Errorf("fpRate %g ignores %d lost values", f.fpRate(), f.nLost)
 	}
 	// and it survives encoding
 	c := &chain{kind: Cuckoo, base: 1, fp: 0.01, r: tighten, links: []link{f}}
-	b, err := c.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := Unmarshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d := roundTrip(t, c)
 	for _, k := range keys {
 		if !d.Test(k) {
 			t.Fatalf("decoded: key %#x lost", k)
@@ -434,15 +455,8 @@ func TestConcurrentReaders(t *testing.T) {
 	for _, kind := range Kinds {
 		f := mustNew(t, kind, 5000, 0.01)
 		next := hashes(21, allShards)
-		keys := make([]uint64, 8000) // grown: two links
-		for i := range keys {
-			keys[i] = next()
-			f.Add(keys[i])
-		}
-		want, err := f.MarshalBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
+		keys := addHashes(f, next, 8000) // grown: two links
+		want := mustMarshal(t, f)
 		errs := make(chan error, 4)
 		for g := range 4 {
 			go func() {
@@ -478,14 +492,7 @@ func TestCuckooDecodedHistogram(t *testing.T) {
 	for range 1500 {
 		f.Add(next())
 	}
-	b, err := f.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := Unmarshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, g := roundTrip(t, f)
 	links := g.(*chain).links
 	last := links[len(links)-1].(*cuckooFilter)
 	if last.hist == nil || *last.hist != *last.histogram() {

@@ -66,15 +66,6 @@ func TestFuseNoFalseNegatives(t *testing.T) {
 	}
 }
 
-func mustMarshal(t testing.TB, f Filter) []byte {
-	t.Helper()
-	b, err := f.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestFuseFP: the measured false-positive rate is 2^-width within 10%, and
 // the table takes what FuseBytes says.
 func TestFuseFP(t *testing.T) {

@@ -298,19 +298,8 @@ func TestInterleavedKindGrows(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := hashes(3, shardHigh16)
-	keys := make([]uint64, 200_000)
-	for i := range keys {
-		keys[i] = next()
-		f.Add(keys[i])
-	}
-	enc, err := f.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := Unmarshal(enc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := addHashes(f, next, 200_000)
+	_, g := roundTrip(t, f)
 	for _, h := range keys {
 		if !f.Test(h) || !g.Test(h) {
 			t.Fatalf("lost %#x", h)
@@ -341,13 +330,8 @@ func TestLaneViewCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := hashes(4, allShards)
-	for range 150 {
-		f.Add(next())
-	}
-	enc, err := f.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	addHashes(f, next, 150)
+	enc := mustMarshal(t, f)
 	for i := range enc {
 		b := append([]byte(nil), enc...)
 		b[i] ^= 0x04

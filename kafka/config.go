@@ -21,6 +21,14 @@ var (
 	// ErrNoKey is the class of [KeyFunc] errors: the record has no usable
 	// key. Such a record goes to [Config.RejectsTopic].
 	ErrNoKey = errors.New("kafka: no usable key")
+	// ErrTooLarge is the class of rejects for a record larger than a topic
+	// it would be written to takes (its max.message.bytes). Such a record
+	// goes to [Config.RejectsTopic], or is dropped and counted.
+	ErrTooLarge = errors.New("kafka: record too large")
+	// ErrFenced is returned by [Consumer.Run] when another member joined
+	// the group with this instance's [Config.InstanceID]: two instances
+	// share an ID that must be unique.
+	ErrFenced = errors.New("kafka: fenced: another member joined with this instance ID")
 	// ErrTxn wraps a transaction that could not be ended. It ends the
 	// session, which [Consumer.Run] logs and follows with a new one; Run
 	// does not return it.
@@ -51,9 +59,16 @@ type Config struct {
 	// Required. Two instances must not share one.
 	StateDir string
 	// InstanceID, when set, makes this instance a static group member: a
-	// restart within the session timeout gets its partitions back without
-	// a rebalance. Default "" (dynamic membership).
+	// session that fails and starts again gets its partitions back without
+	// a rebalance, and so does a restart within the session timeout when
+	// KeepStaticMembership is set. Default "" (dynamic membership).
 	InstanceID string
+	// KeepStaticMembership keeps a static member (InstanceID set) in the
+	// group when [Consumer.Run] returns, so that a restart within
+	// SessionTimeout gets the same partitions back without a rebalance;
+	// until then they are not consumed. Default false: Run leaves the
+	// group, and its partitions move to the other members at once.
+	KeepStaticMembership bool
 	// TransactionalID fences a previous incarnation of this instance: a
 	// restart aborts the transaction its predecessor left open. It must be
 	// unique per instance and stable across its restarts. Default
@@ -61,6 +76,15 @@ type Config struct {
 	// "dedup-<Group>-" followed by a hash of the host name and the
 	// absolute StateDir.
 	TransactionalID string
+	// ResetOffset is where the group starts a partition it has no committed
+	// offset for (a new group, or a partition added to the input), and
+	// where it goes when its committed offset has left the log:
+	// kgo.NewOffset().AtStart(), .AtEnd() or .AfterMilli(ms). The zero
+	// Offset selects the earliest offset. Default: the earliest.
+	ResetOffset kgo.Offset
+	// MetadataMaxAge bounds how long partitions added to the input go
+	// unnoticed (the group rebalances to assign them). Default 10s.
+	MetadataMaxAge time.Duration
 	// Key extracts each record's key. Default [RecordKey]().
 	Key KeyFunc
 	// Engine is the template of every partition's engine options: Window,
@@ -89,6 +113,13 @@ type Config struct {
 	// RetryBackoff is the pause before a new session after a failed one.
 	// Default 1s.
 	RetryBackoff time.Duration
+	// ShutdownTimeout bounds how long [Consumer.Run] takes to return once
+	// its context is done, whatever the consumer is doing (joining the
+	// group, replaying, ending a transaction): the open transaction gets
+	// half of it to end, leaving the group the rest; what is not done by
+	// then is abandoned, as a crash would (the package doc's recovery
+	// makes that safe). Default 5s.
+	ShutdownTimeout time.Duration
 	// Logf receives the consumer's log lines. nil discards them. It is also
 	// the engines' [dedup.Options.Logf] unless Engine sets one.
 	Logf func(format string, args ...any)
@@ -129,6 +160,8 @@ const (
 	DefaultTransactionTimeout   = 40 * time.Second
 	DefaultRetryBackoff         = time.Second
 	DefaultEngineCommitInterval = time.Second
+	DefaultShutdownTimeout      = 5 * time.Second
+	DefaultMetadataMaxAge       = 10 * time.Second
 	defaultSnapshotInterval     = time.Minute
 )
 
@@ -157,6 +190,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.ResetOffset == (kgo.Offset{}) {
+		c.ResetOffset = kgo.NewOffset().AtStart()
+	}
+	if c.MetadataMaxAge == 0 {
+		c.MetadataMaxAge = DefaultMetadataMaxAge
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Engine.SnapshotInterval == 0 {
 		c.Engine.SnapshotInterval = defaultSnapshotInterval
@@ -250,6 +292,15 @@ func (c *Config) validate() error {
 	}
 	if c.RetryBackoff < 0 {
 		bad("RetryBackoff", "must not be negative, got %v", c.RetryBackoff)
+	}
+	if c.MetadataMaxAge < 0 {
+		bad("MetadataMaxAge", "must not be negative, got %v", c.MetadataMaxAge)
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("ShutdownTimeout", "must not be negative, got %v", c.ShutdownTimeout)
+	}
+	if c.KeepStaticMembership && c.InstanceID == "" {
+		bad("KeepStaticMembership", "needs InstanceID (only a static member keeps its place)")
 	}
 	return errors.Join(errs...)
 }

@@ -7,13 +7,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/streamdedup/dedup"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Consumer is a deduplicating consumer-group member; see the package doc.
@@ -27,13 +30,39 @@ type Consumer struct {
 	// can be remembered, Window + Window/Generations.
 	lookback time.Duration
 
+	// Shutdown deadlines, set by Run: endCtx is canceled half of
+	// ShutdownTimeout after Run's context is done (the open transaction
+	// must have ended by then), closeCtx at three quarters (the group
+	// client must have closed), hardCtx at the whole (the static member
+	// must have left).
+	endCtx, closeCtx, hardCtx context.Context
+
 	mu    sync.Mutex
 	parts map[tp]*partition
-	fatal error // a permanent error found in a callback: Run returns it
+	// inputPartitions is the input's partition count last seen: a partition
+	// assigned beyond it was added to the input (see warnGrown).
+	inputPartitions int32
+	fatal           error // a permanent error found in a callback: Run returns it
 
 	// Per-session handles, set by session before the group is joined.
-	admin *kadm.Client
-	sess  *kgo.GroupTransactSession
+	admin   *kadm.Client
+	adminCl *kgo.Client // admin's client
+	sess    *kgo.GroupTransactSession
+
+	// rebalanced is set when partitions were revoked or lost: franz-go's
+	// session then aborts the next transaction it ends, so the loop
+	// clears that with an empty End before beginning one (see
+	// clearRebalance).
+	rebalanced atomic.Bool
+	// joined is set while the session has joined the group (its first
+	// assignment came), for Ready.
+	joined atomic.Bool
+
+	// The max.message.bytes of each topic written, read at the start of
+	// each session (readLimits), and the largest record the output and
+	// duplicates topics both take.
+	limits    map[string]int32
+	keepLimit int
 
 	// The open transaction; only the poll loop touches these.
 	staged     []*partition
@@ -82,6 +111,12 @@ type partition struct {
 	clock atomic.Int64 // the engine's clock: a record timestamp, Unix ms
 	ready bool         // its state is current (set under Consumer.mu)
 
+	// For PartitionStates: records replayed into the engine, and the
+	// records behind the last one fetched (the high watermark minus the
+	// offset after it; -1 until a fetch says).
+	replayed atomic.Int64
+	lag      atomic.Int64
+
 	// Staged in the open transaction (poll loop only).
 	news   [][]byte // keys observed New, released with Forget on abort
 	next   int64    // the offset after the last staged record; -1 if none is staged
@@ -116,6 +151,56 @@ type Stats struct {
 	Replayed         uint64 // records replayed into engines, output suppressed
 	Sessions         uint64 // group sessions started
 	Partitions       int    // partitions assigned now
+}
+
+// PartitionState describes one assigned partition; see
+// [Consumer.PartitionStates].
+type PartitionState struct {
+	Topic     string
+	Partition int32
+	// Ready reports the partition's state current; until then its engine
+	// is being made so (Replayed counts the records fed so far).
+	Ready    bool
+	Replayed int64
+	// Lag is the records behind the last one fetched, from the fetch's
+	// high watermark; -1 until a fetch brought records.
+	Lag int64
+}
+
+// PartitionStates returns the state of each partition assigned now,
+// sorted by topic and partition. It is safe to call while [Consumer.Run]
+// runs.
+func (c *Consumer) PartitionStates() []PartitionState {
+	c.mu.Lock()
+	out := make([]PartitionState, 0, len(c.parts))
+	for _, pt := range c.parts {
+		out = append(out, PartitionState{Topic: pt.topic, Partition: pt.part, Ready: pt.ready, Replayed: pt.replayed.Load(), Lag: pt.lag.Load()})
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b PartitionState) int {
+		if a.Topic != b.Topic {
+			return strings.Compare(a.Topic, b.Topic)
+		}
+		return int(a.Partition - b.Partition)
+	})
+	return out
+}
+
+// Ready reports whether the consumer is in the group and every partition
+// assigned to it is ready: it consumes all it owns. It is safe to call
+// while [Consumer.Run] runs.
+func (c *Consumer) Ready() bool {
+	if !c.joined.Load() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pt := range c.parts {
+		if !pt.ready {
+			return false
+		}
+	}
+	return true
 }
 
 // New fills cfg's zero fields with their defaults, validates it and
@@ -171,6 +256,13 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
+// fenced is the permanent error of an instance whose InstanceID another
+// member took: a new session would take it back, and the two would fence
+// each other in turn.
+func (c *Consumer) fenced(err error) error {
+	return &permanentError{fmt.Errorf("%w: instance ID %q (%w); give each instance its own", ErrFenced, c.cfg.InstanceID, err)}
+}
+
 func (c *Consumer) setFatal(err error) {
 	c.mu.Lock()
 	if c.fatal == nil {
@@ -192,7 +284,25 @@ func (c *Consumer) fatalErr() error {
 // [Config.RetryBackoff]; the recovery on assignment (see the package doc)
 // makes that safe. Run returns an error only for a permanent failure, such
 // as a state directory that cannot be opened.
+//
+// Once ctx is done, Run returns within [Config.ShutdownTimeout] whatever
+// it is doing, and returns [ErrFenced] if another member took this
+// instance's [Config.InstanceID].
 func (c *Consumer) Run(ctx context.Context) error {
+	endCtx, endCancel := context.WithCancel(context.Background())
+	closeCtx, closeCancel := context.WithCancel(context.Background())
+	hardCtx, hardCancel := context.WithCancel(context.Background())
+	defer endCancel()
+	defer closeCancel()
+	defer hardCancel()
+	c.endCtx, c.closeCtx, c.hardCtx = endCtx, closeCtx, hardCtx
+	d := c.cfg.ShutdownTimeout
+	stop := context.AfterFunc(ctx, func() {
+		time.AfterFunc(d/2, endCancel)
+		time.AfterFunc(d*3/4, closeCancel)
+		time.AfterFunc(d, hardCancel)
+	})
+	defer stop()
 	for {
 		c.stats.sessn.Add(1)
 		err := c.session(ctx)
@@ -229,8 +339,9 @@ func (c *Consumer) session(ctx context.Context) error {
 		return &permanentError{fmt.Errorf("kafka: admin client: %w", err)}
 	}
 	defer adminCl.Close()
-	c.admin = kadm.NewClient(adminCl)
+	c.admin, c.adminCl = kadm.NewClient(adminCl), adminCl
 	c.checkTopics(ctx)
+	c.readLimits(ctx)
 
 	opts := c.clientOpts(
 		kgo.ConsumerGroup(c.cfg.Group),
@@ -245,10 +356,15 @@ func (c *Consumer) session(ctx context.Context) error {
 		kgo.RebalanceTimeout(c.cfg.RebalanceTimeout),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumeResetOffset(c.cfg.ResetOffset),
+		kgo.MetadataMaxAge(c.cfg.MetadataMaxAge),
 		// Output topics missing are created if the brokers allow it;
 		// checkTopics warns about them.
 		kgo.AllowAutoTopicCreation(),
+		// Batches as large as each topic takes, no larger: a record the
+		// topic refuses is rejected before it is produced (tooLarge).
+		kgo.ProducerBatchMaxBytesFn(c.batchLimit),
+		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { c.joined.Store(true) }),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
 		kgo.AdjustFetchOffsetsFn(c.adjust),
@@ -261,8 +377,56 @@ func (c *Consumer) session(ctx context.Context) error {
 		return &permanentError{fmt.Errorf("kafka: group client: %w", err)}
 	}
 	c.sess = sess
-	defer sess.CloseAllowingRebalance()
+	c.rebalanced.Store(false)
+	defer c.joined.Store(false)
+	defer c.closeSession(ctx, sess)
 	return c.loop(ctx, sess)
+}
+
+// closeSession closes the group client: its last revoke commits and
+// closes the engines, and a dynamic member leaves the group. A static
+// member (InstanceID) that is shutting down leaves the group too, unless
+// KeepStaticMembership says to keep its place for a restart: franz-go
+// does not leave for one, so it is asked here by instance ID. Once Run's
+// context is done this takes at most ShutdownTimeout: a client still
+// closing then (waiting on a join the group has not completed) is
+// abandoned.
+func (c *Consumer) closeSession(ctx context.Context, sess *kgo.GroupTransactSession) {
+	member, _ := sess.Client().GroupMetadata()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sess.CloseAllowingRebalance()
+	}()
+	select {
+	case <-done:
+	case <-c.closeCtx.Done():
+		c.logf("kafka: the group client is still closing %v after the shutdown began; abandoning it", c.cfg.ShutdownTimeout*3/4)
+	}
+	if ctx.Err() == nil || c.cfg.InstanceID == "" || c.cfg.KeepStaticMembership || member == "" || errors.Is(c.fatalErr(), ErrFenced) {
+		return
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = c.cfg.Group
+	m := kmsg.NewLeaveGroupRequestMember()
+	m.MemberID = member
+	m.InstanceID = &c.cfg.InstanceID
+	m.Reason = kmsg.StringPtr("dedup kafka shutting down")
+	req.Members = append(req.Members, m)
+	resp, err := req.RequestWith(c.hardCtx, c.adminCl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+		for _, m := range resp.Members {
+			if err == nil {
+				err = kerr.ErrorForCode(m.ErrorCode)
+			}
+		}
+	}
+	if err != nil {
+		c.logf("kafka: leave the group as static member %s: %v (its partitions wait for the session timeout, %v)", c.cfg.InstanceID, err, c.cfg.SessionTimeout)
+		return
+	}
+	c.logf("kafka: left the group as static member %s", c.cfg.InstanceID)
 }
 
 // checkTopics logs the topics this consumer reads or writes that do not
@@ -286,6 +450,11 @@ func (c *Consumer) checkTopics(ctx context.Context) {
 		if d, ok := td[t]; !ok || d.Err != nil {
 			c.logf("kafka: topic %q does not exist (yet): create it, or let the brokers auto-create it", t)
 		}
+	}
+	if d, ok := td[c.cfg.Topic]; ok && d.Err == nil {
+		c.mu.Lock()
+		c.inputPartitions = max(c.inputPartitions, int32(len(d.Partitions)))
+		c.mu.Unlock()
 	}
 }
 
@@ -316,6 +485,13 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 			return errClientClosed
 		}
 		c.logFetchErrors(fetches)
+		if c.rebalanced.Swap(false) {
+			if err := c.clearRebalance(sess); err != nil {
+				return err
+			}
+			sess.AllowRebalance()
+			continue
+		}
 		if fetches.NumRecords() == 0 {
 			sess.AllowRebalance()
 			continue
@@ -365,9 +541,33 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 	}
 }
 
+// clearRebalance runs between transactions after partitions were revoked
+// or lost. franz-go's GroupTransactSession marks itself failed in its
+// revoke and lost callbacks and clears the mark only in End, so the first
+// transaction after a rebalance would abort however long after it begins,
+// and the partitions this instance kept would be rewound for nothing.
+// Rebalances happen here only between transactions (the loop blocks them
+// while it polls and processes), so nothing is at risk: an End with no
+// transaction open clears the mark. It also rewinds every partition's
+// fetch position to its committed offset, which the last transaction left
+// them at, so the records polled since are fetched again: the caller drops
+// them.
+func (c *Consumer) clearRebalance(sess *kgo.GroupTransactSession) error {
+	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.TransactionTimeout)
+	defer cancel()
+	if _, err := sess.End(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("%w: end after a rebalance: %w", ErrTxn, err)
+	}
+	return nil
+}
+
 func (c *Consumer) logFetchErrors(fs kgo.Fetches) {
 	fs.EachError(func(t string, p int32, err error) {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if errors.Is(err, kerr.FencedInstanceID) {
+			c.setFatal(c.fenced(err))
 			return
 		}
 		c.logf("kafka: fetch %s-%d: %v", t, p, err)
@@ -391,6 +591,9 @@ func (c *Consumer) stage(fs kgo.Fetches) error {
 			err = fmt.Errorf("kafka: records for %s-%d, which has no ready engine", p.Topic, p.Partition)
 			return
 		}
+		if p.HighWatermark >= 0 {
+			pt.lag.Store(max(0, p.HighWatermark-p.Records[len(p.Records)-1].Offset-1))
+		}
 		if pt.next < 0 { // not yet in this transaction
 			c.staged = append(c.staged, pt)
 		}
@@ -403,7 +606,7 @@ func (c *Consumer) stage(fs kgo.Fetches) error {
 // then commits the engines of the staged partitions, or releases their new
 // keys if the transaction did not commit.
 func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TransactionTimeout)
+	ctx, cancel := context.WithTimeout(c.endCtx, c.cfg.TransactionTimeout)
 	defer cancel()
 	// Flush first and look at every record's outcome: End would commit a
 	// transaction whose records failed with a non-retriable error (a
@@ -423,7 +626,21 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 	c.staged = c.staged[:0]
 	if err != nil || !committed {
 		c.stats.aborted.Add(1)
+		confirmed := err == nil && commit && c.abortConfirmed(ctx, staged)
 		c.release(staged)
+		if confirmed {
+			// The group moved on under the transaction (a rebalance in
+			// which this instance gave up nothing still bumps the
+			// generation, and the offset commit fails with
+			// ILLEGAL_GENERATION): nothing of it was committed, End has
+			// rewound the input to the committed offsets, and the records
+			// are decided again in the next transaction.
+			c.logf("kafka: transaction aborted by the group (a rebalance); its %d records are read again", c.txnRecords)
+			return nil
+		}
+		if errors.Is(err, kerr.FencedInstanceID) {
+			return c.fenced(err)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrTxn, err)
 		}
@@ -469,6 +686,34 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 		return c.commitRound(false)
 	}
 	return nil
+}
+
+// abortConfirmed asks the group coordinator, once pending transactions
+// are resolved, whether the transaction End reported aborted left the
+// group's offsets short of its own for every staged partition: then it did
+// not commit. franz-go reports an abort without an error both when it
+// ended the transaction with an abort and when a commit's outcome was left
+// unknown (an EndTxn that failed after reaching the coordinator); only the
+// first may be followed by the next transaction as if nothing happened.
+func (c *Consumer) abortConfirmed(ctx context.Context, staged []*partition) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	offs, err := c.admin.FetchOffsets(kadm.RequireStable(ctx), c.cfg.Group)
+	if err != nil {
+		c.logf("kafka: after an abort, read the group's offsets: %v", err)
+		return false
+	}
+	for _, pt := range staged {
+		o, ok := offs.Lookup(pt.topic, pt.part)
+		if ok && o.Err != nil {
+			c.logf("kafka: after an abort, read the offset of %s: %v", pt.tp, o.Err)
+			return false
+		}
+		if ok && o.At >= pt.next {
+			return false
+		}
+	}
+	return true
 }
 
 // commitRound commits every engine holding keys of committed transactions
@@ -569,6 +814,9 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 	}
 	for _, r := range recs {
 		k, err := c.cfg.Key(r)
+		if why := c.tooLarge(r); why != "" {
+			err = fmt.Errorf("%w: %s", ErrTooLarge, why)
+		}
 		if err == nil && len(k) > c.engine.MaxKeySize {
 			err = fmt.Errorf("%w: key of %d bytes exceeds the limit of %d", ErrNoKey, len(k), c.engine.MaxKeySize)
 		}
@@ -622,13 +870,30 @@ func verdictValue(v dedup.Verdict) []byte {
 
 // reject sends r to the rejects topic, or drops it, counting it in the
 // open transaction.
+// A record too large for the rejects topic goes there without its value
+// (and without its key and headers if they are still too large), the
+// reason saying so.
 func (c *Consumer) reject(r *kgo.Record, why error) {
 	c.txnRejected++
 	if c.cfg.RejectsTopic == "" {
 		return
 	}
-	h := append(slices.Clip(r.Headers), kgo.RecordHeader{Key: RejectReasonHeader, Value: []byte(why.Error())})
-	c.produce(&kgo.Record{Topic: c.cfg.RejectsTopic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp})
+	limit := int(c.batchLimit(c.cfg.RejectsTopic))
+	reason := why.Error()
+	rr := &kgo.Record{Topic: c.cfg.RejectsTopic, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}
+	fits := func() bool {
+		return wireSize(rr)+headerOverhead+len(RejectReasonHeader)+len(reason) <= limit
+	}
+	if !fits() {
+		reason += fmt.Sprintf("; value of %d bytes dropped (the rejects topic takes %d)", len(r.Value), limit)
+		rr.Value = nil
+	}
+	if !fits() {
+		reason += "; key and headers dropped"
+		rr.Key, rr.Headers = nil, nil
+	}
+	rr.Headers = append(slices.Clip(rr.Headers), kgo.RecordHeader{Key: RejectReasonHeader, Value: []byte(reason)})
+	c.produce(rr)
 }
 
 // produce writes r in the open transaction; a failure aborts it at end.
@@ -644,12 +909,16 @@ func (c *Consumer) produce(r *kgo.Record) {
 // the loop's AllowRebalance, so their transactions have ended and their
 // engines committed.
 func (c *Consumer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	if len(revoked) > 0 {
+		c.rebalanced.Store(true)
+	}
 	c.closeParts(revoked, "revoked")
 }
 
 // onLost closes the engines of lost partitions; their staged work, if any,
 // was released when the transaction aborted.
 func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.rebalanced.Store(true)
 	c.closeParts(lost, "lost")
 }
 

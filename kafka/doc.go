@@ -77,7 +77,15 @@
 //
 // The consumer blocks rebalances while it polls and processes
 // (kgo.BlockRebalanceOnPoll), and a transaction ends, and its engines
-// commit, before a rebalance may proceed. A revoked partition's engine is
+// commit, before a rebalance may proceed. Balancing is cooperative-sticky:
+// only the partitions that change owner move, and the others go on without
+// an abort (franz-go's session marks itself failed on every revoke until
+// its next End; the consumer ends it between transactions). A transaction
+// the group aborts under it (a rebalance completing while it is open) is
+// read again once the coordinator confirms nothing of it committed.
+// [Config.ShutdownTimeout] bounds [Consumer.Run]'s return once its context
+// is done; a static member leaves the group unless
+// [Config.KeepStaticMembership]. A revoked partition's engine is
 // therefore committed when the callback runs; it is closed. A lost one's
 // staged work was already released (rule 2); it is closed too. An assigned
 // partition is made ready in the offset-adjust callback, which runs after

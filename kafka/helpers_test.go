@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -54,25 +55,42 @@ func testConfig(t *testing.T, addrs []string, group string) Config {
 		TransactionTimeout: 4 * time.Second,
 		RetryBackoff:       100 * time.Millisecond,
 		Logf:               t.Logf,
-		ClientOpts: []kgo.Opt{
-			kgo.HeartbeatInterval(300 * time.Millisecond),
-			kgo.FetchMaxWait(200 * time.Millisecond),
-		},
+		ClientOpts:         clientOpts(),
 	}
+}
+
+// clientOpts are the client options of testConfig: short timeouts, and the
+// client's log on stderr with TEST_KGO_LOG=info or debug.
+func clientOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.HeartbeatInterval(300 * time.Millisecond),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+	}
+	switch os.Getenv("TEST_KGO_LOG") {
+	case "info":
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)))
+	case "debug":
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
+	return opts
 }
 
 // running is a Consumer running in a goroutine.
 type running struct {
 	c      *Consumer
 	cancel context.CancelFunc
-	done   chan error
+	exited chan struct{} // closed when Run has returned, with err set
+	err    error
 	mu     sync.Mutex
 	ready  []Ready
 }
 
+// start runs a consumer with cfg. A cleanup stops it before the test's
+// temporary directories go, also when the test ends early: an engine
+// whose directory is removed under it reports corruption and panics.
 func start(t *testing.T, cfg Config, hook func(string) error) *running {
 	t.Helper()
-	r := &running{done: make(chan error, 1)}
+	r := &running{exited: make(chan struct{})}
 	cfg.OnReady = func(rd Ready) {
 		r.mu.Lock()
 		r.ready = append(r.ready, rd)
@@ -86,7 +104,17 @@ func start(t *testing.T, cfg Config, hook func(string) error) *running {
 	r.c = c
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() { r.done <- c.Run(ctx) }()
+	go func() {
+		r.err = c.Run(ctx)
+		close(r.exited)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.exited:
+		case <-time.After(30 * time.Second):
+		}
+	})
 	return r
 }
 
@@ -95,9 +123,9 @@ func (r *running) stop(t *testing.T) {
 	t.Helper()
 	r.cancel()
 	select {
-	case err := <-r.done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
+	case <-r.exited:
+		if r.err != nil {
+			t.Errorf("Run: %v", r.err)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("Run did not return within 60s of its cancel")
@@ -292,11 +320,11 @@ func checkExactlyOnce(t *testing.T, addrs []string, ins ...*input) {
 	if bad > 0 {
 		t.Fatalf("%d keys wrong in the output (%d distinct in the input, %d keys in the output)", bad, len(distinct), len(out))
 	}
-	rej, _ := readAll(t, addrs, rejectsTopic, 300*time.Millisecond)
+	rej, _ := readAll(t, addrs, rejectsTopic, time.Second)
 	if got := sum(rej); got != keyless {
 		t.Errorf("rejects topic holds %d records, want %d", got, keyless)
 	}
-	dups, _ := readAll(t, addrs, dupsTopic, 300*time.Millisecond)
+	dups, _ := readAll(t, addrs, dupsTopic, time.Second)
 	if got, want := sum(dups), total-keyless-len(distinct); got != want {
 		t.Errorf("dups topic holds %d records, want %d", got, want)
 	}

@@ -32,6 +32,7 @@ func (c *Consumer) adjust(ctx context.Context, offsets map[string]map[int32]kgo.
 		C int64
 	}
 	var jobs []job
+	c.warnGrown(offsets)
 	for topic, ps := range offsets {
 		for p, off := range ps {
 			committed := off.EpochOffset().Offset
@@ -72,6 +73,26 @@ func (c *Consumer) adjust(ctx context.Context, offsets map[string]map[int32]kgo.
 		return nil, err
 	}
 	return offsets, nil
+}
+
+// warnGrown warns when a partition assigned lies beyond the input's
+// partition count last seen: partitions were added to the input, and a
+// producer partitioning by key now sends some keys to another partition,
+// whose engine has not seen them, so they can be written again.
+func (c *Consumer) warnGrown(offsets map[string]map[int32]kgo.Offset) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inputPartitions == 0 {
+		return
+	}
+	top := c.inputPartitions
+	for p := range offsets[c.cfg.Topic] {
+		top = max(top, p+1)
+	}
+	if top > c.inputPartitions {
+		c.logf("kafka: warning: input topic %s grew from %d to at least %d partitions: keys the producers now send to another partition than before can be written to the output again (duplicates are found within a partition)", c.cfg.Topic, c.inputPartitions, top)
+		c.inputPartitions = top
+	}
 }
 
 // prepare opens t's engine and brings it to the committed offset C.
@@ -154,6 +175,7 @@ func (c *Consumer) open(t tp) (*partition, error) {
 		return pt, nil
 	}
 	pt = &partition{tp: t, next: -1}
+	pt.lag.Store(-1)
 	opts := c.engine
 	opts.Dir = c.dir(t)
 	opts.Now = func() time.Time { return time.UnixMilli(pt.clock.Load()) }
@@ -249,6 +271,7 @@ func (c *Consumer) replay(ctx context.Context, pt *partition, from, to int64) (i
 			n += int64(len(use))
 			sinceCommit += int64(len(use))
 			c.stats.replayed.Add(uint64(len(use)))
+			pt.replayed.Add(int64(len(use)))
 		}
 		if sinceCommit >= replayCommitEvery {
 			sinceCommit = 0

@@ -22,11 +22,10 @@ import (
 // TestAcceptBacksOffWhenOutOfFiles, with that many file descriptors.
 const fdChildEnv = "RESP_FD_CHILD_LIMIT"
 
-// TestAcceptBacksOffWhenOutOfFiles: redcon's accept loop retries a failed
-// Accept at once, so a server out of file descriptors (EMFILE: more
-// clients than its ulimit allows, below --max-clients) spun a core at
-// 100% retrying for as long as the clients stayed. The listener now backs
-// off as net/http's does, and counts the failures.
+// TestAcceptBacksOffWhenOutOfFiles: a server out of file descriptors
+// (EMFILE: more clients than its ulimit allows, below --max-clients) backs
+// off its accepts as net/http does, rather than retrying at once and
+// spinning a core for as long as the clients stay, and counts the failures.
 func TestAcceptBacksOffWhenOutOfFiles(t *testing.T) {
 	if lim := os.Getenv(fdChildEnv); lim != "" {
 		n, _ := strconv.ParseUint(lim, 10, 64)

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime/debug"
+	"path"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/tidwall/redcon"
 )
 
 // lower returns the ASCII lower case of b in buf's storage when it fits,
@@ -54,138 +53,14 @@ func quote(b []byte) string {
 
 // writeErr answers err, prefixing "ERR " unless it carries a Redis error
 // code already.
-func writeErr(conn redcon.Conn, err error) {
+func writeErr(c *conn, err error) {
 	msg := strings.TrimPrefix(err.Error(), "resp: ")
 	msg = strings.NewReplacer("\r", " ", "\n", " ").Replace(msg)
-	conn.WriteError("ERR " + msg)
-}
-
-// dispatch serves one command.
-func (s *Server) dispatch(conn redcon.Conn, cl *client, cmd redcon.Command) {
-	var buf [32]byte
-	args := cmd.Args
-	name := lower(buf[:], args[0])
-	if !cl.authed {
-		switch string(name) {
-		case "auth", "quit", "hello":
-		default:
-			conn.WriteError("NOAUTH Authentication required.")
-			return
-		}
-	}
-	if cl.tx != nil {
-		switch string(name) {
-		case "exec", "discard", "multi", "watch", "quit":
-		default:
-			s.queueCommand(conn, cl, string(name), args)
-			return
-		}
-	}
-	switch string(name) {
-	case "multi", "exec", "discard", "watch", "unwatch":
-		s.cmdMulti(conn, cl, string(name), args)
-	case "set":
-		s.cmdSet(conn, cl, args)
-	case "setnx":
-		s.cmdSetNX(conn, cl, args)
-	case "exists":
-		s.cmdExists(conn, args)
-	case "bf.add":
-		s.cmdBFAdd(conn, cl, args)
-	case "bf.madd":
-		s.cmdBFMAdd(conn, cl, args)
-	case "bf.exists":
-		s.cmdBFExists(conn, args, false)
-	case "bf.mexists":
-		s.cmdBFExists(conn, args, true)
-	case "bf.reserve":
-		s.cmdBFReserve(conn, args)
-	case "bf.info":
-		s.cmdBFInfo(conn, args)
-	case "dedup.observe":
-		s.cmdObserve(conn, args)
-	case "dedup.forget":
-		s.cmdForget(conn, args)
-	case "dedup.done":
-		s.cmdDone(conn, cl, args)
-	case "dedup.reserve":
-		s.cmdReserve(conn, args)
-	case "dedup.commit":
-		s.cmdCommit(conn, args)
-	case "dedup.checkpoint":
-		s.cmdCheckpoint(conn, args)
-	case "dedup.stats":
-		s.cmdStats(conn, args)
-	case "ping":
-		switch len(args) {
-		case 1:
-			conn.WriteString("PONG")
-		case 2:
-			conn.WriteBulk(args[1])
-		default:
-			conn.WriteError(errArgs("ping"))
-		}
-	case "echo":
-		if len(args) != 2 {
-			conn.WriteError(errArgs("echo"))
-			return
-		}
-		conn.WriteBulk(args[1])
-	case "auth":
-		s.cmdAuth(conn, cl, args)
-	case "hello":
-		// RESP2 only: clients (go-redis, redis-py, lettuce) take this
-		// Redis 5 answer as "fall back to RESP2".
-		conn.WriteError("ERR unknown command 'HELLO': this server speaks RESP2 only")
-	case "select":
-		if len(args) != 2 {
-			conn.WriteError(errArgs("select"))
-		} else if string(args[1]) != "0" {
-			conn.WriteError("ERR DB index is out of range: dedup serves database 0 only (use BF.* or DEDUP.* tables)")
-		} else {
-			conn.WriteString("OK")
-		}
-	case "client":
-		s.cmdClient(conn, cl, args)
-	case "command":
-		if len(args) >= 2 && strings.EqualFold(string(args[1]), "count") {
-			conn.WriteInt(0)
-		} else {
-			conn.WriteArray(0)
-		}
-	case "config":
-		s.cmdConfig(conn, args)
-	case "info":
-		s.cmdInfo(conn, args)
-	case "memory":
-		// MEMORY PURGE, as Redis's asks jemalloc to return freed pages:
-		// a full collection, then the freed heap goes back to the system,
-		// so that used_memory shows what the remembered keys hold.
-		if len(args) != 2 || !strings.EqualFold(string(args[1]), "purge") {
-			conn.WriteError("ERR dedup supports MEMORY PURGE only")
-			return
-		}
-		debug.FreeOSMemory()
-		conn.WriteString("OK")
-	case "dbsize":
-		st, err := s.def.stats()
-		if err != nil {
-			writeErr(conn, err)
-			return
-		}
-		conn.WriteUint64(st.FilterKeys + uint64(max(st.InFlightKeys, 0)))
-	case "quit":
-		s.endBatch(conn, cl)
-		conn.WriteString("OK")
-		cl.closed = true
-		conn.Close()
-	default:
-		s.unknownCommand(conn, args)
-	}
+	c.WriteError("ERR " + msg)
 }
 
 // unknownCommand answers a command the server does not know, as Redis.
-func (s *Server) unknownCommand(conn redcon.Conn, args [][]byte) {
+func (s *Server) unknownCommand(c *conn, args [][]byte) {
 	var b strings.Builder
 	for i, a := range args[1:] {
 		if i == 3 {
@@ -193,97 +68,188 @@ func (s *Server) unknownCommand(conn redcon.Conn, args [][]byte) {
 		}
 		b.WriteString(quote(a) + " ")
 	}
-	conn.WriteError(fmt.Sprintf("ERR unknown command %s, with args beginning with: %s", quote(args[0]), b.String()))
+	c.WriteError(fmt.Sprintf("ERR unknown command %s, with args beginning with: %s", quote(args[0]), b.String()))
 }
 
-// cmdAuth checks the password in constant time (over the hashes, so the
-// comparison does not leak the length either).
-func (s *Server) cmdAuth(conn redcon.Conn, cl *client, args [][]byte) {
-	var pass []byte
+// wrongPass is Redis's answer to a wrong password or user.
+const wrongPass = "WRONGPASS invalid username-password pair or user is disabled."
+
+// cmdAuth serves AUTH [default] password.
+func (s *Server) cmdAuth(c *conn, _ *table, args [][]byte) {
+	var user []byte
 	switch len(args) {
 	case 2:
-		pass = args[1]
 	case 3:
-		if string(args[1]) != "default" {
-			conn.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
-			return
-		}
-		pass = args[2]
+		user = args[1]
 	default:
-		conn.WriteError(errArgs("auth"))
+		c.WriteError(errArgs("auth"))
 		return
 	}
 	if s.cfg.RequirePass == "" {
-		conn.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+		c.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 		return
+	}
+	if !s.passOK(user, args[len(args)-1]) {
+		c.WriteError(wrongPass)
+		return
+	}
+	c.authed = true
+	c.WriteString("OK")
+}
+
+// passOK checks a user (nil or "default", the only one) and password
+// against RequirePass, in constant time over the hashes, so that the
+// comparison does not leak the length either.
+func (s *Server) passOK(user, pass []byte) bool {
+	if user != nil && string(user) != "default" {
+		return false
 	}
 	got := sha256.Sum256(pass)
 	want := sha256.Sum256([]byte(s.cfg.RequirePass))
-	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-		conn.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
-		return
-	}
-	cl.authed = true
-	conn.WriteString("OK")
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
-func (s *Server) cmdClient(conn redcon.Conn, cl *client, args [][]byte) {
-	if len(args) < 2 {
-		conn.WriteError(errArgs("client"))
+// helloUsage is the syntax of HELLO, for its errors.
+const helloUsage = "HELLO [protover [AUTH username password] [SETNAME clientname]]"
+
+// cmdHello serves HELLO [protover [AUTH username password] [SETNAME
+// clientname]]: it authenticates and names the connection when asked,
+// switches it to RESP protover (2 or 3), and answers the server's
+// description as a map in that protocol.
+func (s *Server) cmdHello(c *conn, _ *table, args [][]byte) {
+	resp3 := c.resp3
+	if len(args) >= 2 {
+		v, err := strconv.Atoi(string(args[1]))
+		if err != nil {
+			c.WriteError("ERR Protocol version is not an integer or out of range")
+			return
+		}
+		if v != 2 && v != 3 {
+			c.WriteError("NOPROTO unsupported protocol version")
+			return
+		}
+		resp3 = v == 3
+	}
+	var user, pass, name []byte
+	for i := 2; i < len(args); i++ {
+		switch opt := strings.ToUpper(string(args[i])); {
+		case opt == "AUTH" && i+2 < len(args):
+			user, pass = args[i+1], args[i+2]
+			i += 2
+		case opt == "SETNAME" && i+1 < len(args):
+			name = args[i+1]
+			i++
+		default:
+			c.WriteError("ERR syntax error in HELLO option " + quote(args[i]) + ": " + helloUsage)
+			return
+		}
+	}
+	if pass != nil {
+		if s.cfg.RequirePass == "" {
+			c.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+			return
+		}
+		if !s.passOK(user, pass) {
+			c.WriteError(wrongPass)
+			return
+		}
+		c.authed = true
+	}
+	if !c.authed {
+		c.WriteError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return
 	}
+	if name != nil {
+		c.name = string(name)
+	}
+	c.resp3 = resp3
+	proto := 2
+	if resp3 {
+		proto = 3
+	}
+	c.WriteMap(7)
+	c.WriteBulkString("server")
+	c.WriteBulkString("dedup")
+	c.WriteBulkString("version")
+	c.WriteBulkString(redisVersion)
+	c.WriteBulkString("proto")
+	c.WriteInt(proto)
+	c.WriteBulkString("id")
+	c.WriteInt64(c.id)
+	c.WriteBulkString("mode")
+	c.WriteBulkString("standalone")
+	c.WriteBulkString("role")
+	c.WriteBulkString("master")
+	c.WriteBulkString("modules")
+	c.WriteArray(0)
+}
+
+func (s *Server) cmdClient(c *conn, t *table, args [][]byte) {
 	switch strings.ToLower(string(args[1])) {
 	case "setname":
 		if len(args) != 3 {
-			conn.WriteError(errArgs("client|setname"))
+			c.WriteError(errArgs("client|setname"))
 			return
 		}
-		cl.name = string(args[2])
-		conn.WriteString("OK")
+		c.name = string(args[2])
+		c.WriteString("OK")
 	case "getname":
-		if cl.name == "" {
-			conn.WriteNull()
+		if c.name == "" {
+			c.WriteNull()
 		} else {
-			conn.WriteBulkString(cl.name)
+			c.WriteBulkString(c.name)
 		}
 	case "setinfo":
-		conn.WriteString("OK")
+		c.WriteString("OK")
 	case "id":
-		conn.WriteInt64(cl.id)
+		c.WriteInt64(c.id)
 	default:
-		conn.WriteError("ERR unknown subcommand " + quote(args[1]) + " of CLIENT: dedup supports SETNAME, GETNAME, SETINFO, ID")
+		c.WriteError("ERR unknown subcommand " + quote(args[1]) + " of CLIENT: dedup supports SETNAME, GETNAME, SETINFO, ID")
 	}
 }
 
-// cmdConfig answers CONFIG GET for the few parameters tools ask about
-// (redis-benchmark reads save and appendonly) and nothing for the rest.
-func (s *Server) cmdConfig(conn redcon.Conn, args [][]byte) {
+// configParams are the parameters CONFIG GET answers, with their values
+// on this server.
+func (s *Server) configParams() [][2]string {
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	return [][2]string{
+		{"appendfsync", s.cfg.Fsync},
+		{"appendonly", yes(s.cfg.Fsync != FsyncNo)},
+		{"databases", "1"},
+		{"maxclients", strconv.Itoa(s.cfg.MaxClients)},
+		{"proto-max-bulk-len", strconv.Itoa(s.cfg.MaxArgSize)},
+		{"protected-mode", yes(s.cfg.RequirePass == "" && !s.cfg.Unprotected)},
+		{"save", ""},
+		{"timeout", "0"},
+	}
+}
+
+// cmdConfig serves CONFIG GET pattern [pattern ...]: the parameters whose
+// names match a glob pattern (case-insensitive, as Redis matches), each
+// once, as a map. RequirePass is never shown.
+func (s *Server) cmdConfig(c *conn, _ *table, args [][]byte) {
 	if len(args) < 3 || !strings.EqualFold(string(args[1]), "get") {
-		conn.WriteError("ERR dedup supports CONFIG GET only")
+		c.WriteError("ERR dedup supports CONFIG GET only")
 		return
 	}
-	var kv []string
-	for _, p := range args[2:] {
-		switch strings.ToLower(string(p)) {
-		case "save":
-			kv = append(kv, "save", "")
-		case "appendonly":
-			v := "yes"
-			if s.cfg.Fsync == FsyncNo {
-				v = "no"
+	var kv [][2]string
+	for _, p := range s.configParams() {
+		for _, pat := range args[2:] {
+			if ok, _ := path.Match(strings.ToLower(string(pat)), p[0]); ok {
+				kv = append(kv, p)
+				break
 			}
-			kv = append(kv, "appendonly", v)
-		case "appendfsync":
-			kv = append(kv, "appendfsync", s.cfg.Fsync)
-		case "databases":
-			kv = append(kv, "databases", "1")
-		case "maxclients":
-			kv = append(kv, "maxclients", strconv.Itoa(s.cfg.MaxClients))
 		}
 	}
-	conn.WriteArray(len(kv))
-	for _, v := range kv {
-		conn.WriteBulkString(v)
+	c.WriteMap(len(kv))
+	for _, p := range kv {
+		c.WriteBulkString(p[0])
+		c.WriteBulkString(p[1])
 	}
 }
 
@@ -292,11 +258,7 @@ const setUsage = "dedup serves SET key value NX [EX seconds|PX milliseconds] onl
 
 // cmdSet serves SET key value NX [EX s|PX ms]: +OK for a new key, nil for
 // one seen within the window (committed or in flight).
-func (s *Server) cmdSet(conn redcon.Conn, cl *client, args [][]byte) {
-	if len(args) < 3 {
-		conn.WriteError(errArgs("set"))
-		return
-	}
+func (s *Server) cmdSet(c *conn, t *table, args [][]byte) {
 	nx, ttlSet := false, false
 	for i := 3; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
@@ -305,35 +267,35 @@ func (s *Server) cmdSet(conn redcon.Conn, cl *client, args [][]byte) {
 			nx = true
 		case "EX", "PX":
 			if ttlSet || i+1 == len(args) {
-				conn.WriteError("ERR syntax error")
+				c.WriteError("ERR syntax error")
 				return
 			}
 			i++
 			if err := s.checkTTL(opt, args[i]); err != nil {
-				conn.WriteError(err.Error())
+				c.WriteError(err.Error())
 				return
 			}
 			ttlSet = true
 		default:
-			conn.WriteError("ERR " + setUsage + ": " + opt + " is not supported")
+			c.WriteError("ERR " + setUsage + ": " + opt + " is not supported")
 			return
 		}
 	}
 	if !nx {
-		conn.WriteError("ERR " + setUsage + ": without NX a SET would overwrite, and a remembered key cannot be overwritten")
+		c.WriteError("ERR " + setUsage + ": without NX a SET would overwrite, and a remembered key cannot be overwritten")
 		return
 	}
 	v, err := s.def.observeOne(args[1])
 	if err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
 	if v == dedup.New {
-		s.marked(cl, s.def)
-		conn.WriteString("OK")
+		s.marked(c, s.def)
+		c.WriteString("OK")
 		return
 	}
-	conn.WriteNull()
+	c.WriteNull()
 }
 
 // checkTTL accepts an EX or PX no longer than the window: a key is
@@ -356,34 +318,26 @@ func (s *Server) checkTTL(opt string, arg []byte) error {
 }
 
 // cmdSetNX serves SETNX key value: 1 for a new key, 0 for a seen one.
-func (s *Server) cmdSetNX(conn redcon.Conn, cl *client, args [][]byte) {
-	if len(args) != 3 {
-		conn.WriteError(errArgs("setnx"))
-		return
-	}
+func (s *Server) cmdSetNX(c *conn, t *table, args [][]byte) {
 	v, err := s.def.observeOne(args[1])
 	if err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
 	if v == dedup.New {
-		s.marked(cl, s.def)
-		conn.WriteInt(1)
+		s.marked(c, s.def)
+		c.WriteInt(1)
 		return
 	}
-	conn.WriteInt(0)
+	c.WriteInt(0)
 }
 
 // cmdExists serves EXISTS key [key ...]: how many were seen within the
 // window, without marking any.
-func (s *Server) cmdExists(conn redcon.Conn, args [][]byte) {
-	if len(args) < 2 {
-		conn.WriteError(errArgs("exists"))
-		return
-	}
+func (s *Server) cmdExists(c *conn, t *table, args [][]byte) {
 	out := make([]bool, len(args)-1)
 	if err := s.def.probe(args[1:], out); err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
 	n := 0
@@ -392,174 +346,254 @@ func (s *Server) cmdExists(conn redcon.Conn, args [][]byte) {
 			n++
 		}
 	}
-	conn.WriteInt(n)
-}
-
-// table returns the table named by arg for a command, answering the
-// error itself when there is none.
-func (s *Server) table(conn redcon.Conn, arg []byte, create bool) (*table, bool) {
-	t, err := s.lookup(string(arg), create)
-	if err != nil {
-		writeErr(conn, err)
-		return nil, false
-	}
-	return t, true
-}
-
-// existing returns the table named by arg for a DEDUP.* command that
-// reads or commits a table (DEDUP.DONE, COMMIT, CHECKPOINT, STATS): unlike
-// BF.ADD it creates none, and answers a missing one an error.
-func (s *Server) existing(conn redcon.Conn, arg []byte) (*table, bool) {
-	t, ok := s.table(conn, arg, false)
-	if ok && t == nil {
-		conn.WriteError("ERR not found: no table " + quote(arg) +
-			" (BF.RESERVE or DEDUP.RESERVE creates one, and so does a first BF.ADD or DEDUP.OBSERVE)")
-		return nil, false
-	}
-	return t, ok
+	c.WriteInt(n)
 }
 
 // cmdBFAdd serves BF.ADD name item: 1 when new, 0 when seen.
-func (s *Server) cmdBFAdd(conn redcon.Conn, cl *client, args [][]byte) {
-	if len(args) != 3 {
-		conn.WriteError(errArgs("bf.add"))
-		return
-	}
-	t, ok := s.table(conn, args[1], true)
-	if !ok {
-		return
-	}
+func (s *Server) cmdBFAdd(c *conn, t *table, args [][]byte) {
 	v, err := t.observeOne(args[2])
 	if err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
 	if v == dedup.New {
-		s.marked(cl, t)
-		conn.WriteInt(1)
-		return
+		s.marked(c, t)
 	}
-	conn.WriteInt(0)
+	c.WriteBool(v == dedup.New)
 }
 
 // cmdBFMAdd serves BF.MADD name item [item ...]: one 1 or 0 per item, in
 // one engine batch.
-func (s *Server) cmdBFMAdd(conn redcon.Conn, cl *client, args [][]byte) {
-	if len(args) < 3 {
-		conn.WriteError(errArgs("bf.madd"))
-		return
-	}
-	t, ok := s.table(conn, args[1], true)
-	if !ok {
-		return
-	}
-	keys := args[2:]
+func (s *Server) cmdBFMAdd(c *conn, t *table, args [][]byte) {
+	s.addItems(c, t, args[2:])
+}
+
+// addItems observes keys in t and answers one 1 (true in RESP3) per new
+// key and 0 per seen one: the reply of BF.MADD and BF.INSERT.
+func (s *Server) addItems(c *conn, t *table, keys [][]byte) {
 	out := make([]dedup.Verdict, len(keys))
 	if err := t.observe(keys, out); err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
-	conn.WriteArray(len(out))
+	c.WriteArray(len(out))
 	marked := false
 	for _, v := range out {
-		if v == dedup.New {
-			marked = true
-			conn.WriteInt(1)
-		} else {
-			conn.WriteInt(0)
-		}
+		marked = marked || v == dedup.New
+		c.WriteBool(v == dedup.New)
 	}
 	if marked {
-		s.marked(cl, t)
+		s.marked(c, t)
 	}
+}
+
+// cmdBFInsert serves BF.INSERT name [CAPACITY n] [ERROR r] [EXPANSION n]
+// [NOCREATE] [NONSCALING] ITEMS item [item ...]: BF.MADD that creates a
+// missing table as BF.RESERVE would with CAPACITY and ERROR (the server's
+// defaults for those not given), or, with NOCREATE, answers "not found".
+// EXPANSION and NONSCALING are checked and accepted as in BF.RESERVE.
+func (s *Server) cmdBFInsert(c *conn, _ *table, args [][]byte) {
+	name := args[1]
+	var capacity int64
+	fp := 0.0
+	nocreate := false
+	i := 2
+	for ; i < len(args); i++ {
+		opt := strings.ToUpper(string(args[i]))
+		if opt == "ITEMS" {
+			break
+		}
+		switch opt {
+		case "NOCREATE":
+			nocreate = true
+			continue
+		case "NONSCALING":
+			continue
+		case "CAPACITY", "ERROR", "EXPANSION":
+		default:
+			c.WriteError("ERR unknown option " + quote(args[i]) + ": " + insertUsage)
+			return
+		}
+		if i+1 == len(args) {
+			c.WriteError("ERR " + opt + " needs a value: " + insertUsage)
+			return
+		}
+		i++
+		switch opt {
+		case "CAPACITY":
+			n, err := strconv.ParseInt(string(args[i]), 10, 64)
+			if err != nil || n <= 0 {
+				c.WriteError("ERR (capacity should be larger than 0)")
+				return
+			}
+			capacity = n
+		case "ERROR":
+			f, err := strconv.ParseFloat(string(args[i]), 64)
+			if err != nil || !(f > 0 && f < 1) {
+				c.WriteError("ERR (0 < error rate range < 1)")
+				return
+			}
+			fp = f
+		case "EXPANSION":
+			if err := checkExpansion(args[i]); err != nil {
+				writeErr(c, err)
+				return
+			}
+		}
+	}
+	if i+1 >= len(args) {
+		c.WriteError("ERR ITEMS and at least one item are required: " + insertUsage)
+		return
+	}
+	if nocreate && (capacity > 0 || fp > 0) {
+		c.WriteError("ERR NOCREATE cannot be used together with CAPACITY or ERROR")
+		return
+	}
+	t, err := s.lookup(string(name), false)
+	if err == nil && t == nil && !nocreate {
+		opts := s.defaultTableOptions()
+		if capacity > 0 || fp > 0 {
+			if capacity == 0 {
+				capacity = int64(opts.Capacity)
+			}
+			if fp == 0 {
+				fp = opts.FalsePositiveRate
+			}
+			opts = s.bloomOptions(fp, capacity)
+		}
+		// A concurrent creator may win: its table is the one used.
+		if rerr := s.reserve(string(name), opts); rerr != nil && !errors.Is(rerr, errExists) {
+			err = rerr
+		} else {
+			t, err = s.lookup(string(name), false)
+		}
+	}
+	if err != nil {
+		writeErr(c, err)
+		return
+	}
+	if t == nil {
+		c.WriteError("ERR not found")
+		return
+	}
+	s.addItems(c, t, args[i+1:])
+}
+
+// insertUsage is the syntax of BF.INSERT, for its errors.
+const insertUsage = "BF.INSERT name [CAPACITY n] [ERROR r] [EXPANSION n] [NOCREATE] [NONSCALING] ITEMS item [item ...]"
+
+// cmdBFCard serves BF.CARD name: the keys the table remembers (committed
+// or in flight), as BF.INFO's "Number of items inserted"; 0 for a missing
+// table.
+func (s *Server) cmdBFCard(c *conn, t *table, _ [][]byte) {
+	if t == nil {
+		c.WriteInt(0)
+		return
+	}
+	st, err := t.stats()
+	if err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteInt64(int64(st.FilterKeys) + max(st.InFlightKeys, 0))
+}
+
+// checkExpansion checks BF.RESERVE's and BF.INSERT's EXPANSION value as
+// RedisBloom does. A dedup table does not expand: it holds its capacity
+// per window and its generations forget the oldest keys as the window
+// passes, so the value is checked and otherwise has no effect.
+func checkExpansion(arg []byte) error {
+	n, err := strconv.ParseInt(string(arg), 10, 64)
+	if err != nil || n < 1 || n > 32768 {
+		return errors.New("EXPANSION must be in range [1, 32768]")
+	}
+	return nil
 }
 
 // cmdBFExists serves BF.EXISTS name item and BF.MEXISTS name item...:
 // 1 for an item seen within the window, without marking it. A missing
 // table holds nothing.
-func (s *Server) cmdBFExists(conn redcon.Conn, args [][]byte, multi bool) {
-	if !multi && len(args) != 3 || multi && len(args) < 3 {
-		conn.WriteError(errArgs(strings.ToLower(string(args[0]))))
-		return
-	}
-	t, ok := s.table(conn, args[1], false)
-	if !ok {
-		return
-	}
+func (s *Server) cmdBFExists(c *conn, t *table, args [][]byte) {
+	multi := len(args[0]) > 9 // BF.MEXISTS, not BF.EXISTS
 	keys := args[2:]
 	out := make([]bool, len(keys))
 	if t != nil {
 		if err := t.probe(keys, out); err != nil {
-			writeErr(conn, err)
+			writeErr(c, err)
 			return
 		}
 	}
 	if multi {
-		conn.WriteArray(len(out))
+		c.WriteArray(len(out))
 	}
 	for _, ok := range out {
-		if ok {
-			conn.WriteInt(1)
-		} else {
-			conn.WriteInt(0)
-		}
+		c.WriteBool(ok)
 	}
 }
 
-// cmdBFReserve serves BF.RESERVE name error_rate capacity: a table with
-// its own engine, sized for capacity keys per window at error_rate.
-func (s *Server) cmdBFReserve(conn redcon.Conn, args [][]byte) {
-	if len(args) < 4 {
-		conn.WriteError(errArgs("bf.reserve"))
-		return
-	}
-	if len(args) > 4 {
-		conn.WriteError("ERR dedup tables grow on their own (generations chain new filters): " +
-			strings.ToUpper(string(args[4])) + " is not supported")
-		return
+// cmdBFReserve serves BF.RESERVE name error_rate capacity [EXPANSION n]
+// [NONSCALING]: a table with its own engine, sized for capacity keys per
+// window at error_rate. EXPANSION and NONSCALING are checked and accepted:
+// a dedup table neither expands nor fills, its generations forget the
+// oldest keys as the window passes (see checkExpansion).
+func (s *Server) cmdBFReserve(c *conn, _ *table, args [][]byte) {
+	for i := 4; i < len(args); i++ {
+		switch strings.ToUpper(string(args[i])) {
+		case "NONSCALING":
+		case "EXPANSION":
+			if i+1 == len(args) {
+				c.WriteError("ERR EXPANSION needs a value: BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]")
+				return
+			}
+			i++
+			if err := checkExpansion(args[i]); err != nil {
+				writeErr(c, err)
+				return
+			}
+		default:
+			c.WriteError("ERR unknown option " + quote(args[i]) + ": BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]")
+			return
+		}
 	}
 	fp, err := strconv.ParseFloat(string(args[2]), 64)
 	if err != nil || !(fp > 0 && fp < 1) {
-		conn.WriteError("ERR (0 < error rate range < 1)")
+		c.WriteError("ERR (0 < error rate range < 1)")
 		return
 	}
 	capacity, err := strconv.ParseInt(string(args[3]), 10, 64)
 	if err != nil || capacity <= 0 {
-		conn.WriteError("ERR (capacity should be larger than 0)")
+		c.WriteError("ERR (capacity should be larger than 0)")
 		return
 	}
+	if err := s.reserve(string(args[1]), s.bloomOptions(fp, capacity)); err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteString("OK")
+}
+
+// bloomOptions are the options of a table BF.RESERVE makes: capacity keys
+// over the server's window at the false-positive target fp.
+func (s *Server) bloomOptions(fp float64, capacity int64) TableOptions {
 	w := s.cfg.Engine.Window
-	opts := TableOptions{
+	return TableOptions{
 		Window:            w,
 		ExpectedRate:      float64(capacity) / w.Seconds(),
 		FalsePositiveRate: fp,
 		Probabilistic:     s.cfg.Engine.Probabilistic,
 		Capacity:          uint64(capacity),
 	}
-	if err := s.reserve(string(args[1]), opts); err != nil {
-		writeErr(conn, err)
-		return
-	}
-	conn.WriteString("OK")
 }
 
 // cmdBFInfo serves BF.INFO name [CAPACITY|SIZE|FILTERS|ITEMS|EXPANSION].
-func (s *Server) cmdBFInfo(conn redcon.Conn, args [][]byte) {
-	if len(args) != 2 && len(args) != 3 {
-		conn.WriteError(errArgs("bf.info"))
-		return
-	}
-	t, ok := s.table(conn, args[1], false)
-	if !ok {
-		return
-	}
+func (s *Server) cmdBFInfo(c *conn, t *table, args [][]byte) {
 	if t == nil {
-		conn.WriteError("ERR not found")
+		c.WriteError("ERR not found")
 		return
 	}
 	st, err := t.stats()
 	if err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
 	fields := []struct {
@@ -580,18 +614,18 @@ func (s *Server) cmdBFInfo(conn redcon.Conn, args [][]byte) {
 		want := strings.ToLower(string(args[2]))
 		for _, f := range fields {
 			if f.key == want {
-				conn.WriteArray(1)
-				conn.WriteInt64(f.v)
+				c.WriteArray(1)
+				c.WriteInt64(f.v)
 				return
 			}
 		}
-		conn.WriteError("ERR Invalid information value")
+		c.WriteError("ERR Invalid information value")
 		return
 	}
-	conn.WriteArray(2 * len(fields))
+	c.WriteMap(len(fields))
 	for _, f := range fields {
-		conn.WriteString(f.name)
-		conn.WriteInt64(f.v)
+		c.WriteString(f.name)
+		c.WriteInt64(f.v)
 	}
 }
 
@@ -600,72 +634,48 @@ func (s *Server) cmdBFInfo(conn redcon.Conn, args [][]byte) {
 // keys answered new stay in flight until the table commits them
 // (DEDUP.COMMIT, or the server's background commits) or DEDUP.FORGET
 // releases them; DEDUP.OBSERVE itself never waits for a commit.
-func (s *Server) cmdObserve(conn redcon.Conn, args [][]byte) {
-	if len(args) < 3 {
-		conn.WriteError(errArgs("dedup.observe"))
-		return
-	}
-	t, ok := s.table(conn, args[1], true)
-	if !ok {
-		return
-	}
+func (s *Server) cmdObserve(c *conn, t *table, args [][]byte) {
 	keys := args[2:]
 	out := make([]dedup.Verdict, len(keys))
 	if err := t.observe(keys, out); err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
-	conn.WriteArray(len(out))
+	c.WriteArray(len(out))
 	for _, v := range out {
-		conn.WriteString(v.String())
+		c.WriteString(v.String())
 	}
 }
 
 // cmdForget serves DEDUP.FORGET table key [key ...]: releases keys in
 // flight (their processing failed) and answers how many were.
-func (s *Server) cmdForget(conn redcon.Conn, args [][]byte) {
-	if len(args) < 3 {
-		conn.WriteError(errArgs("dedup.forget"))
-		return
-	}
-	t, ok := s.table(conn, args[1], false)
-	if !ok {
-		return
-	}
+func (s *Server) cmdForget(c *conn, t *table, args [][]byte) {
 	if t == nil {
-		conn.WriteInt(0)
+		c.WriteInt(0)
 		return
 	}
 	n, err := t.forget(args[2:])
 	if err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
-	conn.WriteInt(n)
+	c.WriteInt(n)
 }
 
 // cmdDone serves DEDUP.DONE table key [key ...] on a table reserved with
 // EXPLICITDONE: marks keys observed New as processed, so that the next
 // commit makes them durable, and answers how many were in flight and not
 // Done yet. Under FsyncAlways the reply waits for that commit.
-func (s *Server) cmdDone(conn redcon.Conn, cl *client, args [][]byte) {
-	if len(args) < 3 {
-		conn.WriteError(errArgs("dedup.done"))
-		return
-	}
-	t, ok := s.existing(conn, args[1])
-	if !ok {
-		return
-	}
+func (s *Server) cmdDone(c *conn, t *table, args [][]byte) {
 	n, err := t.done(args[2:])
 	if err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
 	if n > 0 {
-		s.needSync(cl, t)
+		s.needSync(c, t)
 	}
-	conn.WriteInt(n)
+	c.WriteInt(n)
 }
 
 // reserveUsage is the syntax of DEDUP.RESERVE, for its errors.
@@ -676,11 +686,7 @@ const reserveUsage = "DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n
 // defaulting to the server's (--window, --fp, --rate over the window).
 // EXPLICITDONE gives the table per-key completion: its keys observed New
 // stay in flight until DEDUP.DONE (or DEDUP.FORGET).
-func (s *Server) cmdReserve(conn redcon.Conn, args [][]byte) {
-	if len(args) < 2 {
-		conn.WriteError(errArgs("dedup.reserve"))
-		return
-	}
+func (s *Server) cmdReserve(c *conn, t *table, args [][]byte) {
 	e := s.cfg.Engine
 	opts := TableOptions{
 		Window:            e.Window,
@@ -692,7 +698,7 @@ func (s *Server) cmdReserve(conn redcon.Conn, args [][]byte) {
 	for i := 2; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
 		if seen[opt] {
-			conn.WriteError("ERR " + opt + " given twice: " + reserveUsage)
+			c.WriteError("ERR " + opt + " given twice: " + reserveUsage)
 			return
 		}
 		seen[opt] = true
@@ -701,11 +707,11 @@ func (s *Server) cmdReserve(conn redcon.Conn, args [][]byte) {
 			continue
 		}
 		if opt != "WINDOW" && opt != "ERROR_RATE" && opt != "CAPACITY" {
-			conn.WriteError("ERR unknown option " + quote(args[i]) + ": " + reserveUsage)
+			c.WriteError("ERR unknown option " + quote(args[i]) + ": " + reserveUsage)
 			return
 		}
 		if i+1 == len(args) {
-			conn.WriteError("ERR " + opt + " needs a value: " + reserveUsage)
+			c.WriteError("ERR " + opt + " needs a value: " + reserveUsage)
 			return
 		}
 		i++
@@ -714,21 +720,21 @@ func (s *Server) cmdReserve(conn redcon.Conn, args [][]byte) {
 		case "WINDOW":
 			ms, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) {
-				conn.WriteError("ERR WINDOW " + quote(args[i]) + " is not a positive number of milliseconds")
+				c.WriteError("ERR WINDOW " + quote(args[i]) + " is not a positive number of milliseconds")
 				return
 			}
 			opts.Window = time.Duration(ms) * time.Millisecond
 		case "ERROR_RATE":
 			fp, err := strconv.ParseFloat(v, 64)
 			if err != nil || !(fp > 0 && fp < 1) {
-				conn.WriteError("ERR ERROR_RATE " + quote(args[i]) + " is not between 0 and 1 (exclusive)")
+				c.WriteError("ERR ERROR_RATE " + quote(args[i]) + " is not between 0 and 1 (exclusive)")
 				return
 			}
 			opts.FalsePositiveRate = fp
 		case "CAPACITY":
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
-				conn.WriteError("ERR CAPACITY " + quote(args[i]) + " is not a positive integer")
+				c.WriteError("ERR CAPACITY " + quote(args[i]) + " is not a positive integer")
 				return
 			}
 			capacity = n
@@ -744,84 +750,62 @@ func (s *Server) cmdReserve(conn redcon.Conn, args [][]byte) {
 		opts.Capacity = uint64(e.ExpectedRate * opts.Window.Seconds())
 	}
 	if err := s.reserve(string(args[1]), opts); err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
-	conn.WriteString("OK")
+	c.WriteString("OK")
 }
 
 // cmdCommit serves DEDUP.COMMIT table [checkpoint]: commits the table's
 // keys in flight, with checkpoint, fsynced, then answers +OK.
-func (s *Server) cmdCommit(conn redcon.Conn, args [][]byte) {
-	if len(args) != 2 && len(args) != 3 {
-		conn.WriteError(errArgs("dedup.commit"))
-		return
-	}
-	t, ok := s.existing(conn, args[1])
-	if !ok {
-		return
-	}
+func (s *Server) cmdCommit(c *conn, t *table, args [][]byte) {
 	var cp []byte
 	if len(args) == 3 {
 		cp = args[2]
 	}
 	if err := t.commit(cp); err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
-	conn.WriteString("OK")
+	c.WriteString("OK")
 }
 
 // cmdCheckpoint serves DEDUP.CHECKPOINT table: the last committed
 // checkpoint, nil if none.
-func (s *Server) cmdCheckpoint(conn redcon.Conn, args [][]byte) {
-	if len(args) != 2 {
-		conn.WriteError(errArgs("dedup.checkpoint"))
-		return
-	}
-	t, ok := s.existing(conn, args[1])
-	if !ok {
-		return
-	}
+func (s *Server) cmdCheckpoint(c *conn, t *table, args [][]byte) {
 	cp, err := t.checkpoint()
 	if err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
 	if cp == nil {
-		conn.WriteNull()
+		c.WriteNull()
 		return
 	}
-	conn.WriteBulk(cp)
+	c.WriteBulk(cp)
 }
 
 // cmdStats serves DEDUP.STATS table: the engine's stats as a flat array
 // of names and values.
-func (s *Server) cmdStats(conn redcon.Conn, args [][]byte) {
-	if len(args) != 2 {
-		conn.WriteError(errArgs("dedup.stats"))
-		return
-	}
-	t, ok := s.existing(conn, args[1])
-	if !ok {
-		return
-	}
+func (s *Server) cmdStats(c *conn, t *table, args [][]byte) {
 	st, err := t.stats()
 	if err != nil {
-		writeErr(conn, err)
+		writeErr(c, err)
 		return
 	}
 	kv := statsFields(t.opts, st)
-	conn.WriteArray(2 * len(kv))
+	c.WriteMap(len(kv))
 	for _, f := range kv {
-		conn.WriteBulkString(f.name)
+		c.WriteBulkString(f.name)
 		switch v := f.v.(type) {
 		case uint64:
-			conn.WriteUint64(v)
+			c.WriteUint64(v)
 		case int64:
-			conn.WriteInt64(v)
+			c.WriteInt64(v)
+		case float64:
+			c.WriteDouble(v)
 		default:
-			conn.WriteBulkString(fmt.Sprint(v))
+			c.WriteBulkString(fmt.Sprint(v))
 		}
 	}
 }
@@ -837,15 +821,16 @@ func statsFields(o TableOptions, st dedup.Stats) []field {
 	if o.Probabilistic {
 		mode = "probabilistic"
 	}
-	fp := strconv.FormatFloat(st.EstimatedFPRate, 'g', 4, 64)
-	if math.IsNaN(st.EstimatedFPRate) {
-		fp = "0"
+	// Four significant digits: an estimate.
+	fp, _ := strconv.ParseFloat(strconv.FormatFloat(st.EstimatedFPRate, 'g', 4, 64), 64)
+	if math.IsNaN(fp) {
+		fp = 0
 	}
 	return []field{
 		{"mode", mode},
 		{"window", o.Window.String()},
 		{"capacity", o.Capacity},
-		{"false_positive_rate", strconv.FormatFloat(o.FalsePositiveRate, 'g', -1, 64)},
+		{"false_positive_rate", o.FalsePositiveRate},
 		{"explicit_done", b2i(o.ExplicitDone)},
 		{"observed", st.Observed},
 		{"new", st.New},

@@ -1,6 +1,7 @@
-// Package resp serves dedup engines over the Redis protocol (RESP2, on
-// github.com/tidwall/redcon), so that every Redis client deduplicates
-// through dedup without a change: go-redis, redis-py, redis-cli, Jedis.
+// Package resp serves dedup engines over the Redis protocol (RESP2, and
+// RESP3 after HELLO 3), so that every Redis client deduplicates through
+// dedup without a change: go-redis, redis-py, node-redis, ioredis,
+// redis-cli, Jedis.
 //
 // # Commands
 //
@@ -20,11 +21,18 @@
 // under Config.Dir/<table>); a name not reserved is created on first write
 // with the server's defaults, as RedisBloom does:
 //
-//	BF.RESERVE name error_rate capacity   capacity keys per window at error_rate
+//	BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]
+//	                                      capacity keys per window at error_rate
 //	BF.ADD name item                      1 when new, 0 when seen
 //	BF.MADD name item [item ...]          one 1 or 0 per item
+//	BF.INSERT name [options] ITEMS item...  BF.MADD, creating the table as asked
 //	BF.EXISTS name item, BF.MEXISTS ...   1 when seen (nothing is marked)
+//	BF.CARD name                          keys remembered
 //	BF.INFO name [field]                  Size and Number of filters: the plan for capacity, or more once filled
+//
+// EXPANSION and NONSCALING are accepted and change nothing: a table holds
+// its capacity per window and forgets the oldest keys as the window
+// passes; it neither expands nor fills.
 //
 // What Redis cannot say:
 //
@@ -52,12 +60,22 @@
 // DEDUP.DONE reply waits for the group commit holding its keys, while
 // observing replies on such a table wait for none.
 //
-// And the connection commands clients send: PING, ECHO, AUTH, HELLO (an
-// error: RESP2 only, clients fall back), SELECT 0, CLIENT
-// SETNAME|GETNAME|SETINFO|ID, COMMAND (empty), CONFIG GET (a few
-// parameters), INFO, QUIT, and MULTI/EXEC/DISCARD (redis-py's default
-// pipeline): EXEC runs the queued commands in order, not isolated from
-// other connections, and a command refused while queuing aborts them all.
+// And the connection commands clients send: PING, ECHO, AUTH, HELLO
+// (2 or 3, with AUTH and SETNAME), SELECT 0, CLIENT
+// SETNAME|GETNAME|SETINFO|ID, COMMAND (the command table: COUNT, LIST,
+// INFO, DOCS), CONFIG GET (glob patterns over a few parameters), INFO,
+// QUIT, and MULTI/EXEC/DISCARD (redis-py's default pipeline): EXEC runs the
+// queued commands in order, not isolated from other connections, and a
+// command refused while queuing aborts them all.
+//
+// A connection speaks RESP2 until HELLO 3, then RESP3: maps (BF.INFO,
+// DEDUP.STATS, CONFIG GET, HELLO), booleans (BF.ADD, MADD, INSERT, EXISTS,
+// MEXISTS), nulls and doubles.
+//
+// Every command is one entry of a command table (name, arity as Redis
+// counts it, the table it works on, handler): dispatch checks the arity
+// and looks the table up before the handler runs, MULTI checks what it
+// queues against the same entries, and COMMAND answers from them.
 //
 // # Durability
 //
@@ -69,12 +87,20 @@
 //     SETNX, BF.ADD, BF.MADD; DEDUP.DONE under EXPLICITDONE) are held until a commit holding those keys is
 //     fsynced. Connections that finish a pipeline at the same time share
 //     one commit. A crash loses no key that was answered.
-//   - [FsyncEverySec] (the default): every table commits each second. A
-//     crash loses the keys answered in the last second or so: their next
-//     SET NX is +OK again.
+//   - [FsyncEverySec] (the default): every table commits each second, and
+//     early once [Config.CommitKeys] keys were answered New. A crash loses
+//     the keys answered since the last completed commit began: a second's
+//     worth when commits are quick, more under load, since keys are
+//     answered while a commit runs. Their next SET NX is +OK again.
 //   - [FsyncNo]: tables commit at each snapshot (Config.SnapshotInterval)
 //     and when the engine's bound on keys in flight is reached. A crash
 //     loses the keys answered since.
+//
+// A call that reaches the engine's bound on keys in flight
+// ([dedup.Options.MaxInFlight]) makes its table commit and observes again
+// only the keys not yet observed: verdicts given stand. A call answered an
+// error leaves none of its keys in flight (on an EXPLICITDONE table, where
+// a commit frees only Done keys, that is how a call finding no room ends).
 //
 // DEDUP.OBSERVE never waits for a commit: DEDUP.COMMIT is its durability
 // point (the background commits of everysec and no apply to its keys too).
@@ -88,9 +114,11 @@
 // [Config.Unprotected]); MaxClients
 // bounds the connections, MaxArgSize, MaxArgs and MaxCommandSize bound a
 // request before it is buffered (a request over them, or a malformed one,
-// is answered an error and its connection closed, while every other
-// connection is served on; the commands read with a malformed one are
-// dropped unrun), MaxReplyBuffer the replies queued for a
-// client that has not read them yet, MaxTables the engines a client can
-// create.
+// refused at its first bad byte, is answered an error after the commands
+// before it and its connection closed, while every other connection is
+// served on), MaxReplyBuffer the replies queued for a client that has not
+// read them yet, MaxTables the engines a client can create. The package
+// reads and writes RESP itself: a connection's read buffer holds at most
+// one command the limits admit, moving unread bytes to its front before
+// each read, so a client streaming commands does not grow it.
 package resp

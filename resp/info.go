@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tidwall/redcon"
 )
 
 // Version is the version INFO reports as dedup_version.
@@ -204,10 +202,10 @@ func (s *Server) port() int {
 	return n
 }
 
-func (s *Server) cmdInfo(conn redcon.Conn, args [][]byte) {
+func (s *Server) cmdInfo(c *conn, _ *table, args [][]byte) {
 	secs := make([]string, 0, len(args)-1)
 	for _, a := range args[1:] {
 		secs = append(secs, string(a))
 	}
-	conn.WriteBulkString(s.Info(secs...))
+	c.WriteBulkString(s.Info(secs...))
 }

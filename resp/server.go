@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/tidwall/redcon"
 )
 
 // Durability modes of [Config.Fsync].
@@ -200,13 +199,12 @@ func (c *Config) Validate() error {
 	return err
 }
 
-// Server serves engines over RESP2: the plain Redis dedup idiom
+// Server serves engines over RESP2, and RESP3 after HELLO 3: the plain Redis dedup idiom
 // (SET key value NX EX, SETNX, EXISTS) on the default table, RedisBloom's
 // BF.* names over named tables, and DEDUP.* for what Redis cannot say.
 // All methods are safe for concurrent use.
 type Server struct {
 	cfg Config
-	rc  *redcon.Server
 	def *table
 
 	tmu    sync.RWMutex
@@ -231,9 +229,11 @@ type Server struct {
 	peakRSS          atomic.Uint64
 
 	mu      sync.Mutex
-	serving bool         // guarded by mu
-	shut    bool         // guarded by mu
-	ln      net.Listener // guarded by mu; the listener Serve serves
+	serving bool               // guarded by mu
+	shut    bool               // guarded by mu
+	ln      net.Listener       // guarded by mu; the listener Serve serves
+	served  map[*conn]struct{} // guarded by mu; the connections served
+	connWG  sync.WaitGroup     // one per connection goroutine
 }
 
 // New opens the default table and returns a server ready to [Server.Serve].
@@ -243,13 +243,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, tables: map[string]*table{}, started: time.Now(),
-		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
+		stop: make(chan struct{}), kick: make(chan struct{}, 1), served: map[*conn]struct{}{}}
 	def, err := s.openTable(DefaultTable, s.defaultTableOptions())
 	if err != nil {
 		return nil, err
 	}
 	s.def = def
-	s.rc = redcon.NewServerNetwork("tcp", "", s.serveRESP, s.accept, s.closed)
 	s.loops.Add(1)
 	go s.commitLoop()
 	return s, nil
@@ -273,14 +272,37 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.serving = true
 	s.ln = ln
 	s.mu.Unlock()
-	err := s.rc.Serve(&limitListener{Listener: ln, srv: s})
-	if s.closing.Load() {
-		return ErrServerClosed
+	defer ln.Close()
+	l := &limitListener{Listener: ln, srv: s}
+	for {
+		nc, err := l.Accept()
+		if s.closing.Load() {
+			if nc != nil {
+				_ = nc.Close()
+			}
+			return ErrServerClosed
+		}
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			continue // counted, and backed off, by Accept
+		}
+		// Shutdown waits for the connections counted here: none is
+		// counted once it has begun.
+		s.mu.Lock()
+		if s.shut {
+			s.mu.Unlock()
+			_ = nc.Close()
+			return ErrServerClosed
+		}
+		s.connWG.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(nc)
 	}
-	return err
 }
 
-// limitListener wraps each accepted connection in a limitConn.
+// limitListener backs off failed accepts.
 type limitListener struct {
 	net.Listener
 	srv   *Server
@@ -289,9 +311,9 @@ type limitListener struct {
 
 // Accept accepts the next connection. A failure other than the listener
 // closing (EMFILE when clients exhaust the file descriptors, ENOBUFS...)
-// is counted and retried by redcon at once, so Accept sleeps before it
-// returns one, from 5ms doubling to 1s, as net/http does: otherwise the
-// accept loop spins a core for as long as the condition lasts.
+// is counted and retried by Serve, so Accept sleeps before it returns
+// one, from 5ms doubling to 1s, as net/http does: otherwise the accept
+// loop spins a core for as long as the condition lasts.
 func (l *limitListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -312,45 +334,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.delay = 0
-	lc := &limitConn{Conn: c, srv: l.srv}
-	lc.out.init(c, l.srv.cfg.MaxReplyBuffer, l.srv.cfg.WriteTimeout)
-	return lc, nil
-}
-
-// client is the state of one connection.
-type client struct {
-	id      int64
-	name    string
-	authed  bool
-	closed  bool
-	tx      *tx      // the transaction since MULTI, nil outside one
-	pending int      // replies buffered since the last write
-	dirty   []*table // tables with keys answered New and not yet synced (FsyncAlways)
-}
-
-// accept admits a connection unless MaxClients are served.
-func (s *Server) accept(conn redcon.Conn) bool {
-	s.totalConns.Add(1)
-	n := s.clients.Add(1)
-	if n > int64(s.cfg.MaxClients) || s.closing.Load() {
-		s.clients.Add(-1)
-		s.rejectedConns.Add(1)
-		nc := conn.NetConn()
-		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
-		return false
-	}
-	if s.cfg.RequirePass == "" && !s.cfg.Unprotected && !isLocal(conn.NetConn().RemoteAddr()) {
-		s.clients.Add(-1)
-		s.rejectedConns.Add(1)
-		nc := conn.NetConn()
-		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = nc.Write([]byte(deniedMsg))
-		return false
-	}
-	cl := &client{id: s.nextID.Add(1), authed: s.cfg.RequirePass == ""}
-	conn.SetContext(cl)
-	return true
+	return c, nil
 }
 
 // deniedMsg answers a client from another host in protected mode.
@@ -377,88 +361,27 @@ func isLocal(a net.Addr) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// closed is called once a served connection is gone.
-func (s *Server) closed(conn redcon.Conn, err error) {
-	s.clients.Add(-1)
-}
-
-// serveRESP serves one command. Replies are buffered by redcon and written
-// after the last command of what one read brought (a pipeline); under
-// FsyncAlways they are held until the commit of the keys they acknowledge.
-func (s *Server) serveRESP(conn redcon.Conn, cmd redcon.Command) {
-	cl := conn.Context().(*client)
-	if cl.closed {
-		return
-	}
-	s.commands.Add(1)
-	s.dispatch(conn, cl, cmd)
-	if cl.closed {
-		return
-	}
-	cl.pending++
-	if len(conn.PeekPipeline()) == 0 {
-		// redcon writes the replies when this returns.
-		s.endBatch(conn, cl)
-	} else if cl.pending >= s.cfg.MaxPendingReplies {
-		if s.endBatch(conn, cl) {
-			if err := redcon.BaseWriter(conn).Flush(); err != nil {
-				cl.closed = true
-				conn.Close()
-			}
-		}
-	}
-}
-
-// endBatch makes the buffered replies writable: under FsyncAlways it
-// commits the tables they marked keys in (concurrent connections share
-// the commit) and, if a commit fails, drops the replies and closes the
-// connection, since they would acknowledge keys that are not durable.
-// It reports whether the connection is still open.
-func (s *Server) endBatch(conn redcon.Conn, cl *client) bool {
-	cl.pending = 0
-	for i, t := range cl.dirty {
-		cl.dirty[i] = nil
-		if cl.closed {
-			continue
-		}
-		s.syncs.Add(1)
-		if err := t.commit(nil); err != nil {
-			s.logf("resp: table %q: commit for a client: %v; closing the connection unanswered", t.name, err)
-			redcon.BaseWriter(conn).SetBuffer(nil)
-			cl.closed = true
-			conn.NetConn().Close()
-			_ = conn.Close()
-		}
-	}
-	cl.dirty = cl.dirty[:0]
-	if cl.closed {
-		return false
-	}
-	_ = conn.NetConn().SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	return true
-}
-
 // marked notes that a reply on cl acknowledges keys marked New in t.
 // Under ExplicitDone no commit takes them before DEDUP.DONE: the reply
 // waits for none.
-func (s *Server) marked(cl *client, t *table) {
+func (s *Server) marked(c *conn, t *table) {
 	if !t.opts.ExplicitDone {
-		s.needSync(cl, t)
+		s.needSync(c, t)
 	}
 }
 
 // needSync notes that a reply on cl promises keys of t durable: under
 // FsyncAlways it is held until a commit of t (see endBatch).
-func (s *Server) needSync(cl *client, t *table) {
+func (s *Server) needSync(c *conn, t *table) {
 	if s.cfg.Fsync != FsyncAlways {
 		return
 	}
-	for _, d := range cl.dirty {
+	for _, d := range c.dirty {
 		if d == t {
 			return
 		}
 	}
-	cl.dirty = append(cl.dirty, t)
+	c.dirty = append(c.dirty, t)
 }
 
 // commitLoop commits every table each second under FsyncEverySec, and
@@ -543,14 +466,20 @@ func (s *Server) Shutdown() error {
 	close(s.stop)
 	s.loops.Wait()
 	if ln != nil {
-		// Closing the listener ends redcon's accept loop, which then
-		// closes every connection; each connection's goroutine ends after
-		// the command it is serving.
+		// Closing the listener ends the accept loop; closing each
+		// connection ends its goroutine after the command it is serving.
 		_ = ln.Close()
-		deadline := time.Now().Add(10 * time.Second)
-		for s.clients.Load() > 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+	}
+	s.mu.Lock()
+	for c := range s.served {
+		_ = c.nc.Close()
+	}
+	s.mu.Unlock()
+	ended := make(chan struct{})
+	go func() { s.connWG.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
 	}
 	var errs []error
 	for _, t := range s.allTables() {

@@ -42,9 +42,11 @@ func start(t *testing.T, cfg resp.Config) (*resp.Server, string) {
 	return srv, ln.Addr().String()
 }
 
+// client is a go-redis client of addr speaking RESP2 (Protocol 2): the
+// replies these tests check are RESP2's; resp3_test.go checks RESP3's.
 func client(t *testing.T, addr string, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: addr, MaxRetries: -1}
+	o := &redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2}
 	for _, f := range opts {
 		f(o)
 	}
@@ -119,7 +121,7 @@ func TestSetForms(t *testing.T) {
 		{[]any{"SET", strings.Repeat("k", 5000), "v", "NX"}, "too large"},
 		{[]any{"GET", "k"}, "unknown command 'GET'"},
 		{[]any{"SELECT", "1"}, "out of range"},
-		{[]any{"HELLO", "3"}, "unknown command 'HELLO'"},
+		{[]any{"HELLO", "4"}, "NOPROTO unsupported protocol version"},
 		{[]any{"AUTH", "x"}, "without any password"},
 	} {
 		err := c.Do(ctx, tc.args...).Err()
@@ -145,6 +147,8 @@ func TestSetForms(t *testing.T) {
 		{[]any{"CLIENT", "SETINFO", "LIB-NAME", "x"}, "OK"},
 		{[]any{"COMMAND", "DOCS"}, []any{}},
 		{[]any{"CONFIG", "GET", "save"}, []any{"save", ""}},
+		{[]any{"CONFIG", "GET", "max*", "APPENDONLY"}, []any{"appendonly", "yes", "maxclients", "10000"}},
+		{[]any{"CONFIG", "GET", "nothing*"}, []any{}},
 		{[]any{"MEMORY", "PURGE"}, "OK"},
 	} {
 		got, err := c.Do(ctx, tc.args...).Result()
@@ -223,7 +227,14 @@ func TestBloom(t *testing.T) {
 	doErr("item exists", "BF.RESERVE", "bf:users", "0.01", 10)
 	doErr("error rate", "BF.RESERVE", "x", "1.5", 10)
 	doErr("capacity", "BF.RESERVE", "x", "0.01", 0)
-	doErr("not supported", "BF.RESERVE", "x", "0.01", 10, "NONSCALING")
+	doErr("EXPANSION must be in range [1, 32768]", "BF.RESERVE", "x", "0.01", 10, "EXPANSION", 0)
+	doErr("unknown option 'BOGUS'", "BF.RESERVE", "x", "0.01", 10, "BOGUS")
+	if got := do("BF.RESERVE", "x", "0.01", 10, "NONSCALING"); got != "OK" {
+		t.Errorf("BF.RESERVE NONSCALING = %v", got)
+	}
+	if got := do("BF.RESERVE", "y", "0.01", 10, "EXPANSION", 4); got != "OK" {
+		t.Errorf("BF.RESERVE EXPANSION 4 = %v", got)
+	}
 	doErr("invalid table name", "BF.ADD", "../etc", "a")
 	doErr("not found", "BF.INFO", "nope")
 
@@ -276,7 +287,7 @@ func TestRestart(t *testing.T) {
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go srv.Serve(ln)
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2})
 	if err := c.Do(ctx, "BF.RESERVE", "t1", "0.002", 5000).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +640,7 @@ func TestExplicitDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	go srv.Serve(ln)
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, Protocol: 2})
 	do := func(args ...any) string {
 		t.Helper()
 		v, err := c.Do(ctx, args...).Result()

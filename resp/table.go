@@ -361,9 +361,8 @@ func (s *Server) allTables() []*table {
 	return ts
 }
 
-// observe observes keys into out under the shared lock. When too many keys
-// are in flight it commits and tries once more, so the engine's bound on
-// uncommitted keys slows writers down instead of failing them.
+// observe observes keys into out under the shared lock. An error leaves
+// none of keys in flight (see observeRetry).
 func (t *table) observe(keys [][]byte, out []dedup.Verdict) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -371,14 +370,10 @@ func (t *table) observe(keys [][]byte, out []dedup.Verdict) error {
 		return errTableClosed
 	}
 	err := t.eng.ObserveBatch(keys, out)
-	if errors.Is(err, dedup.ErrTooManyInFlight) {
-		if cerr := t.eng.Commit(nil); cerr != nil {
-			return cerr
-		}
-		clear(out)
-		err = t.eng.ObserveBatch(keys, out)
+	if err != nil {
+		err = t.observeRetry(keys, out, err)
 	}
-	if !t.opts.ExplicitDone {
+	if err == nil && !t.opts.ExplicitDone {
 		n := 0
 		for _, v := range out {
 			if v == dedup.New {
@@ -399,15 +394,80 @@ func (t *table) observeOne(key []byte) (dedup.Verdict, error) {
 	}
 	v, err := t.eng.Observe(key)
 	if errors.Is(err, dedup.ErrTooManyInFlight) {
-		if cerr := t.eng.Commit(nil); cerr != nil {
-			return 0, cerr
-		}
-		v, err = t.eng.Observe(key)
+		keys, out := [][]byte{key}, []dedup.Verdict{0}
+		err = t.observeRetry(keys, out, err)
+		v = out[0]
+	}
+	if err != nil {
+		return 0, err
 	}
 	if v == dedup.New && !t.opts.ExplicitDone {
 		t.added(1)
 	}
-	return v, err
+	return v, nil
+}
+
+// observeRetry finishes an observation of keys that failed with err, the
+// verdicts given so far in out and the entries not observed 0 (as
+// [dedup.Engine.ObserveBatch] leaves them). While err is the engine's
+// bound on keys in flight ([dedup.ErrTooManyInFlight]) it commits and
+// observes again only the entries still 0, keeping every verdict given:
+// observing a key given New again would answer it InFlight, or, once the
+// commit made it durable, Duplicate, and a client would drop a first
+// sighting. It stops when a pass observes nothing (on an EXPLICITDONE
+// table a commit frees only the keys marked Done). On an error it
+// releases the keys of this call still in flight, so that a command
+// answered an error leaves none behind to hold its retry; keys an
+// intermediate commit made durable stay remembered. t.mu is held shared.
+func (t *table) observeRetry(keys [][]byte, out []dedup.Verdict, err error) error {
+	var rest [][]byte
+	var idx []int
+	var sub []dedup.Verdict
+	for errors.Is(err, dedup.ErrTooManyInFlight) {
+		if cerr := t.eng.Commit(nil); cerr != nil {
+			err = cerr
+			break
+		}
+		t.fresh.Store(0)
+		rest, idx = rest[:0], idx[:0]
+		for i, v := range out[:len(keys)] {
+			if v == 0 {
+				rest = append(rest, keys[i])
+				idx = append(idx, i)
+			}
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		if cap(sub) < len(rest) {
+			sub = make([]dedup.Verdict, len(rest))
+		}
+		sub = sub[:len(rest)]
+		err = t.eng.ObserveBatch(rest, sub)
+		progress := false
+		for j, i := range idx {
+			if sub[j] != 0 {
+				out[i], progress = sub[j], true
+			}
+		}
+		if !progress {
+			break
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	for i, v := range out[:len(keys)] {
+		if v != dedup.New {
+			continue
+		}
+		// A key the retry's commit made durable is not in flight any
+		// more: ErrNotInFlight is expected for it.
+		if ferr := t.eng.Forget(keys[i]); ferr != nil && !errors.Is(ferr, dedup.ErrNotInFlight) && !errors.Is(ferr, dedup.ErrAlreadyDone) {
+			err = errors.Join(err, ferr)
+		}
+	}
+	return err
 }
 
 // probe reports, for each key, whether the table holds it (committed or

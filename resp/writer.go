@@ -7,16 +7,23 @@ import (
 	"time"
 )
 
+// chunkSize is the size of the blocks a reply queue holds its bytes in.
+const chunkSize = 64 << 10
+
+// chunks recycles the blocks of every connection's reply queue, so that a
+// queue that fills and drains leaves no garbage behind.
+var chunks = sync.Pool{New: func() any { b := make([]byte, 0, chunkSize); return &b }}
+
 // replyQueue lets a connection's replies wait for its client without
-// stopping the server from reading the client's commands. redcon writes
-// the replies of each read before the next read, with a blocking write:
-// a client that sends a whole pipeline before reading any reply (go-redis,
-// redis-py) then blocks writing once the server stops reading, and both
-// wait until a timeout. Writes try the socket at once (writeNow, without
-// blocking); what does not fit is queued for a goroutine that writes it
-// as the client reads, up to Config.MaxReplyBuffer bytes, past which
-// writes block: the server stops reading that connection until its client
-// reads, as before, but only past a bound that pipelines do not reach.
+// stopping the server from reading the client's commands: a client that
+// sends a whole pipeline before reading any reply (go-redis, redis-py)
+// would otherwise block the server's writes once the socket buffers are
+// full, while it blocks writing its own requests, and both would wait
+// until a timeout. Writes try the socket at once (writeNow, without
+// blocking); what does not fit is queued, in blocks of chunkSize, for a
+// goroutine that writes it as the client reads, up to Config.MaxReplyBuffer
+// bytes (those being written included), past which writes block: the
+// server stops reading that connection until its client reads.
 type replyQueue struct {
 	conn    net.Conn
 	limit   int
@@ -24,12 +31,12 @@ type replyQueue struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	buf     []byte // queued bytes, in order after any being written
-	spare   []byte
-	busy    bool  // the goroutine is writing bytes taken from buf
-	running bool  // the goroutine is started
-	closed  bool  // no more writes: the goroutine ends when buf is empty
-	err     error // the first write error: the connection is broken
+	queue   []*[]byte // queued blocks, in order after the one being written
+	size    int       // bytes queued, the block being written included
+	busy    bool      // the goroutine is writing a block taken from queue
+	running bool      // the goroutine is started
+	closed  bool      // no more writes: the goroutine ends when the queue is empty
+	err     error     // the first write error: the connection is broken
 }
 
 func (q *replyQueue) init(conn net.Conn, limit int, timeout time.Duration) {
@@ -48,7 +55,7 @@ func (q *replyQueue) write(p []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	n := len(p)
-	if len(q.buf) == 0 && !q.busy {
+	if q.size == 0 {
 		// Nothing is pending: the bytes go straight to the socket, as far
 		// as its buffer takes them. Holding mu keeps the goroutine off.
 		k, ok, err := writeNow(q.conn, p)
@@ -63,13 +70,23 @@ func (q *replyQueue) write(p []byte) (int, error) {
 			}
 		}
 	}
-	for len(q.buf) > 0 && len(q.buf)+len(p) > q.limit && q.err == nil && !q.closed {
+	// The queue holds at most limit bytes, or one write larger than it.
+	for q.size > 0 && q.size+len(p) > q.limit && q.err == nil && !q.closed {
 		q.cond.Wait()
 	}
 	if q.err != nil {
 		return 0, q.err
 	}
-	q.buf = append(q.buf, p...)
+	q.size += len(p)
+	for len(p) > 0 {
+		if len(q.queue) == 0 || len(*q.queue[len(q.queue)-1]) == chunkSize {
+			q.queue = append(q.queue, chunks.Get().(*[]byte))
+		}
+		last := q.queue[len(q.queue)-1]
+		k := min(len(p), chunkSize-len(*last))
+		*last = append(*last, p[:k]...)
+		p = p[k:]
+	}
 	if !q.running {
 		q.running = true
 		go q.run()
@@ -85,31 +102,35 @@ func (q *replyQueue) run() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
-		for len(q.buf) == 0 && !q.closed {
+		for len(q.queue) == 0 && !q.closed {
 			q.cond.Wait()
 		}
-		if len(q.buf) == 0 {
+		if len(q.queue) == 0 {
 			q.running = false
 			q.cond.Broadcast()
 			return
 		}
-		out := q.buf
-		q.buf, q.busy = q.spare[:0], true
+		b := q.queue[0]
+		q.queue[0] = nil
+		q.queue = q.queue[1:]
+		q.busy = true
 		q.mu.Unlock()
 		err := q.conn.SetWriteDeadline(time.Now().Add(q.timeout))
 		if err == nil {
-			_, err = q.conn.Write(out)
+			_, err = q.conn.Write(*b)
 		}
 		q.mu.Lock()
 		q.busy = false
-		if cap(out) <= 1<<20 {
-			q.spare = out[:0]
-		} else {
-			// A big pipeline's buffer is not kept for the connection's life.
-			q.spare = nil
-		}
+		q.size -= len(*b)
+		*b = (*b)[:0]
+		chunks.Put(b)
 		if err != nil {
-			q.err, q.buf = err, nil
+			q.err = err
+			for _, b := range q.queue {
+				*b = (*b)[:0]
+				chunks.Put(b)
+			}
+			q.queue, q.size = nil, 0
 			q.running = false
 			q.cond.Broadcast()
 			q.mu.Unlock()

@@ -16,15 +16,15 @@ const (
 )
 
 // benchGenerations returns benchGens×benchShards generations of one shared
-// payload; generations below newest are sealed when sealOld is set, and the
+// payload; generations below newest are final when finalOld is set, and the
 // newest one's Count is count.
-func benchGenerations(payload []byte, sealOld bool, count uint64) []Generation {
+func benchGenerations(payload []byte, finalOld bool, count uint64) []Generation {
 	var gs []Generation
 	for id := uint64(1); id <= benchGens; id++ {
 		for sh := uint32(0); sh < benchShards; sh++ {
 			g := Generation{
 				ID: id, Shard: sh, Start: int64(id) * 1e9, End: int64(id+1) * 1e9,
-				Count: 1000, Kind: filter.Blocked, Sealed: sealOld && id < benchGens,
+				Count: 1000, Kind: filter.Blocked, Final: finalOld && id < benchGens,
 				Payload: func() ([]byte, error) { return payload, nil },
 			}
 			if id == benchGens {
@@ -50,7 +50,7 @@ func benchPayloadBytes() []byte {
 
 // BenchmarkWrite writes 8 generations × 2 shards of 16 MiB to a directory
 // on disk: "full" rewrites every segment, "sealed" only the newest
-// generation's (the seven older ones are sealed and reused).
+// generation's (the seven older ones are final and reused).
 func BenchmarkWrite(b *testing.B) {
 	payload := benchPayloadBytes()
 	total := int64(benchGens * benchShards * benchPayload)

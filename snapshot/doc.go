@@ -19,9 +19,10 @@
 //
 // S is printed in decimal, zero-padded to six digits; gen and shard in decimal.
 // A snapshot is one manifest plus every segment it references. Segments of
-// sealed generations are shared: Write references a sealed segment of the
-// previous snapshot instead of writing it again, so a snapshot of N sealed
-// generations and one live generation costs one segment and one small manifest.
+// final generations (ones that never change again) are shared: Write
+// references a final segment of the previous snapshot instead of writing it
+// again, so a snapshot of N final generations and one live generation costs
+// one segment and one small manifest.
 // A file name is never reused, so a Write never overwrites a file that an
 // older manifest references.
 //
@@ -76,7 +77,7 @@
 //	    end      int64    unix nanoseconds
 //	    keys     uint64   keys held
 //	    kind     uint8    filter.Kind
-//	    flags    uint8    bit 0: sealed; other bits zero
+//	    flags    uint8    bit 0: final; other bits zero
 //	    nameLen  uint16   length of name (at most 255)
 //	    name     [nameLen]byte, segment file name in the manifest's directory
 //	    size     uint64   size of the segment file in bytes

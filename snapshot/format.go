@@ -80,7 +80,7 @@ const (
 	// segOverhead is every byte of a segment but the payload.
 	segOverhead = segHeadLen + 8 + trailerLen
 
-	flagSealed = 1
+	flagFinal = 1
 
 	// MaxManifestSize bounds a manifest file; a larger one is corrupt.
 	MaxManifestSize = 64 << 20
@@ -93,13 +93,13 @@ const (
 
 // meta is the metadata a manifest reference and a segment both carry.
 type meta struct {
-	ID     uint64
-	Shard  uint32
-	Start  int64
-	End    int64
-	Count  uint64
-	Kind   filter.Kind
-	Sealed bool
+	ID    uint64
+	Shard uint32
+	Start int64
+	End   int64
+	Count uint64
+	Kind  filter.Kind
+	Final bool
 }
 
 // ref is one segment reference of a manifest.
@@ -153,8 +153,8 @@ func appendMeta(b []byte, m meta) []byte {
 	b = binary.LittleEndian.AppendUint64(b, m.Count)
 	b = append(b, uint8(m.Kind))
 	var flags uint8
-	if m.Sealed {
-		flags |= flagSealed
+	if m.Final {
+		flags |= flagFinal
 	}
 	return append(b, flags)
 }
@@ -216,10 +216,10 @@ func (d *decoder) meta(what string) meta {
 	m.Count = d.u64(what)
 	m.Kind = filter.Kind(d.u8(what))
 	flags := d.u8(what)
-	if d.err == nil && flags&^flagSealed != 0 {
+	if d.err == nil && flags&^flagFinal != 0 {
 		d.err = corruptf("%s: unknown flags %#x", what, flags)
 	}
-	m.Sealed = flags&flagSealed != 0
+	m.Final = flags&flagFinal != 0
 	return m
 }
 

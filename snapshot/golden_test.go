@@ -14,18 +14,18 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of the current format version in testdata/")
 
-// The golden history: two Writes, the second reusing sealed segments of the
+// The golden history: two Writes, the second reusing final segments of the
 // first, so the golden directory holds two manifests and shared segments.
 // Small payloads keep the every-byte corruption tests fast.
 var (
 	goldenSpecs1 = []spec{
-		{ID: 1, Shards: 2, Count: 10, Sealed: true, Size: 40},
-		{ID: 2, Shards: 2, Count: 5, Sealed: false, Size: 24},
+		{ID: 1, Shards: 2, Count: 10, Final: true, Size: 40},
+		{ID: 2, Shards: 2, Count: 5, Final: false, Size: 24},
 	}
 	goldenSpecs2 = []spec{
-		{ID: 1, Shards: 2, Count: 10, Sealed: true, Size: 40},
-		{ID: 2, Shards: 2, Count: 12, Sealed: true, Size: 56},
-		{ID: 3, Shards: 2, Count: 1, Sealed: false, Size: 16},
+		{ID: 1, Shards: 2, Count: 10, Final: true, Size: 40},
+		{ID: 2, Shards: 2, Count: 12, Final: true, Size: 56},
+		{ID: 3, Shards: 2, Count: 1, Final: false, Size: 16},
 	}
 )
 

@@ -4,13 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/filter"
@@ -43,15 +41,15 @@ type Generation struct {
 	Start, End int64       // span, unix nanoseconds
 	Count      uint64      // keys held
 	Kind       filter.Kind // filter backend of the payload
-	// Sealed promises that this filter will never change again: Write may
+	// Final promises that this filter will never change again: Write may
 	// then reuse the segment the previous snapshot holds for the same
-	// (ID, Shard) with the same metadata (Sealed included) instead of
-	// writing it again, so the first snapshot after sealing still writes it.
-	// A Sealed generation's metadata and payload must be identical in every
-	// later Write.
-	Sealed bool
+	// (ID, Shard) with the same metadata (Final included) instead of
+	// writing it again, so the first snapshot after it becomes final still
+	// writes it. A Final generation's metadata and payload must be
+	// identical in every later Write.
+	Final bool
 	// Payload produces the filter bytes. Write calls it at most once, and
-	// not at all when it reuses a sealed segment. Write may modify the
+	// not at all when it reuses a final segment. Write may modify the
 	// returned slice (vfs.File.Write may) and does not keep it.
 	Payload func() ([]byte, error)
 }
@@ -63,7 +61,7 @@ type SegmentInfo struct {
 	Start, End int64       // span, unix nanoseconds
 	Count      uint64      // keys held
 	Kind       filter.Kind // filter backend of the payload
-	Sealed     bool        // the generation was sealed when written
+	Final      bool        // the generation was final when written
 	Name       string      // segment file name, in the snapshot's directory
 	Size       int64       // segment file size in bytes (payload + 86)
 	Checksum   uint64      // xxhash64 of the segment file (its trailer)
@@ -123,7 +121,7 @@ type Info struct {
 func (r ref) info() SegmentInfo {
 	return SegmentInfo{
 		ID: r.ID, Shard: r.Shard, Start: r.Start, End: r.End, Count: r.Count,
-		Kind: r.Kind, Sealed: r.Sealed, Name: r.Name, Size: r.Size, Checksum: r.Sum,
+		Kind: r.Kind, Final: r.Final, Name: r.Name, Size: r.Size, Checksum: r.Sum,
 	}
 }
 
@@ -143,7 +141,7 @@ func (m manifest) info(path string, size int64) Info {
 // Write writes a new snapshot of h and gens into dir (created if missing) and
 // makes it the latest, atomically: a crash or an error at any point leaves
 // the previous snapshot intact, and Latest then returns either it or the new
-// one. Sealed generations whose segment the previous snapshot holds are not
+// one. Final generations whose segment the previous snapshot holds are not
 // written again. Once the new snapshot is durable, Write deletes every file
 // but it, the previous snapshot, and the segments these two reference.
 //
@@ -192,8 +190,8 @@ func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
 	reused := make([]bool, len(gens))
 	var todo []int // the generations to write
 	for i, g := range gens {
-		m := meta{ID: g.ID, Shard: g.Shard, Start: g.Start, End: g.End, Count: g.Count, Kind: g.Kind, Sealed: g.Sealed}
-		if r, ok := prevRefs[[2]uint64{g.ID, uint64(g.Shard)}]; ok && g.Sealed && r.meta == m && segmentIntact(fs, dir, r) {
+		m := meta{ID: g.ID, Shard: g.Shard, Start: g.Start, End: g.End, Count: g.Count, Kind: g.Kind, Final: g.Final}
+		if r, ok := prevRefs[[2]uint64{g.ID, uint64(g.Shard)}]; ok && g.Final && r.meta == m && segmentIntact(fs, dir, r) {
 			refs[i], reused[i] = r, true
 			continue
 		}
@@ -535,184 +533,4 @@ func cleanup(fs vfs.FS, dir string, keep, live map[string]bool) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// readManifest reads and decodes the manifest at path, and returns its size.
-func readManifest(fs vfs.FS, path string) (m manifest, size int64, err error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		return m, 0, fmt.Errorf("snapshot: open %s: %w", path, err)
-	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("snapshot: close %s: %w", path, cerr))
-		}
-	}()
-	st, err := f.Stat()
-	if err != nil {
-		return m, 0, fmt.Errorf("snapshot: stat %s: %w", path, err)
-	}
-	size = st.Size()
-	if size > MaxManifestSize {
-		return m, size, fmt.Errorf("snapshot: read %s: %w", path, corruptf("manifest: %d bytes, over the limit %d", size, MaxManifestSize))
-	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(f, b); err != nil {
-		return m, size, fmt.Errorf("snapshot: read %s: %w", path, err)
-	}
-	if m, err = decodeManifest(b); err != nil {
-		return m, size, fmt.Errorf("snapshot: read %s: %w", path, err)
-	}
-	return m, size, nil
-}
-
-// readSegment reads and fully verifies r's segment and returns its payload.
-func readSegment(fs vfs.FS, dir string, r ref) (payload []byte, err error) {
-	path := fs.PathJoin(dir, r.Name)
-	f, err := fs.Open(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("snapshot: segment %s: %w", path, &corruptError{msg: "referenced segment missing", cause: err})
-		}
-		return nil, fmt.Errorf("snapshot: open %s: %w", path, err)
-	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("snapshot: close %s: %w", path, cerr))
-		}
-	}()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: stat %s: %w", path, err)
-	}
-	if st.Size() != r.Size {
-		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("size %d, manifest says %d", st.Size(), r.Size))
-	}
-	b := make([]byte, r.Size)
-	if _, err := io.ReadFull(f, b); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("snapshot: segment %s: %w", path, &corruptError{msg: "short read", cause: err})
-		}
-		return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
-	}
-	m, payload, sum, err := decodeSegment(b)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: segment %s: %w", path, err)
-	}
-	if m != r.meta {
-		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("metadata %+v, manifest says %+v", m, r.meta))
-	}
-	if sum != r.Sum {
-		return nil, fmt.Errorf("snapshot: segment %s: %w", path, corruptf("file checksum %016x, manifest says %016x", sum, r.Sum))
-	}
-	return payload, nil
-}
-
-// Read reads the snapshot whose manifest is at path, verifying every
-// checksum of the manifest and of every segment, and loads every payload.
-// Damage is reported as an error wrapping ErrCorrupt (a missing segment
-// included), a newer format as ErrVersion.
-func Read(fs vfs.FS, path string) (*Snapshot, error) {
-	m, _, err := readManifest(fs, path)
-	if err != nil {
-		return nil, err
-	}
-	s := &Snapshot{Path: path, Header: m.Header, Generations: make([]GenerationInfo, 0, len(m.Refs))}
-	dir := fs.PathDir(path)
-	for _, r := range m.Refs {
-		payload, err := readSegment(fs, dir, r)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: read %s: %w", path, err)
-		}
-		s.Generations = append(s.Generations, GenerationInfo{SegmentInfo: r.info(), Payload: payload})
-	}
-	return s, nil
-}
-
-// Verify checks the snapshot whose manifest is at path as Read does, holding
-// one payload in memory at a time.
-func Verify(fs vfs.FS, path string) error {
-	m, _, err := readManifest(fs, path)
-	if err != nil {
-		return err
-	}
-	dir := fs.PathDir(path)
-	for _, r := range m.Refs {
-		if _, err := readSegment(fs, dir, r); err != nil {
-			return fmt.Errorf("snapshot: verify %s: %w", path, err)
-		}
-	}
-	return nil
-}
-
-// Inspect summarises the snapshot whose manifest is at path. It verifies the
-// manifest, and each segment's size, metadata and trailer against it, but not
-// the payload checksums: use Verify for that.
-func Inspect(fs vfs.FS, path string) (Info, error) {
-	m, size, err := readManifest(fs, path)
-	if err != nil {
-		return Info{}, err
-	}
-	dir := fs.PathDir(path)
-	for _, r := range m.Refs {
-		if !segmentIntact(fs, dir, r) {
-			return Info{}, fmt.Errorf("snapshot: inspect %s: %w", path, corruptf("segment %s missing or damaged", r.Name))
-		}
-	}
-	return m.info(path, size), nil
-}
-
-// Latest returns the newest valid snapshot in dir, fully verified as by Read.
-// A newer snapshot that is corrupt is passed over and reported in
-// Snapshot.Skipped. If every snapshot is corrupt the error wraps ErrCorrupt;
-// if dir holds none (or does not exist) it wraps ErrNotFound. A newest
-// snapshot of a newer format version stops the search with ErrVersion rather
-// than silently falling back to an older one; other I/O errors are returned
-// as they are. Latest removes stray temporary files.
-func Latest(fs vfs.FS, dir string) (*Snapshot, error) {
-	if _, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: no directory %s", ErrNotFound, dir)
-	}
-	st, err := scan(fs, dir)
-	if err != nil {
-		return nil, err
-	}
-	var skipped []error
-	for _, seq := range st.manifests {
-		s, err := Read(fs, fs.PathJoin(dir, manifestName(seq)))
-		if err == nil {
-			s.Skipped = skipped
-			return s, nil
-		}
-		if !errors.Is(err, ErrCorrupt) {
-			return nil, err
-		}
-		skipped = append(skipped, err)
-	}
-	if len(skipped) > 0 {
-		return nil, fmt.Errorf("snapshot: no valid snapshot in %s: %w", dir, errors.Join(skipped...))
-	}
-	return nil, fmt.Errorf("%w: no snapshot in %s", ErrNotFound, dir)
-}
-
-// String formats i for people, as `dedup snapshot inspect` prints it: the
-// header, then one line per segment.
-func (i Info) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "snapshot %s\n", i.Path)
-	fmt.Fprintf(&b, "  version %d  seed %#016x  commit seq %d  created %s\n",
-		i.Version, i.Seed, i.CommitSeq, time.Unix(0, i.Created).UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(&b, "  %d segments, %d bytes (manifest %d, options %d)\n",
-		len(i.Segments), i.TotalSize, i.ManifestSize, len(i.Options))
-	for _, s := range i.Segments {
-		sealed := "live"
-		if s.Sealed {
-			sealed = "sealed"
-		}
-		fmt.Fprintf(&b, "  gen %d shard %d  %s .. %s  %d keys  %s  %s  %d bytes  %s\n",
-			s.ID, s.Shard,
-			time.Unix(0, s.Start).UTC().Format(time.RFC3339), time.Unix(0, s.End).UTC().Format(time.RFC3339),
-			s.Count, s.Kind, sealed, s.Size, s.Name)
-	}
-	return b.String()
 }

@@ -22,7 +22,7 @@ type spec struct {
 	ID     uint64
 	Shards uint32
 	Count  uint64
-	Sealed bool
+	Final  bool
 	Size   int
 }
 
@@ -49,7 +49,7 @@ func gens(specs []spec, c calls) []Generation {
 			out = append(out, Generation{
 				ID: s.ID, Shard: sh,
 				Start: int64(s.ID) * 1e9, End: int64(s.ID+1) * 1e9,
-				Count: s.Count, Kind: filter.Blocked, Sealed: s.Sealed,
+				Count: s.Count, Kind: filter.Blocked, Final: s.Final,
 				Payload: func() ([]byte, error) {
 					if c != nil {
 						callsMu.Lock()
@@ -94,7 +94,7 @@ func checkSnapshotVersion(t testing.TB, s *Snapshot, v uint32, h Header, specs [
 	for i, g := range s.Generations {
 		w := want[i]
 		if g.ID != w.ID || g.Shard != w.Shard || g.Start != w.Start || g.End != w.End ||
-			g.Count != w.Count || g.Kind != w.Kind || g.Sealed != w.Sealed {
+			g.Count != w.Count || g.Kind != w.Kind || g.Final != w.Final {
 			t.Fatalf("generation %d: %+v, want %+v", i, g.SegmentInfo, w)
 		}
 		p, _ := w.Payload()
@@ -131,20 +131,20 @@ func listDir(t testing.TB, fs vfs.FS, dir string) []string {
 
 var (
 	specs1 = []spec{
-		{ID: 1, Shards: 2, Count: 100, Sealed: true, Size: 3000},
-		{ID: 2, Shards: 2, Count: 200, Sealed: true, Size: 5000},
-		{ID: 3, Shards: 2, Count: 30, Sealed: false, Size: 9000},
+		{ID: 1, Shards: 2, Count: 100, Final: true, Size: 3000},
+		{ID: 2, Shards: 2, Count: 200, Final: true, Size: 5000},
+		{ID: 3, Shards: 2, Count: 30, Final: false, Size: 9000},
 	}
-	specs2 = []spec{ // generation 3 sealed with more keys, 4 new
-		{ID: 1, Shards: 2, Count: 100, Sealed: true, Size: 3000},
-		{ID: 2, Shards: 2, Count: 200, Sealed: true, Size: 5000},
-		{ID: 3, Shards: 2, Count: 300, Sealed: true, Size: 9000},
-		{ID: 4, Shards: 2, Count: 7, Sealed: false, Size: 100},
+	specs2 = []spec{ // generation 3 final with more keys, 4 new
+		{ID: 1, Shards: 2, Count: 100, Final: true, Size: 3000},
+		{ID: 2, Shards: 2, Count: 200, Final: true, Size: 5000},
+		{ID: 3, Shards: 2, Count: 300, Final: true, Size: 9000},
+		{ID: 4, Shards: 2, Count: 7, Final: false, Size: 100},
 	}
 	specs3 = []spec{ // generation 1 expired
-		{ID: 2, Shards: 2, Count: 200, Sealed: true, Size: 5000},
-		{ID: 3, Shards: 2, Count: 300, Sealed: true, Size: 9000},
-		{ID: 4, Shards: 2, Count: 70, Sealed: false, Size: 1000},
+		{ID: 2, Shards: 2, Count: 200, Final: true, Size: 5000},
+		{ID: 3, Shards: 2, Count: 300, Final: true, Size: 9000},
+		{ID: 4, Shards: 2, Count: 70, Final: false, Size: 1000},
 	}
 )
 
@@ -183,7 +183,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("Inspect\n%+v\nWrite\n%+v", in, info)
 	}
 	text := in.String()
-	for _, want := range []string{"version 1", "commit seq 41", "6 segments", "gen 3 shard 1", "blocked", "sealed", "live", "segment-000001-3-1.seg"} {
+	for _, want := range []string{"version 1", "commit seq 41", "6 segments", "gen 3 shard 1", "blocked", "final", "live", "segment-000001-3-1.seg"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("Info.String lacks %q:\n%s", want, text)
 		}
@@ -198,7 +198,7 @@ func TestRoundTrip(t *testing.T) {
 	checkSnapshot(t, s, h2, nil)
 }
 
-func TestReuseSealedSegments(t *testing.T) {
+func TestReuseFinalSegments(t *testing.T) {
 	fs := vfs.NewMem()
 	c := calls{}
 	mustWrite(t, fs, header(1), specs1, c)
@@ -212,7 +212,7 @@ func TestReuseSealedSegments(t *testing.T) {
 	for _, id := range []uint64{1, 2} {
 		for sh := uint64(0); sh < 2; sh++ {
 			if c[[2]uint64{id, sh}] != 0 {
-				t.Errorf("sealed generation %d shard %d: Payload called", id, sh)
+				t.Errorf("final generation %d shard %d: Payload called", id, sh)
 			}
 		}
 	}
@@ -250,7 +250,7 @@ func TestReuseSealedSegments(t *testing.T) {
 	}
 	checkSnapshot(t, s, header(2), specs2)
 
-	// A third write of the same sealed generations reuses them again, now
+	// A third write of the same final generations reuses them again, now
 	// from the second manifest.
 	c = calls{}
 	info = mustWrite(t, fs, header(3), specs2, c)
@@ -258,7 +258,7 @@ func TestReuseSealedSegments(t *testing.T) {
 		t.Fatalf("reused %d, calls %v", info.Reused, c)
 	}
 
-	// A damaged sealed segment is not reused: it is written afresh.
+	// A damaged final segment is not reused: it is written afresh.
 	victim := info.Segments[0]
 	p := fs.PathJoin(testDir, victim.Name)
 	b := readFile(t, fs, p)
@@ -274,13 +274,13 @@ func TestReuseSealedSegments(t *testing.T) {
 	}
 	checkSnapshot(t, s, header(4), specs2)
 
-	// Metadata that changed under a Sealed flag is written afresh.
+	// Metadata that changed under a Final flag is written afresh.
 	changed := slices.Clone(specs2)
 	changed[0].Count++
 	c = calls{}
 	mustWrite(t, fs, header(5), changed, c)
 	if c[[2]uint64{1, 0}] != 1 {
-		t.Fatalf("changed sealed generation reused: calls %v", c)
+		t.Fatalf("changed final generation reused: calls %v", c)
 	}
 }
 

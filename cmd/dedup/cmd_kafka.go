@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -40,6 +43,12 @@ type kafkaConfig struct {
 	session      time.Duration
 	rebalance    time.Duration
 	txnTimeout   time.Duration
+	shutdown     time.Duration
+	keepStatic   bool
+	maxKey       int
+	startOffset  string
+	auth         kafkaAuth
+	clientConfig stringList
 }
 
 const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
@@ -65,11 +74,19 @@ dedup filter. A record without a usable key goes to --rejects-topic with
 the reason in the dedup-reject-reason header (dropped and counted without
 one); it never blocks its partition. --dups-topic receives the duplicates.
 
+A record larger than the output topic takes (its max.message.bytes, which
+the producer follows) goes to --rejects-topic too, without its value if
+that topic cannot take it either.
+
 The window runs on record timestamps, not the wall clock. Run one process
 per machine (or per --state); --instance-id makes it a static member, so a
-restart within the session timeout keeps its partitions. SIGTERM or SIGINT:
-end the transaction, commit, leave the group, exit 0. DEDUP_KAFKA_LOG=info
-(or debug) adds the Kafka client's log to stderr.
+failed session rejoins without a rebalance. SIGTERM or SIGINT: end the
+transaction, commit, leave the group (a static member too, unless
+--keep-static-membership keeps its partitions for a restart within the
+session timeout), exit 0, all within --shutdown-timeout whatever the state
+(joining, replaying). Another instance joining with the same --instance-id
+fences this one: it exits 1 saying so. DEDUP_KAFKA_LOG=info (or debug) adds
+the Kafka client's log to stderr.
 
 dev-broker starts an in-process Kafka-protocol broker (franz-go's kfake, in
 memory, for trying dedup locally; topics are created on first use).
@@ -91,18 +108,24 @@ func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
 	fs.StringVar(&c.state, "state", "", "state `DIR`: one engine per partition in DIR/<topic>-<partition> (required)")
 	fs.StringVar(&c.key, "key", "", "key from the JSON value: member `PATH`s, comma-separated (e.g. event_id or user.id,seq)")
 	fs.StringVar(&c.keyFrom, "key-from", "record-key", "key `SOURCE`: record-key or header:NAME")
+	fs.IntVar(&c.maxKey, "max-key", engineDefaults.MaxKeySize, "reject keys over `N` bytes")
+	fs.StringVar(&c.startOffset, "start-offset", "earliest", "where a partition without a committed offset starts: `earliest`, latest, or an RFC 3339 time (the first record at or after it)")
 	c.engine.register(fs, tuneUsage)
+	c.auth.register(fs)
+	fs.Var(&c.clientConfig, "client-config", "Kafka client setting `KEY=VALUE` (repeatable): client.id, linger.ms, compression.type, fetch.max.bytes, ...; an unknown key is an error listing the known ones")
 	fs.StringVar(&c.rejectsTopic, "rejects-topic", "", "send records without a usable key to `TOPIC` (default: drop and count them)")
 	fs.StringVar(&c.dupsTopic, "dups-topic", "", "send duplicates to `TOPIC` (default: drop them)")
 	fs.StringVar(&c.instanceID, "instance-id", "", "static group membership `ID`, unique per instance and stable across its restarts")
 	fs.StringVar(&c.txnID, "transactional-id", "", "transactional `ID` (default: dedup-GROUP-INSTANCE, or a hash of host and --state)")
-	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics, liveness at /healthz, readiness at /readyz")
 	fs.IntVar(&c.txnRecords, "txn-records", kafka.DefaultMaxTxnRecords, "at most `N` input records per transaction")
 	fs.DurationVar(&c.txnTime, "txn-time", kafka.DefaultMaxTxnTime, "a transaction collects records for at most `DURATION`")
 	fs.DurationVar(&c.commitEvery, "engine-commit-interval", kafka.DefaultEngineCommitInterval, "engines fsync committed transactions' keys every `DURATION` (a crash replays that much, output suppressed)")
 	fs.DurationVar(&c.session, "session-timeout", kafka.DefaultSessionTimeout, "group session timeout")
 	fs.DurationVar(&c.rebalance, "rebalance-timeout", kafka.DefaultRebalanceTimeout, "group rebalance timeout")
 	fs.DurationVar(&c.txnTimeout, "transaction-timeout", kafka.DefaultTransactionTimeout, "transaction timeout")
+	fs.DurationVar(&c.shutdown, "shutdown-timeout", kafka.DefaultShutdownTimeout, "on SIGTERM, exit within `DURATION` whatever the state")
+	fs.BoolVar(&c.keepStatic, "keep-static-membership", false, "with --instance-id, do not leave the group on SIGTERM: a restart within the session timeout gets the same partitions back")
 	return fs, c
 }
 
@@ -128,7 +151,15 @@ func runKafka(e *env, args []string) error {
 	if c.key != "" && explicit["key-from"] {
 		return usagef("kafka: --key and --key-from are exclusive")
 	}
+	if c.maxKey < 1 {
+		return usagef("kafka: --max-key %d: must be at least 1", c.maxKey)
+	}
+	start, err := parseStartOffset(c.startOffset)
+	if err != nil {
+		return usageErr(err)
+	}
 	opts := c.engine.options("")
+	opts.MaxKeySize = c.maxKey
 	// Every partition's state keeps the shape it was created with; a flag
 	// that contradicts it is an error naming both.
 	if dir := firstPartitionState(c.state, c.topic); dir != "" {
@@ -159,8 +190,11 @@ func runKafka(e *env, args []string) error {
 		SessionTimeout:       c.session,
 		RebalanceTimeout:     c.rebalance,
 		TransactionTimeout:   c.txnTimeout,
+		ShutdownTimeout:      c.shutdown,
+		ResetOffset:          start,
+		KeepStaticMembership: c.keepStatic,
 		Logf: func(format string, args ...any) {
-			fmt.Fprintf(e.stderr, "dedup kafka: "+strings.TrimPrefix(format, "kafka: ")+"\n", args...)
+			kafkaLogf(e, strings.TrimPrefix(format, "kafka: "), args...)
 		},
 	}
 	switch lvl := os.Getenv("DEDUP_KAFKA_LOG"); lvl {
@@ -176,31 +210,66 @@ func runKafka(e *env, args []string) error {
 	default:
 		return usagef("kafka: DEDUP_KAFKA_LOG must be info or debug, got %q", lvl)
 	}
+	authOpts, err := c.auth.opts(os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.ClientOpts = append(cfg.ClientOpts, authOpts...)
+	passOpts, err := parseClientConfig(c.clientConfig)
+	if err != nil {
+		return err
+	}
+	cfg.ClientOpts = append(cfg.ClientOpts, passOpts...)
 	cons, err := kafka.New(cfg)
 	if err != nil {
 		return usageErr(err)
 	}
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
-		if stopMetrics, err = listenMetrics(c.metrics, newKafkaCollector(cons)); err != nil {
+		if stopMetrics, err = listenKafkaMetrics(c.metrics, cons); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(e.stderr, "dedup kafka: group %s, %s -> %s, window %v, state %s\n", c.group, c.topic, c.outTopic, opts.Window, c.state)
+	kafkaLogf(e, "group %s, %s -> %s, window %v, state %s", c.group, c.topic, c.outTopic, opts.Window, c.state)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		select {
 		case <-e.sigs:
-			fmt.Fprintln(e.stderr, "dedup kafka: shutting down: ending the transaction, committing, leaving the group")
+			leave := "leaving the group"
+			if c.keepStatic {
+				leave = "keeping the static membership of " + c.instanceID
+			}
+			kafkaLogf(e, "shutting down within %v: ending the transaction, committing, %s", c.shutdown, leave)
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
 	runErr := cons.Run(ctx)
 	st := cons.Stats()
-	fmt.Fprintln(e.stderr, kafkaSummary(st))
+	kafkaLogf(e, "%s", strings.TrimPrefix(kafkaSummary(st), "dedup kafka: "))
 	return errors.Join(runErr, stopMetrics())
+}
+
+// kafkaLogf writes one log line to stderr: the UTC time to the
+// millisecond, "dedup kafka:", the message.
+func kafkaLogf(e *env, format string, args ...any) {
+	fmt.Fprintf(e.stderr, "%s dedup kafka: %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), fmt.Sprintf(format, args...))
+}
+
+// parseStartOffset parses --start-offset.
+func parseStartOffset(s string) (kgo.Offset, error) {
+	switch s {
+	case "earliest":
+		return kgo.NewOffset().AtStart(), nil
+	case "latest":
+		return kgo.NewOffset().AtEnd(), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return kgo.Offset{}, fmt.Errorf("kafka: --start-offset must be earliest, latest or an RFC 3339 time, got %q", s)
+	}
+	return kgo.NewOffset().AfterMilli(t.UnixMilli()), nil
 }
 
 // kafkaSummary is the line `dedup kafka` ends with. Its figures are
@@ -246,6 +315,9 @@ func kafkaKeyFunc(c *kafkaConfig, opts dedup.Options) (kafka.KeyFunc, error) {
 	}
 	pool := sync.Pool{New: func() any { return x.clone() }}
 	return func(r *kgo.Record) ([]byte, error) {
+		if r.Value == nil {
+			return nil, fmt.Errorf("%w: a tombstone (null value), and --key reads the value", kafka.ErrNoKey)
+		}
 		xx := pool.Get().(*extractor)
 		defer pool.Put(xx)
 		key, _, rej := xx.extract(r.Value, nil)
@@ -279,6 +351,14 @@ var kafkaMetricDefs = []struct {
 	{"dedup_kafka_partitions", "Partitions assigned now.", false, func(s kafka.Stats) float64 { return float64(s.Partitions) }},
 }
 
+// The per-partition metrics, labeled partition="<topic>-<n>".
+var (
+	kafkaLagDesc      = prometheus.NewDesc("dedup_kafka_partition_lag", "Records behind the last one fetched, from the fetch's high watermark (-1 before the first fetch).", []string{"partition"}, nil)
+	kafkaStateDesc    = prometheus.NewDesc("dedup_kafka_partition_state", "1 for the state the partition is in: ready (consuming) or replaying (its engine being made current).", []string{"partition", "state"}, nil)
+	kafkaReplayedDesc = prometheus.NewDesc("dedup_kafka_partition_replayed_total", "Records replayed into the partition's engine since it was assigned, output suppressed.", []string{"partition"}, nil)
+	kafkaReadyDesc    = prometheus.NewDesc("dedup_kafka_ready", "1 when the instance is in the group and every partition assigned to it is ready (as /readyz).", nil, nil)
+)
+
 func newKafkaCollector(c *kafka.Consumer) *kafkaCollector {
 	k := &kafkaCollector{c: c}
 	for _, d := range kafkaMetricDefs {
@@ -292,6 +372,9 @@ func (k *kafkaCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range k.descs {
 		ch <- d
 	}
+	for _, d := range []*prometheus.Desc{kafkaLagDesc, kafkaStateDesc, kafkaReplayedDesc, kafkaReadyDesc} {
+		ch <- d
+	}
 }
 
 // Collect reads the consumer's Stats once.
@@ -303,6 +386,74 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 			kind = prometheus.CounterValue
 		}
 		ch <- prometheus.MustNewConstMetric(k.descs[i], kind, d.value(st))
+	}
+	for _, p := range k.c.PartitionStates() {
+		name := fmt.Sprintf("%s-%d", p.Topic, p.Partition)
+		ready, replaying := 0.0, 1.0
+		if p.Ready {
+			ready, replaying = 1, 0
+		}
+		ch <- prometheus.MustNewConstMetric(kafkaLagDesc, prometheus.GaugeValue, float64(p.Lag), name)
+		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, ready, name, "ready")
+		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, replaying, name, "replaying")
+		ch <- prometheus.MustNewConstMetric(kafkaReplayedDesc, prometheus.CounterValue, float64(p.Replayed), name)
+	}
+	ready := 0.0
+	if k.c.Ready() {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(kafkaReadyDesc, prometheus.GaugeValue, ready)
+}
+
+// listenKafkaMetrics serves c's metrics at /metrics on addr, with the Go
+// runtime's and the process's, "ok" at /healthz while the process runs,
+// and at /readyz 200 when c is ready (in the group, every assigned
+// partition's state current) or 503 saying which partitions are not.
+func listenKafkaMetrics(addr string, c *kafka.Consumer) (stop func() error, err error) {
+	reg, err := newRegistry(newKafkaCollector(c))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return serveKafkaMetrics(ln, reg, c), nil
+}
+
+// serveKafkaMetrics serves listenKafkaMetrics's endpoints on ln until the
+// returned stop.
+func serveKafkaMetrics(ln net.Listener, reg *prometheus.Registry, c *kafka.Consumer) (stop func() error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if c.Ready() {
+			fmt.Fprintln(w, "ready")
+			return
+		}
+		var waiting []string
+		for _, p := range c.PartitionStates() {
+			if !p.Ready {
+				waiting = append(waiting, fmt.Sprintf("%s-%d replaying (%d records so far)", p.Topic, p.Partition, p.Replayed))
+			}
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		if len(waiting) == 0 {
+			fmt.Fprintln(w, "not ready: joining the group")
+			return
+		}
+		fmt.Fprintf(w, "not ready: %s\n", strings.Join(waiting, ", "))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() error {
+		if err := srv.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		return nil
 	}
 }
 
@@ -329,8 +480,17 @@ Flags:
 		return usagef("kafka dev-broker: --partitions must be at least 1, got %d", *partitions)
 	}
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(*port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(*partitions)}
-	if len(topics) > 0 {
-		opts = append(opts, kfake.SeedTopics(int32(*partitions), topics...))
+	var names []string
+	for _, t := range topics {
+		for n := range strings.SplitSeq(t, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return usagef("kafka dev-broker: --topics %q: empty topic name", t)
+			}
+			names = append(names, n)
+		}
+	}
+	if len(names) > 0 {
+		opts = append(opts, kfake.SeedTopics(int32(*partitions), names...))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

@@ -24,15 +24,17 @@ type serveConfig struct {
 	maxClients       int
 	maxArgSize       int
 	maxTables        int
+	maxKey           int
 	metrics          string
 	snapshotInterval time.Duration
 }
 
 const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
 
-Serve dedup over the Redis protocol (RESP2): any Redis client deduplicates
-unchanged with SET key value NX [EX s], SETNX and EXISTS, RedisBloom's
-BF.RESERVE/ADD/MADD/EXISTS/MEXISTS/INFO over named tables, and
+Serve dedup over the Redis protocol (RESP2, and RESP3 after HELLO 3): any
+Redis client deduplicates unchanged with SET key value NX [EX s], SETNX and
+EXISTS, RedisBloom's BF.RESERVE/ADD/MADD/INSERT/EXISTS/MEXISTS/INFO/CARD
+over named tables, and
 DEDUP.RESERVE/OBSERVE/FORGET/DONE/COMMIT/CHECKPOINT/STATS for verdicts,
 checkpoints and worker pools (DEDUP.RESERVE table EXPLICITDONE: keys stay
 in flight until DEDUP.DONE).
@@ -68,6 +70,7 @@ func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
 	fs.BoolVar(&c.protectedMode, "protected-mode", true, "without --requirepass, serve loopback clients only (others are answered -DENIED), as Redis")
 	fs.IntVar(&c.maxClients, "max-clients", 10000, "serve at most `N` connections at once")
 	fs.IntVar(&c.maxArgSize, "max-arg-size", 1<<20, "refuse (and disconnect) a request with an argument over `BYTES`")
+	fs.IntVar(&c.maxKey, "max-key", 4096, "refuse keys over `N` bytes (at most 65536, what the exact store holds)")
 	fs.IntVar(&c.maxTables, "max-tables", 64, "serve at most `N` tables (BF.* and DEDUP.* names, the default one included): each is an engine")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "snapshot every table's filters every `DURATION` (under --fsync no, commit too)")
@@ -104,13 +107,16 @@ func runServe(e *env, args []string) error {
 		}
 	}
 	opts := c.engine.options("")
+	opts.MaxKeySize = c.maxKey
 	// The engine's options, as the default table's engine gets them:
 	// a bad value is an error naming its flag.
 	tableDir := ""
 	if c.state != "" {
 		tableDir = resp.EngineDir(c.state, resp.DefaultTable)
 	}
-	if err := checkOptions(c.engine.options(tableDir), explicitFlags(fs)); err != nil {
+	eo := c.engine.options(tableDir)
+	eo.MaxKeySize = c.maxKey
+	if err := checkOptions(eo, explicitFlags(fs)); err != nil {
 		return err
 	}
 	if c.state != "" {

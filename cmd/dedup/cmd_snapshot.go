@@ -168,7 +168,7 @@ func inspect(path string, decode bool) (*inspectReport, error) {
 	for _, s := range info.Segments {
 		rep.Segments = append(rep.Segments, segmentReport{
 			Generation: s.ID, Shard: s.Shard, Start: time.Unix(0, s.Start).UTC(), End: time.Unix(0, s.End).UTC(),
-			Kind: s.Kind.String(), Sealed: s.Sealed, Keys: s.Count, File: s.Name, FileBytes: s.Size,
+			Kind: s.Kind.String(), Sealed: s.Final, Keys: s.Count, File: s.Name, FileBytes: s.Size,
 		})
 		rep.Keys += s.Count
 	}

@@ -56,7 +56,7 @@ func TestServeFuse(t *testing.T) {
 	}
 	dir := t.TempDir()
 	addr, stop := serveInProcess(t, "--state", dir, "--filter", "fuse")
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 	defer c.Close()
 	for i, want := range []bool{true, false} {
 		ok, err := c.SetNX(t.Context(), "order:42", 1, 0).Result()

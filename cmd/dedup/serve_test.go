@@ -156,7 +156,7 @@ func TestServe(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+				c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, Protocol: 2})
 				defer c.Close()
 				for i := 0; !stop.Load(); i++ {
 					pipe := c.Pipeline()
@@ -190,7 +190,7 @@ func TestServe(t *testing.T) {
 		wg.Wait()
 
 		s = startServe(t, bin, "--state", dir, "--fsync", "always")
-		c := redis.NewClient(&redis.Options{Addr: s.addr})
+		c := redis.NewClient(&redis.Options{Addr: s.addr, Protocol: 2})
 		defer c.Close()
 		pipe := c.Pipeline()
 		cmds := make([]*redis.BoolCmd, len(acked))
@@ -216,7 +216,7 @@ func TestServe(t *testing.T) {
 		// Under --fsync no nothing commits before the snapshot interval:
 		// only the shutdown's commit can save the keys.
 		s := startServe(t, bin, "--state", dir, "--fsync", "no", "--snapshot-interval", "1h", "--probabilistic")
-		c := redis.NewClient(&redis.Options{Addr: s.addr})
+		c := redis.NewClient(&redis.Options{Addr: s.addr, Protocol: 2})
 		for i := range 100 {
 			if ok, err := c.SetNX(t.Context(), fmt.Sprint("k", i), 1, 0).Result(); err != nil || !ok {
 				t.Fatalf("SETNX k%d = %v, %v", i, ok, err)
@@ -231,7 +231,7 @@ func TestServe(t *testing.T) {
 		}
 		s.done <- nil
 		s = startServe(t, bin, "--state", dir, "--fsync", "no")
-		c = redis.NewClient(&redis.Options{Addr: s.addr})
+		c = redis.NewClient(&redis.Options{Addr: s.addr, Protocol: 2})
 		defer c.Close()
 		for i := range 100 {
 			if ok, err := c.SetNX(t.Context(), fmt.Sprint("k", i), 1, 0).Result(); err != nil || ok {
@@ -351,7 +351,7 @@ func serveInProcess(t *testing.T, args ...string) (addr string, stop func() (int
 // "max-tables is 64", but no flag set it.
 func TestServeMaxTablesFlag(t *testing.T) {
 	addr, stop := serveInProcess(t, "--max-tables", "2")
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 	defer c.Close()
 	if err := c.Do(t.Context(), "BF.ADD", "t1", "a").Err(); err != nil {
 		t.Fatalf("BF.ADD to a second table: %v", err)
@@ -379,7 +379,7 @@ func TestServeRestartKeepsTableSizing(t *testing.T) {
 	stats := func(args ...string) string {
 		t.Helper()
 		addr, stop := serveInProcess(t, append([]string{"--state", dir}, args...)...)
-		c := redis.NewClient(&redis.Options{Addr: addr})
+		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 		v, err := c.Do(t.Context(), "DEDUP.STATS", "default").Result()
 		c.Close()
 		if err != nil {

@@ -141,7 +141,7 @@ func TestFilterStatsObservedFP(t *testing.T) {
 func TestStatsServeState(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	addr, stop := serveInProcess(t, "--state", dir)
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 	if err := c.Do(t.Context(), "SET", "k", "1", "NX").Err(); err != nil {
 		t.Fatal(err)
 	}
