@@ -230,6 +230,8 @@ type AdvisorResult struct {
 	Config AdvisorConfig `json:"config"`
 	Runs   []AdvisorRun  `json:"runs"`
 	Events uint64        `json:"events"`
+	// Machine says where and when the check was made.
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // pending is a scheduled duplicate.
@@ -261,7 +263,8 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	res := &AdvisorResult{Config: cfg}
+	res := &AdvisorResult{Config: cfg, Machine: StartMachine()}
+	defer res.Machine.End()
 	engines := make([]*dedup.Engine, len(cfg.Windows))
 	defer func() {
 		for _, e := range engines {

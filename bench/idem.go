@@ -95,6 +95,8 @@ type IdemRow struct {
 type IdemResult struct {
 	Config IdemConfig `json:"config"`
 	Rows   []IdemRow  `json:"rows"`
+	// Machine says where and when the comparison was made.
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // Idem runs the comparison: for each target, Requests requests with new
@@ -121,7 +123,8 @@ func Idem(ctx context.Context, cfg IdemConfig, p Progress) (*IdemResult, error) 
 			return nil, fmt.Errorf("bench: go build dedup: %v\n%s", err, out)
 		}
 	}
-	res := &IdemResult{Config: cfg}
+	res := &IdemResult{Config: cfg, Machine: StartMachine()}
+	defer res.Machine.End()
 
 	p.Stage("upstream directly", int64(cfg.Requests+cfg.Replays))
 	row, err := idemRun(ctx, cfg, "upstream directly", up.url, up, p, nil)

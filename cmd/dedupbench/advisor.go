@@ -58,6 +58,9 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
+	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotAdvisor(results, dir) }); err != nil {
+		return err
+	}
 	return output(c, stdout, results, func() error { return writeAdvisorText(stdout, results) })
 }
 

@@ -28,5 +28,8 @@ func runIdem(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotIdem(res, dir) }); err != nil {
+		return err
+	}
 	return output(c, stdout, res, func() error { return res.WriteText(stdout) })
 }
