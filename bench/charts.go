@@ -41,7 +41,7 @@ func PlotAdvisor(results []*AdvisorResult, dir string) ([]string, error) {
 				}
 			}
 		}
-		yl := "duplicates let through per million arrivals"
+		yl := "leaks per million arrivals"
 		if i > 0 {
 			yl = ""
 		}

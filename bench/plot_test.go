@@ -24,9 +24,9 @@ func readResult(t *testing.T, name string, v any) {
 	}
 }
 
-// TestChartsFromRecordedResults draws every chart of dedupbench compare
-// and load from small recorded results (testdata/*.json, written by
-// `dedupbench --json`) and checks what a reader needs: both formats
+// TestChartsFromRecordedResults draws every chart of dedupbench compare,
+// load, serve, advisor and idem from small recorded results
+// (testdata/*.json, written by `dedupbench --json`) and checks what a reader needs: both formats
 // written, the PNG decodable at its size, the SVG carrying the caption that
 // says what was measured, on what machine and when.
 func TestChartsFromRecordedResults(t *testing.T) {
@@ -36,8 +36,13 @@ func TestChartsFromRecordedResults(t *testing.T) {
 	readResult(t, "load.json", &load)
 	var serve ServeResult
 	readResult(t, "serve.json", &serve)
-	if cmp.Machine == nil || len(cmp.Rows) == 0 || len(cmp.Sweep) == 0 || len(cmp.Scale) == 0 || load.Machine == nil || serve.Machine == nil || len(serve.Set) == 0 {
-		t.Fatal("testdata lacks rows, sweep, scale rows or machine: rerecord it")
+	var advisor []*AdvisorResult
+	readResult(t, "advisor.json", &advisor)
+	var idem IdemResult
+	readResult(t, "idem.json", &idem)
+	if cmp.Machine == nil || len(cmp.Rows) == 0 || len(cmp.Sweep) == 0 || len(cmp.Scale) == 0 || load.Machine == nil || serve.Machine == nil || len(serve.Set) == 0 ||
+		len(advisor) < 2 || advisor[0].Machine == nil || len(advisor[0].Runs) < 2 || idem.Machine == nil || len(idem.Rows) < 3 {
+		t.Fatal("testdata lacks rows, sweep, scale rows, runs or machine: rerecord it")
 	}
 	dir := t.TempDir()
 	for _, tc := range []struct {
@@ -51,6 +56,8 @@ func TestChartsFromRecordedResults(t *testing.T) {
 		{"sweep", func() ([]string, error) { return PlotMemory(cmp.Sweep, cmp.Machine, dir) }, []string{"memory_per_key"}, "single-probe floor"},
 		{"load", func() ([]string, error) { return PlotLoad(&load, dir) }, []string{"load_throughput", "load_latency"}, "dedupbench load"},
 		{"serve", func() ([]string, error) { return PlotServe(&serve, dir) }, []string{"serve"}, "redis-benchmark"},
+		{"advisor", func() ([]string, error) { return PlotAdvisor(advisor, dir) }, []string{"advisor"}, "estimated (Stats.WindowAdvice)"},
+		{"idem", func() ([]string, error) { return PlotIdem(&idem, dir) }, []string{"idem"}, "replays of them per target"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files, err := tc.draw()
@@ -133,5 +140,20 @@ func TestBarChartWithMissingValues(t *testing.T) {
 	}
 	if _, err := (BarChart{Ref: 3, Bars: []Bar{{Label: "a", Value: 1}}}).Plot(); err == nil {
 		t.Error("a reference past the bars: no error")
+	}
+}
+
+// TestAdvisorAndIdemChartsRefuseEmptyResults: a result with nothing to
+// draw is an error naming the chart, not an empty figure.
+func TestAdvisorAndIdemChartsRefuseEmptyResults(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := PlotAdvisor(nil, dir); err == nil || !strings.Contains(err.Error(), "advisor chart") {
+		t.Errorf("advisor chart of no results: %v", err)
+	}
+	if _, err := PlotAdvisor([]*AdvisorResult{{Config: AdvisorConfig{Delay: AdvisorLognormal}}}, dir); err == nil || !strings.Contains(err.Error(), "lognormal") {
+		t.Errorf("advisor chart of a result with no runs: %v", err)
+	}
+	if _, err := PlotIdem(&IdemResult{}, dir); err == nil || !strings.Contains(err.Error(), "idem chart") {
+		t.Errorf("idem chart of no rows: %v", err)
 	}
 }

@@ -38,6 +38,7 @@ func TestCommands(t *testing.T) {
 		{"compare-plot", []string{"compare", "--events", "3000", "--modes", "exact", "--filters", "bloom", "--baselines", "map", "--sweep", "0.01,0.001", "--sweep-keys", "2000", "--scale-keys", "10000", "--scale-targets", "probabilistic/blocked", "--plot", plots}, "bytes/key"},
 		{"simulate", []string{"simulate", "--scale", "0.005", "--measure", "20m", "--bimodal-scale", "0.0003", "--replay-min", "20m", "--replay-max", "1h"}, "leaks per million requests"},
 		{"load", []string{"load", "--rate", "1000:3000:2", "--duration", "1s", "--series", "--plot", plots, "--dir", t.TempDir()}, "achieved/s"},
+		{"advisor-plot", []string{"advisor", "--quiet", "--delay", "exponential,mixture", "--windows", "2m,4m", "--duration", "10m", "--rate", "200", "--plot", plots}, "true leaks/M"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -52,7 +53,7 @@ func TestCommands(t *testing.T) {
 			}
 		})
 	}
-	for _, f := range []string{"headline.svg", "headline.png", "memory_scale.svg", "memory_per_key.svg", "memory_per_key.png", "load_throughput.svg", "load_latency.png"} {
+	for _, f := range []string{"headline.svg", "headline.png", "memory_scale.svg", "memory_per_key.svg", "memory_per_key.png", "load_throughput.svg", "load_latency.png", "advisor.svg", "advisor.png"} {
 		if fi, err := os.Stat(filepath.Join(plots, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("chart %s: %v", f, err)
 		}
