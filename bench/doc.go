@@ -18,8 +18,8 @@
 //     every baseline, each in a process of its own ([RunChild], child.go)
 //     so that its resident set is measured alone, redis-server's read from
 //     its own /proc ([ReadProcMemory], proc.go); the memory at scale
-//     (1M and 10M distinct keys per target); [MemorySweep], filter memory
-//     per key against the false-positive target.
+//     (1M and 10M distinct keys per target); [MemorySweep] (sweep.go), filter
+//     memory per key against the false-positive target.
 //   - [FilterCmd] (filtercmd.go): the dedup command with its keys in memory
 //     against awk's !seen[key]++ on one NDJSON file, peak RSS of each.
 //
