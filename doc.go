@@ -141,6 +141,9 @@
 //   - peek.go: Peek, and the store lookup behind a filter hit
 //   - done.go: Done and DoneBatch (ExplicitDone)
 //   - pool.go: [Pool], the worker pool that owns the watermark and commits
+//   - idem.go: idempotency keys with stored results ([Engine.Begin],
+//     [Engine.Complete], [Engine.Release])
+//   - idem_store.go: the records behind them in the exact store
 //   - commit.go: group commit, barriers and the checkpoint
 //   - snapshot.go and restore.go: writing snapshots, restoring from them
 //   - backup.go: Backup, RestoreBackup and RebuildSnapshot

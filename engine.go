@@ -90,6 +90,9 @@ type Engine struct {
 
 	stats engineStats
 
+	// idem serialises idempotency-record calls per key (idem.go).
+	idem idemTable
+
 	// bgCtx is cancelled by Close; background loops (AutoCommit, periodic
 	// snapshots, reclaiming expired generations) run in bg.
 	bgCtx    context.Context

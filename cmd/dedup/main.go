@@ -55,6 +55,7 @@ func init() {
 		{"filter", "pass each distinct event through once (the stream filter)", runFilter, flagSetOf(newFilterFlags), nil},
 		{"kafka", "deduplicate a Kafka topic as a consumer group, exactly once to an output topic", runKafka, flagSetOf(newKafkaFlags), nil},
 		{"serve", "serve dedup over the Redis protocol (SET NX EX, BF.*, DEDUP.*)", runServe, flagSetOf(newServeFlags), nil},
+		{"proxy", "put idempotency keys in front of any HTTP API (a reverse proxy that stores responses)", runProxy, flagSetOf(newProxyFlags), nil},
 		{"stats", "print what a state directory holds", runStats, flagSetOf(newStatsFlags), nil},
 		{"snapshot", "inspect, verify or rebuild the filter snapshots of a state", runSnapshot, newSnapshotFlags, snapshotSubs},
 		{"backup", "copy a state directory consistently into a new directory", runBackup, newBackupFlags, nil},

@@ -10,6 +10,7 @@
 //	dedupbench compare [flags]    engine modes and backends against the baselines
 //	dedupbench kafka [flags]      dedup on Kafka (in-process broker) against a passthrough
 //	dedupbench filter [flags]     dedup filter against awk's !seen[key]++, peak RSS of each
+//	dedupbench idem [flags]       dedup proxy against the upstream and a Redis-backed middleware
 //
 // Every subcommand takes --json (machine-readable output); those with charts
 // take --plot DIR (SVG and PNG). compare runs each target in a process of
@@ -81,14 +82,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runFilter(ctx, args, stdout, stderr)
 	case "advisor":
 		return runAdvisor(ctx, args, stdout, stderr)
+	case "idem":
+		return runIdem(ctx, args, stdout, stderr)
 	case childCommand:
 		// Hidden: one target of compare, in a process of its own.
 		return bench.RunChild(ctx, os.Stdin, stdout)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|filter|advisor] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|filter|advisor|idem] [flags]; dedupbench <cmd> -h for flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve, kafka, filter or advisor)", cmd)
+	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve, kafka, filter, advisor or idem)", cmd)
 }
 
 // childCommand is the hidden subcommand compare starts each target in, so

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/idempotency"
+)
+
+// proxyConfig holds the flags of `dedup proxy`.
+type proxyConfig struct {
+	listen         string
+	upstream       string
+	state          string
+	window         time.Duration
+	rate           float64
+	lease          time.Duration
+	wait           time.Duration
+	requireKey     bool
+	maxBody        byteSize
+	maxRequestBody byteSize
+	header         string
+	methods        string
+	metrics        string
+	drain          time.Duration
+}
+
+const proxyHelpHead = `Usage: dedup proxy --upstream URL --state DIR [--listen ADDR] [flags]
+
+Put idempotency keys in front of any HTTP API: the first request with a key
+(header Idempotency-Key) goes to the upstream; its response is stored, and
+every repeat of the key within --window gets the stored response (with
+Idempotent-Replayed: true) without reaching the upstream. While the first
+request runs, a repeat gets 409 with Retry-After (or waits, --wait); the key
+sent with another method, path or body gets 422. 5xx and 429 responses are
+not stored: the key is released and a retry goes upstream again. The key
+is forwarded upstream unchanged.
+
+Flags:
+`
+
+const proxyHelpTail = `
+A key's claim is on disk (fsynced) before its request goes upstream: after
+a crash of the proxy (kill -9), a retry within --lease gets 409, never a
+second upstream call; after the lease it goes upstream again. Set --lease
+above the upstream's slowest write: the upstream call is cut off there.
+SIGTERM or SIGINT: stop accepting, let the requests in flight finish (up to
+--drain), then exit; a request still unfinished keeps its claim until its
+lease ends.
+
+Examples:
+  dedup proxy --upstream http://127.0.0.1:3000 --state ./idem
+  curl -X POST -H 'Idempotency-Key: 8e03978e' -d '{"amount":100}' localhost:8080/charges
+`
+
+func newProxyFlags(e *env) (*flag.FlagSet, *proxyConfig) {
+	c := &proxyConfig{maxBody: byteSize(min(1<<20, dedup.MaxResultSize-4096)), maxRequestBody: 10 << 20}
+	fs := newFlags(e, "dedup proxy", proxyHelpHead, proxyHelpTail)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "listen on `ADDR` (host:port; the default is loopback only)")
+	fs.StringVar(&c.upstream, "upstream", "", "the API to protect, an http:// or https:// `URL` (required)")
+	fs.StringVar(&c.state, "state", "", "state `DIR` holding the keys and stored responses (required)")
+	fs.DurationVar(&c.window, "window", 24*time.Hour, "keep a key and its response for `DURATION`")
+	fs.Float64Var(&c.rate, "rate", engineDefaults.ExpectedRate, "expected distinct keys per second, `N` (filter sizing)")
+	fs.DurationVar(&c.lease, "lease", 30*time.Second, "a key stays in progress for `DURATION` at most if the proxy dies during its request; the upstream call's time limit")
+	fs.DurationVar(&c.wait, "wait", 0, "a repeat of a key in progress waits up to `DURATION` for the response instead of getting 409")
+	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a request of --methods without a key (default: send it upstream as is)")
+	fs.Var(&c.maxBody, "max-body", "store responses of at most `SIZE` (bytes, or with KiB, MiB); a larger one is sent, not stored")
+	fs.Var(&c.maxRequestBody, "max-request-body", "refuse (413) a keyed request with a body over `SIZE`")
+	fs.StringVar(&c.header, "header", "Idempotency-Key", "the request header carrying the key, `NAME`")
+	fs.StringVar(&c.methods, "methods", "POST,PATCH", "the methods that take keys, comma-separated `LIST`")
+	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
+	fs.DurationVar(&c.drain, "drain", time.Minute, "on SIGTERM, wait up to `DURATION` for the requests in flight")
+	return fs, c
+}
+
+// byteSize is a flag of a size in bytes: "1048576", "512KiB", "1MiB".
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	mult := int64(1)
+	num := s
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			num, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 1 || n > (1<<62)/mult {
+		return fmt.Errorf("want a positive number of bytes, optionally with B, KiB, MiB or GiB, got %q", s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
+
+func runProxy(e *env, args []string) error {
+	fs, c := newProxyFlags(e)
+	if _, err := positionals(fs, args, 0, "no arguments"); err != nil {
+		return err
+	}
+	if c.upstream == "" {
+		return usagef("proxy: --upstream URL is required")
+	}
+	up, err := url.Parse(c.upstream)
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return usagef("proxy: --upstream %q: want an http:// or https:// URL with a host", c.upstream)
+	}
+	if c.state == "" {
+		return usagef("proxy: --state DIR is required: the keys' claims must survive a crash")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"lease", c.lease}, {"window", c.window}, {"drain", c.drain}} {
+		if d.v <= 0 {
+			return usagef("proxy: --%s must be positive, got %v", d.name, d.v)
+		}
+	}
+	if c.wait < 0 {
+		return usagef("proxy: --wait must not be negative, got %v", c.wait)
+	}
+	if int64(c.maxBody) > dedup.MaxResultSize-4096 {
+		return usagef("proxy: --max-body is at most %d bytes (a stored response holds its headers too), got %d", dedup.MaxResultSize-4096, c.maxBody)
+	}
+	if err := checkAddr("--listen", c.listen); err != nil {
+		return err
+	}
+	if c.metrics != "" {
+		if err := checkAddr("--metrics", c.metrics); err != nil {
+			return err
+		}
+	}
+	var methods []string
+	for _, m := range strings.Split(c.methods, ",") {
+		methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
+	}
+	opts := dedup.Options{Dir: c.state, Window: c.window, ExpectedRate: c.rate, Logf: engineLog(e)}
+	if err := adoptState(c.state, explicitFlags(fs), &opts); err != nil {
+		return err
+	}
+	pm := newProxyMetrics()
+	mwOpts := idempotency.Options{
+		Header:         c.header,
+		Methods:        methods,
+		RequireKey:     c.requireKey,
+		Lease:          c.lease,
+		Wait:           c.wait,
+		MaxBody:        int(c.maxBody),
+		MaxRequestBody: int64(c.maxRequestBody),
+		Report:         pm.report,
+		ErrorLog: func(format string, args ...any) {
+			fmt.Fprintf(e.stderr, "dedup proxy: "+format+"\n", args...)
+		},
+	}
+	// Check the middleware's options before anything is opened.
+	mwOpts.Store = (*dedup.Engine)(nil)
+	if err := mwOpts.Validate(); err != nil {
+		return usageErr(fmt.Errorf("proxy: %w", err))
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return listenErr(c.listen, err)
+	}
+	eng, err := dedup.Open(opts)
+	if err != nil {
+		ln.Close()
+		return openErr(c.state, err)
+	}
+	mwOpts.Store = eng
+	mw, err := idempotency.New(mwOpts)
+	if err != nil {
+		return errors.Join(usageErr(err), ln.Close(), eng.Close())
+	}
+	handler := mw(newUpstreamProxy(up, c.lease, pm))
+	stopMetrics := func() error { return nil }
+	if c.metrics != "" {
+		reg, err := newRegistry(newCollector(eng, nil), pm)
+		if err != nil {
+			return errors.Join(err, ln.Close(), eng.Close())
+		}
+		mln, err := net.Listen("tcp", c.metrics)
+		if err != nil {
+			return errors.Join(fmt.Errorf("metrics: %w", err), ln.Close(), eng.Close())
+		}
+		stopMetrics = serveRegistry(mln, reg)
+	}
+	if host, _, _ := net.SplitHostPort(c.listen); !isLoopback(host) {
+		fmt.Fprintf(e.stderr, "dedup proxy: warning: --listen %s is not loopback: anyone who reaches it reaches the upstream through it\n", c.listen)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(e.stderr, "dedup proxy: listening on %s (upstream %s, window %v, lease %v, state %s)\n", ln.Addr(), up, opts.Window, c.lease, c.state)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-e.sigs:
+		fmt.Fprintf(e.stderr, "dedup proxy: shutting down: waiting up to %v for the requests in flight\n", c.drain)
+		ctx, cancel := context.WithTimeout(context.Background(), c.drain)
+		if err := srv.Shutdown(ctx); err != nil {
+			fmt.Fprintf(e.stderr, "dedup proxy: requests still in flight after --drain %v keep their claims until their lease ends\n", c.drain)
+			srv.Close()
+		}
+		cancel()
+		serveErr = <-served
+	case serveErr = <-served:
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return errors.Join(serveErr, stopMetrics(), eng.Close())
+}
+
+// newUpstreamProxy forwards requests to up. The upstream call does not
+// follow the client: a client that hangs up does not cut a write short
+// whose response is to be stored; lease bounds it instead.
+func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.Handler {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(up)
+			r.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status := http.StatusBadGateway
+			if errors.Is(err, context.DeadlineExceeded) {
+				status = http.StatusGatewayTimeout
+			}
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", "Upstream unavailable", status)
+		},
+		// FlushInterval 0: responses are buffered as net/http does;
+		// streamed ones (unknown length, event streams) are flushed as
+		// they come.
+		Transport: upstreamTransport(),
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lease)
+		defer cancel()
+		start := time.Now()
+		rp.ServeHTTP(w, r.WithContext(ctx))
+		pm.upstream.Observe(time.Since(start).Seconds())
+	})
+}
+
+// upstreamTransport is http.DefaultTransport keeping enough idle
+// connections to the one upstream for every concurrent request: with the
+// default two, a burst of concurrent requests opens (and closes) a
+// connection for most of them.
+func upstreamTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 1024
+	return t
+}
+
+// proxyMetrics are the proxy's own metrics.
+type proxyMetrics struct {
+	outcomes *prometheus.CounterVec
+	stored   prometheus.Counter
+	upstream prometheus.Histogram
+}
+
+func newProxyMetrics() *proxyMetrics {
+	return &proxyMetrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_proxy_requests_total",
+			Help: "Requests by outcome: executed (sent upstream, response stored), replayed, conflict (409), mismatch (422), released (sent upstream, not stored: 5xx, 429, too large), rejected (400, 413), failed (503), unkeyed (sent upstream without a key).",
+		}, []string{"outcome"}),
+		stored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dedup_proxy_stored_bytes_total",
+			Help: "Bytes of responses stored (status, headers, body).",
+		}),
+		upstream: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dedup_proxy_upstream_seconds",
+			Help:    "Latency of upstream calls.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+	}
+}
+
+func (m *proxyMetrics) report(_ *http.Request, o idempotency.Outcome, stored int) {
+	m.outcomes.WithLabelValues(o.String()).Inc()
+	if stored > 0 {
+		m.stored.Add(float64(stored))
+	}
+}
+
+// Describe and Collect make proxyMetrics one prometheus.Collector.
+func (m *proxyMetrics) Describe(ch chan<- *prometheus.Desc) {
+	m.outcomes.Describe(ch)
+	m.stored.Describe(ch)
+	m.upstream.Describe(ch)
+}
+
+func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.outcomes.Collect(ch)
+	m.stored.Collect(ch)
+	m.upstream.Collect(ch)
+}

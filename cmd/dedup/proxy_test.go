@@ -1,0 +1,419 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// upstreamAPI is a test API that counts the executions of each key and
+// can hold a key's request until released.
+type upstreamAPI struct {
+	mu       sync.Mutex
+	runs     map[string]int
+	hold     map[string]chan struct{} // requests of these keys wait for a close
+	arrived  chan string
+	srv      *httptest.Server
+	requests atomic.Int32
+}
+
+func newUpstreamAPI(t *testing.T) *upstreamAPI {
+	u := &upstreamAPI{runs: map[string]int{}, hold: map[string]chan struct{}{}, arrived: make(chan string, 100)}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.requests.Add(1)
+		key := r.Header.Get("Idempotency-Key")
+		body, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.runs[key]++
+		n := u.runs[key]
+		h := u.hold[key]
+		u.mu.Unlock()
+		u.arrived <- key
+		if h != nil {
+			<-h
+		}
+		if strings.HasPrefix(r.URL.Path, "/fail") {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/charges/"+key)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":%q,"run":%d,"body":%q}`, key, n, body)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstreamAPI) runsOf(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.runs[key]
+}
+
+func (u *upstreamAPI) holdKey(key string) chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	c := make(chan struct{})
+	u.hold[key] = c
+	return c
+}
+
+// proxyChild is a running `dedup proxy` child process.
+type proxyChild struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan error
+	log  *strings.Builder
+	mu   sync.Mutex
+}
+
+func startProxy(t *testing.T, bin string, args ...string) *proxyChild {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...)...)
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &proxyChild{cmd: cmd, done: make(chan error, 1), log: &strings.Builder{}}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-c.done
+	})
+	r := bufio.NewReader(pipe)
+	for c.url == "" {
+		line, err := r.ReadString('\n')
+		c.log.WriteString(line)
+		if err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatalf("dedup proxy did not start: %v\n%s", err, c.log)
+		}
+		if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			addr, _, _ := strings.Cut(rest, " ")
+			c.url = "http://" + addr
+		}
+	}
+	go func() {
+		b, _ := io.ReadAll(r)
+		c.mu.Lock()
+		c.log.Write(b)
+		c.mu.Unlock()
+		c.done <- cmd.Wait()
+	}()
+	return c
+}
+
+func (c *proxyChild) kill9(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	c.done <- nil // for the cleanup
+}
+
+type proxyResponse struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func post(t *testing.T, url, key, body string) proxyResponse {
+	t.Helper()
+	r, err := postErr(url, key, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func postErr(url, key, body string) (proxyResponse, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return proxyResponse{}, err
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return proxyResponse{}, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return proxyResponse{res.StatusCode, res.Header, string(b)}, err
+}
+
+// TestProxyKill9 runs the real binary and kills it with SIGKILL: a stored
+// response replays identically after the restart; a request whose upstream
+// call was running at the kill gets 409 after the restart, not a second
+// upstream call, until its lease ends; then it runs again.
+func TestProxyKill9(t *testing.T) {
+	bin := buildBinary(t, t.TempDir())
+	up := newUpstreamAPI(t)
+	state := t.TempDir()
+	const lease = 6 * time.Second
+	args := []string{"--upstream", up.srv.URL, "--state", state, "--lease", lease.String()}
+	p := startProxy(t, bin, args...)
+
+	first := post(t, p.url+"/charges", "ch-1", `{"amount":100}`)
+	if first.status != 201 || up.runsOf("ch-1") != 1 {
+		t.Fatalf("first request: %+v, %d runs", first, up.runsOf("ch-1"))
+	}
+	release := up.holdKey("ch-2")
+	go postErr(p.url+"/charges", "ch-2", `{"amount":200}`) // dies with the proxy
+	if k := <-up.arrived; k != "ch-1" {
+		t.Fatalf("arrived %q", k)
+	}
+	if k := <-up.arrived; k != "ch-2" {
+		t.Fatalf("arrived %q", k)
+	}
+	claimed := time.Now() // ch-2's lease ends before claimed+lease
+	p.kill9(t)
+	close(release)
+
+	p = startProxy(t, bin, args...)
+	again := post(t, p.url+"/charges", "ch-1", `{"amount":100}`)
+	if again.status != 201 || again.body != first.body || again.header.Get("Location") != first.header.Get("Location") ||
+		again.header.Get("Content-Type") != first.header.Get("Content-Type") || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay after kill -9 differs:\nfirst %+v\nagain %+v", first, again)
+	}
+	if up.runsOf("ch-1") != 1 {
+		t.Fatalf("ch-1 ran %d times", up.runsOf("ch-1"))
+	}
+	inflight := post(t, p.url+"/charges", "ch-2", `{"amount":200}`)
+	if time.Since(claimed) < lease-time.Second {
+		if inflight.status != http.StatusConflict || inflight.header.Get("Retry-After") == "" {
+			t.Fatalf("retry of the request killed in flight: %+v, want 409 with Retry-After", inflight)
+		}
+		if up.runsOf("ch-2") != 1 {
+			t.Fatalf("ch-2 ran %d times before its lease ended", up.runsOf("ch-2"))
+		}
+	} else {
+		t.Fatalf("the restart took %v, past the lease: 409 not checked", time.Since(claimed))
+	}
+	time.Sleep(time.Until(claimed.Add(lease)))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := post(t, p.url+"/charges", "ch-2", `{"amount":200}`)
+		if r.status == 201 {
+			break
+		}
+		if r.status != http.StatusConflict || time.Now().After(deadline) {
+			t.Fatalf("after the lease: %+v", r)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if up.runsOf("ch-2") != 2 {
+		t.Fatalf("ch-2 ran %d times, want 2 (once before the kill, once after its lease)", up.runsOf("ch-2"))
+	}
+}
+
+// runProxyInProcess runs `dedup proxy args...` in this process; stop sends
+// it SIGTERM and returns its exit status and stderr.
+func runProxyInProcess(t *testing.T, args ...string) (url string, stop func() (int, string)) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	sigs := make(chan os.Signal, 1)
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, sigs: sigs}
+	code := make(chan int, 1)
+	go func() {
+		code <- run(e, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...))
+		pw.Close()
+	}()
+	var log strings.Builder
+	r := bufio.NewReader(pr)
+	for url == "" {
+		line, err := r.ReadString('\n')
+		log.WriteString(line)
+		if err != nil {
+			t.Fatalf("dedup proxy did not start: exit %d\n%s", <-code, log.String())
+		}
+		if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			addr, _, _ := strings.Cut(rest, " ")
+			url = "http://" + addr
+		}
+	}
+	rest := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		rest <- string(b)
+	}()
+	stopped := false
+	stop = func() (int, string) {
+		stopped = true
+		sigs <- syscall.SIGTERM
+		c := <-code
+		return c, log.String() + <-rest
+	}
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
+		}
+	})
+	return url, stop
+}
+
+// TestProxyConcurrentOneExecution: many clients send one key at once; the
+// upstream runs it once, every other client gets 409, and a later repeat
+// (by curl too) gets the stored response.
+func TestProxyConcurrentOneExecution(t *testing.T) {
+	up := newUpstreamAPI(t)
+	release := up.holdKey("order-9")
+	url, stop := runProxyInProcess(t, "--upstream", up.srv.URL, "--state", t.TempDir())
+	const n = 24
+	results := make(chan proxyResponse, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			r, err := postErr(url+"/orders", "order-9", "{}")
+			if err != nil {
+				t.Error(err)
+			}
+			results <- r
+		}()
+	}
+	<-up.arrived
+	for i := 0; i < n-1; i++ {
+		if r := <-results; r.status != http.StatusConflict {
+			t.Fatalf("while the first runs: %+v", r)
+		}
+	}
+	close(release)
+	if r := <-results; r.status != 201 {
+		t.Fatalf("the first: %+v", r)
+	}
+	if up.runsOf("order-9") != 1 {
+		t.Fatalf("%d upstream runs", up.runsOf("order-9"))
+	}
+	if _, err := exec.LookPath("curl"); err == nil {
+		out, err := exec.Command("curl", "-si", "-X", "POST", "-H", "Idempotency-Key: order-9", "-d", "{}", url+"/orders").CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl: %v\n%s", err, out)
+		}
+		s := string(out)
+		if !strings.Contains(s, "HTTP/1.1 201") || !strings.Contains(s, "Idempotent-Replayed: true") || !strings.Contains(s, `"run":1`) {
+			t.Fatalf("curl replay:\n%s", s)
+		}
+	} else {
+		t.Log("curl not installed: curl replay not checked")
+	}
+	if code, log := stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+}
+
+// TestProxyMatrix: 422 for the key with another body, 5xx released and
+// retried upstream, large and streamed responses, bad keys.
+func TestProxyMatrix(t *testing.T) {
+	up := newUpstreamAPI(t)
+	big := strings.Repeat("z", 3000)
+	stream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			io.WriteString(w, big)
+			return
+		}
+		for i := 0; i < 3; i++ {
+			fmt.Fprintf(w, "part %d\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}))
+	defer stream.Close()
+	url, stop := runProxyInProcess(t, "--upstream", up.srv.URL, "--state", t.TempDir(), "--require-key")
+	post(t, url+"/charges", "m", "one")
+	if r := post(t, url+"/charges", "m", "two"); r.status != 422 || r.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("other body: %+v", r)
+	}
+	for i := 1; i <= 2; i++ {
+		if r := post(t, url+"/fail", "f", ""); r.status != 503 || up.runsOf("f") != i {
+			t.Fatalf("5xx, attempt %d: %+v, %d runs", i, r, up.runsOf("f"))
+		}
+	}
+	if r := post(t, url+"/charges", "", ""); r.status != 400 {
+		t.Fatalf("no key under --require-key: %+v", r)
+	}
+	if r := post(t, url+"/charges", strings.Repeat("k", 256), ""); r.status != 400 {
+		t.Fatalf("a 256-byte key: %+v", r)
+	}
+	if code, log := stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+
+	url, stop = runProxyInProcess(t, "--upstream", stream.URL, "--state", t.TempDir(), "--max-body", "2KiB")
+	for i := 0; i < 2; i++ {
+		if r := post(t, url+"/big", "b", ""); r.body != big || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("big response, attempt %d: %d bytes, replayed %q", i, len(r.body), r.header.Get("Idempotent-Replayed"))
+		}
+	}
+	want := "part 0\npart 1\npart 2\n"
+	if r := post(t, url+"/stream", "s", ""); r.body != want {
+		t.Fatalf("streamed: %q", r.body)
+	}
+	if r := post(t, url+"/stream", "s", ""); r.body != want || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("streamed replay: %+v", r)
+	}
+	stop()
+}
+
+// TestProxySIGTERMFinishesInFlight: SIGTERM lets a request in flight
+// finish and store its response; the next proxy replays it.
+func TestProxySIGTERMFinishesInFlight(t *testing.T) {
+	up := newUpstreamAPI(t)
+	state := t.TempDir()
+	release := up.holdKey("slow")
+	url, stop := runProxyInProcess(t, "--upstream", up.srv.URL, "--state", state)
+	got := make(chan proxyResponse, 1)
+	go func() { got <- post(t, url, "slow", "") }()
+	<-up.arrived
+	exited := make(chan int, 1)
+	go func() {
+		code, _ := stop()
+		exited <- code
+	}()
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	if r := <-got; r.status != 201 {
+		t.Fatalf("in flight at SIGTERM: %+v", r)
+	}
+	if code := <-exited; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	url, stop = runProxyInProcess(t, "--upstream", up.srv.URL, "--state", state)
+	if r := post(t, url, "slow", ""); r.header.Get("Idempotent-Replayed") != "true" || up.runsOf("slow") != 1 {
+		t.Fatalf("after the restart: %+v, %d runs", r, up.runsOf("slow"))
+	}
+	stop()
+}
+
+func TestProxyFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--state", "x"}, "--upstream URL is required"},
+		{[]string{"--upstream", "localhost:3000", "--state", "x"}, "want an http:// or https:// URL"},
+		{[]string{"--upstream", "http://h"}, "--state DIR is required"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--lease", "0s"}, "--lease must be positive"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--max-body", "1MB"}, "want a positive number of bytes"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--header", "Bad Name"}, "Header must be a header name"},
+	} {
+		var stderr strings.Builder
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr}
+		if code := run(e, append([]string{"proxy"}, c.args...)); code != exitBad || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d, %q; want exit 2 naming %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/streamdedup/dedup"
+)
+
+// fakeClock is a settable clock for Options.Now.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+func (c *fakeClock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+func mustBegin(t testing.TB, e *Engine, key, fp string, lease time.Duration, want ClaimState) Claim {
+	t.Helper()
+	c, err := e.Begin(context.Background(), []byte(key), []byte(fp), lease)
+	if err != nil {
+		t.Fatalf("Begin(%q): %v", key, err)
+	}
+	if c.State != want {
+		t.Fatalf("Begin(%q) = %v, want %v", key, c.State, want)
+	}
+	return c
+}
+
+func TestBeginConcurrentOneNew(t *testing.T) {
+	e := openT(t, Options{})
+	for round := 0; round < 20; round++ {
+		key := []byte{'k', byte(round)}
+		var news, progress atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				c, err := e.Begin(context.Background(), key, []byte("req"), time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch c.State {
+				case ClaimNew:
+					news.Add(1)
+				case ClaimInProgress:
+					if c.LeaseLeft <= 0 || c.LeaseLeft > time.Minute {
+						t.Errorf("LeaseLeft %v", c.LeaseLeft)
+					}
+					progress.Add(1)
+				default:
+					t.Errorf("state %v", c.State)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if news.Load() != 1 || progress.Load() != 31 {
+			t.Fatalf("round %d: %d New, %d InProgress; want 1 and 31", round, news.Load(), progress.Load())
+		}
+	}
+}
+
+func TestClaimLifecycle(t *testing.T) {
+	clk := newFakeClock(t0)
+	e := openT(t, Options{Now: clk.Now, Window: time.Hour})
+	ctx := context.Background()
+	c := mustBegin(t, e, "order-1", "body-a", time.Minute, ClaimNew)
+	if c.Expires.Before(t0.Add(time.Hour)) {
+		t.Fatalf("Expires %v, before the window's end", c.Expires)
+	}
+	mustBegin(t, e, "order-1", "body-b", time.Minute, ClaimMismatch)
+	if err := e.Complete(ctx, []byte("order-1"), Token{1}, []byte("x")); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Complete with another token: %v, want ErrLeaseLost", err)
+	}
+	if err := e.Complete(ctx, []byte("order-1"), c.Token, []byte("charge ch_1")); err != nil {
+		t.Fatal(err)
+	}
+	got := mustBegin(t, e, "order-1", "body-a", time.Minute, ClaimCompleted)
+	if string(got.Result) != "charge ch_1" {
+		t.Fatalf("Result %q", got.Result)
+	}
+	mustBegin(t, e, "order-1", "body-b", time.Minute, ClaimMismatch)
+	if err := e.Release(ctx, []byte("order-1"), c.Token); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Release after Complete: %v, want ErrLeaseLost", err)
+	}
+
+	// Release: the next Begin runs the work again.
+	r := mustBegin(t, e, "order-2", "", time.Minute, ClaimNew)
+	if err := e.Release(ctx, []byte("order-2"), r.Token); err != nil {
+		t.Fatal(err)
+	}
+	mustBegin(t, e, "order-2", "", time.Minute, ClaimNew)
+
+	// The result leaves with the window.
+	clk.Add(time.Hour + time.Hour/4 + time.Second)
+	mustBegin(t, e, "order-1", "body-b", time.Minute, ClaimNew)
+}
+
+func TestLeaseExpiryLetsKeyRunAgain(t *testing.T) {
+	clk := newFakeClock(t0)
+	e := openT(t, Options{Now: clk.Now})
+	ctx := context.Background()
+	first := mustBegin(t, e, "k", "f", 10*time.Second, ClaimNew)
+	clk.Add(9 * time.Second)
+	c := mustBegin(t, e, "k", "f", 10*time.Second, ClaimInProgress)
+	if c.LeaseLeft != time.Second {
+		t.Fatalf("LeaseLeft %v, want 1s", c.LeaseLeft)
+	}
+	clk.Add(time.Second)
+	second := mustBegin(t, e, "k", "f", 10*time.Second, ClaimNew)
+	if second.Token == first.Token {
+		t.Fatal("the second claim has the first one's token")
+	}
+	if err := e.Complete(ctx, []byte("k"), first.Token, []byte("late")); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Complete by the first owner: %v, want ErrLeaseLost", err)
+	}
+	if err := e.Complete(ctx, []byte("k"), second.Token, []byte("done")); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustBegin(t, e, "k", "f", time.Second, ClaimCompleted); string(got.Result) != "done" {
+		t.Fatalf("Result %q", got.Result)
+	}
+}
+
+func TestClaimsSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	e, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustBegin(t, e, "a", "fa", time.Hour, ClaimNew)
+	b := mustBegin(t, e, "b", "fb", time.Hour, ClaimNew)
+	if err := e.Complete(ctx, []byte("b"), b.Token, []byte("result b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openT(t, Options{Dir: dir})
+	mustBegin(t, e, "a", "fa", time.Hour, ClaimInProgress)
+	if got := mustBegin(t, e, "b", "fb", time.Hour, ClaimCompleted); string(got.Result) != "result b" {
+		t.Fatalf("Result %q", got.Result)
+	}
+	// The owner's token still ends its claim after the restart.
+	if err := e.Complete(ctx, []byte("a"), a.Token, []byte("result a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustBegin(t, e, "a", "fa", time.Hour, ClaimCompleted); string(got.Result) != "result a" {
+		t.Fatalf("Result %q", got.Result)
+	}
+}
+
+func TestClaimErrors(t *testing.T) {
+	ctx := context.Background()
+	p := openT(t, Options{Probabilistic: true})
+	if _, err := p.Begin(ctx, []byte("k"), nil, time.Second); !errors.Is(err, ErrNeedsExact) {
+		t.Fatalf("Begin in probabilistic mode: %v, want ErrNeedsExact", err)
+	}
+	e := openT(t, Options{})
+	if _, err := e.Begin(ctx, []byte("k"), nil, 0); !errors.Is(err, ErrBadLease) {
+		t.Fatalf("Begin with lease 0: %v, want ErrBadLease", err)
+	}
+	if _, err := e.Begin(ctx, nil, nil, time.Second); !errors.Is(err, ErrEmptyKey) {
+		t.Fatalf("Begin with no key: %v, want ErrEmptyKey", err)
+	}
+	c := mustBegin(t, e, "k", "", time.Second, ClaimNew)
+	err := e.Complete(ctx, []byte("k"), c.Token, make([]byte, MaxResultSize+1))
+	if !errors.Is(err, ErrResultTooLarge) {
+		t.Fatalf("Complete with a result over MaxResultSize: %v, want ErrResultTooLarge", err)
+	}
+	if err := e.Complete(ctx, []byte("k"), c.Token, make([]byte, MaxResultSize)); err != nil {
+		t.Fatalf("Complete with a result of MaxResultSize: %v", err)
+	}
+	tok, err := ParseToken(c.Token.String())
+	if err != nil || tok != c.Token {
+		t.Fatalf("ParseToken(String) = %v, %v", tok, err)
+	}
+	if _, err := ParseToken("xyz"); !errors.Is(err, ErrBadToken) {
+		t.Fatalf("ParseToken(xyz): %v", err)
+	}
+}
+
+func TestAwaitKeyWakesOnComplete(t *testing.T) {
+	e := openT(t, Options{})
+	ctx := context.Background()
+	if local, err := e.AwaitKey(ctx, []byte("none")); local || err != nil {
+		t.Fatalf("AwaitKey of an absent key = %v, %v", local, err)
+	}
+	c := mustBegin(t, e, "k", "", time.Minute, ClaimNew)
+	done := make(chan error)
+	go func() {
+		_, err := e.AwaitKey(ctx, []byte("k"))
+		done <- err
+	}()
+	if err := e.Complete(ctx, []byte("k"), c.Token, []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLookupDoesNotClaim(t *testing.T) {
+	clk := newFakeClock(t0)
+	e := openT(t, Options{Now: clk.Now})
+	ctx := context.Background()
+	look := func(fp string, want ClaimState) Claim {
+		t.Helper()
+		c, err := e.Lookup(ctx, []byte("k"), []byte(fp))
+		if err != nil || c.State != want {
+			t.Fatalf("Lookup = %v, %v; want %v", c.State, err, want)
+		}
+		return c
+	}
+	look("f", ClaimAbsent)
+	look("f", ClaimAbsent)
+	c := mustBegin(t, e, "k", "f", time.Second, ClaimNew)
+	look("f", ClaimInProgress)
+	look("g", ClaimMismatch)
+	clk.Add(time.Second)
+	look("f", ClaimAbsent) // the lease passed
+	c = mustBegin(t, e, "k", "f", time.Second, ClaimNew)
+	if err := e.Complete(ctx, []byte("k"), c.Token, []byte("r")); err != nil {
+		t.Fatal(err)
+	}
+	if got := look("f", ClaimCompleted); string(got.Result) != "r" {
+		t.Fatalf("Result %q", got.Result)
+	}
+}
+
+// TestClaimsTravelWithBackups: a backup and its restore carry the records,
+// results and claims in progress alike.
+func TestClaimsTravelWithBackups(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	e := openT(t, Options{Dir: root + "/live"})
+	done := mustBegin(t, e, "done", "f", time.Hour, ClaimNew)
+	if err := e.Complete(ctx, []byte("done"), done.Token, []byte("result")); err != nil {
+		t.Fatal(err)
+	}
+	mustBegin(t, e, "running", "f", time.Hour, ClaimNew)
+	if err := e.Backup(root + "/backup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RestoreBackup(root+"/backup", root+"/restored"); err != nil {
+		t.Fatal(err)
+	}
+	r := openT(t, Options{Dir: root + "/restored"})
+	if got := mustBegin(t, r, "done", "f", time.Hour, ClaimCompleted); string(got.Result) != "result" {
+		t.Fatalf("Result %q", got.Result)
+	}
+	mustBegin(t, r, "done", "other", time.Hour, ClaimMismatch)
+	mustBegin(t, r, "running", "f", time.Hour, ClaimInProgress)
+}
