@@ -164,6 +164,9 @@ type PartitionState struct {
 	// Lag is the records behind the last one fetched, from the fetch's
 	// high watermark; -1 until a fetch brought records.
 	Lag int64
+	// Advice is the window advisor's estimate for the partition's engine
+	// (record-time delays): see [dedup.WindowAdvice].
+	Advice dedup.WindowAdvice
 }
 
 // PartitionStates returns the state of each partition assigned now,
@@ -172,10 +175,19 @@ type PartitionState struct {
 func (c *Consumer) PartitionStates() []PartitionState {
 	c.mu.Lock()
 	out := make([]PartitionState, 0, len(c.parts))
+	engs := make([]*dedup.Engine, 0, len(c.parts))
 	for _, pt := range c.parts {
 		out = append(out, PartitionState{Topic: pt.topic, Partition: pt.part, Ready: pt.ready, Replayed: pt.replayed.Load(), Lag: pt.lag.Load()})
+		engs = append(engs, pt.eng)
 	}
 	c.mu.Unlock()
+	// Outside c.mu: Stats takes every shard's lock. An engine closed
+	// meanwhile reports a zero advice.
+	for i, e := range engs {
+		if e != nil {
+			out[i].Advice = e.Stats().WindowAdvice
+		}
+	}
 	slices.SortFunc(out, func(a, b PartitionState) int {
 		if a.Topic != b.Topic {
 			return strings.Compare(a.Topic, b.Topic)
