@@ -5,7 +5,9 @@
 // reports.
 //
 // Four runs, each a Config in and a Result out, with a WriteText report
-// ([Serve] and [Kafka] drive the servers the same way):
+// ([Serve] and [Kafka] drive the servers the same way; [Kafka] is in
+// kafka.go, its passthrough baseline in kafkapass.go, its report and
+// [PlotKafka] in kafkareport.go):
 //
 //   - [Simulate] (simulate.go): the window model ([Reference]) on
 //     a virtual clock: keys held, memory, duplicates leaked per window, and
@@ -16,8 +18,8 @@
 //     every baseline, each in a process of its own ([RunChild], child.go)
 //     so that its resident set is measured alone, redis-server's read from
 //     its own /proc ([ReadProcMemory], proc.go); the memory at scale
-//     (1M and 10M distinct keys per target); [MemorySweep], filter memory
-//     per key against the false-positive target.
+//     (1M and 10M distinct keys per target); [MemorySweep] (sweep.go), filter
+//     memory per key against the false-positive target.
 //   - [FilterCmd] (filtercmd.go): the dedup command with its keys in memory
 //     against awk's !seen[key]++ on one NDJSON file, peak RSS of each.
 //

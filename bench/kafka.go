@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,16 +15,12 @@ import (
 
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/internal/cputime"
-	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 )
 
 // KafkaConfig configures the Kafka scenario: dedup consumers against a
@@ -650,108 +645,6 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 	return m, nil
 }
 
-// passthrough is the baseline: the same transactional consume-produce loop
-// as kafka.Consumer (GroupTransactSession, batches of up to 10000 records
-// or 100ms), with every record written and no engine. It counts the
-// records of committed transactions, as the dedup side does.
-type passthrough struct {
-	n     atomic.Uint64
-	parts atomic.Int64
-}
-
-func (p *passthrough) processed() uint64 { return p.n.Load() }
-func (p *passthrough) assigned() int     { return int(p.parts.Load()) }
-
-func (p *passthrough) run(ctx context.Context, addrs []string, group, in, out string) error {
-	sess, err := kgo.NewGroupTransactSession(
-		kgo.SeedBrokers(addrs...),
-		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(in),
-		kgo.TransactionalID(group+"-"+strconv.FormatUint(rand.Uint64(), 16)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.HeartbeatInterval(100*time.Millisecond),
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			p.parts.Add(int64(count(m)))
-		}),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			p.parts.Add(-int64(count(m)))
-		}),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			p.parts.Add(-int64(count(m)))
-		}),
-	)
-	if err != nil {
-		return fmt.Errorf("bench: passthrough: %w", err)
-	}
-	defer sess.CloseAllowingRebalance()
-	const maxRecords, maxTime = 10000, 100 * time.Millisecond
-	for ctx.Err() == nil {
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		fs := sess.PollRecords(pctx, maxRecords)
-		cancel()
-		if fs.NumRecords() == 0 {
-			sess.AllowRebalance()
-			continue
-		}
-		if err := sess.Begin(); err != nil {
-			return fmt.Errorf("bench: passthrough: %w", err)
-		}
-		start, n := time.Now(), 0
-		for {
-			fs.EachRecord(func(r *kgo.Record) {
-				sess.Produce(ctx, &kgo.Record{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}, nil)
-			})
-			n += fs.NumRecords()
-			left := maxTime - time.Since(start)
-			if n >= maxRecords || left <= 0 {
-				break
-			}
-			pctx, cancel := context.WithTimeout(ctx, left)
-			fs = sess.PollRecords(pctx, maxRecords-n)
-			cancel()
-			if fs.NumRecords() == 0 {
-				break
-			}
-		}
-		ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		committed, err := sess.End(ectx, kgo.TryCommit)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("bench: passthrough end: %w", err)
-		}
-		if committed {
-			p.n.Add(uint64(n))
-		}
-		sess.AllowRebalance()
-	}
-	return nil
-}
-
-// WriteText writes the scenario's tables.
-func (r *KafkaResult) WriteText(w io.Writer) error {
-	rows := make([][]string, 0, len(r.Rows))
-	for _, x := range r.Rows {
-		rows = append(rows, []string{strconv.Itoa(x.Instances), humanize.Count(x.Passthrough), humanize.Count(x.Dedup), fmt.Sprintf("%.2f", x.Ratio),
-			fmt.Sprintf("%.2f", x.PassthroughCPU), fmt.Sprintf("%.2f", x.DedupCPU), fmt.Sprintf("%.2f", x.CPURatio)})
-	}
-	fmt.Fprintf(w, "Kafka (in-process kfake broker, %d partitions, %d events, %.0f%% duplicates; events/s between 10%% and 90%% of the input, median of %d)\n\n",
-		r.Config.Partitions, r.Config.Events, 100*r.Config.DuplicateFraction, r.Config.Repeat)
-	if err := table(w, "instances\tpassthrough ev/s\tdedup ev/s\tdedup/passthrough\tpassthrough CPU us/ev\tdedup CPU us/ev\tCPU passthrough/dedup", rows); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\nEnd to end at %.0f events/s (produce to read_committed output): passthrough p50 %s p99 %s, dedup p50 %s p99 %s\n",
-		r.Config.LatencyRate, lat(r.P50Passthrough), lat(r.P99Passthrough), lat(r.P50Dedup), lat(r.P99Dedup))
-	m := r.Move
-	_, err := fmt.Fprintf(w, "Partition move: %d partitions to a new instance with no state, %s records replayed, ready in %s (slowest);\n  replay %s records/s (%s per partition) vs one instance's ingest %s events/s over %d partitions: %.2fx\n",
-		m.Moved, humanize.Count(float64(m.Replayed)), lat(m.Ready), humanize.Count(m.ReplayRate), humanize.Count(m.PerPartition), humanize.Count(m.IngestRate), r.Config.Partitions, m.Ratio)
-	return err
-}
-
 // errKafkaBench is returned for a bad KafkaConfig.
 var errKafkaBench = errors.New("bench: invalid kafka config")
 
@@ -779,23 +672,4 @@ func (c *KafkaConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: LatencyRate and LatencyFor must not be negative", errKafkaBench))
 	}
 	return errors.Join(errs...)
-}
-
-// PlotKafka draws events per second against the group size for the
-// passthrough and dedup: kafka_throughput, as SVG and PNG in dir.
-func PlotKafka(r *KafkaResult, dir string) ([]string, error) {
-	p := plot.New()
-	p.Title.Text = "dedup on Kafka (kfake): events/s vs instances"
-	p.X.Label.Text = "instances"
-	p.Y.Label.Text = "events/s"
-	var pass, dd plotter.XYs
-	for _, x := range r.Rows {
-		pass = append(pass, plotter.XY{X: float64(x.Instances), Y: x.Passthrough})
-		dd = append(dd, plotter.XY{X: float64(x.Instances), Y: x.Dedup})
-	}
-	if err := plotutil.AddLinePoints(p, "passthrough", pass, "dedup", dd); err != nil {
-		return nil, fmt.Errorf("bench: plot kafka: %w", err)
-	}
-	p.Legend.Top, p.Legend.Left = true, true
-	return savePlot(p, dir, "kafka_throughput")
 }

@@ -76,10 +76,15 @@ func TestRebalanceKeepsOwnedPartitions(t *testing.T) {
 	if !a.c.Ready() {
 		t.Errorf("a is not Ready with its 4 partitions ready: %+v", a.c.PartitionStates())
 	}
+	var caught uint64
 	for _, p := range a.c.PartitionStates() {
 		if !p.Ready || p.Lag < 0 {
 			t.Errorf("partition state %+v: want ready, with a lag from a fetch", p)
 		}
+		caught += p.Advice.Caught
+	}
+	if caught == 0 {
+		t.Errorf("no partition's window advice counts a caught duplicate: %+v", a.c.PartitionStates())
 	}
 
 	b := start(t, testConfig(t, addrs, group), nil)

@@ -357,6 +357,8 @@ var (
 	kafkaStateDesc    = prometheus.NewDesc("dedup_kafka_partition_state", "1 for the state the partition is in: ready (consuming) or replaying (its engine being made current).", []string{"partition", "state"}, nil)
 	kafkaReplayedDesc = prometheus.NewDesc("dedup_kafka_partition_replayed_total", "Records replayed into the partition's engine since it was assigned, output suppressed.", []string{"partition"}, nil)
 	kafkaReadyDesc    = prometheus.NewDesc("dedup_kafka_ready", "1 when the instance is in the group and every partition assigned to it is ready (as /readyz).", nil, nil)
+	kafkaLeaksDesc    = prometheus.NewDesc("dedup_kafka_partition_window_leaks_per_million", "Window advice: duplicates the window lets through per million records of the partition (0 until measured).", []string{"partition"}, nil)
+	kafkaWindowDesc   = prometheus.NewDesc("dedup_kafka_partition_window_for_seconds", "Window advice: the smallest window that would let at most target duplicates per million records through (0 until known).", []string{"partition", "target_per_million"}, nil)
 )
 
 func newKafkaCollector(c *kafka.Consumer) *kafkaCollector {
@@ -372,7 +374,7 @@ func (k *kafkaCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range k.descs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{kafkaLagDesc, kafkaStateDesc, kafkaReplayedDesc, kafkaReadyDesc} {
+	for _, d := range []*prometheus.Desc{kafkaLagDesc, kafkaStateDesc, kafkaReplayedDesc, kafkaReadyDesc, kafkaLeaksDesc, kafkaWindowDesc} {
 		ch <- d
 	}
 }
@@ -397,6 +399,13 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, ready, name, "ready")
 		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, replaying, name, "replaying")
 		ch <- prometheus.MustNewConstMetric(kafkaReplayedDesc, prometheus.CounterValue, float64(p.Replayed), name)
+		ch <- prometheus.MustNewConstMetric(kafkaLeaksDesc, prometheus.GaugeValue, p.Advice.LeaksPerMillion, name)
+		for _, w := range []struct {
+			target string
+			d      time.Duration
+		}{{"100", p.Advice.WindowFor100}, {"10", p.Advice.WindowFor10}, {"1", p.Advice.WindowFor1}} {
+			ch <- prometheus.MustNewConstMetric(kafkaWindowDesc, prometheus.GaugeValue, w.d.Seconds(), name, w.target)
+		}
 	}
 	ready := 0.0
 	if k.c.Ready() {
