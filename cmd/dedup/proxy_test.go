@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -226,45 +225,8 @@ func TestProxyKill9(t *testing.T) {
 // it SIGTERM and returns its exit status and stderr.
 func runProxyInProcess(t *testing.T, args ...string) (url string, stop func() (int, string)) {
 	t.Helper()
-	pr, pw := io.Pipe()
-	sigs := make(chan os.Signal, 1)
-	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, sigs: sigs}
-	code := make(chan int, 1)
-	go func() {
-		code <- run(e, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...))
-		pw.Close()
-	}()
-	var log strings.Builder
-	r := bufio.NewReader(pr)
-	for url == "" {
-		line, err := r.ReadString('\n')
-		log.WriteString(line)
-		if err != nil {
-			t.Fatalf("dedup proxy did not start: exit %d\n%s", <-code, log.String())
-		}
-		if _, rest, ok := strings.Cut(line, "listening on "); ok {
-			addr, _, _ := strings.Cut(rest, " ")
-			url = "http://" + addr
-		}
-	}
-	rest := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(r)
-		rest <- string(b)
-	}()
-	stopped := false
-	stop = func() (int, string) {
-		stopped = true
-		sigs <- syscall.SIGTERM
-		c := <-code
-		return c, log.String() + <-rest
-	}
-	t.Cleanup(func() {
-		if !stopped {
-			stop()
-		}
-	})
-	return url, stop
+	addr, stop := runInProcess(t, "proxy", args...)
+	return "http://" + addr, stop
 }
 
 // TestProxyConcurrentOneExecution: many clients send one key at once; the

@@ -307,12 +307,20 @@ func TestServeZeroLimitFlagsRefused(t *testing.T) {
 // stderr.
 func serveInProcess(t *testing.T, args ...string) (addr string, stop func() (int, string)) {
 	t.Helper()
+	return runInProcess(t, "serve", args...)
+}
+
+// runInProcess runs `dedup cmd --listen 127.0.0.1:0 args...` in this
+// process and waits for its "listening on ADDR" line; stop sends it
+// SIGTERM and returns its exit status and stderr.
+func runInProcess(t *testing.T, cmd string, args ...string) (addr string, stop func() (int, string)) {
+	t.Helper()
 	pr, pw := io.Pipe()
 	sigs := make(chan os.Signal, 1)
 	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, sigs: sigs}
 	code := make(chan int, 1)
 	go func() {
-		code <- run(e, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...))
+		code <- run(e, append([]string{cmd, "--listen", "127.0.0.1:0"}, args...))
 		pw.Close()
 	}()
 	var stderr strings.Builder
@@ -321,7 +329,7 @@ func serveInProcess(t *testing.T, args ...string) (addr string, stop func() (int
 		line, err := r.ReadString('\n')
 		stderr.WriteString(line)
 		if err != nil {
-			t.Fatalf("dedup serve did not start: exit %d\n%s", <-code, stderr.String())
+			t.Fatalf("dedup %s did not start: exit %d\n%s", cmd, <-code, stderr.String())
 		}
 		if _, rest, ok := strings.Cut(line, "listening on "); ok {
 			addr, _, _ = strings.Cut(rest, " ")
