@@ -114,7 +114,7 @@ func stateOpenError(err error, fsys vfs.FS, dir, given string) error {
 	if strings.Contains(err.Error(), "lock held by current process") {
 		return fmt.Errorf("%w: %q is open in this process already (close that Engine first): %w", ErrStateInUse, given, err)
 	}
-	if fsys == vfs.Default {
+	if fsys == vfs.Default || fsys == exact.PrivateFS(vfs.Default) {
 		if pid := lockHolder(filepath.Join(dir, "LOCK")); pid > 0 {
 			return fmt.Errorf("%w: %q is open in process %d (stop it, or give this one another Dir): %w", ErrStateInUse, given, pid, err)
 		}
