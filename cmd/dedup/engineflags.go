@@ -118,6 +118,7 @@ func flagWords(why string) string {
 // defaults, which they become.
 func checkOptions(o dedup.Options, explicit map[string]bool) error {
 	d := engineDefaults
+	var msgs []string
 	for _, p := range []struct {
 		flag string
 		zero bool
@@ -131,7 +132,12 @@ func checkOptions(o dedup.Options, explicit map[string]bool) error {
 		{"shards", o.Shards == 0, func() { o.Shards = d.Shards }},
 		{"max-key", o.MaxKeySize == 0, func() { o.MaxKeySize = d.MaxKeySize }},
 	} {
-		if p.zero && !explicit[p.flag] {
+		switch {
+		case !p.zero:
+		case explicit[p.flag]:
+			// Validate would fill the default in for a zero: say it here.
+			msgs = append(msgs, "--"+p.flag+": must not be zero or empty (leave the flag out for the default)")
+		default:
 			p.def()
 		}
 	}
@@ -139,17 +145,16 @@ func checkOptions(o dedup.Options, explicit map[string]bool) error {
 		o.MaxInFlight = d.MaxInFlight
 	}
 	err := o.Validate()
-	if err == nil {
+	if err == nil && len(msgs) == 0 {
 		return nil
 	}
 	// Validate joins one error per option, worded "PREFIX: Name why".
 	var errs []error
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = j.Unwrap()
-	} else {
+	} else if err != nil {
 		errs = []error{err}
 	}
-	var msgs []string
 	for _, e := range errs {
 		msg := strings.TrimPrefix(e.Error(), dedup.ErrInvalidOptions.Error()+": ")
 		name, why, _ := strings.Cut(msg, " ")
