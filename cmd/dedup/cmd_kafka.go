@@ -160,6 +160,9 @@ func runKafka(e *env, args []string) error {
 	}
 	opts := c.engine.options("")
 	opts.MaxKeySize = c.maxKey
+	if err := checkOptions(opts, explicit); err != nil {
+		return err
+	}
 	// Every partition's state keeps the shape it was created with; a flag
 	// that contradicts it is an error naming both.
 	if dir := firstPartitionState(c.state, c.topic); dir != "" {

@@ -279,6 +279,13 @@ func TestExplicitBadValues(t *testing.T) {
 	if code, _, stderr := runCmd(t, "a\n", "filter", "--format", "lines", "--state", state); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
+	// So does dedup kafka, before it dials a broker.
+	for _, a := range [][]string{{"--window", "0"}, {"--fp", "0"}} {
+		args := append([]string{"kafka", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "in", "--out-topic", "out", "--state", t.TempDir()}, a...)
+		if code, _, stderr := runCmd(t, "", args...); code != exitBad || !strings.Contains(stderr, a[0]) {
+			t.Errorf("kafka %v: exit %d, want %d naming %s: %s", a, code, exitBad, a[0], stderr)
+		}
+	}
 	for _, a := range [][]string{{"--rate", "0"}, {"--fp", "0"}, {"--shards", "0"}} {
 		if code, _, stderr := runCmd(t, "", append(append([]string{"stats"}, a...), state)...); code != exitBad || !strings.Contains(stderr, a[0]) {
 			t.Errorf("stats %v: exit %d, want %d naming %s: %s", a, code, exitBad, a[0], stderr)
