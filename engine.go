@@ -38,6 +38,10 @@ type Engine struct {
 	// never reopens, so its commits write only the checkpoint.
 	logCommits bool
 	seed       uint64
+	// fpHash makes hash the fingerprint's (exact mode over a directory);
+	// rehashed is set when this Open moved a state written before to it,
+	// whose snapshots and log hold hashes of the old kind.
+	fpHash, rehashed bool
 	shards     []shard
 	store      *exact.Store
 	// timing is a ring with no filters, used for generation arithmetic.
@@ -100,9 +104,18 @@ type Engine struct {
 	bg       sync.WaitGroup
 }
 
-// hash is the seeded 64-bit hash of key: seeded per state directory so that
-// crafted keys cannot aim at collisions.
-func (e *Engine) hash(key []byte) uint64 { return xxh64(key, e.seed) }
+// hash is the 64-bit hash of key, keyed per state so that crafted keys
+// cannot aim at collisions: in exact mode over a directory, the first half
+// of the key's fingerprint (exact.FingerprintHash), which the store keeps
+// in place of the key, so that the filters can be rebuilt from the store;
+// otherwise XXH64 seeded with the state's seed.
+func (e *Engine) hash(key []byte) uint64 {
+	if e.fpHash {
+		fp := e.store.Fingerprint(key)
+		return exact.FingerprintHash(&fp)
+	}
+	return xxh64(key, e.seed)
+}
 
 // shardIndex picks the shard from a remix of h, so that the shard and the
 // filter positions (taken from h itself) are independent.

@@ -22,7 +22,14 @@ const (
 	metaOptions = "options"
 	metaSizing  = "sizing"
 	metaSeed    = "seed"
+	// metaHash names the kind of the filters' hash: hashFingerprint in
+	// exact mode over a directory, absent otherwise.
+	metaHash = "hash"
 )
+
+// hashFingerprint is the value of metaHash: the filters hash a key's
+// fingerprint (see Engine.hash).
+const hashFingerprint = "fingerprint"
 
 // Open opens (or creates) the engine described by opts. On an existing
 // state directory, the fields opts leaves zero among Window, Generations,
@@ -297,14 +304,18 @@ func (e *Engine) load() error {
 			return fmt.Errorf("%w: hash seed missing or malformed", ErrCorrupt)
 		}
 		e.seed = binary.BigEndian.Uint64(rawSeed)
-	} else {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return wrap(err, "draw hash seed")
+		if err := e.loadHashKind(); err != nil {
+			return err
 		}
-		e.seed = binary.BigEndian.Uint64(b[:])
-		if err := e.store.SetMeta(metaSeed, beUint64(e.seed)); err != nil {
-			return wrap(err, "persist seed")
+	} else {
+		if err := e.newSeed(); err != nil {
+			return err
+		}
+		if e.exactMode && e.opts.Dir != "" {
+			if err := e.store.SetMeta(metaHash, []byte(hashFingerprint)); err != nil {
+				return wrap(err, "persist hash kind")
+			}
+			e.fpHash = true
 		}
 		if err := e.store.SetMeta(metaOptions, want.encode()); err != nil {
 			return wrap(err, "persist options")
@@ -320,6 +331,45 @@ func (e *Engine) load() error {
 	e.checkpoint = cp
 	e.commitSeq = e.store.CommitSeq()
 	return e.restore()
+}
+
+// newSeed draws and persists a new hash seed.
+func (e *Engine) newSeed() error {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return wrap(err, "draw hash seed")
+	}
+	e.seed = binary.BigEndian.Uint64(b[:])
+	return wrapIf(e.store.SetMeta(metaSeed, beUint64(e.seed)), "persist seed")
+}
+
+// loadHashKind reads the kind of the filters' hash of an existing state.
+// An exact-mode state written before the store kept fingerprints (its
+// filters hash keys with XXH64) moves to the fingerprint's hash: a new
+// seed first, so that its snapshots, whose filters hash the old way, no
+// longer match the state (a crash in between leaves it to the next Open),
+// then the kind; restore then rebuilds the filters from the store.
+func (e *Engine) loadHashKind() error {
+	v, ok, err := e.store.GetMeta(metaHash)
+	switch {
+	case err != nil:
+		return wrap(err, "read hash kind")
+	case ok && string(v) == hashFingerprint && e.exactMode:
+		e.fpHash = true
+		return nil
+	case ok:
+		return fmt.Errorf("%w: hash kind %q in a %s state", ErrCorrupt, v, map[bool]string{true: "exact", false: "probabilistic"}[e.exactMode])
+	case !e.exactMode || e.opts.Dir == "":
+		return nil
+	}
+	if err := e.newSeed(); err != nil {
+		return err
+	}
+	if err := e.store.SetMeta(metaHash, []byte(hashFingerprint)); err != nil {
+		return wrap(err, "persist hash kind")
+	}
+	e.fpHash, e.rehashed = true, true
+	return nil
 }
 
 // recordSizing records ExpectedRate and FalsePositiveRate, unless the

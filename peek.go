@@ -1,6 +1,9 @@
 package dedup
 
-import "github.com/streamdedup/dedup/rotate"
+import (
+	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/rotate"
+)
 
 // Peek returns the verdict [Engine.Observe] would return for key now,
 // without observing it: a key Peek calls [New] stays unknown (the next
@@ -64,9 +67,14 @@ func (e *Engine) committed(s *shard, h uint64, key []byte) (bool, error) {
 	}
 	var found bool
 	var err error
+	var fp exact.Fingerprint
+	hashed := false
 	s.ring.Lookup(h, func(g *rotate.Generation) bool {
 		s.lookups++
-		found, err = e.store.Has(g.ID, key)
+		if !hashed {
+			fp, hashed = e.store.Fingerprint(key), true
+		}
+		found, err = e.store.HasFingerprint(g.ID, fp)
 		return err == nil && !found
 	})
 	if err != nil {

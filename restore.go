@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/rotate"
 	"github.com/streamdedup/dedup/snapshot"
@@ -36,7 +37,9 @@ func (e *Engine) restore() error {
 	}
 	var snap *snapshot.Snapshot
 	err = snapshot.ErrNotFound
-	if !e.opts.IgnoreSnapshots {
+	if e.rehashed {
+		e.logf("dedup: the state's filters hashed keys, its store now keeps fingerprints: rebuilding the filters from them")
+	} else if !e.opts.IgnoreSnapshots {
 		snap, err = snapshot.Latest(e.fs, e.snapDir)
 	}
 	if errors.Is(err, snapshot.ErrNotFound) && e.store.CommitSeq() == 0 && truncated == 0 {
@@ -55,7 +58,7 @@ func (e *Engine) restore() error {
 		}
 		e.resetFilters()
 	}
-	if !errors.Is(err, snapshot.ErrNotFound) && !e.opts.IgnoreSnapshots {
+	if !errors.Is(err, snapshot.ErrNotFound) && !e.opts.IgnoreSnapshots && !e.rehashed {
 		e.problem(wrap(err, "snapshot unusable"))
 	}
 	switch {
@@ -223,8 +226,8 @@ func (e *Engine) rebuild() error {
 	oldest := e.timing.OldestLive(now)
 	var n uint64
 	last := time.Now()
-	err := e.store.ScanKeys(oldest, func(gen uint64, key []byte) error {
-		h := e.hash(key)
+	err := e.store.ScanFingerprints(oldest, func(gen uint64, fp exact.Fingerprint) error {
+		h := exact.FingerprintHash(&fp)
 		e.raiseNewestGen(gen)
 		if err := e.shardOf(h).replay(gen, h, now); err != nil {
 			return err

@@ -3,15 +3,13 @@ package exact
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"sync"
 )
 
-// ent is one added key: its generation and its place in the batch's arena.
+// ent is one added key: its generation and its fingerprint.
 type ent struct {
 	gen uint64
-	off uint32
-	n   uint32
+	fp  Fingerprint
 }
 
 // Batch collects the keys, log entries, checkpoint and generation drop of
@@ -19,7 +17,6 @@ type ent struct {
 // may be committed concurrently.
 type Batch struct {
 	s      *Store
-	arena  []byte // raw key bytes
 	ents   []ent
 	hashes []uint64
 	runs   []run
@@ -32,8 +29,6 @@ type Batch struct {
 
 	recs    []recOp // result records put or deleted, in call order
 	recVals []byte  // their values
-
-	fps []Fingerprint // scratch of an in-memory commit
 }
 
 var batchPool = sync.Pool{New: func() any { return new(Batch) }}
@@ -48,10 +43,11 @@ func (s *Store) NewBatch() *Batch {
 	return b
 }
 
-// Add remembers key under generation gen, and logs (gen, hash); hash is the
-// engine's seeded 64-bit hash of key. In LogOnly mode only the log entry is
-// kept. The key is copied. A bad key (empty, over MaxKeySize) poisons the
-// batch: Commit reports it and writes nothing.
+// Add remembers key under generation gen, as its fingerprint (see
+// [Store.Fingerprint]: the key itself is not kept), and logs (gen, hash);
+// hash is the engine's 64-bit hash of key. In LogOnly mode only the log
+// entry is kept. A bad key (empty, over MaxKeySize) poisons the batch:
+// Commit reports it and writes nothing.
 func (b *Batch) Add(gen uint64, key []byte, hash uint64) {
 	if b.err != nil {
 		return
@@ -73,13 +69,23 @@ func (b *Batch) Add(gen uint64, key []byte, hash uint64) {
 		return
 	}
 	b.logHash(gen, hash)
-	off := len(b.arena)
-	if off+len(key) > math.MaxUint32 {
-		b.err = fmt.Errorf("exact: batch over 4 GiB of keys")
+	b.ents = append(b.ents, ent{gen: gen, fp: b.s.Fingerprint(key)})
+}
+
+// AddFingerprint is [Batch.Add] for a key whose fingerprint fp the caller
+// has computed with [Store.Fingerprint].
+func (b *Batch) AddFingerprint(gen uint64, fp Fingerprint, hash uint64) {
+	if b.err != nil {
 		return
 	}
-	b.arena = append(b.arena, key...)
-	b.ents = append(b.ents, ent{gen: gen, off: uint32(off), n: uint32(len(key))})
+	if b.done {
+		b.err = ErrBatchDone
+		return
+	}
+	b.logHash(gen, hash)
+	if !b.s.opts.LogOnly {
+		b.ents = append(b.ents, ent{gen: gen, fp: fp})
+	}
 }
 
 // logHash records (gen, hash) for the commit log.
@@ -120,7 +126,6 @@ func (b *Batch) Close() {
 		return
 	}
 	const keep = 64 << 20 // don't pin huge buffers in the pool
-	b.arena = b.arena[:0]
 	b.ents = b.ents[:0]
 	b.hashes = b.hashes[:0]
 	b.runs = b.runs[:0]
@@ -132,13 +137,11 @@ func (b *Batch) Close() {
 	b.s = nil
 	b.recs = b.recs[:0]
 	b.recVals = b.recVals[:0]
-	if cap(b.arena)+16*cap(b.ents)+8*cap(b.hashes)+cap(b.rec)+cap(b.recVals) > keep {
+	if 24*cap(b.ents)+8*cap(b.hashes)+cap(b.rec)+cap(b.recVals) > keep {
 		return
 	}
 	batchPool.Put(b)
 }
-
-func (b *Batch) key(e *ent) []byte { return b.arena[e.off : e.off+e.n] }
 
 // Commit writes the batch in one atomic, fsynced step and returns its
 // sequence number: one record appended to the commit log and fsynced
@@ -188,10 +191,7 @@ func (b *Batch) Commit() (seq uint64, err error) {
 	s.memMu.Lock()
 	m := s.active
 	m.begin(seq, b.runs, b.hashes, b.cp, b.hasCP, floor)
-	s.hscratch = m.addKeys(s.seed, len(b.ents), func(i int) (uint64, []byte) {
-		e := &b.ents[i]
-		return e.gen, b.key(e)
-	}, s.hscratch)
+	m.addFPs(b.ents)
 	for i := range b.recs {
 		op := &b.recs[i]
 		m.putRecord(op.gen, op.fp, b.recVal(op), op.del)

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/dchest/siphash"
 	"github.com/streamdedup/dedup/internal/cputime"
 	"github.com/streamdedup/dedup/internal/diskuse"
 )
@@ -154,13 +154,13 @@ func BenchmarkHas(b *testing.B) {
 	}
 }
 
-// BenchmarkSortKeys sorts the keys of a flush, 1M keys: random 16-byte
-// keys, and the quoted UUID-like event ids of the dedup command's
-// benchmark, which share their first 24 bytes within long runs.
+// BenchmarkSortKeys sorts the fingerprints of a flush, 1M of them, of
+// random 16-byte keys and of the quoted UUID-like event ids of the dedup
+// command's benchmark (which share their first 24 bytes within long runs:
+// their fingerprints do not).
 func BenchmarkSortKeys(b *testing.B) {
 	const n = 1_000_000
 	rng := rand.New(rand.NewPCG(3, 4))
-	seed := maphash.MakeSeed()
 	for _, kind := range []string{"random", "uuid-like"} {
 		g := newMemGen(1, 0)
 		for i := 0; i < n; i++ {
@@ -171,7 +171,11 @@ func BenchmarkSortKeys(b *testing.B) {
 				id := uint64(1_000_000 + i)
 				k = fmt.Appendf(nil, `"%08x-7425-40de-944b-%012x"`, id>>16, id*2654435761%(1<<48))
 			}
-			g.add(maphash.Bytes(seed, k), k)
+			h0, h1 := siphash.Hash128(1, 2, k)
+			var fp Fingerprint
+			binary.LittleEndian.PutUint64(fp[:], h0)
+			binary.LittleEndian.PutUint64(fp[8:], h1)
+			g.add(&fp)
 		}
 		b.Run(kind, func(b *testing.B) {
 			var ents, tmp []sortEnt
@@ -344,11 +348,11 @@ func benchDiskPerKey(b *testing.B, keepPrevious bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	keyTables, err := s.db.EstimateDiskUsage(tagGen(tagFlushKey, 0), flushKeysEnd)
+	keyTables, err := s.db.EstimateDiskUsage(tagGen(tagFP, 0), fpEnd)
 	if err != nil {
 		b.Fatal(err)
 	}
-	filterTables, err := s.db.EstimateDiskUsage(tagGen(tagFilter, 0), filtersEnd)
+	filterTables, err := s.db.EstimateDiskUsage(tagGen(tagFPFilter, 0), fpFiltersEnd)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -404,15 +408,15 @@ func BenchmarkMemTable(b *testing.B) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	keys := benchKeys(rng, n)
 	absent := benchKeys(rng, 100_000)
-	seed := maphash.MakeSeed()
+	ents := benchEnts(keys)
+	absentFPs := benchEnts(absent)
 	b.Run("add", func(b *testing.B) {
-		var h []uint64
 		var size int
 		cpu0 := cputime.Process()
 		for b.Loop() {
 			m := &memTable{limit: 64 << 20}
 			for lo := 0; lo < n; lo += per {
-				h = m.addKeys(seed, per, func(i int) (uint64, []byte) { return 1, keys[lo+i] }, h)
+				m.addFPs(ents[lo : lo+per])
 			}
 			size = m.size
 			m.free()
@@ -424,18 +428,17 @@ func BenchmarkMemTable(b *testing.B) {
 	m := &memTable{limit: 64 << 20}
 	defer m.free()
 	for lo := 0; lo < n; lo += per {
-		m.addKeys(seed, per, func(i int) (uint64, []byte) { return 1, keys[lo+i] }, nil)
+		m.addFPs(ents[lo : lo+per])
 	}
 	for _, c := range []struct {
 		name string
-		keys [][]byte
+		ents []ent
 		want bool
-	}{{"has-present", keys, true}, {"has-absent", absent, false}} {
+	}{{"has-present", ents, true}, {"has-absent", absentFPs, false}} {
 		b.Run(c.name, func(b *testing.B) {
 			i := 0
 			for b.Loop() {
-				k := c.keys[i%len(c.keys)]
-				if m.has(1, k, maphash.Bytes(seed, k)) != c.want {
+				if m.has(1, &c.ents[i%len(c.ents)].fp) != c.want {
 					b.Fatal("wrong answer")
 				}
 				i += 7919
@@ -444,16 +447,28 @@ func BenchmarkMemTable(b *testing.B) {
 	}
 }
 
+// benchEnts returns the entries of keys in generation 1, fingerprinted
+// under a fixed secret.
+func benchEnts(keys [][]byte) []ent {
+	ents := make([]ent, len(keys))
+	for i, k := range keys {
+		h0, h1 := siphash.Hash128(1, 2, k)
+		ents[i].gen = 1
+		binary.LittleEndian.PutUint64(ents[i].fp[:], h0)
+		binary.LittleEndian.PutUint64(ents[i].fp[8:], h1)
+	}
+	return ents
+}
+
 // BenchmarkFlushWrite writes a flush of 1.5M random 16-byte keys of one
 // generation: sort, filter, sstable.
 func BenchmarkFlushWrite(b *testing.B) {
 	const n = 1_500_000
 	rng := rand.New(rand.NewPCG(9, 10))
 	keys := benchKeys(rng, n)
-	seed := maphash.MakeSeed()
 	m := &memTable{limit: 64 << 20}
 	defer m.free()
-	m.addKeys(seed, n, func(i int) (uint64, []byte) { return 1, keys[i] }, nil)
+	m.addFPs(benchEnts(keys))
 	s := mustOpen(b, b.TempDir(), Options{})
 	defer mustClose(b, s)
 	var sc sortScratch

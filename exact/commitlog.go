@@ -32,11 +32,18 @@ import (
 //	seq      8 bytes, little-endian (0 for the end marker)
 //	segment  8 bytes, little-endian: the number of the segment written to
 //	         (epoch<<32 | count: never given twice, see Store.newEpoch)
-//	flags    1 byte: recCheckpoint, recDrop, recKeys, recEnd
+//	flags    1 byte: recCheckpoint, recDrop, recEnd, recRecords, recFPs,
+//	         recHashes (recKeys in format 2 only)
 //	[uvarint len, checkpoint]   if recCheckpoint
 //	[uvarint drop]              if recDrop
 //	uvarint runs, then per run: uvarint gen, uvarint n, and n entries of
-//	    hash (8 bytes, little-endian) [uvarint len, key if recKeys]
+//	    fixed size:
+//	      fingerprint (16 bytes)                        if recFPs alone: the
+//	                                                    hash is FingerprintHash
+//	      hash (8 bytes, little-endian), fingerprint    if recFPs|recHashes
+//	      hash (8 bytes, little-endian)                 with neither (LogOnly)
+//	    (format 2 wrote hash, uvarint len, key with recKeys; replay still
+//	    reads it, turning each key into its fingerprint)
 //	[uvarint count, then per result record: uvarint gen, fingerprint
 //	    (16 bytes), kind (1 byte: 0 delete, 1 put), [uvarint len, value
 //	    if put]]                if recRecords
@@ -69,6 +76,8 @@ const (
 	recKeys
 	recEnd
 	recRecords
+	recFPs
+	recHashes
 )
 
 // recFixed is the size of the payload's fixed part: seq, segment, flags.
@@ -225,9 +234,17 @@ func encodeRecord(dst []byte, b *Batch) []byte {
 		flags |= recDrop
 		dst = binary.AppendUvarint(dst, b.drop)
 	}
-	keys := len(b.ents) > 0
-	if keys {
-		flags |= recKeys
+	fps := len(b.ents) > 0
+	hashed := false
+	if fps {
+		flags |= recFPs
+		for i := range b.ents {
+			if b.hashes[i] != FingerprintHash(&b.ents[i].fp) {
+				hashed = true
+				flags |= recHashes
+				break
+			}
+		}
 	}
 	if len(b.recs) > 0 {
 		flags |= recRecords
@@ -238,15 +255,22 @@ func encodeRecord(dst []byte, b *Batch) []byte {
 	for _, r := range b.runs {
 		dst = binary.AppendUvarint(dst, r.gen)
 		dst = binary.AppendUvarint(dst, uint64(r.n))
-		for _, h := range b.hashes[i : i+r.n] {
-			dst = binary.LittleEndian.AppendUint64(dst, h)
-			if keys {
-				k := b.key(&b.ents[i])
-				dst = binary.AppendUvarint(dst, uint64(len(k)))
-				dst = append(dst, k...)
+		switch {
+		case !fps:
+			for _, h := range b.hashes[i : i+r.n] {
+				dst = binary.LittleEndian.AppendUint64(dst, h)
 			}
-			i++
+		case hashed:
+			for j := i; j < i+r.n; j++ {
+				dst = binary.LittleEndian.AppendUint64(dst, b.hashes[j])
+				dst = append(dst, b.ents[j].fp[:]...)
+			}
+		default:
+			for j := i; j < i+r.n; j++ {
+				dst = append(dst, b.ents[j].fp[:]...)
+			}
 		}
+		i += r.n
 	}
 	if len(b.recs) > 0 {
 		dst = binary.AppendUvarint(dst, uint64(len(b.recs)))
@@ -310,7 +334,8 @@ type record struct {
 	drop   uint64
 	runs   []run
 	hashes []uint64
-	keys   [][]byte // nil if the record holds no keys
+	fps    []Fingerprint // nil if the record holds none
+	keys   [][]byte      // a record of format 2: its keys, nil if none
 	recs   []logRecOp
 }
 
@@ -356,6 +381,22 @@ func decodeRecord(p []byte, r *record) error {
 		}
 	}
 	keys := flags&recKeys != 0
+	withFPs := flags&recFPs != 0
+	hashed := flags&recHashes != 0
+	if (keys && (withFPs || hashed)) || (hashed && !withFPs) {
+		return bad("flags")
+	}
+	// entry is the size of an entry, the smallest for recKeys.
+	entry := uint64(8)
+	switch {
+	case hashed:
+		entry = 8 + fpSize
+	case withFPs:
+		entry = fpSize
+	case keys:
+		entry = 10
+	}
+	r.fps = r.fps[:0]
 	nruns, ok := uv()
 	if !ok || nruns > uint64(len(p)) {
 		return bad("run count")
@@ -363,10 +404,28 @@ func decodeRecord(p []byte, r *record) error {
 	for range nruns {
 		gen, ok1 := uv()
 		n, ok2 := uv()
-		if !ok1 || !ok2 || n > uint64(len(p))/8 {
+		if !ok1 || !ok2 || n > uint64(len(p))/entry {
 			return bad("run")
 		}
 		r.runs = append(r.runs, run{gen: gen, n: int(n)})
+		if withFPs {
+			for range n {
+				var h uint64
+				if hashed {
+					h = binary.LittleEndian.Uint64(p)
+					p = p[8:]
+				}
+				var fp Fingerprint
+				copy(fp[:], p)
+				p = p[fpSize:]
+				if !hashed {
+					h = FingerprintHash(&fp)
+				}
+				r.hashes = append(r.hashes, h)
+				r.fps = append(r.fps, fp)
+			}
+			continue
+		}
 		for range n {
 			if len(p) < 8 {
 				return bad("hash")
@@ -385,6 +444,9 @@ func decodeRecord(p []byte, r *record) error {
 	}
 	if !keys {
 		r.keys = nil
+	}
+	if !withFPs {
+		r.fps = nil
 	}
 	if flags&recRecords != 0 {
 		n, ok := uv()
@@ -415,7 +477,7 @@ func decodeRecord(p []byte, r *record) error {
 			r.recs = append(r.recs, op)
 		}
 	}
-	if flags&^(recCheckpoint|recDrop|recKeys|recRecords) != 0 {
+	if flags&^(recCheckpoint|recDrop|recKeys|recRecords|recFPs|recHashes) != 0 {
 		return bad("flags")
 	}
 	if len(p) != 0 {

@@ -1,6 +1,7 @@
 package exact
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,18 +12,26 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/dchest/siphash"
 )
 
 // testRecord encodes a commit-log record of seq with one key.
 func testRecord(seq, seg uint64) []byte {
 	b := &Batch{}
-	k := keyOf(int(seq))
-	b.arena = append(b.arena, k...)
-	b.ents = append(b.ents, ent{gen: 1, n: uint32(len(k))})
+	b.ents = append(b.ents, ent{gen: 1, fp: testFP(int(seq))})
 	b.logHash(1, hashOf(int(seq)))
 	rec := encodeRecord(nil, b)
 	sealRecord(rec, seq, seg)
 	return rec
+}
+
+// testFP is a fingerprint of keyOf(i), under a fixed secret.
+func testFP(i int) Fingerprint {
+	h0, h1 := siphash.Hash128(1, 2, keyOf(i))
+	var fp Fingerprint
+	binary.LittleEndian.PutUint64(fp[:], h0)
+	binary.LittleEndian.PutUint64(fp[8:], h1)
+	return fp
 }
 
 // readSeqs returns the seqs of the records of the file of segment seg.
@@ -39,8 +48,8 @@ func readSeqs(t *testing.T, fs vfs.FS, path string, seg uint64) ([]uint64, error
 	}
 	var seqs []uint64
 	err = readRecords(f, fi.Size(), seg, func(r *record) error {
-		if len(r.keys) != 1 || string(r.keys[0]) != string(keyOf(int(r.seq))) {
-			return fmt.Errorf("record %d holds %q", r.seq, r.keys)
+		if len(r.fps) != 1 || r.fps[0] != testFP(int(r.seq)) || r.hashes[0] != hashOf(int(r.seq)) {
+			return fmt.Errorf("record %d holds %x", r.seq, r.fps)
 		}
 		seqs = append(seqs, r.seq)
 		return nil

@@ -214,7 +214,7 @@ func (w crashWorkload) verify(t *testing.T, fs vfs.FS, minDone, minTrunc, maxTru
 		}
 	}
 	nkeys := 0
-	if err := s.ScanKeys(0, func(gen uint64, key []byte) error {
+	if err := s.ScanFingerprints(0, func(gen uint64, _ Fingerprint) error {
 		nkeys++
 		return nil
 	}); err != nil {
@@ -227,7 +227,7 @@ func (w crashWorkload) verify(t *testing.T, fs vfs.FS, minDone, minTrunc, maxTru
 		}
 	}
 	if nkeys != wantKeys {
-		t.Fatalf("%s: ScanKeys found %d keys, want %d", what, nkeys, wantKeys)
+		t.Fatalf("%s: ScanFingerprints found %d keys, want %d", what, nkeys, wantKeys)
 	}
 	// The log: the entries of the batches kept (not dropped), in order,
 	// from some truncation mark on, at most minTrunc.

@@ -41,7 +41,7 @@ func (s *Store) Reclaim(ctx context.Context) (err error) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	s.filters.dropBefore(floor)
-	for _, tag := range []byte{tagKey, tagFlushKey, tagFilter} {
+	for _, tag := range []byte{tagFP, tagFPFilter} {
 		if err := s.db.Excise(ctx, pebble.KeyRange{Start: tagGen(tag, 0), End: tagGen(tag, floor)}); err != nil {
 			return fmt.Errorf("exact: reclaim generations below %d: %w", floor, err)
 		}

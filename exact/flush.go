@@ -324,22 +324,21 @@ func (s *Store) writeLogTable(path string, m *memTable, after uint64) (err error
 // sortScratch is reused across the generations of a flush.
 type sortScratch struct {
 	ents, tmp []sortEnt
-	keys      []byte
-	ends      []int
+	fps       []Fingerprint
 	hashes    []uint64
 }
 
-// gatherAhead is how many keys ahead the gathering prefetches.
+// gatherAhead is how many fingerprints ahead the gathering prefetches.
 const gatherAhead = 16
 
-// gatherChunk is the number of keys copied into sorted order at a time
-// before they go to the sstable writer: reading each from its random place
-// in the arena in a tight loop overlaps the cache misses that the writer,
-// one key after the other, would take in turn.
+// gatherChunk is the number of fingerprints copied into sorted order at a
+// time before they go to the sstable writer: reading each from its random
+// place in the arena in a tight loop overlaps the cache misses that the
+// writer, one key after the other, would take in turn.
 const gatherChunk = 4096
 
-// writeGenTable writes the keys of g, sorted and without duplicates, to
-// path, as flush number flush, and returns their filter.
+// writeGenTable writes the fingerprints of g, sorted and without
+// duplicates, to path, as flush number flush, and returns their filter.
 func (s *Store) writeGenTable(path string, g *memGen, flush uint64, sc *sortScratch) (f keyFilter, err error) {
 	sc.ents, sc.tmp = g.sortedKeys(sc.ents, sc.tmp)
 	f = newKeyFilter(g.n)
@@ -348,40 +347,37 @@ func (s *Store) writeGenTable(path string, g *memGen, flush uint64, sc *sortScra
 		return f, err
 	}
 	defer func() { err = finishTable(w, path, err) }()
-	var prev []byte
+	var key [fpKeyLen]byte
+	var prev Fingerprint
+	first := true
 	for lo := 0; lo < len(sc.ents); lo += gatherChunk {
 		chunk := sc.ents[lo:min(lo+gatherChunk, len(sc.ents))]
-		sc.keys, sc.ends = sc.keys[:0], sc.ends[:0]
-		sc.hashes = sc.hashes[:0]
+		sc.fps, sc.hashes = sc.fps[:0], sc.hashes[:0]
 		for i, e := range chunk {
 			if j := i + gatherAhead; j < len(chunk) {
 				g.prefetchKey(int(chunk[j].off))
 			}
-			k := g.keyAt(int(e.off))
-			sc.keys = appendFlushKey(sc.keys, g.gen, flush, k)
-			sc.ends = append(sc.ends, len(sc.keys))
-			sc.hashes = append(sc.hashes, keyHash(k))
+			var fp Fingerprint
+			copy(fp[:], g.keyAt(int(e.off)))
+			sc.fps = append(sc.fps, fp)
+			sc.hashes = append(sc.hashes, fpIndexHash(&fp))
 		}
 		// A key added twice sets the same bits twice.
 		f.addAll(sc.hashes)
-		start := 0
-		for _, end := range sc.ends {
-			k := sc.keys[start:end]
-			start = end
-			if string(k) == string(prev) {
+		for i := range sc.fps {
+			fp := &sc.fps[i]
+			if !first && *fp == prev {
 				continue // added twice
 			}
-			if err := w.Set(k, nil); err != nil {
+			first, prev = false, *fp
+			putFPKey(key[:], g.gen, flush, fp)
+			if err := w.Set(key[:], nil); err != nil {
 				return f, fmt.Errorf("write %q: %w", path, err)
 			}
-			prev = append(prev[:0], k...)
 		}
 	}
 	return f, nil
 }
-
-// flushKeyPrefix is the length of tagFlushKey|gen|flush.
-const flushKeyPrefix = 17
 
 // removeIngestLeftovers removes sstables of ingestions that a crash
 // interrupted.

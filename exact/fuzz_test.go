@@ -2,6 +2,7 @@ package exact
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -17,9 +18,12 @@ func batchOf(r *record) *Batch {
 	i := 0
 	for _, rn := range r.runs {
 		for range rn.n {
-			if r.keys != nil {
+			switch {
+			case r.fps != nil:
+				b.AddFingerprint(rn.gen, r.fps[i], r.hashes[i])
+			case r.keys != nil: // format 2: the batch fingerprints them
 				b.Add(rn.gen, r.keys[i], r.hashes[i])
-			} else {
+			default:
 				b.logHash(rn.gen, r.hashes[i])
 			}
 			i++
@@ -35,6 +39,20 @@ func batchOf(r *record) *Batch {
 	return b
 }
 
+// fingerprints returns the fingerprints of r's keys: those it holds, or
+// those of its keys of format 2 under the zero secret.
+func fingerprints(r *record) []Fingerprint {
+	if r.keys == nil {
+		return r.fps
+	}
+	s := &Store{}
+	var out []Fingerprint
+	for _, k := range r.keys {
+		out = append(out, s.Fingerprint(k))
+	}
+	return out
+}
+
 // sameRecord reports how a and b differ, "" if they do not.
 func sameRecord(a, b *record) string {
 	switch {
@@ -46,8 +64,10 @@ func sameRecord(a, b *record) string {
 		return "drop"
 	case fmt.Sprint(a.hashes) != fmt.Sprint(b.hashes):
 		return "hashes"
-	case len(a.keys) != len(b.keys) || fmt.Sprintf("%q", a.keys) != fmt.Sprintf("%q", b.keys):
-		return "keys"
+	case b.keys != nil:
+		return "keys (format 3 writes fingerprints)"
+	case fmt.Sprintf("%x", fingerprints(a)) != fmt.Sprintf("%x", b.fps):
+		return "fingerprints"
 	case fmt.Sprintf("%+v", a.recs) != fmt.Sprintf("%+v", b.recs):
 		return "result records"
 	}
@@ -72,6 +92,21 @@ func sameRecord(a, b *record) string {
 	return ""
 }
 
+// format2Record returns the payload of a commit-log record of format 2:
+// two keys in generation 3 (hash, uvarint length, key each), checkpoint
+// "cp".
+func format2Record() []byte {
+	p := binary.LittleEndian.AppendUint64(nil, 9)     // seq
+	p = binary.LittleEndian.AppendUint64(p, 1<<32|1) // segment
+	p = append(p, recCheckpoint|recKeys, 2, 'c', 'p', 1, 3, 2)
+	for i, k := range []string{"key-a", "key-b"} {
+		p = binary.LittleEndian.AppendUint64(p, uint64(100+i))
+		p = append(p, byte(len(k)))
+		p = append(p, k...)
+	}
+	return p
+}
+
 // FuzzCommitRecord decodes arbitrary commit-log payloads: a bad one is
 // refused with ErrCorrupt, never a panic, and a good one encodes back to a
 // payload that decodes to the same record.
@@ -81,6 +116,13 @@ func FuzzCommitRecord(f *testing.F) {
 	for _, fill := range []func(b *Batch){
 		func(b *Batch) {},
 		func(b *Batch) { b.Add(3, []byte("key"), 7); b.Add(3, []byte("k2"), 8); b.Add(4, []byte("k3"), 9) },
+		func(b *Batch) { // hashes derived from the fingerprints: fingerprints alone
+			b.AddFingerprint(3, fp, FingerprintHash(&fp))
+			fp2 := fp
+			fp2[0] = 99
+			b.AddFingerprint(4, fp2, FingerprintHash(&fp2))
+			b.SetCheckpoint([]byte("cp"))
+		},
 		func(b *Batch) { b.SetCheckpoint([]byte("cp")); b.DropGenerationsBefore(2) },
 		func(b *Batch) { b.PutRecord(5, fp, []byte("value")); b.DeleteRecord(6, fp) },
 		func(b *Batch) {
@@ -96,6 +138,7 @@ func FuzzCommitRecord(f *testing.F) {
 		f.Add(rec[recHeader:])
 	}
 	f.Add(endRecord(2)[recHeader:])
+	f.Add(format2Record())
 	f.Fuzz(func(t *testing.T, p []byte) {
 		var r record
 		if err := decodeRecord(p, &r); err != nil {

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/streamdedup/dedup/internal/prefetch"
 )
 
@@ -29,10 +28,6 @@ const filterBitsPerKey = 10
 
 // filterProbes is the number of bits set per key, all in one 512-bit block.
 const filterProbes = 7
-
-// keyHash is the hash of a key for the flush filters: stable, since the
-// filters are stored.
-func keyHash(key []byte) uint64 { return xxhash.Sum64(key) }
 
 // keyFilter is a blocked Bloom filter: a key sets filterProbes bits of one
 // 64-byte block.

@@ -20,11 +20,14 @@ const (
 	tagEpoch      = 0x0a // the commit log's epoch: one per Open
 	tagRecord     = 0x0b // generation, fingerprint -> result record
 	tagSecret     = 0x0c // the fingerprint secret
+	tagFP         = 0x0d // generation, flush, fingerprint
+	tagFPFilter   = 0x0e // generation, flush -> filter of the fingerprints
 )
 
 // formatVersion is the on-disk format written by this package: 2 adds the
-// commit log (a store of format 1 is upgraded when opened).
-const formatVersion = 2
+// commit log, 3 keeps keyed fingerprints instead of keys (a store of
+// format 1 or 2 is upgraded when opened, see upgrade.go).
+const formatVersion = 3
 
 // logFormat is the first byte of every log record.
 const logFormat = 1
@@ -77,6 +80,24 @@ func tagGen(tag byte, gen uint64) []byte {
 	return b
 }
 
+// fpEnd and fpFiltersEnd are the upper bounds (exclusive) of the
+// fingerprint and fingerprint-filter ranges.
+var (
+	fpEnd        = []byte{tagFP + 1}
+	fpFiltersEnd = []byte{tagFPFilter + 1}
+)
+
+// fpKeyLen is the length of tagFP|gen|flush|fingerprint.
+const fpKeyLen = 33
+
+// putFPKey writes tagFP|gen|flush|fp into dst, fpKeyLen long.
+func putFPKey(dst []byte, gen, flush uint64, fp *Fingerprint) {
+	dst[0] = tagFP
+	binary.BigEndian.PutUint64(dst[1:9], gen)
+	binary.BigEndian.PutUint64(dst[9:17], flush)
+	copy(dst[17:], fp[:])
+}
+
 // appendFlushKey appends tagFlushKey|gen|flush|key to dst.
 func appendFlushKey(dst []byte, gen, flush uint64, key []byte) []byte {
 	dst = append(dst, tagFlushKey)
@@ -85,10 +106,10 @@ func appendFlushKey(dst []byte, gen, flush uint64, key []byte) []byte {
 	return append(dst, key...)
 }
 
-// filterKey returns tagFilter|gen|flush.
+// filterKey returns tagFPFilter|gen|flush.
 func filterKey(gen, flush uint64) []byte {
 	b := make([]byte, 17)
-	b[0] = tagFilter
+	b[0] = tagFPFilter
 	binary.BigEndian.PutUint64(b[1:], gen)
 	binary.BigEndian.PutUint64(b[9:], flush)
 	return b

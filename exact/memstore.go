@@ -50,11 +50,6 @@ func openMem(opts Options) (*Store, error) {
 // s.rw shared.
 func (s *Store) commitMem(b *Batch) uint64 {
 	m := s.mem
-	fps := b.fps[:0]
-	for i := range b.ents {
-		fps = append(fps, s.Fingerprint(b.key(&b.ents[i])))
-	}
-	b.fps = fps
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seq++
@@ -92,7 +87,7 @@ func (s *Store) commitMem(b *Batch) uint64 {
 				m.gens[gen] = t
 			}
 		}
-		t.insert(fps[i])
+		t.insert(b.ents[i].fp)
 	}
 	for i := range b.recs {
 		op := &b.recs[i]

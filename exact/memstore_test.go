@@ -100,8 +100,8 @@ func TestInMemoryAgreesWithAMap(t *testing.T) {
 	if v, ok, err := s.GetMeta("m"); err != nil || !ok || string(v) != "v" {
 		t.Fatalf("GetMeta = %q %v %v", v, ok, err)
 	}
-	if err := s.ScanKeys(0, func(uint64, []byte) error { return nil }); !errors.Is(err, ErrInMemory) {
-		t.Fatalf("ScanKeys = %v, want ErrInMemory", err)
+	if err := s.ScanFingerprints(0, func(uint64, Fingerprint) error { return nil }); !errors.Is(err, ErrInMemory) {
+		t.Fatalf("ScanFingerprints = %v, want ErrInMemory", err)
 	}
 	if err := s.Backup("x"); !errors.Is(err, ErrInMemory) {
 		t.Fatalf("Backup = %v, want ErrInMemory", err)

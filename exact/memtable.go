@@ -1,9 +1,7 @@
 package exact
 
 import (
-	"bytes"
 	"encoding/binary"
-	"hash/maphash"
 	"slices"
 	"unsafe"
 
@@ -11,11 +9,12 @@ import (
 )
 
 // memTable holds the commits of one commit-log segment until they are
-// written to Pebble (see flush.go): per generation, the keys in an arena
-// with a hash index for Has, and the log records. Keys are written once
-// and never updated, so a table of appends replaces Pebble's memtable (a
-// skiplist whose inserts, a cache miss per level, took most of the
-// commit's CPU) and Pebble's WAL (the segment is the log).
+// written to Pebble (see flush.go): per generation, the fingerprints of
+// its keys (16 bytes each, fixed size) in an arena with a hash index for
+// Has, and the log records. Keys are written once and never updated, so a
+// table of appends replaces Pebble's memtable (a skiplist whose inserts, a
+// cache miss per level, took most of the commit's CPU) and Pebble's WAL
+// (the segment is the log).
 //
 // The active table takes commits under Store.logMu with Store.memMu held
 // for writing; a frozen one is immutable, read by Has under Store.memMu and
@@ -51,28 +50,27 @@ type memRec struct {
 	hash0      int
 }
 
-// memGen holds the keys of one generation: each is uvarint(len) key in an
-// arena of chunks, indexed by hash partitions: a key of hash h is listed in
-// partition h >> (64-pbits) as an entry holding the top 28 bits of h and
-// 1 + the key's offset in the arena (its chunk's index << chunkBits | its
-// place in the chunk). Adding a key appends to its partition, whose tail
-// stays in the cache with those of the others (thousands of cache lines,
-// where an open-addressing table took a miss per key, and a rehash of
-// everything at every growth); Has scans one partition, a hundred-odd
-// entries. Chunks are never moved: the arena grows without copying, and
-// holds little slack.
+// memGen holds the fingerprints of one generation: 16 bytes each in an
+// arena of chunks, indexed by hash partitions: a fingerprint of index hash
+// h (fpIndexHash) is listed in partition h >> (64-pbits) as an entry
+// holding the top 28 bits of h and 1 + its offset in the arena (its
+// chunk's index << chunkBits | its place in the chunk). Adding one appends
+// to its partition, whose tail stays in the cache with those of the others
+// (thousands of cache lines, where an open-addressing table took a miss
+// per key, and a rehash of everything at every growth); Has scans one
+// partition, a hundred-odd entries. Chunks are never moved: the arena
+// grows without copying.
 //
 // A partition is described by two words outside the Go heap (parts): the
 // reference of its array in arena and its length (its capacity follows
 // from the length, see partCap). Slice headers on the Go heap took 24
-// bytes a partition, up to 16384 partitions a generation and memtable:
-// 7.3 of the 11 bytes of heap per held key in dedupbench's exact row.
+// bytes a partition, up to 16384 partitions a generation and memtable.
 //
 // A generation starts with 2^minPartBits partitions and doubles them
 // (split) each time they hold 64 entries on average, up to maxBits: a
 // generation of few keys takes memory for those, not for a full table.
 // Entries hold the top bits of their hash, so that a split sends each to
-// one of the two halves of its partition without reading its key.
+// one of the two halves of its partition without reading its fingerprint.
 type memGen struct {
 	gen     uint64
 	chunks  []offHeapBuf
@@ -86,11 +84,11 @@ type memGen struct {
 
 // partitionBits returns the largest number of partitions, as a power of
 // two, for a memtable of limit bytes: about 128 entries each when one
-// generation fills it (keys of some 40 bytes in the table), within
+// generation fills it (24 bytes a key in the table), within
 // [2^minPartBits, 2^14].
 func partitionBits(limit int) uint {
 	b := uint(minPartBits)
-	for b < 14 && 1<<b < limit/(40*128) {
+	for b < 14 && 1<<b < limit/(24*128) {
 		b++
 	}
 	return b
@@ -148,21 +146,19 @@ func (g *memGen) free() {
 	g.chunks, g.parts, g.desc = nil, offHeapBuf{}, nil
 }
 
-// chunkBits sets the size of an arena chunk, 1 MiB: a key (at most
-// MaxKeySize) always fits in a fresh one. The first chunks of a generation
-// are smaller (firstChunk, then doubling), so that small tables stay
-// small.
+// chunkBits sets the size of an arena chunk, 1 MiB, a multiple of the 16
+// bytes of a fingerprint. The first chunks of a generation are smaller
+// (firstChunk, then doubling), so that small tables stay small.
 const (
 	chunkBits  = 20
 	chunkSize  = 1 << chunkBits
 	firstChunk = 64 << 10
 )
 
-// An index entry: the top 28 bits of a key's hash, then 1 + its offset in
-// the arena. Offsets stay below 2^36: a segment holds less than the limit
-// (at most 1 GiB) plus one commit's record (at most 4 GiB), a replay
-// gathers at most the 2 + maxFrozen segments left by a crash, and the
-// arena's chunks of 1 MiB each waste less than a key (MaxKeySize).
+// An index entry: the top 28 bits of a fingerprint's index hash, then 1 +
+// its offset in the arena. Offsets stay below 2^36: a segment holds less
+// than the limit (at most 1 GiB) plus one commit's record (at most 4 GiB),
+// and a replay gathers at most the 2 + maxFrozen segments left by a crash.
 const (
 	entryOffBits = 36
 	entryOffMask = 1<<entryOffBits - 1
@@ -219,22 +215,13 @@ func (m *memTable) begin(seq uint64, runs []run, hashes []uint64, cp []byte, has
 	}
 }
 
-// addKeys adds n keys, key(i) returning the generation and bytes of the
-// i-th, hashed with seed. Keys below the floor are not kept. h is scratch
-// space, returned for reuse.
-func (m *memTable) addKeys(seed maphash.Seed, n int, key func(int) (uint64, []byte), h []uint64) []uint64 {
-	h = slices.Grow(h[:0], n)[:n]
-	for i := range n {
-		_, k := key(i)
-		h[i] = maphash.Bytes(seed, k)
-	}
-	for lo := 0; lo < n; {
-		gen, _ := key(lo)
+// addFPs adds the fingerprints of ents; those below the floor are not
+// kept.
+func (m *memTable) addFPs(ents []ent) {
+	for lo := 0; lo < len(ents); {
+		gen := ents[lo].gen
 		hi := lo + 1
-		for hi < n {
-			if g, _ := key(hi); g != gen {
-				break
-			}
+		for hi < len(ents) && ents[hi].gen == gen {
 			hi++
 		}
 		if gen >= m.floor {
@@ -247,20 +234,18 @@ func (m *memTable) addKeys(seed maphash.Seed, n int, key func(int) (uint64, []by
 				before = g.bytes()
 			}
 			for i := lo; i < hi; i++ {
-				_, k := key(i)
-				g.add(h[i], k)
+				g.add(&ents[i].fp)
 			}
 			m.size += g.bytes() - before
 		}
 		lo = hi
 	}
-	return h
 }
 
-// has reports whether the table holds key, of hash h, in generation gen.
-func (m *memTable) has(gen uint64, key []byte, h uint64) bool {
+// has reports whether the table holds fp in generation gen.
+func (m *memTable) has(gen uint64, fp *Fingerprint) bool {
 	g := m.gen(gen)
-	return g != nil && g.has(h, key)
+	return g != nil && g.has(fp)
 }
 
 // bytes is the memory of g's keys, entries and partition descriptors.
@@ -278,26 +263,21 @@ func (g *memGen) entry(h uint64, off int) (part int, e uint64) {
 	return int(h >> (64 - g.pbits)), h&^entryOffMask | uint64(off+1)
 }
 
-// add adds key of hash h.
-func (g *memGen) add(h uint64, key []byte) {
-	need := len(key) + uvarintLen(uint64(len(key)))
+// add adds fp.
+func (g *memGen) add(fp *Fingerprint) {
 	ci := len(g.chunks) - 1
-	if ci < 0 || len(g.chunks[ci].b)+need > cap(g.chunks[ci].b) {
+	if ci < 0 || len(g.chunks[ci].b)+fpSize > cap(g.chunks[ci].b) {
 		size := firstChunk
 		if ci >= 0 {
 			size = min(chunkSize, 2*cap(g.chunks[ci].b))
 		}
-		g.chunks = append(g.chunks, newOffHeapBuf(max(size, need)))
+		g.chunks = append(g.chunks, newOffHeapBuf(size))
 		ci++
 	}
 	c := g.chunks[ci].b
 	off := ci<<chunkBits | len(c)
-	if len(key) < 0x80 {
-		c = append(c, byte(len(key)))
-	} else {
-		c = binary.AppendUvarint(c, uint64(len(key)))
-	}
-	g.chunks[ci].b = append(c, key...)
+	g.chunks[ci].b = append(c, fp[:]...)
+	h := fpIndexHash(fp)
 	p, e := g.entry(h, off)
 	d := g.desc[2*p : 2*p+2 : 2*p+2]
 	n := int(d[1])
@@ -356,53 +336,52 @@ func (g *memGen) split() {
 	oldParts.free()
 }
 
-// each calls fn for every key of g, in the order added, with its offset.
-func (g *memGen) each(fn func(off int, key []byte)) {
+// each calls fn for every fingerprint of g, in the order added, with its
+// offset.
+func (g *memGen) each(fn func(off int, fp []byte)) {
 	for ci, cb := range g.chunks {
 		c := cb.b
-		for pos := 0; pos < len(c); {
-			n, w := uint64(c[pos]), 1
-			if n >= 0x80 {
-				n, w = binary.Uvarint(c[pos:])
-			}
-			start := pos + w
-			fn(ci<<chunkBits|pos, c[start:start+int(n)])
-			pos = start + int(n)
+		for pos := 0; pos < len(c); pos += fpSize {
+			fn(ci<<chunkBits|pos, c[pos:pos+fpSize])
 		}
 	}
 }
 
-// prefetchKey starts loading the key at off.
+// prefetchKey starts loading the fingerprint at off.
 func (g *memGen) prefetchKey(off int) {
 	c := g.chunks[off>>chunkBits].b
 	prefetch.Addr(unsafe.Pointer(&c[:cap(c)][off&(chunkSize-1)]))
 }
 
-// keyAt returns the key at off.
+// keyAt returns the fingerprint at off.
 func (g *memGen) keyAt(off int) []byte {
 	c := g.chunks[off>>chunkBits].b
 	pos := off & (chunkSize - 1)
-	n, w := uint64(c[pos]), 1
-	if n >= 0x80 {
-		n, w = binary.Uvarint(c[pos:])
-	}
-	return c[pos+w : pos+w+int(n)]
+	return c[pos : pos+fpSize]
 }
 
-func (g *memGen) has(h uint64, key []byte) bool {
+func (g *memGen) has(fp *Fingerprint) bool {
 	if g.desc == nil {
 		return false
 	}
-	p, e := g.entry(h, 0)
+	p, e := g.entry(fpIndexHash(fp), 0)
 	tag := e &^ entryOffMask
 	n := int(g.desc[2*p+1])
 	if n == 0 {
 		return false
 	}
 	for _, v := range g.arena.view(g.desc[2*p], n) {
-		if v&^entryOffMask == tag && bytes.Equal(g.keyAt(int(v&entryOffMask)-1), key) {
+		if v&^entryOffMask == tag && string(g.keyAt(int(v&entryOffMask)-1)) == string(fp[:]) {
 			return true
 		}
 	}
 	return false
 }
+
+// fpSize is the size of a fingerprint.
+const fpSize = 16
+
+// fpIndexHash is the hash of a fingerprint in the memtable's index and the
+// flush filters: its second half, independent of FingerprintHash (the
+// first half), which the engine's filters use.
+func fpIndexHash(fp *Fingerprint) uint64 { return binary.LittleEndian.Uint64(fp[8:]) }

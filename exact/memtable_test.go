@@ -1,23 +1,20 @@
 package exact
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"math/rand/v2"
 	"testing"
 )
 
-// TestMemGen adds keys of every size class (one-byte and two-byte length
-// prefixes, the largest key) to a generation's table and finds each of
-// them, and no other: with partitions split as keys arrive (a 64 MiB
-// table), and with as many as the smallest table has, never split.
+// TestMemGen adds fingerprints to a generation's table and finds each of
+// them, and no other, with the same first or second half as a stored one
+// included: with partitions split as they arrive (a 64 MiB table), and
+// with as many as the smallest table has, never split.
 func TestMemGen(t *testing.T) {
 	for _, c := range []struct {
 		limit     int
 		wantPBits uint
-	}{{64 << 20, 12}, {256 << 10, minPartBits}} {
+	}{{64 << 20, 12}, {128 << 10, minPartBits}} {
 		t.Run(fmt.Sprint(c.limit), func(t *testing.T) {
 			g := testMemGen(t, c.limit)
 			if g.pbits != c.wantPBits {
@@ -29,53 +26,47 @@ func TestMemGen(t *testing.T) {
 }
 
 func testMemGen(t *testing.T, limit int) *memGen {
-	rng := rand.New(rand.NewPCG(1, 2))
-	seed := maphash.MakeSeed()
 	g := newMemGen(7, limit)
-	var keys [][]byte
+	var fps []Fingerprint
 	for i := 0; i < 200_000; i++ {
-		var k []byte
-		switch i % 1000 {
-		case 0:
-			k = make([]byte, 200+rng.IntN(1000)) // two-byte length
-		case 999:
-			k = make([]byte, MaxKeySize)
-		default:
-			k = make([]byte, 4+rng.IntN(21))
-		}
-		for j := range k {
-			k[j] = byte(rng.Uint32())
-		}
-		binary.LittleEndian.PutUint32(k[len(k)-4:], uint32(i)) // distinct
-		keys = append(keys, k)
-		g.add(maphash.Bytes(seed, k), k)
+		fp := testFP(i)
+		fps = append(fps, fp)
+		g.add(&fp)
 	}
-	if g.n != len(keys) {
-		t.Fatalf("%d keys, want %d", g.n, len(keys))
+	if g.n != len(fps) {
+		t.Fatalf("%d keys, want %d", g.n, len(fps))
 	}
-	for i, k := range keys {
-		if !g.has(maphash.Bytes(seed, k), k) {
-			t.Fatalf("key %d (%d bytes) not found", i, len(k))
+	for i := range fps {
+		if !g.has(&fps[i]) {
+			t.Fatalf("fingerprint %d not found", i)
 		}
 	}
 	for i := 0; i < 10_000; i++ {
-		k := []byte(fmt.Sprintf("absent-%d-with-a-long-tail", i))
-		if g.has(maphash.Bytes(seed, k), k) {
-			t.Fatalf("absent key %q found", k)
+		fp := testFP(1_000_000 + i)
+		if g.has(&fp) {
+			t.Fatalf("absent fingerprint %x found", fp)
+		}
+		// The same index hash (second half) as a stored one.
+		fp = fps[i]
+		fp[0] ^= 1
+		if g.has(&fp) {
+			t.Fatalf("fingerprint %x, one bit off a stored one, found", fp)
 		}
 	}
 	n := 0
-	g.each(func(off int, k []byte) {
-		if string(g.keyAt(off)) != string(k) || string(k) != string(keys[n]) {
-			t.Fatalf("key %d at offset %d differs", n, off)
+	g.each(func(off int, fp []byte) {
+		if string(g.keyAt(off)) != string(fp) || string(fp) != string(fps[n][:]) {
+			t.Fatalf("fingerprint %d at offset %d differs", n, off)
 		}
 		n++
 	})
-	if n != len(keys) {
-		t.Fatalf("each visited %d keys of %d", n, len(keys))
+	if n != len(fps) {
+		t.Fatalf("each visited %d keys of %d", n, len(fps))
 	}
 	return g
 }
+
+func fpHashOf(i int) uint64 { fp := testFP(i); return fpIndexHash(&fp) }
 
 // TestKeyFilter: no false negatives, a false-positive rate near the 1%
 // the filters are sized for, and a stored filter reads back the same.
@@ -83,20 +74,20 @@ func TestKeyFilter(t *testing.T) {
 	const n = 200_000
 	f := newKeyFilter(n)
 	for i := 0; i < n; i++ {
-		f.add(keyHash(keyOf(i)))
+		f.add(fpHashOf(i))
 	}
 	g, err := unmarshalKeyFilter(f.marshal())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
-		if !g.mayContain(keyHash(keyOf(i))) {
+		if !g.mayContain(fpHashOf(i)) {
 			t.Fatalf("key %d: false negative", i)
 		}
 	}
 	fp := 0
 	for i := n; i < 3*n; i++ {
-		if g.mayContain(keyHash(keyOf(i))) {
+		if g.mayContain(fpHashOf(i)) {
 			fp++
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"strings"
 
@@ -67,7 +66,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("exact: open %q: %w", dir, err)
 	}
 	s := &Store{db: db, fs: fs, dir: dir, opts: opts, lg: lg, popts: po,
-		seed: maphash.MakeSeed(), memLimit: int(opts.MemTableSize)}
+		memLimit: int(opts.MemTableSize)}
 	if opts.memLimit > 0 {
 		s.memLimit = opts.memLimit
 	}
@@ -78,6 +77,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	lg.onFail.Store(&wake)
 	s.active = &memTable{limit: s.memLimit}
 	if err := s.init(existing); err != nil {
+		return nil, errors.Join(err, s.closeDB())
+	}
+	if err := s.upgrade(); err != nil {
 		return nil, errors.Join(err, s.closeDB())
 	}
 	if err := s.loadFilters(); err != nil {
@@ -146,12 +148,13 @@ func (s *Store) init(existing bool) (err error) {
 				return fmt.Errorf("%w: %q is a Pebble store without the exact marker", ErrNotOurs, s.dir)
 			}
 			existing = false // a store that crashed before its marker was written
-		} else if len(v) != 1 || v[0] < 1 || v[0] > formatVersion {
-			return fmt.Errorf("%w: %q has format %x, this package reads 1 to %d", ErrCorrupt, s.dir, v, formatVersion)
+		} else if len(v) != 1 || v[0] < 1 {
+			return fmt.Errorf("%w: %q has format marker %x", ErrCorrupt, s.dir, v)
+		} else if v[0] > formatVersion {
+			return fmt.Errorf("%w: %q has format %d, this package reads 1 to %d", ErrNewerFormat, s.dir, v[0], formatVersion)
 		} else if v[0] < formatVersion {
-			// Format 1 has no commit log; a program reading only format 1
-			// must not open a store that may have one.
-			existing = false
+			// upgrade rewrites the marker once the store is converted.
+			s.from = int(v[0])
 		}
 	}
 	if s.db.FormatMajorVersion() < pebble.FormatNewest {
@@ -192,10 +195,9 @@ func (s *Store) init(existing bool) (err error) {
 	return s.removeIngestLeftovers()
 }
 
-// loadFilters reads the flush filters of the live generations, and finds
-// whether the store holds keys of format 1.
+// loadFilters reads the flush filters of the live generations.
 func (s *Store) loadFilters() error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagFilter, s.floor), UpperBound: filtersEnd})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagFPFilter, s.floor), UpperBound: fpFiltersEnd})
 	if err != nil {
 		return fmt.Errorf("exact: load filters: %w", err)
 	}
@@ -219,14 +221,6 @@ func (s *Store) loadFilters() error {
 	}
 	if err = errors.Join(err, it.Close()); err != nil {
 		return fmt.Errorf("exact: load filters: %w", err)
-	}
-	legacy, err := s.db.NewIter(&pebble.IterOptions{LowerBound: genPrefix(s.floor), UpperBound: keysEnd})
-	if err != nil {
-		return fmt.Errorf("exact: look for keys of format 1: %w", err)
-	}
-	s.legacy = legacy.First()
-	if err := errors.Join(legacy.Error(), legacy.Close()); err != nil {
-		return fmt.Errorf("exact: look for keys of format 1: %w", err)
 	}
 	return nil
 }
@@ -255,7 +249,8 @@ func (s *Store) replay() (err error) {
 		if n, ok := parseFreeName(name); ok {
 			highest = max(highest, n)
 		}
-		if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled {
+		// A retired segment of a store being upgraded holds keys: removed.
+		if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled && !s.upgraded {
 			path := s.fs.PathJoin(s.dir, name)
 			fi, err := s.fs.Stat(path)
 			if err != nil {
@@ -365,14 +360,22 @@ func (s *Store) apply(m *memTable, r *record) {
 		hashes, runs = nil, nil
 	}
 	m.begin(r.seq, runs, hashes, r.cp, r.hasCP, s.floor)
-	if r.keys != nil {
-		gens := make([]uint64, 0, len(r.keys))
+	if r.fps != nil || r.keys != nil {
+		s.ents = s.ents[:0]
+		i := 0
 		for _, rn := range r.runs {
 			for range rn.n {
-				gens = append(gens, rn.gen)
+				e := ent{gen: rn.gen}
+				if r.fps != nil {
+					e.fp = r.fps[i]
+				} else {
+					e.fp = s.Fingerprint(r.keys[i]) // a record of format 2
+				}
+				s.ents = append(s.ents, e)
+				i++
 			}
 		}
-		s.hscratch = m.addKeys(s.seed, len(r.keys), func(i int) (uint64, []byte) { return gens[i], r.keys[i] }, s.hscratch)
+		m.addFPs(s.ents)
 	}
 	for i := range r.recs {
 		op := &r.recs[i]

@@ -7,14 +7,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Has reports whether key is stored under generation gen.
+// Has reports whether key is stored under generation gen: whether its
+// fingerprint is (see [Store.Fingerprint]).
 func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 	if s.opts.LogOnly {
 		return false, ErrLogOnly
@@ -25,32 +24,34 @@ func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 	if len(key) > MaxKeySize {
 		return false, fmt.Errorf("%w: %d bytes", ErrKeyTooLarge, len(key))
 	}
+	return s.HasFingerprint(gen, s.Fingerprint(key))
+}
+
+// HasFingerprint reports whether a key of fingerprint fp is stored under
+// generation gen.
+func (s *Store) HasFingerprint(gen uint64, fp Fingerprint) (bool, error) {
+	if s.opts.LogOnly {
+		return false, ErrLogOnly
+	}
 	if err := s.acquire(); err != nil {
 		return false, err
 	}
 	defer s.rw.RUnlock()
 	if s.mem != nil {
-		return s.mem.has(gen, s.Fingerprint(key)), nil
+		return s.mem.has(gen, fp), nil
 	}
 	if gen < s.memFloor.Load() {
 		return false, nil
 	}
-	if s.memHas(gen, key) {
+	if s.memHas(gen, &fp) {
 		return true, nil
 	}
 	bp := keyBufPool.Get().(*lookupBuf)
 	defer keyBufPool.Put(bp)
-	if s.legacy {
-		bp.key = slices.Grow(bp.key[:0], 9+len(key))[:9+len(key)]
-		putKey(bp.key, gen, key)
-		if ok, err := s.get1(bp.key); ok || err != nil {
-			return ok, err
-		}
-	}
-	bp.flushes = s.filters.candidates(bp.flushes[:0], gen, keyHash(key))
+	bp.flushes = s.filters.candidates(bp.flushes[:0], gen, fpIndexHash(&fp))
 	for _, flush := range bp.flushes {
-		bp.key = appendFlushKey(bp.key[:0], gen, flush, key)
-		if ok, err := s.get1(bp.key); ok || err != nil {
+		putFPKey(bp.key[:], gen, flush, &fp)
+		if ok, err := s.get1(bp.key[:]); ok || err != nil {
 			return ok, err
 		}
 	}
@@ -59,11 +60,11 @@ func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 
 // lookupBuf is the scratch space of a Has.
 type lookupBuf struct {
-	key     []byte
+	key     [fpKeyLen]byte
 	flushes []uint64
 }
 
-var keyBufPool = sync.Pool{New: func() any { return &lookupBuf{key: make([]byte, 0, 64)} }}
+var keyBufPool = sync.Pool{New: func() any { return new(lookupBuf) }}
 
 // get1 reports whether Pebble holds k.
 func (s *Store) get1(k []byte) (bool, error) {
@@ -77,16 +78,15 @@ func (s *Store) get1(k []byte) (bool, error) {
 	return true, closer.Close()
 }
 
-// memHas reports whether a memtable holds key in generation gen.
-func (s *Store) memHas(gen uint64, key []byte) bool {
-	h := maphash.Bytes(s.seed, key)
+// memHas reports whether a memtable holds fp in generation gen.
+func (s *Store) memHas(gen uint64, fp *Fingerprint) bool {
 	s.memMu.RLock()
 	defer s.memMu.RUnlock()
-	if s.active.has(gen, key, h) {
+	if s.active.has(gen, fp) {
 		return true
 	}
 	for _, m := range s.frozen {
-		if m.has(gen, key, h) {
+		if m.has(gen, fp) {
 			return true
 		}
 	}
@@ -125,16 +125,16 @@ func (s *Store) CommitSeq() uint64 {
 // DroppedBefore returns the drop floor: every generation below it is gone.
 func (s *Store) DroppedBefore() uint64 { return s.pubFloor.Load() }
 
-// ScanKeys calls fn for every stored key of generations >= fromGen, in
-// generation order (within a generation, keys come in runs, each in key
-// order). key is valid only during the call. An error from fn stops the
-// scan and is returned.
-func (s *Store) ScanKeys(fromGen uint64, fn func(gen uint64, key []byte) error) error {
+// ScanFingerprints calls fn for every stored key's fingerprint of
+// generations >= fromGen, in generation order (within a generation, they
+// come in runs, each in byte order). An error from fn stops the scan and
+// is returned.
+func (s *Store) ScanFingerprints(fromGen uint64, fn func(gen uint64, fp Fingerprint) error) error {
 	if s.opts.LogOnly {
 		return ErrLogOnly
 	}
 	if s.mem != nil {
-		return fmt.Errorf("%w: ScanKeys", ErrInMemory)
+		return fmt.Errorf("%w: ScanFingerprints", ErrInMemory)
 	}
 	if err := s.acquire(); err != nil {
 		return err
@@ -144,34 +144,23 @@ func (s *Store) ScanKeys(fromGen uint64, fn func(gen uint64, key []byte) error) 
 		return err
 	}
 	fromGen = max(fromGen, s.memFloor.Load())
-	if s.legacy {
-		if err := s.scanRange(tagGen(tagKey, fromGen), keysEnd, 9, fn); err != nil {
-			return err
-		}
-	}
-	return s.scanRange(tagGen(tagFlushKey, fromGen), flushKeysEnd, flushKeyPrefix, fn)
-}
-
-// scanRange calls fn for every key in [lo, hi), whose generation is its
-// bytes [1, 9) and whose key starts at byte skip.
-func (s *Store) scanRange(lo, hi []byte, skip int, fn func(gen uint64, key []byte) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagFP, fromGen), UpperBound: fpEnd})
 	if err != nil {
-		return fmt.Errorf("exact: scan keys: %w", err)
+		return fmt.Errorf("exact: scan fingerprints: %w", err)
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if len(k) <= skip {
-			err = fmt.Errorf("%w: key entry of %d bytes", ErrCorrupt, len(k))
+		if len(k) != fpKeyLen {
+			err = fmt.Errorf("%w: fingerprint entry of %d bytes", ErrCorrupt, len(k))
 			break
 		}
-		if err = fn(beUint64(k[1:9]), k[skip:]); err != nil {
+		if err = fn(beUint64(k[1:9]), Fingerprint(k[17:])); err != nil {
 			break
 		}
 	}
 	if err == nil {
 		if err = it.Error(); err != nil {
-			err = fmt.Errorf("exact: scan keys: %w", err)
+			err = fmt.Errorf("exact: scan fingerprints: %w", err)
 		}
 	}
 	return errors.Join(err, it.Close())

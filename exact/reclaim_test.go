@@ -41,7 +41,7 @@ func TestReclaimGivesSpaceBack(t *testing.T) {
 	}
 	// The disk taken by keys (the log records stay until TruncateLog).
 	tables := func() uint64 {
-		n, err := s.db.EstimateDiskUsage(tagGen(tagFlushKey, 0), flushKeysEnd)
+		n, err := s.db.EstimateDiskUsage(tagGen(tagFP, 0), fpEnd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestReclaimGivesSpaceBack(t *testing.T) {
 		t.Fatalf("Reclaim left %d of %d bytes after 4 of 5 generations expired", after, full)
 	}
 	n := 0
-	if err := s.ScanKeys(0, func(gen uint64, _ []byte) error {
+	if err := s.ScanFingerprints(0, func(gen uint64, _ Fingerprint) error {
 		if gen < 5 {
 			t.Fatalf("key of expired generation %d survived", gen)
 		}
@@ -138,7 +138,7 @@ func TestReclaimDuringFlush(t *testing.T) {
 	if gens := s.filters.gens(); len(gens) > 0 && gens[0] < 2 {
 		t.Fatalf("filters of generations %v after Reclaim below 2", gens)
 	}
-	n, err := s.db.EstimateDiskUsage(tagGen(tagFlushKey, 0), tagGen(tagFlushKey, 2))
+	n, err := s.db.EstimateDiskUsage(tagGen(tagFP, 0), tagGen(tagFP, 2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,14 @@ func (s *Store) Fingerprint(key []byte) Fingerprint {
 	return fp
 }
 
+// FingerprintHash returns the 64-bit hash of a key that a fingerprint
+// gives: its first 8 bytes, little-endian. A caller that hashes its keys
+// this way (the engine's filters in exact mode, over a directory) can
+// rebuild its hashes from the fingerprints a store keeps
+// ([Store.ScanFingerprints]), and a commit log entry of such a key holds
+// the fingerprint alone.
+func FingerprintHash(fp *Fingerprint) uint64 { return binary.LittleEndian.Uint64(fp[:8]) }
+
 // loadSecret reads the store's fingerprint secret, creating it durably if
 // the store has none (a new store, or one written before it existed).
 func (s *Store) loadSecret() error {

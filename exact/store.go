@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +32,9 @@ var (
 	ErrKeyTooLarge = errors.New("exact: key too large")
 	// ErrLogOnly reports a per-key operation on a store opened with LogOnly.
 	ErrLogOnly = errors.New("exact: store keeps no keys (LogOnly)")
+	// ErrNewerFormat reports a store written in a format newer than this
+	// package reads.
+	ErrNewerFormat = errors.New("exact: store of a newer format")
 	// ErrBatchDone reports a use of a committed or closed Batch.
 	ErrBatchDone = errors.New("exact: batch already committed or closed")
 )
@@ -218,9 +220,12 @@ type Store struct {
 	frozen []*memTable // oldest first
 	// memFloor is the drop floor of the memtables: Has finds nothing below.
 	memFloor atomic.Uint64
-	seed     maphash.Seed
 	memLimit int
-	hscratch []uint64 // key hashes of the commit being added (under logMu)
+	ents     []ent // scratch of a replay
+	// from is the format of a store being upgraded by this Open (see
+	// upgrade.go), 0 if none; upgraded is set once it was.
+	from     int
+	upgraded bool
 	// k0, k1 are the fingerprint secret (see Fingerprint).
 	k0, k1 uint64
 
@@ -232,10 +237,8 @@ type Store struct {
 	stallMu   sync.Mutex
 	stallCond sync.Cond
 
-	// filters are the flush filters of the live generations; legacy
-	// reports keys of format 1 (tagKey), which Has also looks up.
+	// filters are the flush filters of the live generations.
 	filters flushFilters
-	legacy  bool
 
 	// truncated is the log truncation mark: log records of seq <= it are
 	// gone.
@@ -394,6 +397,10 @@ func (s *Store) stopFlushes() error {
 }
 
 func (s *Store) closeDB() error {
+	if s.db == nil { // an upgrade failed to reopen it
+		s.popts.Cache.Unref()
+		return nil
+	}
 	errc := make(chan error, 1)
 	go func() {
 		defer func() {
