@@ -42,8 +42,8 @@ type Engine struct {
 	// rehashed is set when this Open moved a state written before to it,
 	// whose snapshots and log hold hashes of the old kind.
 	fpHash, rehashed bool
-	shards     []shard
-	store      *exact.Store
+	shards           []shard
+	store            *exact.Store
 	// timing is a ring with no filters, used for generation arithmetic.
 	timing  *rotate.Ring
 	fs      vfs.FS

@@ -96,7 +96,7 @@ func sameRecord(a, b *record) string {
 // two keys in generation 3 (hash, uvarint length, key each), checkpoint
 // "cp".
 func format2Record() []byte {
-	p := binary.LittleEndian.AppendUint64(nil, 9)     // seq
+	p := binary.LittleEndian.AppendUint64(nil, 9)    // seq
 	p = binary.LittleEndian.AppendUint64(p, 1<<32|1) // segment
 	p = append(p, recCheckpoint|recKeys, 2, 'c', 'p', 1, 3, 2)
 	for i, k := range []string{"key-a", "key-b"} {
