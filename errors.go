@@ -57,6 +57,10 @@ var (
 	// corruption matches it: filter.ErrCorrupt, exact.ErrCorrupt and
 	// snapshot.ErrCorrupt wrap it.
 	ErrCorrupt = errclass.ErrCorrupt
+	// ErrNewerFormat is returned by Open for a state directory whose store
+	// was written in a format newer than this build reads (the error names
+	// the format and the directory); open it with the build that wrote it.
+	ErrNewerFormat = exact.ErrNewerFormat
 	// ErrBroken is wrapped by every call that reaches the state after a
 	// write to it failed: a failed commit write leaves the store in an
 	// unknown state. Close the engine and Open it again, which restores

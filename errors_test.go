@@ -59,19 +59,29 @@ func TestCorruptionIsOneClass(t *testing.T) {
 	_, err = snapshot.Read(fs, "junk.snap")
 	check("snapshot", err, snapshot.ErrCorrupt)
 
-	// An exact store whose format marker names an unknown format.
-	db, err := pebble.Open("store", &pebble.Options{FS: fs})
-	if err != nil {
-		t.Fatal(err)
+	// An exact store whose format marker is malformed is corrupt; one
+	// that names a newer format is not.
+	for _, c := range []struct {
+		marker []byte
+		want   error
+	}{{[]byte{1, 2}, exact.ErrCorrupt}, {[]byte{99}, exact.ErrNewerFormat}} {
+		db, err := pebble.Open("store", &pebble.Options{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Set([]byte("\x00dedup-exact"), c.marker, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err = exact.Open("store", exact.Options{FS: fs})
+		if c.want == exact.ErrCorrupt {
+			check("exact", err, exact.ErrCorrupt)
+		} else if !errors.Is(err, dedup.ErrNewerFormat) || errors.Is(err, dedup.ErrCorrupt) {
+			t.Errorf("exact: marker %x: %v: want dedup.ErrNewerFormat, not corruption", c.marker, err)
+		}
 	}
-	if err := db.Set([]byte("\x00dedup-exact"), []byte{99}, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	_, err = exact.Open("store", exact.Options{FS: fs})
-	check("exact", err, exact.ErrCorrupt)
 
 	// The engine's own metadata: a malformed hash seed.
 	e, err := dedup.Open(dedup.Options{Dir: "state", FS: fs})

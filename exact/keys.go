@@ -22,6 +22,7 @@ const (
 	tagSecret     = 0x0c // the fingerprint secret
 	tagFP         = 0x0d // generation, flush, fingerprint
 	tagFPFilter   = 0x0e // generation, flush -> filter of the fingerprints
+	tagScratch    = 0x0f // tables ingested to restart Pebble's manifest (upgrade.go), excised at once
 )
 
 // formatVersion is the on-disk format written by this package: 2 adds the

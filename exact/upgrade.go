@@ -31,6 +31,7 @@ package exact
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -38,6 +39,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 )
 
 // legacyRanges are the key ranges of formats 1 and 2 that hold keys, or
@@ -94,9 +96,9 @@ func (s *Store) upgrade() (err error) {
 // bounds (a smallest and a largest key) of the tables of keys that the
 // upgrade removed. Pebble starts one when the current one is past
 // MaxManifestFileSize and its edits since the last start name more tables
-// than the version holds (which the upgrade's excisions do): Pebble is
-// reopened with that size at its least for one flush, then with the
-// store's options again.
+// than the version holds: Pebble is reopened with that size at its least
+// for ingestions of one-key tables (tagScratch), one at a time until it
+// does, then excised, and reopened with the store's options again.
 func (s *Store) rewriteManifest() error {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("exact: upgrade %q: rewrite Pebble's manifest: %s: %w", s.dir, what, err)
@@ -111,24 +113,36 @@ func (s *Store) rewriteManifest() error {
 	if err != nil {
 		return fail("reopen", err)
 	}
+	s.db = db // for newTableWriter
 	before, err := s.currentManifest()
 	current := before
-	// Each flush is an edit naming one table: Pebble starts a new manifest
-	// once they outnumber the version's tables.
+	// Each ingestion is an edit naming one table: Pebble starts a new
+	// manifest once they outnumber the version's tables. Ingestions apply
+	// their edit on this goroutine, and report their errors (a flush, on
+	// Pebble's own goroutines, may retry for ever).
 	for i := 0; err == nil && current == before && i < 256; i++ {
-		err = db.Set(epochKey, be64(s.epoch), pebble.Sync)
-		if err == nil {
-			err = db.Flush()
+		path := s.fs.PathJoin(s.dir, fmt.Sprintf("%srotate-%d.sst", ingestPrefix, i))
+		var w *sstable.Writer
+		if w, err = s.newTableWriter(path); err == nil {
+			err = finishTable(w, path, w.Set(binary.BigEndian.AppendUint64([]byte{tagScratch}, uint64(i)), nil))
 		}
+		if err == nil {
+			err = db.Ingest(context.Background(), []string{path})
+		}
+		_ = s.fs.Remove(path) // linked into the store, or not
 		if err == nil {
 			current, err = s.currentManifest()
 		}
 	}
+	if err == nil {
+		err = db.Excise(context.Background(), pebble.KeyRange{Start: []byte{tagScratch}, End: []byte{tagScratch + 1}})
+	}
+	s.db = nil
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
-		return fail("flush", err)
+		return fail("rotate", err)
 	}
 	ls, err := s.fs.List(s.dir)
 	if err != nil {
