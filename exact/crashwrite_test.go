@@ -200,7 +200,7 @@ func (w crashWorkload) verify(t *testing.T, fs vfs.FS, minDone, minTrunc, maxTru
 		t.Fatalf("%s: DroppedBefore %d, want %d (checkpoint %q)", what, s.DroppedBefore(), floor, cp)
 	}
 	w.checkRecords(t, s, last, what)
-	// Three keys of each batch (ScanKeys counts them all below).
+	// Three keys of each batch (ScanFingerprints counts them all below).
 	for i := 0; i < w.total; i++ {
 		want := i <= last && w.genOf(i) >= floor
 		for _, k := range []int{i * w.per, i*w.per + w.per/2, (i+1)*w.per - 1} {

@@ -1,8 +1,10 @@
 // Package exact is the exact key store of the dedup engine, built on Pebble v2.
 //
-// A Store remembers keys per generation, logs the 64-bit hashes of every
-// commit so that in-memory filters can be rebuilt on open, and keeps the
-// caller's checkpoint (source position) atomically with the keys it covers.
+// A Store remembers keys per generation, as their keyed 128-bit
+// fingerprints (SipHash-2-4-128 under a secret of the store: no key is
+// kept at rest), logs the 64-bit hashes of every commit so that in-memory
+// filters can be rebuilt on open, and keeps the caller's checkpoint
+// (source position) atomically with the keys it covers.
 //
 // # Contract
 //
@@ -14,7 +16,7 @@
 //   - Checkpoint returns the checkpoint of the newest committed batch that set
 //     one (nil if none ever did). It never goes backwards.
 //   - DropGenerationsBefore(g) raises the drop floor to g: every key of every
-//     generation < g is gone for Has and ScanKeys, including keys added to
+//     generation < g is gone for Has and ScanFingerprints, including keys added to
 //     the same batch or later, and the log pairs of those generations are
 //     hidden from ScanLog. Reclaim gives their disk space back.
 //   - A Store opened with Options.LogOnly keeps no per-key entries: Add only
@@ -41,14 +43,15 @@
 // not use Pebble's write-ahead log and memtable for them (a skiplist
 // insert, a cache miss per level, took most of the commit's CPU):
 //
-//  1. Commit appends one checksummed record (keys, hashes, checkpoint,
-//     drop) to the current segment of its own commit log and fsyncs it;
-//     commits running at the same time share fsyncs (commitlog.go).
-//  2. The keys go into the active memtable: per generation, an arena of
-//     keys outside the Go heap and a hash-partitioned index for Has
-//     (memtable.go).
+//  1. Commit appends one checksummed record (fingerprints, hashes unless
+//     they are the fingerprints' first halves, checkpoint, drop) to the
+//     current segment of its own commit log and fsyncs it; commits
+//     running at the same time share fsyncs (commitlog.go).
+//  2. The fingerprints go into the active memtable: per generation, an
+//     arena of 16-byte fingerprints outside the Go heap and a
+//     hash-partitioned index for Has (memtable.go).
 //  3. When the memtable reaches Options.MemTableSize it is frozen with its
-//     segment, and a background flush writes it to Pebble: its keys sorted
+//     segment, and a background flush writes it to Pebble: its fingerprints sorted
 //     into one sstable per generation, a Bloom filter per generation, and
 //     its log records, ingested in one atomic step; then the sequence
 //     number, checkpoint and drop floor of its last commit, synced through
@@ -59,7 +62,7 @@
 //  5. Open replays the segments past the last flushed commit (a torn record
 //     ends the log) and flushes them.
 //
-// Each flush writes a generation's keys as a key range of its own
+// Each flush writes a generation's fingerprints as a key range of its own
 // (generation, flush), so that no two tables overlap: every table goes to
 // Pebble's last level and none is ever compacted. Has asks Pebble only for
 // the flushes whose in-memory filter may hold the key (keyfilter.go):
@@ -78,13 +81,16 @@
 //	0x03                          -> gen (8 bytes)             drop floor: generations < gen are gone
 //	0x04                          -> seq (8 bytes)             last flushed sequence number
 //	0x05 seq (8 bytes)            -> log record                one per commit
-//	0x06 gen (8 bytes) key        -> empty                     a key stored by format 1
+//	0x06 gen (8 bytes) key        -> empty                     a key stored by format 1 (upgraded away)
 //	0x07                          -> seq (8 bytes)             log records of seq <= it are truncated
-//	0x08 gen flush (8 bytes) key  -> empty                     a key, written by flush number flush
-//	0x09 gen flush (8 bytes)      -> key filter                the Bloom filter of that flush's keys
+//	0x08 gen flush (8 bytes) key  -> empty                     a key stored by format 2 (upgraded away)
+//	0x09 gen flush (8 bytes)      -> key filter                a filter of format 2 (upgraded away)
 //	0x0a                          -> epoch (8 bytes)           commit log epoch of the last Open
 //	0x0b gen (8 bytes) fp (16)    -> value                     a result record (PutRecord)
 //	0x0c                          -> secret (16 bytes)         the fingerprint secret
+//	0x0d gen flush (8 bytes) fp (16) -> empty                  a key's fingerprint, written by flush number flush
+//	0x0e gen flush (8 bytes)      -> filter                    the Bloom filter of that flush's fingerprints
+//	0x0f n (8 bytes)              -> empty                     scratch of an upgrade, excised at once
 //
 // A flush's number is the sequence number of its first commit. A log
 // record is a format byte (1) followed by runs, each run being
@@ -94,16 +100,18 @@
 // state, in one synced batch (records are replaced and deleted, so they
 // go through Pebble's own memtable); Reclaim removes those of expired
 // generations with a range deletion. A key filter is a format byte (1)
-// and 64-byte blocks of 8 little-endian words; a key of xxhash64 h sets 7
-// bits of one block.
+// and 64-byte blocks of 8 little-endian words; a fingerprint sets 7 bits
+// of one block, chosen by its second 8 bytes.
 //
 // Commits past the last flush are in the commit log's segments,
 // exact-commits-NNNNNN (retired ones waiting for reuse are
 // exact-commits-free-NNNNNN), described in commitlog.go. A segment's
 // number is epoch<<32 | count, the epoch raised durably by every Open, so
-// that no number is ever given twice. Format 2 (this one) adds the commit
-// log and tags 0x07-0x0a; a format-1 store is upgraded when opened, its
-// keys still found.
+// that no number is ever given twice. Format 3 (this one) keeps
+// fingerprints instead of keys (tags 0x0d-0x0f); format 2 added the commit
+// log and tags 0x07-0x0a. A store of format 1 or 2 is upgraded when
+// opened, crash-safely, its keys still found (upgrade.go); one of a newer
+// format is refused with ErrNewerFormat.
 //
 // # Fatal Pebble errors
 //

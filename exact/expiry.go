@@ -11,7 +11,7 @@ import (
 )
 
 // Reclaim gives back the disk space of expired generations (below the drop
-// floor, already gone for Has and ScanKeys): it excises their key range
+// floor, already gone for Has and ScanFingerprints): it excises their key range
 // from Pebble, which drops the sstables inside it whole, without rewriting
 // anything (a generation's keys are tables of their own). It does nothing
 // if the floor has not risen since the last Reclaim; the engine calls it

@@ -1,6 +1,6 @@
 package exact
 
-// The read path: Has, the checkpoint and commit state, ScanKeys and
+// The read path: Has, the checkpoint and commit state, ScanFingerprints and
 // ScanLog.
 
 import (

@@ -76,7 +76,7 @@ type Options struct {
 	// directory are not used): per generation, the fingerprints of its
 	// keys in a compact table (see Store.Fingerprint), the result records,
 	// the checkpoint and the metadata. Commits apply at once; nothing
-	// survives Close. ScanKeys, ScanLog and Backup report ErrInMemory.
+	// survives Close. ScanFingerprints, ScanLog and Backup report ErrInMemory.
 	// Default false.
 	InMemory bool
 

@@ -1,0 +1,67 @@
+package dedup_test
+
+import (
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	. "github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/diskuse"
+)
+
+var diskKeys = flag.Int("diskperkey.n", 1_000_000, "keys stored by BenchmarkDiskPerKey")
+
+// BenchmarkDiskPerKey stores -diskperkey.n distinct random keys of 16 and
+// of 96 bytes in an exact-mode state (ObserveBatch of 1000, a commit per
+// batch), closes it, and reports the bytes the directory takes on disk
+// (du: allocated blocks) per key. One iteration is the whole run:
+// -benchtime=1x.
+func BenchmarkDiskPerKey(b *testing.B) {
+	for _, size := range []int{16, 96} {
+		b.Run(fmt.Sprintf("key%d", size), func(b *testing.B) {
+			n := *diskKeys
+			for b.Loop() {
+				dir := b.TempDir()
+				e, err := Open(Options{Dir: dir, Window: time.Hour, ExpectedRate: float64(n) / 3600})
+				if err != nil {
+					b.Fatal(err)
+				}
+				const batch = 1000
+				keys := make([][]byte, batch)
+				buf := make([]byte, batch*size)
+				out := make([]Verdict, batch)
+				x := uint64(size)*0x9e3779b97f4a7c15 + 1
+				for done := 0; done < n; done += batch {
+					for i := range keys {
+						k := buf[i*size : (i+1)*size]
+						for j := 0; j < size; j += 8 {
+							x ^= x << 13
+							x ^= x >> 7
+							x ^= x << 17
+							binary.LittleEndian.PutUint64(k[j:], x)
+						}
+						keys[i] = k
+					}
+					if err := e.ObserveBatch(keys, out); err != nil {
+						b.Fatal(err)
+					}
+					if err := e.Commit(nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := e.Close(); err != nil {
+					b.Fatal(err)
+				}
+				du, err := diskuse.Bytes(vfs.Default, dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(du)/float64(n), "disk-B/key")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
