@@ -4,6 +4,11 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,16 +21,24 @@ var diskKeys = flag.Int("diskperkey.n", 1_000_000, "keys stored by BenchmarkDisk
 
 // BenchmarkDiskPerKey stores -diskperkey.n distinct random keys of 16 and
 // of 96 bytes in an exact-mode state (ObserveBatch of 1000, a commit per
-// batch), closes it, and reports the bytes the directory takes on disk
-// (du: allocated blocks) per key. One iteration is the whole run:
-// -benchtime=1x.
+// batch; ExpectedRate sized for them), closes it, and reports the bytes
+// the directory takes on disk (du: allocated blocks) per key, and, with
+// -test.v, by kind of file. One iteration is the whole run:
+// -benchtime=1x. DISKPERKEY_DIR=dir keeps the state in dir.
+//
+//	go test -run '^$' -bench BenchmarkDiskPerKey -benchtime 1x -diskperkey.n 10000000 .
 func BenchmarkDiskPerKey(b *testing.B) {
 	for _, size := range []int{16, 96} {
 		b.Run(fmt.Sprintf("key%d", size), func(b *testing.B) {
 			n := *diskKeys
 			for b.Loop() {
 				dir := b.TempDir()
-				e, err := Open(Options{Dir: dir, Window: time.Hour, ExpectedRate: float64(n) / 3600})
+				if d := os.Getenv("DISKPERKEY_DIR"); d != "" {
+					dir = d
+				}
+				// The keys arrive within one generation (a quarter of the
+				// window): sized for them.
+				e, err := Open(Options{Dir: dir, Window: time.Hour, Generations: 4, ExpectedRate: float64(n) / 900})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -60,8 +73,43 @@ func BenchmarkDiskPerKey(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(du)/float64(n), "disk-B/key")
+				b.Logf("%d keys of %d bytes: %d bytes on disk: %s", n, size, du, diskBreakdown(dir))
 			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// diskBreakdown sums the sizes of the files under dir by kind.
+func diskBreakdown(dir string) string {
+	sums := map[string]int64{}
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		kind := "other"
+		switch {
+		case strings.Contains(path, string(os.PathSeparator)+SnapshotDir+string(os.PathSeparator)):
+			kind = "snapshots"
+		case strings.HasPrefix(name, "exact-commits-free-"):
+			kind = "free segments"
+		case strings.HasPrefix(name, "exact-commits-"):
+			kind = "commit log"
+		case strings.HasSuffix(name, ".sst"):
+			kind = "tables"
+		}
+		sums[kind] += info.Size()
+		return nil
+	})
+	var out []string
+	for k, v := range sums {
+		out = append(out, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }

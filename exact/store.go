@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -348,6 +349,14 @@ func (s *Store) Close() error {
 			}
 		}
 		s.freeMemTables()
+		// Retired segments wait for reuse by this process only: at rest
+		// they would hold a memtable's worth of disk for nothing.
+		for _, path := range s.recycled {
+			if rerr := s.fs.Remove(path); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) {
+				err = errors.Join(err, fmt.Errorf("exact: remove retired commit log: %w", rerr))
+			}
+		}
+		s.recycled = nil
 	}
 	if s.seg != nil {
 		if cerr := s.seg.f.Close(); cerr != nil {
