@@ -144,6 +144,11 @@ func (s *Store) rewriteManifest() error {
 	if err != nil {
 		return fail("rotate", err)
 	}
+	// The excision may have started yet another manifest: the marker,
+	// read now that Pebble is closed, names the one to keep.
+	if current, err = s.currentManifest(); err != nil {
+		return fail("rotate", err)
+	}
 	ls, err := s.fs.List(s.dir)
 	if err != nil {
 		return fail("list", err)
