@@ -176,16 +176,17 @@ func (w *windowState) ageBin(gen uint64, now int64) int {
 }
 
 // noteDuplicate attributes a Duplicate of hash h, observed at now, to the
-// cohort of the oldest live generation that may hold it. The shard's lock
-// is held.
-func (e *Engine) noteDuplicate(s *shard, h uint64, now int64) {
-	var gen uint64
-	found := false
-	s.ring.Lookup(h, func(g *rotate.Generation) bool {
-		gen, found = g.ID, true
-		return true // go on: the oldest match is the first sighting
-	})
-	if !found {
+// cohort of generation gen, the one the exact store found it in; without
+// one (gen 0: probabilistic mode, or a cache answered), to the oldest
+// live generation whose filter may hold it. The shard's lock is held.
+func (e *Engine) noteDuplicate(s *shard, h, gen uint64, now int64) {
+	if gen == 0 {
+		s.ring.Lookup(h, func(g *rotate.Generation) bool {
+			gen = g.ID
+			return true // go on: the oldest match is the first sighting
+		})
+	}
+	if gen == 0 {
 		return
 	}
 	a := s.adv

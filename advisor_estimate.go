@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -38,13 +39,16 @@ type WindowAdvice struct {
 	// error; TailLeaksPerMillion is the part of it past Horizon, from the
 	// fitted tail. 0 with LeaksRelErr 0 means none measured.
 	LeaksPerMillion, LeaksRelErr, TailLeaksPerMillion float64
-	// TailFitted reports whether the delays past the window's middle
-	// decay enough to fit an exponential tail; TailMean is its mean and
-	// TailRelErr the relative standard error of TailMean. Without a fit,
-	// nothing past Horizon is counted and the windows that need it are 0.
-	TailFitted bool
-	TailMean   time.Duration
-	TailRelErr float64
+	// Model describes the delay distribution the estimate rests on: a
+	// family fitted to every delay measured ("exponential, mean 2m0s",
+	// "lognormal, median 1m12.8s, sigma 1.00", "two exponentials, 80%
+	// mean 10s + 20% mean 10m0s"), or, when none fits the measured
+	// delays, "measured, exponential tail of mean ..." (the histogram up
+	// to Horizon and an exponential fitted past half the window) or
+	// "measured, no tail past the horizon" (nothing past Horizon is
+	// counted and the windows that need it are 0). Empty before the
+	// first estimate.
+	Model string
 	// DelayP50, DelayP90 and DelayP99 are quantiles of the duplicates'
 	// delay since their key's first sighting; 0 when not known.
 	DelayP50, DelayP90, DelayP99 time.Duration
@@ -153,6 +157,22 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	if jm < 2*K || observed == 0 {
 		return adv
 	}
+	perEvent := float64(news) / float64(observed)
+	gens := float64(e.opts.Generations)
+	window := float64(e.opts.Window)
+	// The delay model, fitted to every bin measured; ages in windows.
+	bins := make([]fitBin, 0, jm)
+	for j := range jm {
+		w, y := expo[j], d[j]
+		if j >= j0 {
+			w, y = w/advSample, y/advSample
+		}
+		bins = append(bins, fitBin{a1: float64(j) * b / window, a2: float64(j+1) * b / window, w: w, y: max(y, 0)})
+	}
+	if m, ok := fitDelays(bins, span/window); ok {
+		modelAdvice(&adv, &m, perEvent, gens, window, float64(max(jm, j0))*b/window, b)
+		return adv
+	}
 	q := make([]float64, jm)
 	for j := range jm {
 		q[j] = d[j] / expo[j]
@@ -167,10 +187,9 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	if fit.relErr >= 1 {
 		fit = tailFit{} // too unsure to extrapolate
 	}
+	adv.Model = "measured, no tail past the horizon"
 	if fit.ok {
-		adv.TailFitted = true
-		adv.TailMean = time.Duration(fit.theta)
-		adv.TailRelErr = fit.relErr
+		adv.Model = fmt.Sprintf("measured, exponential tail of mean %v (±%.0f%%)", time.Duration(fit.theta).Round(100*time.Millisecond), 100*fit.relErr)
 	}
 	// q extended past the measured range by the fit, far enough for the
 	// windows asked.
@@ -189,7 +208,6 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 		}
 		return fit.massPast(a)
 	}
-	perEvent := float64(news) / float64(observed)
 	total := 0.0
 	for _, x := range q {
 		total += x
@@ -241,7 +259,6 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	}
 	// leaksAt is the leaks per million events of a window W' with the same
 	// generations: the mean of Rbar over retentions [W', W' + W'/N].
-	gens := float64(e.opts.Generations)
 	leaksAt := func(win float64) (float64, bool) {
 		if !fit.ok {
 			return 0, false
@@ -257,14 +274,36 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 		}
 		return 1e6 * perEvent * sum / steps, true
 	}
-	window := float64(e.opts.Window)
+	setWindowsFor(&adv, leaksAt, window, b)
+	return adv
+}
+
+// setWindowsFor sets the windows for 100, 10 and 1 per million.
+func setWindowsFor(adv *WindowAdvice, leaksAt func(float64) (float64, bool), window, bin float64) {
 	for _, x := range []struct {
 		target float64
 		out    *time.Duration
 	}{{100, &adv.WindowFor100}, {10, &adv.WindowFor10}, {1, &adv.WindowFor1}} {
-		*x.out = windowFor(leaksAt, window, x.target, b)
+		*x.out = windowFor(leaksAt, window, x.target, bin)
 	}
-	return adv
+}
+
+// modelAdvice fills adv from the delay model m: ages in windows, horizon
+// the end of the ages measured, bin the age bin (ns).
+func modelAdvice(adv *WindowAdvice, m *delayFit, perEvent, gens, window, horizon, bin float64) {
+	dist := m.dist
+	perM := 1e6 * perEvent
+	adv.Model = dist.describe(time.Duration(window))
+	adv.DuplicatesPerMillion = perM * m.p
+	leak := func(p float64, d delayDist) float64 { return p * d.leakShare(1, gens) }
+	adv.LeaksPerMillion = perM * leak(m.p, dist)
+	adv.LeaksRelErr = m.relErr(leak)
+	s := 1 / gens
+	adv.TailLeaksPerMillion = perM * m.p * max(0, dist.H(horizon-s)-dist.H(horizon)) / s
+	adv.DelayP50 = time.Duration(dist.quantile(0.5) * window)
+	adv.DelayP90 = time.Duration(dist.quantile(0.9) * window)
+	adv.DelayP99 = time.Duration(dist.quantile(0.99) * window)
+	setWindowsFor(adv, func(w float64) (float64, bool) { return perM * m.p * dist.leakShare(w/window, gens), true }, window, bin)
 }
 
 // windowFor returns the smallest window on a grid of 1/32 octaves from

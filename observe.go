@@ -334,17 +334,17 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		if !e.exactMode {
 			s.observed++
 			s.dups++
-			e.noteDuplicate(s, h, a.now.UnixNano())
+			e.noteDuplicate(s, h, 0, a.now.UnixNano())
 			return Duplicate, nil
 		}
-		found, err := e.committed(s, h, key)
+		found, gen, err := e.committedIn(s, h, key)
 		if err != nil {
 			return 0, err
 		}
 		if found {
 			s.observed++
 			s.dups++
-			e.noteDuplicate(s, h, a.now.UnixNano())
+			e.noteDuplicate(s, h, gen, a.now.UnixNano())
 			return Duplicate, nil
 		}
 		s.falsePositives++

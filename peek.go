@@ -59,18 +59,26 @@ func (e *Engine) Peek(key []byte) (Verdict, error) {
 // recent commits answers, or the store, generation by generation from the
 // newest. The shard's lock is held.
 func (e *Engine) committed(s *shard, h uint64, key []byte) (bool, error) {
+	found, _, err := e.committedIn(s, h, key)
+	return found, err
+}
+
+// committedIn is committed, and the generation the store found key in (0
+// when a cache of recent commits answered).
+func (e *Engine) committedIn(s *shard, h uint64, key []byte) (found bool, gen uint64, err error) {
 	if s.recentlyCommitted(h, key) {
-		return true, nil
+		return true, 0, nil
 	}
-	var found bool
-	var err error
 	s.ring.Lookup(h, func(g *rotate.Generation) bool {
 		s.lookups++
 		found, err = e.store.Has(g.ID, key)
+		if found {
+			gen = g.ID
+		}
 		return err == nil && !found
 	})
 	if err != nil {
-		return false, wrap(err, "store lookup")
+		return false, 0, wrap(err, "store lookup")
 	}
-	return found, nil
+	return found, gen, nil
 }

@@ -38,8 +38,8 @@ func TestAdvisorSmall(t *testing.T) {
 	}
 	r := res.Runs[0]
 	a := r.Advice
-	t.Logf("model %.0f, estimate %.0f ±%.0f%%, counted %.0f; window for 100/M %v (model %v), tail mean %v ±%.0f%%",
-		r.ModelLeaksPerMillion, a.LeaksPerMillion, 100*a.LeaksRelErr, r.MeasuredLeaksPerMillion, a.WindowFor100, r.ModelWindowFor100, a.TailMean, 100*a.TailRelErr)
+	t.Logf("model %.0f, estimate %.0f ±%.0f%%, counted %.0f; window for 100/M %v (model %v), %s",
+		r.ModelLeaksPerMillion, a.LeaksPerMillion, 100*a.LeaksRelErr, r.MeasuredLeaksPerMillion, a.WindowFor100, r.ModelWindowFor100, a.Model)
 	if math.Abs(a.LeaksPerMillion-r.ModelLeaksPerMillion) > max(0.25, 3*a.LeaksRelErr)*r.ModelLeaksPerMillion {
 		t.Errorf("leaks per million %.0f, truth %.0f", a.LeaksPerMillion, r.ModelLeaksPerMillion)
 	}
