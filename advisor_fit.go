@@ -103,7 +103,29 @@ func (d delayDist) mean() float64 {
 // span s) that get their duplicate at cohort age in [a1, a2): the integral
 // of (S(a-s) - S(a))/s.
 func (d delayDist) cohortMass(a1, a2, s float64) float64 {
-	return max(0, (d.H(a1-s)-d.H(a2-s)-d.H(a1)+d.H(a2))/s)
+	return max(0, (d.between(a1-s, a2-s)-d.between(a1, a2))/s)
+}
+
+// between is the integral of S over [x1, x2], x1 <= x2, computed without
+// the cancellation of H(x1) - H(x2) for long means.
+func (d delayDist) between(x1, x2 float64) float64 {
+	if x2 <= 0 {
+		return x2 - x1
+	}
+	lead := 0.0
+	if x1 < 0 {
+		lead, x1 = -x1, 0
+	}
+	expBetween := func(theta float64) float64 {
+		return theta * math.Exp(-x1/theta) * -math.Expm1(-(x2-x1)/theta)
+	}
+	switch d.fam {
+	case famLognormal:
+		return lead + max(0, d.H(x1)-d.H(x2))
+	case famTwoExp:
+		return lead + d.w*expBetween(d.a) + (1-d.w)*expBetween(d.b)
+	}
+	return lead + expBetween(d.a)
 }
 
 // leakShare is the share of duplicates a window w of n generations lets
@@ -140,6 +162,21 @@ func (d delayDist) describe(unit time.Duration) string {
 		return fmt.Sprintf("two exponentials, %.0f%% mean %v + %.0f%% mean %v", 100*d.w, dur(d.a), 100*(1-d.w), dur(d.b))
 	}
 	return fmt.Sprintf("exponential, mean %v", dur(d.a))
+}
+
+// plausible bounds a fit to what the bins can tell: means from a tenth
+// of a bin to a hundred times the ages measured, a lognormal's sigma in
+// [0.05, 5], a mixture's weights from 0.1% each.
+func (d delayDist) plausible(bins []fitBin) bool {
+	lo, hi := (bins[0].a2-bins[0].a1)/10, 100*bins[len(bins)-1].a2
+	in := func(x float64) bool { return x >= lo && x <= hi }
+	switch d.fam {
+	case famLognormal:
+		return d.b >= 0.05 && d.b <= 5 && in(math.Exp(d.a))
+	case famTwoExp:
+		return d.w >= 0.001 && d.w <= 0.999 && in(d.a) && in(d.b)
+	}
+	return in(d.a)
 }
 
 // fitBin is one age bin of the histogram: ages [a1, a2) in windows, its
@@ -191,6 +228,9 @@ func profile(bins []fitBin, s float64, d delayDist) (ll, p float64) {
 func fitFamily(bins []fitBin, s float64, f delayFamily, starts [][]float64) (delayFit, bool) {
 	best := delayFit{fam: f, ll: math.Inf(-1)}
 	obj := func(x []float64) float64 {
+		if !f.dist(x).plausible(bins) {
+			return math.MaxFloat64 / 4
+		}
 		ll, _ := profile(bins, s, f.dist(x))
 		if math.IsInf(ll, -1) || math.IsNaN(ll) {
 			return math.MaxFloat64 / 4
