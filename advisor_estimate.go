@@ -17,10 +17,11 @@ import (
 // are not counted.
 type WindowAdvice struct {
 	// Caught counts the duplicates the window caught whose first sighting
-	// the advisor saw; HorizonMatches the keys of its sample (1/16 of the
-	// hash space) seen again after the window had let them go. The
-	// estimate rests on Caught + Late + 16*HorizonMatches duplicates.
-	Caught, HorizonMatches uint64
+	// the advisor saw; HorizonMatches the keys of its sample (1 in
+	// [Options.HorizonSample] of the hash space) seen again after the
+	// window had let them go. The estimate rests on Duplicates: Caught +
+	// Late + HorizonSample*HorizonMatches.
+	Caught, HorizonMatches, Duplicates uint64
 	// Late counts, under [Options.EventTime], the keys observed again
 	// while in flight, after their first sighting had left the window:
 	// New again, let through and counted exactly.
@@ -111,6 +112,7 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	span := float64(w.span)
 	ns := now.UnixNano()
 	j0 := (e.opts.Generations + 1) * K // first bin past the window: age Window + span
+	sample := float64(w.sample)
 	// Exposure: originals times the share of each bin their cohort has
 	// lived through. A cohort still current has seen age/span of its keys
 	// so far; under uniform arrivals its size is n*span/age.
@@ -145,12 +147,13 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 		adv.HorizonMatches += t.leaks[j]
 		adv.Late += t.late[j]
 		seen := float64(t.caught[j] + t.late[j])
-		d[j] = seen - t.fpExp[j] + advSample*(float64(t.leaks[j])-t.leakFP[j])
-		v[j] = seen + advSample*advSample*float64(t.leaks[j])
+		d[j] = seen - t.fpExp[j] + sample*(float64(t.leaks[j])-t.leakFP[j])
+		v[j] = seen + sample*sample*float64(t.leaks[j])
 	}
+	adv.Duplicates = adv.Caught + adv.Late + uint64(w.sample)*adv.HorizonMatches
 	// The measured range: bins exposed to at least 5% of the originals.
 	jm := 0
-	for jm < nb && expo[jm] > 0 && expo[jm] >= 0.05*expo[0] {
+	for jm < nb && expo[jm] > 0 && expo[jm] >= 0.05*expo[0] && (jm < j0 || sample > 0) {
 		jm++
 	}
 	adv.Horizon = time.Duration(float64(jm) * b)
@@ -165,7 +168,7 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	for j := range jm {
 		w, y := expo[j], d[j]
 		if j >= j0 {
-			w, y = w/advSample, y/advSample
+			w, y = w/sample, y/sample
 		}
 		bins = append(bins, fitBin{a1: float64(j) * b / window, a2: float64(j+1) * b / window, w: w, y: max(y, 0)})
 	}
@@ -182,7 +185,7 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	fit := tailFit{}
 	lo := (e.opts.Generations * K) / 2
 	if jm-lo >= 2 {
-		fit = fitTail(q, d, v, expo, lo, jm, j0, b, float64(e.opts.Window))
+		fit = fitTail(q, d, v, expo, lo, jm, j0, b, float64(e.opts.Window), sample)
 	}
 	if fit.relErr >= 1 {
 		fit = tailFit{} // too unsure to extrapolate
@@ -356,10 +359,10 @@ type tailFit struct {
 
 // fitTail fits rho(a) = A exp(-a/theta) to the bins [lo, hi) by Poisson
 // maximum likelihood: bin j's count has mean expo[j]*b*rho(age_j), divided
-// by advSample in the horizon (from bin j0), where the counts are the
+// by the sample factor in the horizon (from bin j0), where the counts are the
 // sample's. Newton's method from the ratio of the two halves' rates; the
 // standard error of theta comes from the Fisher information.
-func fitTail(q, d, v, expo []float64, lo, hi, j0 int, b, unit float64) tailFit {
+func fitTail(q, d, v, expo []float64, lo, hi, j0 int, b, unit, sample float64) tailFit {
 	_ = q
 	mid := (lo + hi) / 2
 	half := func(from, to int) (rate, centre float64) {
@@ -388,8 +391,8 @@ func fitTail(q, d, v, expo []float64, lo, hi, j0 int, b, unit float64) tailFit {
 		w := expo[j] * b
 		y := d[j]
 		if j >= j0 {
-			w /= advSample
-			y /= advSample
+			w /= sample
+			y /= sample
 		}
 		bins = append(bins, bin{x: (float64(j) + 0.5) * b / unit, w: w, y: max(y, 0)})
 	}

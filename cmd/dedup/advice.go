@@ -36,7 +36,7 @@ func adviceJSON(a dedup.WindowAdvice) *windowAdviceJSON {
 		DuplicatesPerMillion:          a.DuplicatesPerMillion,
 		WindowFor100PerMillionSeconds: a.WindowFor100.Seconds(), WindowFor10PerMillionSeconds: a.WindowFor10.Seconds(),
 		WindowFor1PerMillionSeconds: a.WindowFor1.Seconds(), HorizonSeconds: a.Horizon.Seconds(),
-		Duplicates: a.Caught + a.Late + 16*a.HorizonMatches, Caught: a.Caught, HorizonMatches: a.HorizonMatches, Censored: a.Censored,
+		Duplicates: a.Duplicates, Caught: a.Caught, HorizonMatches: a.HorizonMatches, Censored: a.Censored,
 		DelayP50Seconds: a.DelayP50.Seconds(), DelayP90Seconds: a.DelayP90.Seconds(), DelayP99Seconds: a.DelayP99.Seconds(),
 		Model: a.Model, Bytes: a.Bytes,
 	}
@@ -61,7 +61,7 @@ func printAdvice(w io.Writer, a dedup.WindowAdvice, pad int) {
 	line("window leaks", "%.0f per million events (±%.0f%%; %.0f of them past the %v measured, from the model)",
 		a.LeaksPerMillion, 100*a.LeaksRelErr, a.TailLeaksPerMillion, a.Horizon.Round(time.Second))
 	line("window for", "100/M %s, 10/M %s, 1/M %s", d(a.WindowFor100), d(a.WindowFor10), d(a.WindowFor1))
-	line("dup delays", "p50 %s, p90 %s, p99 %s; %d caught, %d past the window in the 1/16 sample, %d keys still in the window without one",
+	line("dup delays", "p50 %s, p90 %s, p99 %s; %d caught, %d past the window in the horizon's sample, %d keys still in the window without one",
 		d(a.DelayP50), d(a.DelayP90), d(a.DelayP99), a.Caught, a.HorizonMatches, a.Censored)
 	line("dup model", "%s", a.Model)
 }
@@ -73,12 +73,12 @@ var adviceMetrics = []struct{ name, help string }{
 	{"dedup_engine_window_for_10_per_million_seconds", "The smallest window that would let at most 10 duplicates per million events through (0: not known yet)."},
 	{"dedup_engine_window_for_1_per_million_seconds", "The smallest window that would let at most 1 duplicate per million events through (0: not known yet)."},
 	{"dedup_engine_window_advice_horizon_seconds", "The oldest duplicate delay the window advisor has measured."},
-	{"dedup_engine_window_advice_duplicates", "Duplicates the window advice rests on: caught, plus 16 per match of the horizon's sample."},
+	{"dedup_engine_window_advice_duplicates", "Duplicates the window advice rests on: caught, plus HorizonSample (--horizon-sample) per match of the horizon's sample."},
 }
 
 func adviceMetricValues(a dedup.WindowAdvice) []float64 {
 	return []float64{a.LeaksPerMillion, a.WindowFor100.Seconds(), a.WindowFor10.Seconds(), a.WindowFor1.Seconds(),
-		a.Horizon.Seconds(), float64(a.Caught + a.Late + 16*a.HorizonMatches)}
+		a.Horizon.Seconds(), float64(a.Duplicates)}
 }
 
 func init() {
