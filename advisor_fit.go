@@ -14,7 +14,7 @@ import (
 // delays, fitted by Poisson maximum likelihood to the whole age histogram
 // (caught duplicates in full, the horizon's sample scaled), with censoring
 // by cohort age in the exposures. Three families are tried, the one of
-// least AIC kept, and then checked against the histogram; docs/window.md
+// least penalised likelihood kept, and then checked against the histogram; docs/window.md
 // explains the model.
 
 // delayFamily names a family of delay distributions.
@@ -191,8 +191,8 @@ type delayFit struct {
 	x    []float64
 	dist delayDist
 	p    float64
-	ll   float64
-	aic  float64
+	ll    float64
+	score float64 // -ll plus penalty per shape parameter
 	cov  *mat.SymDense // nil when the information is not invertible
 }
 
@@ -239,7 +239,7 @@ func fitFamily(bins []fitBin, s float64, f delayFamily, starts [][]float64) (del
 	}
 	for _, x0 := range starts {
 		res, err := optimize.Minimize(optimize.Problem{Func: obj}, x0,
-			&optimize.Settings{Converger: &optimize.FunctionConverge{Absolute: 1e-6, Iterations: 40}, FuncEvaluations: 1500},
+			&optimize.Settings{Converger: &optimize.FunctionConverge{Absolute: 1e-4, Iterations: 25}, FuncEvaluations: 1000},
 			&optimize.NelderMead{})
 		if err != nil && res == nil {
 			continue
@@ -254,7 +254,13 @@ func fitFamily(bins []fitBin, s float64, f delayFamily, starts [][]float64) (del
 	}
 	best.dist = f.dist(best.x)
 	_, best.p = profile(bins, s, best.dist)
-	best.aic = 2*float64(f.dim()+1) - 2*best.ll
+	best.score = penalty*float64(f.dim()) - best.ll
+	return best, true
+}
+
+// setCov sets the fit's covariance.
+func (best *delayFit) setCov(bins []fitBin, s float64) {
+	f := best.fam
 	// The covariance of (log p, x): the inverse of the observed
 	// information, the negative Hessian of the log-likelihood.
 	n := f.dim() + 1
@@ -270,7 +276,6 @@ func fitFamily(bins []fitBin, s float64, f delayFamily, starts [][]float64) (del
 			best.cov = cov
 		}
 	}
-	return best, true
 }
 
 // relErr is the relative standard error of g(p, dist) under the fit's
@@ -286,27 +291,33 @@ func (m *delayFit) relErr(g func(p float64, d delayDist) float64) float64 {
 	return math.Sqrt(max(0, mat.Inner(gv, m.cov, gv))) / v
 }
 
+// penalty is what a shape parameter must gain in log-likelihood to be
+// kept: 3.3, a likelihood-ratio test at 1% for one parameter (AIC's 1
+// would take a second exponential for noise one time in seven).
+const penalty = 3.3
+
 // fitDelays fits each family to the bins and returns the one of least
-// AIC, and whether it fits them: a Pearson chi-square over groups of bins
+// score (penalised log-likelihood), and whether it fits them: a Pearson chi-square over groups of bins
 // of at least 10 expected duplicates each, each group's variance widened
 // by 5% of its expectation (the binning's own approximations, such as
 // arrivals taken as uniform within a span), stays under its degrees of
 // freedom plus four standard deviations.
 func fitDelays(bins []fitBin, s float64) (delayFit, bool) {
-	exp, ok := fitFamily(bins, s, famExponential, [][]float64{{math.Log(0.1)}, {math.Log(1)}})
+	exp, ok := fitFamily(bins, s, famExponential, [][]float64{{math.Log(0.3)}})
 	if !ok {
 		return exp, false
 	}
 	best := exp
 	t := exp.dist.a
 	if ln, ok := fitFamily(bins, s, famLognormal, [][]float64{
-		{math.Log(t) - 0.5, math.Log(0.5)}, {math.Log(t) - 0.5, 0}, {math.Log(t) - 1, math.Log(2)}}); ok && ln.aic < best.aic {
+		{math.Log(t) - 0.5, 0}, {math.Log(t) - 1, math.Log(2)}}); ok && ln.score < best.score {
 		best = ln
 	}
 	if two, ok := fitFamily(bins, s, famTwoExp, [][]float64{
-		{1, math.Log(t / 5), math.Log(3 * t)}, {0, math.Log(t / 2), math.Log(2 * t)}, {2, math.Log(t / 20), math.Log(5 * t)}}); ok && two.aic < best.aic {
+		{1, math.Log(t / 5), math.Log(3 * t)}, {2, math.Log(t / 20), math.Log(5 * t)}}); ok && two.score < best.score {
 		best = two
 	}
+	best.setCov(bins, s)
 	return best, best.fits(bins, s)
 }
 
