@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +114,28 @@ func TestWindowAdvisor(t *testing.T) {
 				t.Error("Bytes = 0")
 			}
 		})
+	}
+}
+
+// TestHorizonSampleOption checks Options.HorizonSample: a power of two or
+// -1, 16 by default; -1 keeps no horizon, so nothing past the window is
+// matched, and the duplicates the estimate rests on scale with the sample.
+func TestHorizonSampleOption(t *testing.T) {
+	for _, h := range []int{3, -2, 1 << 17} {
+		o := Options{HorizonSample: h}
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "HorizonSample") {
+			t.Errorf("HorizonSample %d: %v", h, err)
+		}
+	}
+	if o := (&Options{}).EnsureDefaults(); o.HorizonSample != 16 {
+		t.Errorf("default HorizonSample %d, want 16", o.HorizonSample)
+	}
+	off, _, _, _ := advisorStream(t, Options{HorizonSample: -1})
+	if off.HorizonMatches != 0 || off.Horizon > time.Minute+15*time.Second {
+		t.Errorf("no horizon: %d matches, horizon %v", off.HorizonMatches, off.Horizon)
+	}
+	all, _, _, leaks := advisorStream(t, Options{HorizonSample: 1})
+	if all.Duplicates != all.Caught+all.Late+all.HorizonMatches || all.HorizonMatches < uint64(leaks)*9/10 {
+		t.Errorf("sample 1: %d matches of %d leaks, %d duplicates", all.HorizonMatches, leaks, all.Duplicates)
 	}
 }
