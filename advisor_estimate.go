@@ -164,15 +164,14 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	gens := float64(e.opts.Generations)
 	window := float64(e.opts.Window)
 	// The delay model, fitted to every bin measured; ages in windows.
-	bins := make([]fitBin, 0, jm)
+	h := &histogram{width: b / window, k: K, w: make([]float64, jm), y: make([]float64, jm)}
 	for j := range jm {
-		w, y := expo[j], d[j]
+		h.w[j], h.y[j] = expo[j], max(d[j], 0)
 		if j >= j0 {
-			w, y = w/sample, y/sample
+			h.w[j], h.y[j] = h.w[j]/sample, h.y[j]/sample
 		}
-		bins = append(bins, fitBin{a1: float64(j) * b / window, a2: float64(j+1) * b / window, w: w, y: max(y, 0)})
 	}
-	if m, ok := fitDelays(bins, span/window); ok {
+	if m, ok := fitDelays(h); ok {
 		modelAdvice(&adv, &m, perEvent, gens, window, float64(max(jm, j0))*b/window, b)
 		return adv
 	}

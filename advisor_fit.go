@@ -99,35 +99,6 @@ func (d delayDist) mean() float64 {
 	return d.a
 }
 
-// cohortMass is the share of a cohort's keys (arrivals uniform over a
-// span s) that get their duplicate at cohort age in [a1, a2): the integral
-// of (S(a-s) - S(a))/s.
-func (d delayDist) cohortMass(a1, a2, s float64) float64 {
-	return max(0, (d.between(a1-s, a2-s)-d.between(a1, a2))/s)
-}
-
-// between is the integral of S over [x1, x2], x1 <= x2, computed without
-// the cancellation of H(x1) - H(x2) for long means.
-func (d delayDist) between(x1, x2 float64) float64 {
-	if x2 <= 0 {
-		return x2 - x1
-	}
-	lead := 0.0
-	if x1 < 0 {
-		lead, x1 = -x1, 0
-	}
-	expBetween := func(theta float64) float64 {
-		return theta * math.Exp(-x1/theta) * -math.Expm1(-(x2-x1)/theta)
-	}
-	switch d.fam {
-	case famLognormal:
-		return lead + max(0, d.H(x1)-d.H(x2))
-	case famTwoExp:
-		return lead + d.w*expBetween(d.a) + (1-d.w)*expBetween(d.b)
-	}
-	return lead + expBetween(d.a)
-}
-
 // leakShare is the share of duplicates a window w of n generations lets
 // through: the mean of S over the retentions [w, w + w/n].
 func (d delayDist) leakShare(w, n float64) float64 {
@@ -164,11 +135,11 @@ func (d delayDist) describe(unit time.Duration) string {
 	return fmt.Sprintf("exponential, mean %v", dur(d.a))
 }
 
-// plausible bounds a fit to what the bins can tell: means from a tenth
-// of a bin to a hundred times the ages measured, a lognormal's sigma in
-// [0.05, 5], a mixture's weights from 0.1% each.
-func (d delayDist) plausible(bins []fitBin) bool {
-	lo, hi := (bins[0].a2-bins[0].a1)/10, 100*bins[len(bins)-1].a2
+// plausible bounds a fit to what the histogram can tell: means from a
+// tenth of a bin to a hundred times the ages measured, a lognormal's
+// sigma in [0.05, 5], a mixture's weights from 0.1% each.
+func (d delayDist) plausible(h *histogram) bool {
+	lo, hi := h.width/10, 100*h.width*float64(len(h.y))
 	in := func(x float64) bool { return x >= lo && x <= hi }
 	switch d.fam {
 	case famLognormal:
@@ -179,31 +150,69 @@ func (d delayDist) plausible(bins []fitBin) bool {
 	return in(d.a)
 }
 
-// fitBin is one age bin of the histogram: ages [a1, a2) in windows, its
-// exposure w (originals, divided by the sample factor where the counts
-// are the horizon's sample) and its count y.
-type fitBin struct{ a1, a2, w, y float64 }
+// histogram is the advisor's age histogram as the fit sees it: bin j
+// covers cohort ages [j, j+1)*width (in windows), a span is k bins; w[j]
+// is its exposure (originals, divided by the sample factor where the
+// counts are the horizon's sample) and y[j] its count.
+type histogram struct {
+	width float64
+	k     int
+	w, y  []float64
+	hs    []float64 // scratch: H at the bin edges from -k
+	ms    []float64 // scratch: the bins' masses
+}
+
+// span is a generation's span in windows.
+func (h *histogram) span() float64 { return float64(h.k) * h.width }
+
+// masses returns each bin's share of a cohort's keys whose duplicate
+// comes at a cohort age in it under d: the integral over the bin of
+// (S(a-s) - S(a))/s, from H at the bin edges (an edge shifted by a span is
+// an edge too). The slice is scratch, valid until the next call.
+func (h *histogram) masses(d delayDist) []float64 {
+	n := len(h.y)
+	if cap(h.hs) < n+1+h.k {
+		h.hs = make([]float64, n+1+h.k)
+		h.ms = make([]float64, n)
+	}
+	hs := h.hs[:n+1+h.k] // hs[i] is H((i-k)*width)
+	for i := h.k; i < len(hs); i++ {
+		hs[i] = d.H(float64(i-h.k) * h.width)
+	}
+	s := h.span()
+	ms := h.ms[:n]
+	for j := range ms {
+		// Edges j-k and j-k+1 (shifted by a span) are below zero or at it,
+		// where the integral of S is the bin's width.
+		lead := h.width
+		if j >= h.k {
+			lead = hs[j] - hs[j+1]
+		}
+		ms[j] = max(0, (lead-(hs[j+h.k]-hs[j+h.k+1]))/s)
+	}
+	return ms
+}
 
 // delayFit is a fitted model: the distribution, p the duplicates per
 // original, the log-likelihood, and the covariance of (log p, x).
 type delayFit struct {
-	fam  delayFamily
-	x    []float64
-	dist delayDist
-	p    float64
+	fam   delayFamily
+	x     []float64
+	dist  delayDist
+	p     float64
 	ll    float64
-	score float64 // -ll plus penalty per shape parameter
-	cov  *mat.SymDense // nil when the information is not invertible
+	score float64       // -ll plus penalty per shape parameter
+	cov   *mat.SymDense // nil when the information is not invertible
 }
 
-// logLik is the Poisson log-likelihood of the bins under p and dist,
+// logLik is the Poisson log-likelihood of the histogram under p and d,
 // without the terms that do not depend on them.
-func logLik(bins []fitBin, s, p float64, d delayDist) float64 {
+func (h *histogram) logLik(p float64, d delayDist) float64 {
 	ll := 0.0
-	for _, b := range bins {
-		mu := p * b.w * d.cohortMass(b.a1, b.a2, s)
-		if b.y > 0 {
-			ll += b.y * math.Log(max(mu, 1e-300))
+	for j, m := range h.masses(d) {
+		mu := p * h.w[j] * m
+		if h.y[j] > 0 {
+			ll += h.y[j] * math.Log(max(mu, 1e-300))
 		}
 		ll -= mu
 	}
@@ -211,27 +220,35 @@ func logLik(bins []fitBin, s, p float64, d delayDist) float64 {
 }
 
 // profile is the log-likelihood with p at its maximum for d, and that p.
-func profile(bins []fitBin, s float64, d delayDist) (ll, p float64) {
+func (h *histogram) profile(d delayDist) (ll, p float64) {
 	var y, wm float64
-	for _, b := range bins {
-		y += b.y
-		wm += b.w * d.cohortMass(b.a1, b.a2, s)
+	ms := h.masses(d)
+	for j, m := range ms {
+		y += h.y[j]
+		wm += h.w[j] * m
 	}
 	if !(wm > 0) || !(y > 0) {
 		return math.Inf(-1), 0
 	}
 	p = y / wm
-	return logLik(bins, s, p, d), p
+	for j, m := range ms {
+		mu := p * h.w[j] * m
+		if h.y[j] > 0 {
+			ll += h.y[j] * math.Log(max(mu, 1e-300))
+		}
+		ll -= mu
+	}
+	return ll, p
 }
 
 // fitFamily fits family f to the bins from each start, keeping the best.
-func fitFamily(bins []fitBin, s float64, f delayFamily, starts [][]float64) (delayFit, bool) {
+func fitFamily(h *histogram, f delayFamily, starts [][]float64) (delayFit, bool) {
 	best := delayFit{fam: f, ll: math.Inf(-1)}
 	obj := func(x []float64) float64 {
-		if !f.dist(x).plausible(bins) {
+		if !f.dist(x).plausible(h) {
 			return math.MaxFloat64 / 4
 		}
-		ll, _ := profile(bins, s, f.dist(x))
+		ll, _ := h.profile(f.dist(x))
 		if math.IsInf(ll, -1) || math.IsNaN(ll) {
 			return math.MaxFloat64 / 4
 		}
@@ -253,24 +270,24 @@ func fitFamily(bins []fitBin, s float64, f delayFamily, starts [][]float64) (del
 		return best, false
 	}
 	best.dist = f.dist(best.x)
-	_, best.p = profile(bins, s, best.dist)
+	_, best.p = h.profile(best.dist)
 	best.score = penalty*float64(f.dim()) - best.ll
 	return best, true
 }
 
 // setCov sets the fit's covariance.
-func (best *delayFit) setCov(bins []fitBin, s float64) {
+func (best *delayFit) setCov(h *histogram) {
 	f := best.fam
 	// The covariance of (log p, x): the inverse of the observed
 	// information, the negative Hessian of the log-likelihood.
 	n := f.dim() + 1
-	full := func(z []float64) float64 { return logLik(bins, s, math.Exp(z[0]), f.dist(z[1:])) }
+	full := func(z []float64) float64 { return h.logLik(math.Exp(z[0]), f.dist(z[1:])) }
 	z := append([]float64{math.Log(best.p)}, best.x...)
-	h := mat.NewSymDense(n, nil)
-	fd.Hessian(h, full, z, nil)
-	h.ScaleSym(-1, h)
+	info := mat.NewSymDense(n, nil)
+	fd.Hessian(info, full, z, nil)
+	info.ScaleSym(-1, info)
 	var ch mat.Cholesky
-	if ch.Factorize(h) {
+	if ch.Factorize(info) {
 		cov := mat.NewSymDense(n, nil)
 		if ch.InverseTo(cov) == nil {
 			best.cov = cov
@@ -302,27 +319,27 @@ const penalty = 3.3
 // by 5% of its expectation (the binning's own approximations, such as
 // arrivals taken as uniform within a span), stays under its degrees of
 // freedom plus four standard deviations.
-func fitDelays(bins []fitBin, s float64) (delayFit, bool) {
-	exp, ok := fitFamily(bins, s, famExponential, [][]float64{{math.Log(0.3)}})
+func fitDelays(h *histogram) (delayFit, bool) {
+	exp, ok := fitFamily(h, famExponential, [][]float64{{math.Log(0.3)}})
 	if !ok {
 		return exp, false
 	}
 	best := exp
 	t := exp.dist.a
-	if ln, ok := fitFamily(bins, s, famLognormal, [][]float64{
+	if ln, ok := fitFamily(h, famLognormal, [][]float64{
 		{math.Log(t) - 0.5, 0}, {math.Log(t) - 1, math.Log(2)}}); ok && ln.score < best.score {
 		best = ln
 	}
-	if two, ok := fitFamily(bins, s, famTwoExp, [][]float64{
+	if two, ok := fitFamily(h, famTwoExp, [][]float64{
 		{1, math.Log(t / 5), math.Log(3 * t)}, {2, math.Log(t / 20), math.Log(5 * t)}}); ok && two.score < best.score {
 		best = two
 	}
-	best.setCov(bins, s)
-	return best, best.fits(bins, s)
+	best.setCov(h)
+	return best, best.fits(h)
 }
 
 // fits is the goodness-of-fit check fitDelays describes.
-func (m *delayFit) fits(bins []fitBin, s float64) bool {
+func (m *delayFit) fits(h *histogram) bool {
 	var chi2 float64
 	groups := 0
 	var o, e float64
@@ -331,9 +348,9 @@ func (m *delayFit) fits(bins []fitBin, s float64) bool {
 		groups++
 		o, e = 0, 0
 	}
-	for _, b := range bins {
-		o += b.y
-		e += m.p * b.w * m.dist.cohortMass(b.a1, b.a2, s)
+	for j, ms := range h.masses(m.dist) {
+		o += h.y[j]
+		e += m.p * h.w[j] * ms
 		if e >= 10 {
 			flush()
 		}
