@@ -12,9 +12,10 @@ import (
 //
 // Delays are measured from a key's first sighting within the window, at
 // the resolution of an age bin (an eighth of a generation's span with
-// fewer than 16 generations), up to Horizon; past it a fitted exponential
-// tail extends them. Counts restart at Open: a restored generation's keys
-// are not counted.
+// fewer than 16 generations), up to Horizon, and a delay distribution is
+// fitted to them (Model): the leaks and windows come from it, past Horizon
+// from it alone. Counts restart at Open: a restored generation's keys are
+// not counted.
 type WindowAdvice struct {
 	// Caught counts the duplicates the window caught whose first sighting
 	// the advisor saw; HorizonMatches the keys of its sample (1 in
@@ -37,8 +38,10 @@ type WindowAdvice struct {
 	DuplicatesPerMillion float64
 	// LeaksPerMillion is the duplicates the current window lets through,
 	// per million events observed, and LeaksRelErr its relative standard
-	// error; TailLeaksPerMillion is the part of it past Horizon, from the
-	// fitted tail. 0 with LeaksRelErr 0 means none measured.
+	// error (sampling only: not the error of a Model that fits the delays
+	// measured but not those past Horizon); TailLeaksPerMillion is the
+	// part of it past Horizon, from the model alone. 0 with LeaksRelErr 0
+	// means none measured.
 	LeaksPerMillion, LeaksRelErr, TailLeaksPerMillion float64
 	// Model describes the delay distribution the estimate rests on: a
 	// family fitted to every delay measured ("exponential, mean 2m0s",
