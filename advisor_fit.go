@@ -296,11 +296,15 @@ func (best *delayFit) setCov(h *histogram) {
 }
 
 // relErr is the relative standard error of g(p, dist) under the fit's
-// covariance (the delta method), or 0 without one.
+// covariance (the delta method); 1 when the information is singular (the
+// histogram does not pin the parameters down), 0 when g is 0.
 func (m *delayFit) relErr(g func(p float64, d delayDist) float64) float64 {
 	v := g(m.p, m.dist)
-	if m.cov == nil || !(v > 0) {
+	if !(v > 0) {
 		return 0
+	}
+	if m.cov == nil {
+		return 1
 	}
 	z := append([]float64{math.Log(m.p)}, m.x...)
 	grad := fd.Gradient(nil, func(z []float64) float64 { return g(math.Exp(z[0]), m.fam.dist(z[1:])) }, z, nil)
