@@ -57,6 +57,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gocloud.dev/blob"
@@ -271,16 +272,20 @@ func (s *Store) readManifest(ctx context.Context, key string) (*Manifest, error)
 
 // Hasher remembers the checksums of files that do not change once
 // written (Pebble tables, named by number), so that an incremental export
-// does not read them again. The zero value is ready; it is not safe for
+// does not read them again. The zero value is ready; it is safe for
 // concurrent use.
 type Hasher struct {
+	mu   sync.Mutex
 	sums map[string]File // by base name
 }
 
 func (h *Hasher) sum(full, rel string, size int64) (File, error) {
 	base := filepath.Base(rel)
 	immutable := strings.HasSuffix(base, ".sst")
-	if f, ok := h.sums[base]; ok && immutable && f.Size == size {
+	h.mu.Lock()
+	f, ok := h.sums[base]
+	h.mu.Unlock()
+	if ok && immutable && f.Size == size {
 		f.Path = rel
 		return f, nil
 	}
@@ -294,12 +299,14 @@ func (h *Hasher) sum(full, rel string, size int64) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	f := File{Path: rel, Size: n, SHA256: hex.EncodeToString(d.Sum(nil))}
+	f = File{Path: rel, Size: n, SHA256: hex.EncodeToString(d.Sum(nil))}
 	if immutable {
+		h.mu.Lock()
 		if h.sums == nil {
 			h.sums = make(map[string]File)
 		}
 		h.sums[base] = f
+		h.mu.Unlock()
 	}
 	return f, nil
 }
@@ -431,6 +438,11 @@ func (s *Store) Fetch(ctx context.Context, m *Manifest, dst string) (int64, erro
 }
 
 func (s *Store) fetch(ctx context.Context, p Partition, m *Manifest, dst string, n *int64) error {
+	// A damaged file does not stop the fetch: every file is checked, and
+	// each damaged one deleted from the store (its name is its checksum,
+	// so its content is wrong whoever wrote it), so that the next export
+	// uploads it again instead of naming the damaged copy.
+	var damaged error
 	for _, f := range m.Files {
 		rel := filepath.FromSlash(f.Path)
 		if !filepath.IsLocal(rel) {
@@ -440,12 +452,21 @@ func (s *Store) fetch(ctx context.Context, p Partition, m *Manifest, dst string,
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			return fmt.Errorf("handover: fetch: %w", err)
 		}
-		if err := s.download(ctx, p.prefix()+"/files/"+f.SHA256, full, f); err != nil {
+		key := p.prefix() + "/files/" + f.SHA256
+		err := s.download(ctx, key, full, f)
+		switch {
+		case errors.Is(err, ErrDamaged):
+			damaged = cmp.Or(damaged, err)
+			if derr := s.b.Delete(ctx, key); derr != nil && gcerrors.Code(derr) != gcerrors.NotFound {
+				return errors.Join(err, derr)
+			}
+		case err != nil:
 			return err
+		default:
+			*n += f.Size
 		}
-		*n += f.Size
 	}
-	return nil
+	return damaged
 }
 
 func (s *Store) download(ctx context.Context, key, full string, f File) error {

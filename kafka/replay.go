@@ -102,7 +102,7 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 	if err != nil {
 		return err
 	}
-	r := Ready{Topic: t.topic, Partition: t.part, Committed: C, Local: -1, From: -1}
+	r := Ready{Topic: t.topic, Partition: t.part, Committed: C, Local: -1, From: -1, Imported: -1}
 	cp, ok, cpErr := decodeCheckpoint(pt.eng.Checkpoint())
 	if ok {
 		r.Local = cp.Offset
@@ -131,6 +131,20 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 			return err
 		}
 	}
+	if c.cfg.Handover != nil && C > 0 && (r.Rebuilt || r.From >= 0) {
+		npt, imported, reason, err := c.tryImport(ctx, pt, C, r.From)
+		if npt == nil {
+			return err
+		}
+		pt = npt
+		if err != nil {
+			return err
+		}
+		r.Fallback = reason
+		if imported >= 0 {
+			r.Imported, r.From, r.Rebuilt = imported, imported, false
+		}
+	}
 	if C > 0 && (r.Rebuilt || r.From >= 0) {
 		from, err := c.rebuildFrom(ctx, t, C)
 		if err != nil {
@@ -153,9 +167,12 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 	pt.next = -1
 	c.mu.Lock()
 	pt.ready = true
+	pt.lastExport = time.Now()
 	c.mu.Unlock()
 	r.Took = time.Since(start)
-	if r.Replayed > 0 || r.Rebuilt {
+	if r.Imported >= 0 {
+		c.logf("kafka: %s ready: committed %d, imported %d, replayed %d records from %d in %v", t, C, r.Imported, r.Replayed, r.From, r.Took)
+	} else if r.Replayed > 0 || r.Rebuilt {
 		c.logf("kafka: %s ready: committed %d, local %d, replayed %d records from %d in %v", t, C, r.Local, r.Replayed, r.From, r.Took)
 	} else {
 		c.logf("kafka: %s ready: committed %d, local state current", t, C)
@@ -176,6 +193,7 @@ func (c *Consumer) open(t tp) (*partition, error) {
 	}
 	pt = &partition{tp: t, next: -1}
 	pt.lag.Store(-1)
+	pt.exported.Store(-1)
 	opts := c.engine
 	opts.Dir = c.dir(t)
 	opts.Now = func() time.Time { return time.UnixMilli(pt.clock.Load()) }
