@@ -143,6 +143,7 @@ func (c *Consumer) backup(pt *partition) (string, int64, error) {
 // prunes the partition's old exports.
 func (c *Consumer) upload(ctx context.Context, pt *partition, dir string, off int64, began time.Time) error {
 	defer os.RemoveAll(dir)
+	c.logf("kafka: %s exporting at offset %d", pt.tp, off)
 	st := c.cfg.Handover
 	m, es, err := st.Export(ctx, c.handoverPart(pt.tp), dir, handover.Manifest{Offset: off, Window: c.engine.Window, Format: c.stateFormat()}, &pt.hasher)
 	c.handover.exportNanos.Add(uint64(time.Since(began)))
@@ -344,6 +345,7 @@ func (c *Consumer) install(ctx context.Context, pt *partition, m *handover.Manif
 	}
 	defer os.RemoveAll(work)
 	fetched := filepath.Join(work, "export")
+	c.logf("kafka: %s importing the export at offset %d (generation %d, %d bytes)", pt.tp, m.Offset, m.Generation, m.Bytes())
 	n, err := c.cfg.Handover.Fetch(ctx, m, fetched)
 	c.handover.importedBytes.Add(uint64(n))
 	if err != nil {
