@@ -303,14 +303,18 @@ func (c *Consumer) tryImport(ctx context.Context, pt *partition, C, local int64)
 			note(FallbackIncompatible, fmt.Errorf("export with window %v, format %q; want %v, %q", m.Window, m.Format, c.engine.Window, c.stateFormat()))
 		default:
 			npt, err := c.install(ctx, pt, m)
+			if npt == nil {
+				return nil, -1, "", err // the state directory cannot be changed: permanent
+			}
+			if npt != pt {
+				local = -1 // the local state was replaced
+			}
+			pt = npt
 			if err == nil {
 				c.handover.imports.Add(1)
 				c.handover.importNanos.Add(uint64(time.Since(began)))
 				c.logf("kafka: %s: imported the export at offset %d (generation %d, %d bytes) in %v", t, m.Offset, m.Generation, m.Bytes(), time.Since(began).Round(time.Millisecond))
 				return npt, m.Offset, "", nil
-			}
-			if npt != pt {
-				return npt, -1, "", err // the state could not be reopened: permanent
 			}
 			switch {
 			case ctx.Err() != nil:
@@ -334,10 +338,12 @@ func (c *Consumer) tryImport(ctx context.Context, pt *partition, C, local int64)
 	return pt, -1, c.fallback(t, reason, first), nil
 }
 
-// install fetches m, restores it into a scratch state, checks that it
-// opens with this consumer's options at m's offset, then puts it in place
-// of pt's state and reopens it. An error before the swap leaves pt as it
-// was; after it, the partition returned is the reopened one.
+// install fetches m, restores it into a scratch state, and puts that in
+// place of pt's state, which it closes. It returns the partition to go on
+// with: pt itself when the export failed before the swap, the imported
+// state, or, when the import does not open with this consumer's options
+// at m's offset, a new empty state; nil with a permanent error when the
+// state directory cannot be changed.
 func (c *Consumer) install(ctx context.Context, pt *partition, m *handover.Manifest) (*partition, error) {
 	work, err := c.scratch("import", pt.tp)
 	if err != nil {
@@ -355,23 +361,6 @@ func (c *Consumer) install(ctx context.Context, pt *partition, m *handover.Manif
 	if _, err := dedup.RestoreBackup(fetched, state); err != nil {
 		return pt, err
 	}
-	if err := os.RemoveAll(fetched); err != nil {
-		return pt, err
-	}
-	opts := c.engine
-	opts.Dir = state
-	opts.Now = func() time.Time { return time.UnixMilli(0) }
-	e, err := dedup.Open(opts)
-	if err != nil {
-		return pt, err
-	}
-	cp, ok, cpErr := decodeCheckpoint(e.Checkpoint())
-	if err := e.Close(); err != nil {
-		return pt, err
-	}
-	if cpErr != nil || !ok || cp.Offset != m.Offset {
-		return pt, fmt.Errorf("%w: export at offset %d restores checkpoint %d (%v)", handover.ErrDamaged, m.Offset, cp.Offset, cpErr)
-	}
 	// Swap: the old state moves aside (one rename), the import takes its
 	// place (another). A crash between the two leaves no state, which the
 	// next assignment rebuilds or imports.
@@ -388,10 +377,26 @@ func (c *Consumer) install(ctx context.Context, pt *partition, m *handover.Manif
 	if err := os.Rename(state, c.dir(pt.tp)); err != nil {
 		return nil, c.permanent(fmt.Errorf("kafka: install the import of %s: %w", pt.tp, err))
 	}
-	npt, err := c.open(pt.tp)
-	if err != nil {
-		return nil, err
+	npt, err := c.openState(pt.tp)
+	if err == nil {
+		cp, ok, cpErr := decodeCheckpoint(npt.eng.Checkpoint())
+		if cpErr == nil && ok && cp.Offset == m.Offset {
+			npt.exported.Store(m.Offset)
+			c.register(npt)
+			return npt, nil
+		}
+		err = fmt.Errorf("%w: export at offset %d restores checkpoint %d (%v)", handover.ErrDamaged, m.Offset, cp.Offset, cpErr)
+		if cerr := npt.eng.Close(); cerr != nil {
+			c.logf("kafka: close %s: %v", pt.tp, cerr)
+		}
 	}
-	npt.exported.Store(m.Offset)
-	return npt, nil
+	// It does not open as this consumer's state: start empty.
+	if rerr := os.RemoveAll(c.dir(pt.tp)); rerr != nil {
+		return nil, c.permanent(fmt.Errorf("kafka: remove the import of %s: %w", pt.tp, rerr))
+	}
+	npt, oerr := c.open(pt.tp)
+	if oerr != nil {
+		return nil, oerr
+	}
+	return npt, err
 }

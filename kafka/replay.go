@@ -136,13 +136,17 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 		if npt == nil {
 			return err
 		}
+		replaced := npt != pt
 		pt = npt
 		if err != nil {
 			return err
 		}
 		r.Fallback = reason
-		if imported >= 0 {
+		switch {
+		case imported >= 0:
 			r.Imported, r.From, r.Rebuilt = imported, imported, false
+		case replaced:
+			r.From, r.Rebuilt = -1, true // a failed import left an empty state
 		}
 	}
 	if C > 0 && (r.Rebuilt || r.From >= 0) {
@@ -191,7 +195,20 @@ func (c *Consumer) open(t tp) (*partition, error) {
 	if pt != nil {
 		return pt, nil
 	}
-	pt = &partition{tp: t, next: -1}
+	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
+		return nil, c.permanent(fmt.Errorf("kafka: state directory: %w", err))
+	}
+	pt, err := c.openState(t)
+	if err != nil {
+		return nil, c.permanent(fmt.Errorf("kafka: open state of %s: %w", t, err))
+	}
+	c.register(pt)
+	return pt, nil
+}
+
+// openState opens t's engine, not yet registered in c.parts.
+func (c *Consumer) openState(t tp) (*partition, error) {
+	pt := &partition{tp: t, next: -1}
 	pt.lag.Store(-1)
 	pt.exported.Store(-1)
 	opts := c.engine
@@ -200,22 +217,22 @@ func (c *Consumer) open(t tp) (*partition, error) {
 	if c.cfg.Logf != nil && opts.Logf == nil {
 		opts.Logf = c.cfg.Logf
 	}
-	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
-		return nil, c.permanent(fmt.Errorf("kafka: state directory: %w", err))
-	}
 	eng, err := dedup.Open(opts)
 	if err != nil {
-		return nil, c.permanent(fmt.Errorf("kafka: open state of %s: %w", t, err))
+		return nil, err
 	}
 	pt.eng = eng
 	if cp, ok, _ := decodeCheckpoint(eng.Checkpoint()); ok {
 		pt.clock.Store(cp.Millis)
 		pt.lastMs = cp.Millis
 	}
-	c.mu.Lock()
-	c.parts[t] = pt
-	c.mu.Unlock()
 	return pt, nil
+}
+
+func (c *Consumer) register(pt *partition) {
+	c.mu.Lock()
+	c.parts[pt.tp] = pt
+	c.mu.Unlock()
 }
 
 // permanent records err as fatal for Run and returns it.
