@@ -3,8 +3,8 @@ package dedup_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
