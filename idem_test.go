@@ -364,3 +364,46 @@ func TestSharedCommitFailureReachesEveryCaller(t *testing.T) {
 		t.Fatalf("%d of 32 Begins failed", failed.Load())
 	}
 }
+
+// TestClaimsSurviveSnapshotAndCrash: a snapshot (which lets the commit log
+// be truncated) keeps the records it covers, results and claims alike,
+// and a crash after it loses none of them, nor a result completed after
+// it.
+func TestClaimsSurviveSnapshotAndCrash(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewCrashableMem()
+	e, err := Open(Options{Dir: "/s", FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := mustBegin(t, e, "done", "f", time.Hour, ClaimNew)
+	if err := e.Complete(ctx, []byte("done"), done.Token, []byte("result")); err != nil {
+		t.Fatal(err)
+	}
+	mustBegin(t, e, "running", "f", time.Hour, ClaimNew)
+	released := mustBegin(t, e, "released", "f", time.Hour, ClaimNew)
+	if err := e.Release(ctx, []byte("released"), released.Token); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		// Two snapshots: the second lets the log before the first go.
+		if err := e.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := mustBegin(t, e, "later", "f", time.Hour, ClaimNew)
+	if err := e.Complete(ctx, []byte("later"), later.Token, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	e.Close()
+	r := openT(t, Options{Dir: "/s", FS: crashed})
+	if c := mustBegin(t, r, "done", "f", time.Hour, ClaimCompleted); string(c.Result) != "result" {
+		t.Fatalf("done: %q", c.Result)
+	}
+	if c := mustBegin(t, r, "later", "f", time.Hour, ClaimCompleted); string(c.Result) != "after" {
+		t.Fatalf("later: %q", c.Result)
+	}
+	mustBegin(t, r, "running", "f", time.Hour, ClaimInProgress)
+	mustBegin(t, r, "released", "f", time.Hour, ClaimNew)
+}
