@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -109,7 +110,7 @@ func (c *recordCommitter) write(e *Engine, w *recordWrite) error {
 	}
 	c.mu.Unlock()
 
-	err := e.commitRecords(batch)
+	panicked, err := commitRecovering(e, batch)
 
 	c.mu.Lock()
 	if len(c.queue) > 0 {
@@ -123,7 +124,27 @@ func (c *recordCommitter) write(e *Engine, w *recordWrite) error {
 			x.done <- commitDone{err: err}
 		}
 	}
+	if panicked != nil {
+		panic(panicked)
+	}
 	return err
+}
+
+// errCommitPanicked is what the writes sharing a commit get when the
+// commit panicked in its leader's call (which panics on).
+var errCommitPanicked = errors.New("dedup: the shared record commit panicked")
+
+// commitRecovering runs commitRecords and returns a panic of it as a
+// value, so that the committer hands the lead on and wakes the commit's
+// other writes before the leader panics on: a panic must not leave every
+// later write waiting for a commit that never ends.
+func commitRecovering(e *Engine, batch []*recordWrite) (panicked any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked, err = p, errCommitPanicked
+		}
+	}()
+	return nil, e.commitRecords(batch)
 }
 
 // commitRecords writes batch in one durable commit, with the drop of the

@@ -407,3 +407,34 @@ func TestClaimsSurviveSnapshotAndCrash(t *testing.T) {
 	mustBegin(t, r, "running", "f", time.Hour, ClaimInProgress)
 	mustBegin(t, r, "released", "f", time.Hour, ClaimNew)
 }
+
+// TestSharedCommitsOfLargeResults: results that together exceed what one
+// shared commit takes are split over commits; every one is stored whole.
+func TestSharedCommitsOfLargeResults(t *testing.T) {
+	ctx := context.Background()
+	e := openT(t, Options{Dir: t.TempDir()})
+	const n = 6
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := []byte(fmt.Sprintf("big%d", i))
+			c, err := e.Begin(ctx, key, nil, time.Hour)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := e.Complete(ctx, key, c.Token, bytes.Repeat([]byte{byte('a' + i)}, MaxResultSize)); err != nil {
+				t.Errorf("Complete %s: %v", key, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := 0; i < n; i++ {
+		c := mustBegin(t, e, fmt.Sprintf("big%d", i), "", time.Hour, ClaimCompleted)
+		if !bytes.Equal(c.Result, bytes.Repeat([]byte{byte('a' + i)}, MaxResultSize)) {
+			t.Fatalf("big%d: result of %d bytes differs", i, len(c.Result))
+		}
+	}
+}
