@@ -62,6 +62,7 @@ func (c *Consumer) adjust(ctx context.Context, offsets map[string]map[int32]kgo.
 			defer func() { <-sem }()
 			if err := c.prepare(ctx, j.t, j.C); err != nil {
 				c.logf("kafka: prepare %s: %v", j.t, err)
+				c.dropUnready(j.t)
 				errs <- err
 				cancel()
 			}
@@ -73,6 +74,24 @@ func (c *Consumer) adjust(ctx context.Context, offsets map[string]map[int32]kgo.
 		return nil, err
 	}
 	return offsets, nil
+}
+
+// dropUnready closes t's engine if it is open and not ready: a prepare
+// that failed (a rebalance canceled it, or the partition was revoked
+// under it) must not leave an engine behind that no revoke will close.
+// Its state is on disk; the next assignment opens it again.
+func (c *Consumer) dropUnready(t tp) {
+	c.mu.Lock()
+	pt := c.parts[t]
+	if pt == nil || pt.ready {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.parts, t)
+	c.mu.Unlock()
+	if err := pt.eng.Close(); err != nil {
+		c.logf("kafka: close %s after a failed prepare: %v", t, err)
+	}
 }
 
 // warnGrown warns when a partition assigned lies beyond the input's
