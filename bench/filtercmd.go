@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/internal/humanize"
+	"github.com/streamdedup/dedup/internal/procmem"
 )
 
 // FilterCmdConfig configures [FilterCmd]: `dedup filter` with its keys in
@@ -197,7 +198,7 @@ func runFilterTool(ctx context.Context, tool string, args []string, in, out stri
 		return row, fmt.Errorf("bench: %s: %w: %s", tool, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	row.Elapsed = time.Since(start)
-	row.PeakRSS = maxRSS(cmd.ProcessState)
+	row.PeakRSS = procmem.ChildPeak(cmd.ProcessState)
 	if _, err := fout.Seek(0, io.SeekStart); err != nil {
 		return row, fmt.Errorf("bench: %w", err)
 	}
