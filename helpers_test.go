@@ -2,6 +2,12 @@ package dedup_test
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -112,4 +118,74 @@ func (o *oracle) commit() {
 		}
 	}
 	o.inflight = o.inflight[:0]
+}
+
+// keyStream describes a deterministic stream of keys as clients send
+// them, with repeats: near percent of the keys repeat one among the span
+// keys before, far percent repeat any earlier key, and the rest are new,
+// named by format from a counter.
+type keyStream struct {
+	seed1, seed2 uint64
+	near, span   int // percent, keys back
+	far          int // percent
+	format       string
+}
+
+// keys returns the stream's first n keys; the same keyStream and n give the
+// same keys.
+func (c keyStream) keys(n int) []string {
+	r := rand.New(rand.NewPCG(c.seed1, c.seed2))
+	ev := make([]string, n)
+	distinct := 0
+	for i := range ev {
+		switch x := r.IntN(100); {
+		case i > 0 && x < c.near:
+			ev[i] = ev[i-1-r.IntN(min(i, c.span))]
+		case i > 0 && x < c.near+c.far:
+			ev[i] = ev[r.IntN(i)]
+		default:
+			ev[i] = fmt.Sprintf(c.format, distinct)
+			distinct++
+		}
+	}
+	return ev
+}
+
+// startChild starts this test binary again, running only the test named
+// run, with env added to its environment and its stderr this process's;
+// it returns the child's stdout.
+func startChild(t testing.TB, run string, env ...string) (*exec.Cmd, io.ReadCloser) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdout
+}
+
+// openOutput opens dir/out as a restarted child's output: cut back to
+// length, the output's length at the last commit (what lies past it was
+// written for keys whose commit never happened), and positioned there.
+// SIGKILL keeps what write(2) wrote; surviving a power loss would take a
+// Sync before each commit.
+func openOutput(dir string, length int64) (*os.File, error) {
+	out, err := os.OpenFile(filepath.Join(dir, "out"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := out.Truncate(length); err != nil {
+		out.Close()
+		return nil, err
+	}
+	if _, err := out.Seek(length, io.SeekStart); err != nil {
+		out.Close()
+		return nil, err
+	}
+	return out, nil
 }

@@ -123,21 +123,7 @@ const hsChildEnv = "DEDUP_HANDLER_SHAPE_DIR"
 // those within the 32 requests before, so that two requests often hold one
 // key at once.
 func hsInput() []string {
-	r := rand.New(rand.NewPCG(27, 1))
-	in := make([]string, hsGoroutines*hsRequests)
-	distinct := 0
-	for i := range in {
-		switch x := r.IntN(100); {
-		case i > 0 && x < 12:
-			in[i] = in[i-1-r.IntN(min(i, 32))]
-		case i > 0 && x < 25:
-			in[i] = in[r.IntN(i)]
-		default:
-			in[i] = fmt.Sprintf("order-%05d", distinct)
-			distinct++
-		}
-	}
-	return in
+	return keyStream{seed1: 27, seed2: 1, near: 12, span: 32, far: 13, format: "order-%05d"}.keys(hsGoroutines * hsRequests)
 }
 
 // TestHandlerShapeChild is the child of TestHandlerShapeCrash: the handler
@@ -170,13 +156,8 @@ func hsRun(dir string) error {
 			return fmt.Errorf("checkpoint %q: %w", cp, err)
 		}
 	}
-	// SIGKILL keeps what write(2) wrote; surviving a power loss would take
-	// out.Sync() before each commit.
-	out, err := os.OpenFile(filepath.Join(dir, "out"), os.O_RDWR|os.O_CREATE, 0o644)
+	out, err := openOutput(dir, length)
 	if err != nil {
-		return err
-	}
-	if err := out.Truncate(length); err != nil {
 		return err
 	}
 	fmt.Printf("S %d\n", length)

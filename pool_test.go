@@ -20,21 +20,7 @@ import (
 // poolEvents is an input of n events, about 10% repeats, half of them
 // within the 20 events before: the stream of the library trial.
 func poolEvents(n int) []string {
-	r := rand.New(rand.NewPCG(uint64(n), 27))
-	ev := make([]string, n)
-	distinct := 0
-	for i := range ev {
-		switch x := r.IntN(100); {
-		case i > 0 && x < 5:
-			ev[i] = ev[i-1-r.IntN(min(i, 20))]
-		case i > 0 && x < 10:
-			ev[i] = ev[r.IntN(i)]
-		default:
-			ev[i] = fmt.Sprintf("id-%07d", distinct)
-			distinct++
-		}
-	}
-	return ev
+	return keyStream{seed1: uint64(n), seed2: 27, near: 5, span: 20, far: 5, format: "id-%07d"}.keys(n)
 }
 
 // TestPoolExactlyOnce runs a pool whose Process fails now and then, with
