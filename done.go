@@ -35,16 +35,14 @@ func (e *Engine) Done(key []byte) error {
 	if !e.opts.ExplicitDone {
 		return ErrNoExplicitDone
 	}
-	if err := e.checkKey(key); err != nil {
+	h, s, err := e.keyShard(key)
+	if err != nil {
 		return err
 	}
-	h := e.hash(key)
-	s := e.shardOf(h)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
+	if err := s.lockOpen(); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	return e.done(s, h, key)
 }
 
