@@ -35,11 +35,8 @@ func (e *Engine) Done(key []byte) error {
 	if !e.opts.ExplicitDone {
 		return ErrNoExplicitDone
 	}
-	h, s, err := e.keyShard(key)
+	h, s, err := e.lockKey(key)
 	if err != nil {
-		return err
-	}
-	if err := s.lockOpen(); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()

@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,16 @@ func openT(t testing.TB, o Options) *Engine {
 	}
 	t.Cleanup(func() { _ = e.Close() })
 	return e
+}
+
+// reopen closes e and opens its state again with o; the test closes the
+// new engine when it ends.
+func reopen(t testing.TB, e *Engine, o Options) *Engine {
+	t.Helper()
+	if err := e.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return openT(t, o)
 }
 
 // mustObserve observes key and fails the test unless the verdict is want.
@@ -188,4 +199,29 @@ func openOutput(dir string, length int64) (*os.File, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// lineOutput is an output of keys, one a line through a buffer, whose
+// checkpoint records the input's resume point and the output's length.
+type lineOutput struct {
+	w       *bufio.Writer
+	written int64 // the output's length, buffered bytes included
+}
+
+// newLineOutput writes to out, whose length is length.
+func newLineOutput(out io.Writer, length int64) *lineOutput {
+	return &lineOutput{w: bufio.NewWriter(out), written: length}
+}
+
+// output writes k and a newline: a [PoolOptions.Output].
+func (o *lineOutput) output(k string) error {
+	n, err := o.w.WriteString(k + "\n")
+	o.written += int64(n)
+	return err
+}
+
+// checkpoint flushes the buffer and returns "<resume> <length>": a
+// [PoolOptions.Checkpoint].
+func (o *lineOutput) checkpoint(resume int64) ([]byte, error) {
+	return fmt.Appendf(nil, "%d %d", resume, o.written), o.w.Flush()
 }

@@ -66,15 +66,19 @@ func (e *Engine) keyShard(key []byte) (uint64, *shard, error) {
 	return h, e.shardOf(h), nil
 }
 
-// lockOpen locks s; once Close has begun it returns ErrClosed with s
-// unlocked.
-func (s *shard) lockOpen() error {
+// lockKey is keyShard with the shard locked; once Close has begun it
+// returns ErrClosed with the shard unlocked.
+func (e *Engine) lockKey(key []byte) (uint64, *shard, error) {
+	h, s, err := e.keyShard(key)
+	if err != nil {
+		return 0, nil, err
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return 0, nil, ErrClosed
 	}
-	return nil
+	return h, s, nil
 }
 
 // Observe reports whether key was seen within the window. New makes the
@@ -409,11 +413,8 @@ func (e *Engine) generationFor(now time.Time) uint64 {
 // [Engine.Done], whatever commits ran meanwhile, and returns
 // ErrAlreadyDone after.
 func (e *Engine) Forget(key []byte) error {
-	h, s, err := e.keyShard(key)
+	h, s, err := e.lockKey(key)
 	if err != nil {
-		return err
-	}
-	if err := s.lockOpen(); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()

@@ -17,15 +17,12 @@ import "github.com/streamdedup/dedup/rotate"
 // New to Peek. Peek refuses the keys Observe refuses ([ErrEmptyKey],
 // [ErrKeyTooLarge]), and returns [ErrClosed] after Close.
 func (e *Engine) Peek(key []byte) (Verdict, error) {
-	h, s, err := e.keyShard(key)
+	h, s, err := e.lockKey(key)
 	if err != nil {
 		return 0, err
 	}
-	now := e.opts.Now()
-	if err := s.lockOpen(); err != nil {
-		return 0, err
-	}
 	defer s.mu.Unlock()
+	now := e.opts.Now()
 	// Observe sees only the generations live at now; dropping the expired
 	// ones changes no verdict, Observe would do it anyway.
 	s.ring.Advance(now)

@@ -96,14 +96,7 @@ func TestConcurrentCommitThroughCoversItsRecord(t *testing.T) {
 		t.Fatalf("%d of %d commits returned with the durable checkpoint behind their own record (by up to %d records)",
 			n, hsGoroutines*hsRequests, worst.Load())
 	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e, err = dedup.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e = reopen(t, e, opts)
 	if got, want := string(e.Checkpoint()), strconv.Itoa(len(output)); got != want {
 		t.Fatalf("after reopen, Checkpoint = %s, want %s", got, want)
 	}

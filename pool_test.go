@@ -84,14 +84,7 @@ func TestPoolExactlyOnce(t *testing.T) {
 		t.Fatalf("last Committed call had %q, want %q", got, cp)
 	}
 	t.Logf("%d events, %d distinct, %d Process failures retried, %d commits", len(events), len(want), failures.Load(), commits.Load())
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e, err = dedup.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e = reopen(t, e, opts)
 	for _, k := range want {
 		if v, err := e.Observe([]byte(k)); err != nil || v != dedup.Duplicate {
 			t.Fatalf("after reopen, Observe(%s) = %v, %v; want Duplicate", k, v, err)
@@ -302,20 +295,13 @@ func BenchmarkPoolVersusSequential(b *testing.B) {
 	})
 	b.Run("pool", func(b *testing.B) {
 		run(b, true, func(e *dedup.Engine, out *os.File) error {
-			w := bufio.NewWriter(out)
-			var written int64
+			o := newLineOutput(out, 0)
 			p, err := dedup.NewPool(e, dedup.PoolOptions[string]{
-				Workers: 8,
-				Key:     func(k string) []byte { return []byte(k) },
-				Process: func(context.Context, string) error { return nil },
-				Output: func(k string) error {
-					m, err := w.WriteString(k + "\n")
-					written += int64(m)
-					return err
-				},
-				Checkpoint: func(resume int64) ([]byte, error) {
-					return fmt.Appendf(nil, "%d %d", resume, written), w.Flush()
-				},
+				Workers:     8,
+				Key:         func(k string) []byte { return []byte(k) },
+				Process:     func(context.Context, string) error { return nil },
+				Output:      o.output,
+				Checkpoint:  o.checkpoint,
 				Sync:        out.Sync,
 				CommitEvery: every,
 			})

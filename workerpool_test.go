@@ -181,8 +181,7 @@ func wpRunPool(dir string) error {
 	if err != nil {
 		return err
 	}
-	w := bufio.NewWriter(out)
-	written := length
+	o := newLineOutput(out, length)
 	var rmu sync.Mutex
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	pool, err := dedup.NewPool(e, dedup.PoolOptions[string]{
@@ -199,14 +198,8 @@ func wpRunPool(dir string) error {
 			}
 			return nil
 		},
-		Output: func(k string) error {
-			n, err := w.WriteString(k + "\n")
-			written += int64(n)
-			return err
-		},
-		Checkpoint: func(resume int64) ([]byte, error) {
-			return fmt.Appendf(nil, "%d %d", resume, written), w.Flush()
-		},
+		Output:         o.output,
+		Checkpoint:     o.checkpoint,
 		Committed:      func(cp []byte) { fmt.Printf("C %s\n", cp) },
 		CommitEvery:    wpCommitEvery,
 		CommitInterval: time.Hour,
