@@ -9,6 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +54,14 @@ func mustObserve(t testing.TB, e *Engine, key string, want Verdict) {
 	}
 	if got != want {
 		t.Fatalf("Observe(%q) = %v, want %v", key, got, want)
+	}
+}
+
+// mustDone calls e.Done(key) and fails the test on an error.
+func mustDone(t testing.TB, e *Engine, key string) {
+	t.Helper()
+	if err := e.Done([]byte(key)); err != nil {
+		t.Fatalf("Done(%s): %v", key, err)
 	}
 }
 
@@ -224,4 +235,36 @@ func (o *lineOutput) output(k string) error {
 // [PoolOptions.Checkpoint].
 func (o *lineOutput) checkpoint(resume int64) ([]byte, error) {
 	return fmt.Appendf(nil, "%d %d", resume, o.written), o.w.Flush()
+}
+
+// logLines collects what an engine logs through [Options.Logf]; it is safe
+// for concurrent use.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// logf is an [Options.Logf].
+func (l *logLines) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+// all returns the lines logged so far.
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
+// containing returns the lines logged so far that contain s.
+func (l *logLines) containing(s string) []string {
+	var found []string
+	for _, line := range l.all() {
+		if strings.Contains(line, s) {
+			found = append(found, line)
+		}
+	}
+	return found
 }
