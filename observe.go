@@ -419,14 +419,10 @@ func (e *Engine) Forget(key []byte) error {
 	}
 	defer s.mu.Unlock()
 	if s.undone != nil {
-		gen, ok := s.undone.remove(h, key, e.exactMode)
-		if !ok {
-			if s.doneInFlight(h, key, e.exactMode) {
-				return fmt.Errorf("%w: Forget after Done", ErrAlreadyDone)
-			}
-			return ErrNotInFlight
+		gen, err := s.removeUndone(h, key, e.exactMode, "Forget after Done")
+		if err != nil {
+			return err
 		}
-		s.undone.compact()
 		s.uncount(gen, 1)
 		e.inflightCount.Add(-1)
 		return nil
