@@ -53,9 +53,7 @@ func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
 func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
 	e := openT(t, o)
-	for _, k := range []string{"A", "B", "C"} {
-		mustObserve(t, e, k, dedup.New)
-	}
+	mustObserveEach(t, e, dedup.New, "A", "B", "C")
 	mustDone(t, e, "A")
 	mustObserve(t, e, "A", dedup.Duplicate) // done, not committed yet
 	if err := e.Commit([]byte("1")); err != nil {
@@ -97,9 +95,7 @@ func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 func TestExplicitDoneCommitThrough(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
 	e := openT(t, o)
-	for _, k := range []string{"A", "B", "C"} {
-		mustObserve(t, e, k, dedup.New)
-	}
+	mustObserveEach(t, e, dedup.New, "A", "B", "C")
 	mustDone(t, e, "A")
 	b := e.Barrier()
 	mustDone(t, e, "B")
@@ -162,9 +158,7 @@ func TestDoneWithoutExplicitDone(t *testing.T) {
 func TestDoneBatch(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
 	e := openT(t, o)
-	for _, k := range []string{"A", "B", "C", "D"} {
-		mustObserve(t, e, k, dedup.New)
-	}
+	mustObserveEach(t, e, dedup.New, "A", "B", "C", "D")
 	if err := e.DoneBatch([][]byte{[]byte("A"), []byte("B")}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,9 +175,7 @@ func TestDoneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	e = openT(t, o)
-	for _, k := range []string{"A", "B", "C"} {
-		mustObserve(t, e, k, dedup.Duplicate)
-	}
+	mustObserveEach(t, e, dedup.Duplicate, "A", "B", "C")
 	mustObserve(t, e, "D", dedup.New)
 }
 
@@ -321,9 +313,7 @@ func TestCloseReportsInFlight(t *testing.T) {
 	var logged logLines
 	o := dedup.Options{Dir: t.TempDir(), Logf: logged.logf}
 	e := openT(t, o)
-	for _, k := range []string{"A", "B", "C"} {
-		mustObserve(t, e, k, dedup.New)
-	}
+	mustObserveEach(t, e, dedup.New, "A", "B", "C")
 	if err := e.Commit(nil); err != nil {
 		t.Fatal(err)
 	}

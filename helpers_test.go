@@ -57,6 +57,15 @@ func mustObserve(t testing.TB, e *Engine, key string, want Verdict) {
 	}
 }
 
+// mustObserveEach observes keys in order and fails the test unless each
+// gets want.
+func mustObserveEach(t testing.TB, e *Engine, want Verdict, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		mustObserve(t, e, k, want)
+	}
+}
+
 // mustDone calls e.Done(key) and fails the test on an error.
 func mustDone(t testing.TB, e *Engine, key string) {
 	t.Helper()
@@ -267,4 +276,22 @@ func (l *logLines) containing(s string) []string {
 		}
 	}
 	return found
+}
+
+// onGoroutines runs f(0), ..., f(n-1) on n goroutines and returns the
+// first error any of them returned, once all have returned.
+func onGoroutines(n int, f func(g int) error) error {
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() { errs <- f(g) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

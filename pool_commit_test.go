@@ -42,54 +42,43 @@ func TestConcurrentCommitThroughCoversItsRecord(t *testing.T) {
 	var mu sync.Mutex
 	var output []string
 	var behind, worst atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, hsGoroutines)
-	for g := range hsGoroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range hsRequests {
-				key := fmt.Appendf(nil, "g%02d-r%03d", g, r)
-				if v, err := e.Observe(key); err != nil || v != dedup.New {
-					errs <- fmt.Errorf("Observe(%s) = %v, %v", key, v, err)
-					return
-				}
-				mu.Lock()
-				output = append(output, string(key))
-				record := len(output) // the output's length once this record is in
-				err := e.Done(key)
-				mu.Unlock()
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				b := e.Barrier()
-				length := len(output)
-				mu.Unlock()
-				if r%2 == 1 {
-					time.Sleep(50 * time.Microsecond)
-				}
-				if err := e.CommitThrough(b, strconv.AppendInt(nil, int64(length), 10)); err != nil {
-					errs <- err
-					return
-				}
-				cp, err := strconv.Atoi(string(e.Checkpoint()))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if cp < record {
-					behind.Add(1)
-					for w := worst.Load(); int64(record-cp) > w && !worst.CompareAndSwap(w, int64(record-cp)); w = worst.Load() {
-					}
+	err = onGoroutines(hsGoroutines, func(g int) error {
+		for r := range hsRequests {
+			key := fmt.Appendf(nil, "g%02d-r%03d", g, r)
+			if v, err := e.Observe(key); err != nil || v != dedup.New {
+				return fmt.Errorf("Observe(%s) = %v, %v", key, v, err)
+			}
+			mu.Lock()
+			output = append(output, string(key))
+			record := len(output) // the output's length once this record is in
+			err := e.Done(key)
+			mu.Unlock()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			b := e.Barrier()
+			length := len(output)
+			mu.Unlock()
+			if r%2 == 1 {
+				time.Sleep(50 * time.Microsecond)
+			}
+			if err := e.CommitThrough(b, strconv.AppendInt(nil, int64(length), 10)); err != nil {
+				return err
+			}
+			cp, err := strconv.Atoi(string(e.Checkpoint()))
+			if err != nil {
+				return err
+			}
+			if cp < record {
+				behind.Add(1)
+				for w := worst.Load(); int64(record-cp) > w && !worst.CompareAndSwap(w, int64(record-cp)); w = worst.Load() {
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := behind.Load(); n > 0 {
@@ -157,24 +146,16 @@ func hsRun(dir string) error {
 	input := hsInput()
 	var mu sync.Mutex
 	written := length
-	var wg sync.WaitGroup
-	errs := make(chan error, hsGoroutines)
-	for g := range hsGoroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(g)))
-			for i := g; i < len(input); i += hsGoroutines {
-				if err := hsRequest(e, r, &mu, out, &written, input[i]); err != nil {
-					errs <- err
-					return
-				}
+	err = onGoroutines(hsGoroutines, func(g int) error {
+		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(g)))
+		for i := g; i < len(input); i += hsGoroutines {
+			if err := hsRequest(e, r, &mu, out, &written, input[i]); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	return e.Close()
