@@ -82,15 +82,7 @@ func (c *CompareConfig) ensureDefaults() {
 	if s.Events == 0 && s.Duration == 0 {
 		s.Events = 400_000
 	}
-	if s.Rate == 0 {
-		s.Rate = 50_000
-	}
-	if s.DuplicateFraction == 0 {
-		s.DuplicateFraction = 0.05
-	}
-	if s.Delay.Mean == 0 {
-		s.Delay.Mean = time.Second
-	}
+	s.ensureCompareDefaults()
 	s.ensureDefaults()
 	if c.Window == 0 {
 		c.Window = 5 * time.Second

@@ -74,15 +74,7 @@ func FilterCmd(ctx context.Context, cfg FilterCmdConfig) (res *FilterCmdResult, 
 		return nil, fmt.Errorf("bench: filter run of %d lines: want at least one", cfg.Lines)
 	}
 	s := &cfg.Stream
-	if s.Rate == 0 {
-		s.Rate = 50_000
-	}
-	if s.DuplicateFraction == 0 {
-		s.DuplicateFraction = 0.05
-	}
-	if s.Delay.Mean == 0 {
-		s.Delay.Mean = time.Second
-	}
+	s.ensureCompareDefaults()
 	s.Events = int64(cfg.Lines)
 	if cfg.Dedup == "" {
 		cfg.Dedup = "dedup"
