@@ -17,17 +17,12 @@ import "github.com/streamdedup/dedup/rotate"
 // New to Peek. Peek refuses the keys Observe refuses ([ErrEmptyKey],
 // [ErrKeyTooLarge]), and returns [ErrClosed] after Close.
 func (e *Engine) Peek(key []byte) (Verdict, error) {
-	if err := e.checkKey(key); err != nil {
+	h, s, err := e.lockKey(key)
+	if err != nil {
 		return 0, err
 	}
-	h := e.hash(key)
-	s := e.shardOf(h)
-	now := e.opts.Now()
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return 0, ErrClosed
-	}
+	now := e.opts.Now()
 	// Observe sees only the generations live at now; dropping the expired
 	// ones changes no verdict, Observe would do it anyway.
 	s.ring.Advance(now)
