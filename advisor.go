@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"math"
+	"math/bits"
 	"sync/atomic"
 	"time"
 
@@ -15,12 +16,12 @@ import (
 // Its unit of account is the cohort: the keys observed New while one
 // generation was current. A cohort's age is the clock minus its
 // generation's start. Every Duplicate is attributed to the cohort of the
-// oldest live generation whose filter holds its key, at the cohort's age
-// now: a histogram over age, in bins of a fraction of the span, of the
+// generation the exact store found its key in (in probabilistic mode, the
+// oldest live generation whose filter holds it), at the cohort's age now: a histogram over age, in bins of a fraction of the span, of the
 // duplicates caught, per shard. No time is stored per key. A cohort is
 // caught until it expires from the window (age Window + span); past that,
 // the horizon takes over: a sample of each cohort's hashes (a fixed
-// 1/advSample of the hash space, 4 bytes each) is kept for
+// 1/Options.HorizonSample of the hash space, 4 bytes each) is kept for
 // advHorizonWindows windows more (rotate.Horizon), and a sampled key
 // observed New again is looked up there: a match is a duplicate the
 // window let through, at its cohort's age. The sample's chance matches
@@ -28,13 +29,6 @@ import (
 // positives among the Duplicates (their estimated rate times the new keys,
 // once per bin) are counted beside, to be subtracted. A cohort's size is
 // the count of its New verdicts.
-
-// advSampleBits sets the horizon's sample: 1/2^advSampleBits of the hash
-// space.
-const advSampleBits = 4
-
-// advSample is the horizon's sampling factor.
-const advSample = 1 << advSampleBits
 
 // advHorizonWindows is how many windows past its expiry a cohort's sample
 // is kept.
@@ -44,16 +38,22 @@ const advHorizonWindows = 3
 // generations a bin is an eighth of a span.
 const advMaxBins = 512
 
-// advSampled reports whether h is in the horizon's sample: the top bits of
-// a multiplicative remix of h, independent of the shadow's (sampled), the
-// shard index and the fragment the horizon keeps (the low 32 bits).
-func advSampled(h uint64) bool { return (h*0xbf58476d1ce4e5b9)>>(64-advSampleBits) == 0 }
+// sampled reports whether h is in the horizon's sample: the top
+// sampleBits bits of a multiplicative remix of h are zero, independent of
+// the shadow's (sampled), the shard index and the fragment the horizon
+// keeps (the low 32 bits). Without a horizon, none is.
+func (a *shardAdvisor) sampled(h uint64) bool {
+	return a.horizon != nil && (h*0xbf58476d1ce4e5b9)>>(64-a.sampleBits) == 0
+}
 
 // windowState is the engine's event clock and the advisor's geometry, set
 // by Open.
 type windowState struct {
 	// clock is the event clock (Unix ns) under Options.EventTime.
 	clock atomic.Int64
+	// sample is the horizon's sampling factor (Options.HorizonSample), 0
+	// without a horizon.
+	sample int
 	// span is a generation's span, bin the width of an age bin (span /
 	// binsPerSpan), nbins the bins covering ages [0, Window + span +
 	// advHorizonWindows*Window).
@@ -76,16 +76,21 @@ func (e *Engine) initWindow() {
 	if o.EventTime {
 		o.Now = e.eventNow
 	}
+	w.sample = max(o.HorizonSample, 0)
 	for i := range e.shards {
-		e.shards[i].adv = &shardAdvisor{
+		a := &shardAdvisor{
 			caught:  make([]uint64, w.nbins),
 			late:    make([]uint64, w.nbins),
 			leaks:   make([]uint64, w.nbins),
 			fpExp:   make([]float64, w.nbins),
 			leakFP:  make([]float64, w.nbins),
 			cohorts: map[uint64]*cohort{},
-			horizon: rotate.NewHorizon(o.Window, n, time.Duration(advHorizonWindows)*o.Window),
 		}
+		if w.sample > 0 {
+			a.horizon = rotate.NewHorizon(o.Window, n, time.Duration(advHorizonWindows)*o.Window)
+			a.sampleBits = uint(bits.TrailingZeros(uint(w.sample)))
+		}
+		e.shards[i].adv = a
 	}
 }
 
@@ -133,7 +138,8 @@ type shardAdvisor struct {
 	cohorts        map[uint64]*cohort
 	lastID         uint64
 	last           *cohort
-	horizon        *rotate.Horizon
+	horizon        *rotate.Horizon // nil without one
+	sampleBits     uint
 	foldedN        uint64 // keys of cohorts past the horizon: exposed at every age
 	newsSince      uint64 // New verdicts since the last tick
 	nextTick       int64  // ns
@@ -176,16 +182,17 @@ func (w *windowState) ageBin(gen uint64, now int64) int {
 }
 
 // noteDuplicate attributes a Duplicate of hash h, observed at now, to the
-// cohort of the oldest live generation that may hold it. The shard's lock
-// is held.
-func (e *Engine) noteDuplicate(s *shard, h uint64, now int64) {
-	var gen uint64
-	found := false
-	s.ring.Lookup(h, func(g *rotate.Generation) bool {
-		gen, found = g.ID, true
-		return true // go on: the oldest match is the first sighting
-	})
-	if !found {
+// cohort of generation gen, the one the exact store found it in; without
+// one (gen 0: probabilistic mode, or a cache answered), to the oldest
+// live generation whose filter may hold it. The shard's lock is held.
+func (e *Engine) noteDuplicate(s *shard, h, gen uint64, now int64) {
+	if gen == 0 {
+		s.ring.Lookup(h, func(g *rotate.Generation) bool {
+			gen = g.ID
+			return true // go on: the oldest match is the first sighting
+		})
+	}
+	if gen == 0 {
 		return
 	}
 	a := s.adv
@@ -202,10 +209,10 @@ func (e *Engine) noteDuplicate(s *shard, h uint64, now int64) {
 // noteNew looks a sampled key observed New at now up in the horizon. The
 // shard's lock is held.
 func (e *Engine) noteNew(s *shard, h uint64, now time.Time) {
-	if !advSampled(h) {
+	a := s.adv
+	if !a.sampled(h) {
 		return
 	}
-	a := s.adv
 	a.probes++
 	ns := now.UnixNano()
 	a.horizon.Probe(h, now, func(id uint64, keys int, match bool) {
@@ -251,7 +258,9 @@ func (e *Engine) advTick(s *shard, now time.Time) {
 		}
 	}
 	a.newsSince = 0
-	a.horizon.Advance(now)
+	if a.horizon != nil {
+		a.horizon.Advance(now)
+	}
 	// Fold cohorts whose age is past the last bin.
 	horizonEnd := int64(e.win.nbins) * e.win.bin
 	for id, c := range a.cohorts {
@@ -267,7 +276,11 @@ func (e *Engine) advTick(s *shard, now time.Time) {
 
 // advBytes is the memory the shard's advisor takes.
 func (a *shardAdvisor) bytes() uint64 {
-	return a.horizon.Bytes() + uint64(len(a.caught))*32 + uint64(len(a.cohorts))*64
+	n := uint64(len(a.caught))*32 + uint64(len(a.cohorts))*64
+	if a.horizon != nil {
+		n += a.horizon.Bytes()
+	}
+	return n
 }
 
 // clampUnit returns x within [0, 1].

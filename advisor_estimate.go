@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -11,15 +12,17 @@ import (
 //
 // Delays are measured from a key's first sighting within the window, at
 // the resolution of an age bin (an eighth of a generation's span with
-// fewer than 16 generations), up to Horizon; past it a fitted exponential
-// tail extends them. Counts restart at Open: a restored generation's keys
-// are not counted.
+// fewer than 16 generations), up to Horizon, and a delay distribution is
+// fitted to them (Model): the leaks and windows come from it, past Horizon
+// from it alone. Counts restart at Open: a restored generation's keys are
+// not counted.
 type WindowAdvice struct {
 	// Caught counts the duplicates the window caught whose first sighting
-	// the advisor saw; HorizonMatches the keys of its sample (1/16 of the
-	// hash space) seen again after the window had let them go. The
-	// estimate rests on Caught + Late + 16*HorizonMatches duplicates.
-	Caught, HorizonMatches uint64
+	// the advisor saw; HorizonMatches the keys of its sample (1 in
+	// [Options.HorizonSample] of the hash space) seen again after the
+	// window had let them go. The estimate rests on Duplicates: Caught +
+	// Late + HorizonSample*HorizonMatches.
+	Caught, HorizonMatches, Duplicates uint64
 	// Late counts, under [Options.EventTime], the keys observed again
 	// while in flight, after their first sighting had left the window:
 	// New again, let through and counted exactly.
@@ -35,16 +38,21 @@ type WindowAdvice struct {
 	DuplicatesPerMillion float64
 	// LeaksPerMillion is the duplicates the current window lets through,
 	// per million events observed, and LeaksRelErr its relative standard
-	// error; TailLeaksPerMillion is the part of it past Horizon, from the
-	// fitted tail. 0 with LeaksRelErr 0 means none measured.
+	// error (sampling only: not the error of a Model that fits the delays
+	// measured but not those past Horizon); TailLeaksPerMillion is the
+	// part of it past Horizon, from the model alone. 0 with LeaksRelErr 0
+	// means none measured.
 	LeaksPerMillion, LeaksRelErr, TailLeaksPerMillion float64
-	// TailFitted reports whether the delays past the window's middle
-	// decay enough to fit an exponential tail; TailMean is its mean and
-	// TailRelErr the relative standard error of TailMean. Without a fit,
-	// nothing past Horizon is counted and the windows that need it are 0.
-	TailFitted bool
-	TailMean   time.Duration
-	TailRelErr float64
+	// Model describes the delay distribution the estimate rests on: a
+	// family fitted to every delay measured ("exponential, mean 2m0s",
+	// "lognormal, median 1m12.8s, sigma 1.00", "two exponentials, 80%
+	// mean 10s + 20% mean 10m0s"), or, when none fits the measured
+	// delays, "measured, exponential tail of mean ..." (the histogram up
+	// to Horizon and an exponential fitted past half the window) or
+	// "measured, no tail past the horizon" (nothing past Horizon is
+	// counted and the windows that need it are 0). Empty before the
+	// first estimate.
+	Model string
 	// DelayP50, DelayP90 and DelayP99 are quantiles of the duplicates'
 	// delay since their key's first sighting; 0 when not known.
 	DelayP50, DelayP90, DelayP99 time.Duration
@@ -107,6 +115,7 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	span := float64(w.span)
 	ns := now.UnixNano()
 	j0 := (e.opts.Generations + 1) * K // first bin past the window: age Window + span
+	sample := float64(w.sample)
 	// Exposure: originals times the share of each bin their cohort has
 	// lived through. A cohort still current has seen age/span of its keys
 	// so far; under uniform arrivals its size is n*span/age.
@@ -141,16 +150,32 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 		adv.HorizonMatches += t.leaks[j]
 		adv.Late += t.late[j]
 		seen := float64(t.caught[j] + t.late[j])
-		d[j] = seen - t.fpExp[j] + advSample*(float64(t.leaks[j])-t.leakFP[j])
-		v[j] = seen + advSample*advSample*float64(t.leaks[j])
+		d[j] = seen - t.fpExp[j] + sample*(float64(t.leaks[j])-t.leakFP[j])
+		v[j] = seen + sample*sample*float64(t.leaks[j])
 	}
+	adv.Duplicates = adv.Caught + adv.Late + uint64(w.sample)*adv.HorizonMatches
 	// The measured range: bins exposed to at least 5% of the originals.
 	jm := 0
-	for jm < nb && expo[jm] > 0 && expo[jm] >= 0.05*expo[0] {
+	for jm < nb && expo[jm] > 0 && expo[jm] >= 0.05*expo[0] && (jm < j0 || sample > 0) {
 		jm++
 	}
 	adv.Horizon = time.Duration(float64(jm) * b)
 	if jm < 2*K || observed == 0 {
+		return adv
+	}
+	perEvent := float64(news) / float64(observed)
+	gens := float64(e.opts.Generations)
+	window := float64(e.opts.Window)
+	// The delay model, fitted to every bin measured; ages in windows.
+	h := &histogram{width: b / window, k: K, w: make([]float64, jm), y: make([]float64, jm)}
+	for j := range jm {
+		h.w[j], h.y[j] = expo[j], max(d[j], 0)
+		if j >= j0 {
+			h.w[j], h.y[j] = h.w[j]/sample, h.y[j]/sample
+		}
+	}
+	if m, ok := fitDelays(h); ok {
+		modelAdvice(&adv, &m, perEvent, gens, window, float64(max(jm, j0))*b/window, b)
 		return adv
 	}
 	q := make([]float64, jm)
@@ -162,15 +187,14 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	fit := tailFit{}
 	lo := (e.opts.Generations * K) / 2
 	if jm-lo >= 2 {
-		fit = fitTail(q, d, v, expo, lo, jm, j0, b, float64(e.opts.Window))
+		fit = fitTail(q, d, v, expo, lo, jm, j0, b, float64(e.opts.Window), sample)
 	}
 	if fit.relErr >= 1 {
 		fit = tailFit{} // too unsure to extrapolate
 	}
+	adv.Model = "measured, no tail past the horizon"
 	if fit.ok {
-		adv.TailFitted = true
-		adv.TailMean = time.Duration(fit.theta)
-		adv.TailRelErr = fit.relErr
+		adv.Model = fmt.Sprintf("measured, exponential tail of mean %v (±%.0f%%)", time.Duration(fit.theta).Round(100*time.Millisecond), 100*fit.relErr)
 	}
 	// q extended past the measured range by the fit, far enough for the
 	// windows asked.
@@ -189,7 +213,6 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 		}
 		return fit.massPast(a)
 	}
-	perEvent := float64(news) / float64(observed)
 	total := 0.0
 	for _, x := range q {
 		total += x
@@ -241,7 +264,6 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	}
 	// leaksAt is the leaks per million events of a window W' with the same
 	// generations: the mean of Rbar over retentions [W', W' + W'/N].
-	gens := float64(e.opts.Generations)
 	leaksAt := func(win float64) (float64, bool) {
 		if !fit.ok {
 			return 0, false
@@ -257,14 +279,36 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 		}
 		return 1e6 * perEvent * sum / steps, true
 	}
-	window := float64(e.opts.Window)
+	setWindowsFor(&adv, leaksAt, window, b)
+	return adv
+}
+
+// setWindowsFor sets the windows for 100, 10 and 1 per million.
+func setWindowsFor(adv *WindowAdvice, leaksAt func(float64) (float64, bool), window, bin float64) {
 	for _, x := range []struct {
 		target float64
 		out    *time.Duration
 	}{{100, &adv.WindowFor100}, {10, &adv.WindowFor10}, {1, &adv.WindowFor1}} {
-		*x.out = windowFor(leaksAt, window, x.target, b)
+		*x.out = windowFor(leaksAt, window, x.target, bin)
 	}
-	return adv
+}
+
+// modelAdvice fills adv from the delay model m: ages in windows, horizon
+// the end of the ages measured, bin the age bin (ns).
+func modelAdvice(adv *WindowAdvice, m *delayFit, perEvent, gens, window, horizon, bin float64) {
+	dist := m.dist
+	perM := 1e6 * perEvent
+	adv.Model = dist.describe(time.Duration(window))
+	adv.DuplicatesPerMillion = perM * m.p
+	leak := func(p float64, d delayDist) float64 { return p * d.leakShare(1, gens) }
+	adv.LeaksPerMillion = perM * leak(m.p, dist)
+	adv.LeaksRelErr = m.relErr(leak)
+	s := 1 / gens
+	adv.TailLeaksPerMillion = perM * m.p * max(0, dist.H(horizon-s)-dist.H(horizon)) / s
+	adv.DelayP50 = time.Duration(dist.quantile(0.5) * window)
+	adv.DelayP90 = time.Duration(dist.quantile(0.9) * window)
+	adv.DelayP99 = time.Duration(dist.quantile(0.99) * window)
+	setWindowsFor(adv, func(w float64) (float64, bool) { return perM * m.p * dist.leakShare(w/window, gens), true }, window, bin)
 }
 
 // windowFor returns the smallest window on a grid of 1/32 octaves from
@@ -317,10 +361,10 @@ type tailFit struct {
 
 // fitTail fits rho(a) = A exp(-a/theta) to the bins [lo, hi) by Poisson
 // maximum likelihood: bin j's count has mean expo[j]*b*rho(age_j), divided
-// by advSample in the horizon (from bin j0), where the counts are the
+// by the sample factor in the horizon (from bin j0), where the counts are the
 // sample's. Newton's method from the ratio of the two halves' rates; the
 // standard error of theta comes from the Fisher information.
-func fitTail(q, d, v, expo []float64, lo, hi, j0 int, b, unit float64) tailFit {
+func fitTail(q, d, v, expo []float64, lo, hi, j0 int, b, unit, sample float64) tailFit {
 	_ = q
 	mid := (lo + hi) / 2
 	half := func(from, to int) (rate, centre float64) {
@@ -349,8 +393,8 @@ func fitTail(q, d, v, expo []float64, lo, hi, j0 int, b, unit float64) tailFit {
 		w := expo[j] * b
 		y := d[j]
 		if j >= j0 {
-			w /= advSample
-			y /= advSample
+			w /= sample
+			y /= sample
 		}
 		bins = append(bins, bin{x: (float64(j) + 0.5) * b / unit, w: w, y: max(y, 0)})
 	}

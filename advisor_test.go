@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +114,67 @@ func TestWindowAdvisor(t *testing.T) {
 				t.Error("Bytes = 0")
 			}
 		})
+	}
+}
+
+// TestHorizonSampleOption checks Options.HorizonSample: a power of two or
+// -1, 16 by default; -1 keeps no horizon, so nothing past the window is
+// matched, and the duplicates the estimate rests on scale with the sample.
+func TestHorizonSampleOption(t *testing.T) {
+	for _, h := range []int{3, -2, 1 << 17} {
+		o := Options{HorizonSample: h}
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "HorizonSample") {
+			t.Errorf("HorizonSample %d: %v", h, err)
+		}
+	}
+	if o := (&Options{}).EnsureDefaults(); o.HorizonSample != 16 {
+		t.Errorf("default HorizonSample %d, want 16", o.HorizonSample)
+	}
+	off, _, _, _ := advisorStream(t, Options{HorizonSample: -1})
+	if off.HorizonMatches != 0 || off.Horizon > time.Minute+15*time.Second {
+		t.Errorf("no horizon: %d matches, horizon %v", off.HorizonMatches, off.Horizon)
+	}
+	all, _, _, leaks := advisorStream(t, Options{HorizonSample: 1})
+	if all.Duplicates != all.Caught+all.Late+all.HorizonMatches || all.HorizonMatches < uint64(leaks)*9/10 {
+		t.Errorf("sample 1: %d matches of %d leaks, %d duplicates", all.HorizonMatches, leaks, all.Duplicates)
+	}
+}
+
+// TestAdvisorAttributesToStoreGeneration runs exact mode with filters
+// false-positive at 30%: a duplicate 5 s after its key must count at its
+// own cohort's age, not at that of an older generation whose filter
+// happens to match (the store says which generation holds the key), so
+// 99 in 100 duplicates come within 5 s plus a span.
+func TestAdvisorAttributesToStoreGeneration(t *testing.T) {
+	e := openT(t, Options{Window: time.Minute, Generations: 4, EventTime: true, FalsePositiveRate: 0.3, ExpectedRate: 100})
+	type ev struct {
+		at  time.Duration
+		key string
+	}
+	var due []ev
+	step := time.Second / 100
+	for i := 0; time.Duration(i)*step < 4*time.Minute; i++ {
+		at := time.Duration(i) * step
+		var batch [][]byte
+		for len(due) > 0 && due[0].at <= at {
+			batch = append(batch, []byte(due[0].key))
+			due = due[1:]
+		}
+		k := fmt.Sprintf("key-%d", i)
+		batch = append(batch, []byte(k))
+		if i%4 == 0 {
+			due = append(due, ev{at + 5*time.Second, k})
+		}
+		if err := e.ObserveBatchAt(batch, t0.Add(at), make([]Verdict, len(batch))); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			mustCommit(t, e, "")
+		}
+	}
+	adv := e.Stats().WindowAdvice
+	t.Logf("%+v", adv)
+	if adv.Caught == 0 || adv.DelayP99 == 0 || adv.DelayP99 > 5*time.Second+15*time.Second {
+		t.Errorf("DelayP99 = %v over %d caught, want within 5s + a span (15s)", adv.DelayP99, adv.Caught)
 	}
 }

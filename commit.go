@@ -60,14 +60,10 @@ func (e *Engine) Commit(checkpoint []byte) error {
 // commit: the caller treats the outcome as unknown, and keys Done under
 // [Options.ExplicitDone] stay Done either way.
 func (e *Engine) CommitContext(ctx context.Context, checkpoint []byte) error {
-	if err := e.usable(); err != nil {
+	if err := e.lockCommit(); err != nil {
 		return err
 	}
-	e.lifecycle.RLock()
 	defer e.lifecycle.RUnlock()
-	if e.closed.Load() {
-		return ErrClosed
-	}
 	return e.commit(ctx, math.MaxUint64, 2*e.epoch.Load(), checkpoint)
 }
 
@@ -111,15 +107,25 @@ func (e *Engine) CommitThrough(b Barrier, checkpoint []byte) error {
 // CommitThroughContext is [Engine.CommitThrough] bounded by ctx, as
 // [Engine.CommitContext] is.
 func (e *Engine) CommitThroughContext(ctx context.Context, b Barrier, checkpoint []byte) error {
+	if err := e.lockCommit(); err != nil {
+		return err
+	}
+	defer e.lifecycle.RUnlock()
+	return e.commit(ctx, uint64(b), 2*uint64(b)+1, checkpoint)
+}
+
+// lockCommit takes the lifecycle's read lock for a commit, or returns why
+// the engine takes no commit (failed, closed) with the lock not held.
+func (e *Engine) lockCommit() error {
 	if err := e.usable(); err != nil {
 		return err
 	}
 	e.lifecycle.RLock()
-	defer e.lifecycle.RUnlock()
 	if e.closed.Load() {
+		e.lifecycle.RUnlock()
 		return ErrClosed
 	}
-	return e.commit(ctx, uint64(b), 2*uint64(b)+1, checkpoint)
+	return nil
 }
 
 // commit queues a commit request; the first caller to find no leader

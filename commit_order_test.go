@@ -79,14 +79,7 @@ func TestConcurrentCommitsFurthestCheckpointWins(t *testing.T) {
 			if got := string(e.Checkpoint()); got != tc.want {
 				t.Fatalf("Checkpoint = %q, want %q", got, tc.want)
 			}
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
-			}
-			e, err = Open(Options{Dir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close()
+			e = reopenT(t, e, Options{Dir: dir})
 			if got := string(e.Checkpoint()); got != tc.want {
 				t.Fatalf("after reopen, Checkpoint = %q, want %q", got, tc.want)
 			}
@@ -101,6 +94,21 @@ func TestConcurrentCommitsFurthestCheckpointWins(t *testing.T) {
 }
 
 // waitUntil yields until cond, read under mu, holds.
+// reopenT closes e and opens its state again with o; the test closes the
+// new engine when it ends.
+func reopenT(t *testing.T, e *Engine, o Options) *Engine {
+	t.Helper()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
 func waitUntil(cond func() bool, mu interface {
 	Lock()
 	Unlock()
@@ -154,14 +162,7 @@ func TestCheckpointNeverMovesBack(t *testing.T) {
 	if got := string(e.Checkpoint()); got != "all" {
 		t.Fatalf("Checkpoint = %q, want %q", got, "all")
 	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e, err = Open(Options{Dir: dir, ExplicitDone: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e = reopenT(t, e, Options{Dir: dir, ExplicitDone: true})
 	if got := string(e.Checkpoint()); got != "all" {
 		t.Fatalf("after reopen, Checkpoint = %q, want %q", got, "all")
 	}
@@ -187,14 +188,7 @@ func TestCommitContextReturnsWhileTheWriteGoesOn(t *testing.T) {
 		t.Fatalf("CommitContext with the gate held = %v, want DeadlineExceeded", err)
 	}
 	e.commitGate.Unlock()
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e, err = Open(Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e = reopenT(t, e, Options{Dir: dir})
 	if got := string(e.Checkpoint()); got != "cp" {
 		t.Fatalf("Checkpoint after reopen = %q, want cp", got)
 	}

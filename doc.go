@@ -153,5 +153,7 @@
 //   - advisor.go: the window advisor's counts (duplicate delays by cohort age,
 //     the horizon past the window)
 //   - advisor_estimate.go: the advisor's estimate ([WindowAdvice]): censored
-//     delays, the fitted tail, leaks per million and the window for a target
+//     delays, leaks per million and the window for a target
+//   - advisor_fit.go: the advisor's delay model, fitted to the censored
+//     histogram (exponential, lognormal, two exponentials)
 package dedup

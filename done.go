@@ -35,16 +35,11 @@ func (e *Engine) Done(key []byte) error {
 	if !e.opts.ExplicitDone {
 		return ErrNoExplicitDone
 	}
-	if err := e.checkKey(key); err != nil {
+	h, s, err := e.lockKey(key)
+	if err != nil {
 		return err
 	}
-	h := e.hash(key)
-	s := e.shardOf(h)
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
 	return e.done(s, h, key)
 }
 
@@ -92,17 +87,28 @@ func (e *Engine) DoneBatch(keys [][]byte) error {
 	return errors.Join(errs...)
 }
 
+// removeUndone takes key (hash h) out of s's keys not yet Done and
+// returns its generation. A key not there is ErrNotInFlight, or
+// ErrAlreadyDone (saying what) if it was Done.
+func (s *shard) removeUndone(h uint64, key []byte, exactMode bool, what string) (uint64, error) {
+	gen, ok := s.undone.remove(h, key, exactMode)
+	if !ok {
+		if s.doneInFlight(h, key, exactMode) {
+			return 0, fmt.Errorf("%w: %s", ErrAlreadyDone, what)
+		}
+		return 0, ErrNotInFlight
+	}
+	s.undone.compact()
+	return gen, nil
+}
+
 // done moves key (hash h) from s's undone keys to its keys in flight, of
 // the current epoch: a Barrier taken after Done returns covers it.
 func (e *Engine) done(s *shard, h uint64, key []byte) error {
-	gen, ok := s.undone.remove(h, key, e.exactMode)
-	if !ok {
-		if s.doneInFlight(h, key, e.exactMode) {
-			return fmt.Errorf("%w: Done twice", ErrAlreadyDone)
-		}
-		return ErrNotInFlight
+	gen, err := s.removeUndone(h, key, e.exactMode, "Done twice")
+	if err != nil {
+		return err
 	}
-	s.undone.compact()
 	s.rollEpoch(e.epoch.Load())
 	s.inflight.add(h, key, gen, e.exactMode)
 	return nil

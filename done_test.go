@@ -53,12 +53,8 @@ func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
 func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
 	e := openT(t, o)
-	for _, k := range []string{"A", "B", "C"} {
-		mustObserve(t, e, k, dedup.New)
-	}
-	if err := e.Done([]byte("A")); err != nil {
-		t.Fatal(err)
-	}
+	mustObserveEach(t, e, dedup.New, "A", "B", "C")
+	mustDone(t, e, "A")
 	mustObserve(t, e, "A", dedup.Duplicate) // done, not committed yet
 	if err := e.Commit([]byte("1")); err != nil {
 		t.Fatal(err)
@@ -72,9 +68,7 @@ func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	if err := e.Commit([]byte("2")); err != nil { // nothing Done: B, C stay
 		t.Fatal(err)
 	}
-	if err := e.Done([]byte("B")); err != nil {
-		t.Fatal(err)
-	}
+	mustDone(t, e, "B")
 	if err := e.Forget([]byte("C")); err != nil {
 		t.Fatal(err)
 	}
@@ -101,16 +95,10 @@ func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 func TestExplicitDoneCommitThrough(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
 	e := openT(t, o)
-	for _, k := range []string{"A", "B", "C"} {
-		mustObserve(t, e, k, dedup.New)
-	}
-	if err := e.Done([]byte("A")); err != nil {
-		t.Fatal(err)
-	}
+	mustObserveEach(t, e, dedup.New, "A", "B", "C")
+	mustDone(t, e, "A")
 	b := e.Barrier()
-	if err := e.Done([]byte("B")); err != nil {
-		t.Fatal(err)
-	}
+	mustDone(t, e, "B")
 	if err := e.CommitThrough(b, []byte("b")); err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +124,7 @@ func TestExplicitDoneErrors(t *testing.T) {
 	wantErr(t, "Done of an empty key", e.Done(nil), dedup.ErrEmptyKey)
 	wantErr(t, "Done of a key over MaxKeySize", e.Done(make([]byte, 5000)), dedup.ErrKeyTooLarge)
 	mustObserve(t, e, "A", dedup.New)
-	if err := e.Done([]byte("A")); err != nil {
-		t.Fatal(err)
-	}
+	mustDone(t, e, "A")
 	wantErr(t, "Done twice", e.Done([]byte("A")), dedup.ErrAlreadyDone)
 	wantErr(t, "Forget after Done", e.Forget([]byte("A")), dedup.ErrAlreadyDone)
 	if err := e.Commit(nil); err != nil {
@@ -172,9 +158,7 @@ func TestDoneWithoutExplicitDone(t *testing.T) {
 func TestDoneBatch(t *testing.T) {
 	o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true}
 	e := openT(t, o)
-	for _, k := range []string{"A", "B", "C", "D"} {
-		mustObserve(t, e, k, dedup.New)
-	}
+	mustObserveEach(t, e, dedup.New, "A", "B", "C", "D")
 	if err := e.DoneBatch([][]byte{[]byte("A"), []byte("B")}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,9 +175,7 @@ func TestDoneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	e = openT(t, o)
-	for _, k := range []string{"A", "B", "C"} {
-		mustObserve(t, e, k, dedup.Duplicate)
-	}
+	mustObserveEach(t, e, dedup.Duplicate, "A", "B", "C")
 	mustObserve(t, e, "D", dedup.New)
 }
 
@@ -211,9 +193,7 @@ func TestExplicitDoneMaxInFlight(t *testing.T) {
 	if !strings.Contains(err.Error(), "Done") {
 		t.Fatalf("the error should say that keys must be Done: %v", err)
 	}
-	if err := e.Done([]byte("A")); err != nil {
-		t.Fatal(err)
-	}
+	mustDone(t, e, "A")
 	_, err = e.Observe([]byte("C"))
 	wantErr(t, "Observe past MaxInFlight, A Done but not committed", err, dedup.ErrTooManyInFlight)
 	if err := e.Commit(nil); err != nil {
@@ -330,17 +310,10 @@ func TestExplicitDoneConcurrent(t *testing.T) {
 // returns nil, since dropping them is what a caller that closes without
 // committing asks for.
 func TestCloseReportsInFlight(t *testing.T) {
-	var mu sync.Mutex
-	var logged []string
-	o := dedup.Options{Dir: t.TempDir(), Logf: func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		logged = append(logged, fmt.Sprintf(format, args...))
-	}}
+	var logged logLines
+	o := dedup.Options{Dir: t.TempDir(), Logf: logged.logf}
 	e := openT(t, o)
-	for _, k := range []string{"A", "B", "C"} {
-		mustObserve(t, e, k, dedup.New)
-	}
+	mustObserveEach(t, e, dedup.New, "A", "B", "C")
 	if err := e.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -352,10 +325,8 @@ func TestCloseReportsInFlight(t *testing.T) {
 	if n := e.Stats().DroppedAtClose; n != 2 {
 		t.Fatalf("DroppedAtClose = %d, want 2", n)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(strings.Join(logged, "\n"), "2 keys in flight") {
-		t.Fatalf("Close logged %q, want the 2 keys in flight named", logged)
+	if len(logged.containing("2 keys in flight")) == 0 {
+		t.Fatalf("Close logged %q, want the 2 keys in flight named", logged.all())
 	}
 
 	// Under AutoCommit Close commits them: none dropped. Under ExplicitDone
@@ -364,9 +335,7 @@ func TestCloseReportsInFlight(t *testing.T) {
 	e = openT(t, o)
 	mustObserve(t, e, "A", dedup.New)
 	mustObserve(t, e, "B", dedup.New)
-	if err := e.Done([]byte("A")); err != nil {
-		t.Fatal(err)
-	}
+	mustDone(t, e, "A")
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -389,9 +358,7 @@ func TestDoneKeyIsDuplicateBeforeCommit(t *testing.T) {
 	if v, err := e.Peek([]byte("A")); err != nil || v != dedup.InFlight {
 		t.Fatalf("Peek(A) before Done = %v, %v; want InFlight", v, err)
 	}
-	if err := e.Done([]byte("A")); err != nil {
-		t.Fatal(err)
-	}
+	mustDone(t, e, "A")
 	mustObserve(t, e, "A", dedup.Duplicate)
 	if v, err := e.Peek([]byte("A")); err != nil || v != dedup.Duplicate {
 		t.Fatalf("Peek(A) after Done = %v, %v; want Duplicate", v, err)

@@ -415,9 +415,7 @@ func TestBarrier(t *testing.T) {
 		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
 			o := Options{Dir: t.TempDir(), Probabilistic: prob, Shards: 4}
 			e := openT(t, o)
-			for _, k := range []string{"a", "b", "gone"} {
-				mustObserve(t, e, k, New)
-			}
+			mustObserveEach(t, e, New, "a", "b", "gone")
 			b1 := e.Barrier()
 			mustObserve(t, e, "c", New)
 			mustObserve(t, e, "a", InFlight)
@@ -448,9 +446,7 @@ func TestBarrier(t *testing.T) {
 			if got := string(e.Checkpoint()); got != "2" {
 				t.Fatalf("checkpoint %q", got)
 			}
-			for _, k := range []string{"a", "b", "c"} {
-				mustObserve(t, e, k, Duplicate)
-			}
+			mustObserveEach(t, e, Duplicate, "a", "b", "c")
 			mustObserve(t, e, "d", New)
 			mustObserve(t, e, "gone", New)
 			mustCommit(t, e, "3") // everything

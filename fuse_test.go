@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,14 +95,21 @@ func TestFuseSeals(t *testing.T) {
 					t.Fatalf("%s: %d spool files (%s), want at most %d", what, len(names), strings.Join(names, " "), most)
 				}
 			}
-			feed(e, 2*gens)
-			clk.Advance(time.Minute) // past the end of the last generation fed
-			mustObserve(t, e, "probe-seal", New)
-			mustCommit(t, e, "")                       // makes the next generation
-			mustObserve(t, e, "probe-seal", Duplicate) // seals the one before
-			sealedKinds(e, "after two windows")
-			spools("after two windows", shards)
-			check(e, "after two windows")
+			// fill feeds n generations, moves past the end of the last one
+			// and makes the next one, which seals those before; then checks
+			// them.
+			fill := func(e *Engine, n int, probe, what string) {
+				t.Helper()
+				feed(e, n)
+				clk.Advance(time.Minute)
+				mustObserve(t, e, probe, New)
+				mustCommit(t, e, "")                // makes the next generation
+				mustObserve(t, e, probe, Duplicate) // seals the one before
+				sealedKinds(e, what)
+				spools(what, shards)
+				check(e, what)
+			}
+			fill(e, 2*gens, "probe-seal", "after two windows")
 			feed(e, 1)
 			st := e.Stats()
 			t.Logf("%d filter bytes for %d keys a window: %.3f a key (spools on disk)", st.FilterBytes, gens*perGen, float64(st.FilterBytes)/float64(gens*perGen))
@@ -120,14 +126,7 @@ func TestFuseSeals(t *testing.T) {
 			spools("after the reopen", 0)
 			sealedKinds(e, "after the reopen")
 			check(e, "after the reopen")
-			feed(e, gens+1)
-			clk.Advance(time.Minute)
-			mustObserve(t, e, "probe-seal-2", New)
-			mustCommit(t, e, "")                         // makes the next generation
-			mustObserve(t, e, "probe-seal-2", Duplicate) // seals the one before
-			sealedKinds(e, "a window after the reopen")
-			spools("a window after the reopen", shards)
-			check(e, "a window after the reopen")
+			fill(e, gens+1, "probe-seal-2", "a window after the reopen")
 			// From the log or the store alone: generations rebuilt are
 			// spooled again and sealed.
 			if err := e.Close(); err != nil {
@@ -205,15 +204,10 @@ func TestFuseSpoolFailureLogged(t *testing.T) {
 				}
 				return nil
 			})
-			var mu sync.Mutex
-			var logs []string
+			var logged logLines
 			clk := testclock.New(t0)
 			opts := Options{Dir: "/f", FS: errorfs.Wrap(vfs.NewMem(), inj), Filter: "fuse", Window: time.Hour, Shards: 2,
-				Now: clk.Now, Logf: func(format string, args ...any) {
-					mu.Lock()
-					logs = append(logs, fmt.Sprintf(format, args...))
-					mu.Unlock()
-				}}
+				Now: clk.Now, Logf: logged.logf}
 			e := openT(t, opts)
 			const n = 20000 // over a 16 KiB spool buffer a shard
 			for i := range n {
@@ -223,14 +217,7 @@ func TestFuseSpoolFailureLogged(t *testing.T) {
 			for i := range n {
 				mustObserve(t, e, fmt.Sprintf("k%d", i), Duplicate)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			var spoolLogs []string
-			for _, l := range logs {
-				if strings.Contains(l, "spool") {
-					spoolLogs = append(spoolLogs, l)
-				}
-			}
+			spoolLogs := logged.containing("spool")
 			if len(spoolLogs) != 1 || !strings.Contains(spoolLogs[0], errorfs.ErrInjected.Error()) {
 				t.Fatalf("spool failures logged: %q, want one line with the error", spoolLogs)
 			}

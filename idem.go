@@ -438,7 +438,8 @@ func decodeRecord(b []byte) (record, error) {
 // idemTable serialises the calls on each key and remembers the claims
 // owned in this process. The zero value is ready.
 type idemTable struct {
-	shards [64]idemShard
+	shards  [64]idemShard
+	commits recordCommitter
 }
 
 type idemShard struct {

@@ -1,13 +1,17 @@
 package dedup_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	. "github.com/streamdedup/dedup"
 )
 
@@ -263,4 +267,174 @@ func TestClaimsTravelWithBackups(t *testing.T) {
 	}
 	mustBegin(t, r, "done", "other", time.Hour, ClaimMismatch)
 	mustBegin(t, r, "running", "f", time.Hour, ClaimInProgress)
+}
+
+// TestSharedCommitsAreDurable: concurrent claims, results and releases
+// share commits; each is durable when its call returns. A crash (a clone
+// of the file system without its unsynced data) right after the calls
+// keeps every result, every claim in progress, and no released key.
+func TestSharedCommitsAreDurable(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewCrashableMem()
+	e, err := Open(Options{Dir: "/s", FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 96
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := []byte(fmt.Sprintf("k%d", i))
+			c, err := e.Begin(ctx, key, []byte("f"), time.Hour)
+			if err != nil || c.State != ClaimNew {
+				t.Errorf("Begin %s: %v %v", key, c.State, err)
+				return
+			}
+			switch i % 3 {
+			case 0:
+				err = e.Complete(ctx, key, c.Token, bytes.Repeat([]byte{byte(i)}, i*100))
+			case 1:
+				err = e.Release(ctx, key, c.Token)
+			}
+			if err != nil {
+				t.Errorf("end %s: %v", key, err)
+			}
+		}()
+	}
+	wg.Wait()
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	e.Close()
+	r := openT(t, Options{Dir: "/s", FS: crashed})
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("k%d", i)
+		switch i % 3 {
+		case 0:
+			c := mustBegin(t, r, key, "f", time.Hour, ClaimCompleted)
+			if !bytes.Equal(c.Result, bytes.Repeat([]byte{byte(i)}, i*100)) {
+				t.Fatalf("%s: result of %d bytes, want %d", key, len(c.Result), i*100)
+			}
+		case 1:
+			mustBegin(t, r, key, "f", time.Hour, ClaimNew)
+		case 2:
+			mustBegin(t, r, key, "f", time.Hour, ClaimInProgress)
+		}
+	}
+}
+
+// TestSharedCommitFailureReachesEveryCaller: when the commit log fails,
+// every concurrent Begin sharing the failed commit reports the error;
+// none gets ClaimNew.
+func TestSharedCommitFailureReachesEveryCaller(t *testing.T) {
+	ctx := context.Background()
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
+			// A slow failing sync: the Begins arriving meanwhile wait
+			// for the next commit, which takes them all.
+			time.Sleep(20 * time.Millisecond)
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	e, err := Open(Options{Dir: "/f", FS: errorfs.Wrap(vfs.NewMem(), inj)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	mustBegin(t, e, "before", "f", time.Hour, ClaimNew)
+	armed.Store(true)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := e.Begin(ctx, []byte(fmt.Sprintf("k%d", i)), nil, time.Hour)
+			if err == nil {
+				t.Errorf("Begin k%d: %v with the log failing, want an error", i, c.State)
+				return
+			}
+			failed.Add(1)
+		}()
+	}
+	wg.Wait()
+	if failed.Load() != 32 {
+		t.Fatalf("%d of 32 Begins failed", failed.Load())
+	}
+}
+
+// TestClaimsSurviveSnapshotAndCrash: a snapshot (which lets the commit log
+// be truncated) keeps the records it covers, results and claims alike,
+// and a crash after it loses none of them, nor a result completed after
+// it.
+func TestClaimsSurviveSnapshotAndCrash(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewCrashableMem()
+	e, err := Open(Options{Dir: "/s", FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := mustBegin(t, e, "done", "f", time.Hour, ClaimNew)
+	if err := e.Complete(ctx, []byte("done"), done.Token, []byte("result")); err != nil {
+		t.Fatal(err)
+	}
+	mustBegin(t, e, "running", "f", time.Hour, ClaimNew)
+	released := mustBegin(t, e, "released", "f", time.Hour, ClaimNew)
+	if err := e.Release(ctx, []byte("released"), released.Token); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		// Two snapshots: the second lets the log before the first go.
+		if err := e.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := mustBegin(t, e, "later", "f", time.Hour, ClaimNew)
+	if err := e.Complete(ctx, []byte("later"), later.Token, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	e.Close()
+	r := openT(t, Options{Dir: "/s", FS: crashed})
+	if c := mustBegin(t, r, "done", "f", time.Hour, ClaimCompleted); string(c.Result) != "result" {
+		t.Fatalf("done: %q", c.Result)
+	}
+	if c := mustBegin(t, r, "later", "f", time.Hour, ClaimCompleted); string(c.Result) != "after" {
+		t.Fatalf("later: %q", c.Result)
+	}
+	mustBegin(t, r, "running", "f", time.Hour, ClaimInProgress)
+	mustBegin(t, r, "released", "f", time.Hour, ClaimNew)
+}
+
+// TestSharedCommitsOfLargeResults: results that together exceed what one
+// shared commit takes are split over commits; every one is stored whole.
+func TestSharedCommitsOfLargeResults(t *testing.T) {
+	ctx := context.Background()
+	e := openT(t, Options{Dir: t.TempDir()})
+	const n = 6
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := []byte(fmt.Sprintf("big%d", i))
+			c, err := e.Begin(ctx, key, nil, time.Hour)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := e.Complete(ctx, key, c.Token, bytes.Repeat([]byte{byte('a' + i)}, MaxResultSize)); err != nil {
+				t.Errorf("Complete %s: %v", key, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := 0; i < n; i++ {
+		c := mustBegin(t, e, fmt.Sprintf("big%d", i), "", time.Hour, ClaimCompleted)
+		if !bytes.Equal(c.Result, bytes.Repeat([]byte{byte('a' + i)}, MaxResultSize)) {
+			t.Fatalf("big%d: result of %d bytes differs", i, len(c.Result))
+		}
+	}
 }

@@ -216,13 +216,9 @@ func (p *inflightSet) findSlot(h uint64, key []byte, exactMode bool) (slot uint6
 	}
 }
 
-// addAt is add for a key that findSlot, called since the set last
-// changed, reported not held at slot.
-func (p *inflightSet) addAt(slot, h uint64, key []byte, gen uint64, exactMode bool) {
-	if h == 0 || 2*(len(p.ents)+1) > len(p.hashes) {
-		p.add(h, key, gen, exactMode)
-		return
-	}
+// newEntry is the entry of key (hash h) of generation gen, its bytes
+// appended to the arena in exact mode; it counts the key held.
+func (p *inflightSet) newEntry(h uint64, key []byte, gen uint64, exactMode bool) inflightEntry {
 	en := inflightEntry{h: h, gen: gen}
 	if exactMode {
 		en.pos = uint64(len(p.arena))<<keyLenBits | uint64(len(key))
@@ -230,6 +226,17 @@ func (p *inflightSet) addAt(slot, h uint64, key []byte, gen uint64, exactMode bo
 		p.live += len(key)
 	}
 	p.n++
+	return en
+}
+
+// addAt is add for a key that findSlot, called since the set last
+// changed, reported not held at slot.
+func (p *inflightSet) addAt(slot, h uint64, key []byte, gen uint64, exactMode bool) {
+	if h == 0 || 2*(len(p.ents)+1) > len(p.hashes) {
+		p.add(h, key, gen, exactMode)
+		return
+	}
+	en := p.newEntry(h, key, gen, exactMode)
 	p.hashes[slot] = h
 	p.idx[slot] = uint32(len(p.ents))
 	p.ents = append(p.ents, en)
@@ -238,13 +245,7 @@ func (p *inflightSet) addAt(slot, h uint64, key []byte, gen uint64, exactMode bo
 // add inserts key (hash h) of generation gen; the caller has checked that
 // it is not held.
 func (p *inflightSet) add(h uint64, key []byte, gen uint64, exactMode bool) {
-	en := inflightEntry{h: h, gen: gen}
-	if exactMode {
-		en.pos = uint64(len(p.arena))<<keyLenBits | uint64(len(key))
-		p.arena = append(p.arena, key...)
-		p.live += len(key)
-	}
-	p.n++
+	en := p.newEntry(h, key, gen, exactMode)
 	if h == 0 {
 		p.zero = append(p.zero, en)
 		return

@@ -2,8 +2,6 @@ package dedup_test
 
 import (
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,19 +24,14 @@ func TestInterleavedFollowsTraffic(t *testing.T) {
 	span := W / gens
 	rate := float64(perGen) / span.Seconds()
 	clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	var mu sync.Mutex
-	var logged []string
+	var logged logLines
 	open := func(expected float64) *Engine {
 		return openT(t, Options{Filter: "interleaved", Probabilistic: true, Window: W, Generations: gens, Shards: 4,
-			ExpectedRate: expected, Now: clk.Now, Logf: func(f string, a ...any) {
-				mu.Lock()
-				logged = append(logged, fmt.Sprintf(f, a...))
-				mu.Unlock()
-			}})
+			ExpectedRate: expected, Now: clk.Now, Logf: logged.logf})
 	}
 	big, right := open(100*rate), open(rate)
-	if !strings.Contains(strings.Join(logged, "\n"), "filters sized for ExpectedRate") {
-		t.Fatalf("Open logged %q, no estimate", logged)
+	if len(logged.containing("filters sized for ExpectedRate")) == 0 {
+		t.Fatalf("Open logged %q, no estimate", logged.all())
 	}
 	var startBig, startRight Stats
 	var keys [][]byte

@@ -56,6 +56,31 @@ func (e *Engine) checkKey(key []byte) error {
 	return nil
 }
 
+// keyShard checks key ([Engine.checkKey]) and returns its hash and the
+// shard that holds it.
+func (e *Engine) keyShard(key []byte) (uint64, *shard, error) {
+	if err := e.checkKey(key); err != nil {
+		return 0, nil, err
+	}
+	h := e.hash(key)
+	return h, e.shardOf(h), nil
+}
+
+// lockKey is keyShard with the shard locked; once Close has begun it
+// returns ErrClosed with the shard unlocked.
+func (e *Engine) lockKey(key []byte) (uint64, *shard, error) {
+	h, s, err := e.keyShard(key)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, nil, ErrClosed
+	}
+	return h, s, nil
+}
+
 // Observe reports whether key was seen within the window. New makes the
 // caller the owner of the event until it commits ([Engine.Commit]) or
 // forgets ([Engine.Forget]) it (under [Options.ExplicitDone], until it
@@ -63,11 +88,10 @@ func (e *Engine) checkKey(key []byte) error {
 // Observe of the key meanwhile gets [InFlight]. A key longer than
 // Options.MaxKeySize is refused with ErrKeyTooLarge.
 func (e *Engine) Observe(key []byte) (Verdict, error) {
-	if err := e.checkKey(key); err != nil {
+	h, s, err := e.keyShard(key)
+	if err != nil {
 		return 0, err
 	}
-	h := e.hash(key)
-	s := e.shardOf(h)
 	now := e.opts.Now()
 	s.mu.Lock()
 	v, err := e.observeIn(s, key, h, now)
@@ -334,17 +358,17 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		if !e.exactMode {
 			s.observed++
 			s.dups++
-			e.noteDuplicate(s, h, a.now.UnixNano())
+			e.noteDuplicate(s, h, 0, a.now.UnixNano())
 			return Duplicate, nil
 		}
-		found, err := e.committed(s, h, key)
+		found, gen, err := e.committedIn(s, h, key)
 		if err != nil {
 			return 0, err
 		}
 		if found {
 			s.observed++
 			s.dups++
-			e.noteDuplicate(s, h, a.now.UnixNano())
+			e.noteDuplicate(s, h, gen, a.now.UnixNano())
 			return Duplicate, nil
 		}
 		s.falsePositives++
@@ -389,25 +413,16 @@ func (e *Engine) generationFor(now time.Time) uint64 {
 // [Engine.Done], whatever commits ran meanwhile, and returns
 // ErrAlreadyDone after.
 func (e *Engine) Forget(key []byte) error {
-	if err := e.checkKey(key); err != nil {
+	h, s, err := e.lockKey(key)
+	if err != nil {
 		return err
 	}
-	h := e.hash(key)
-	s := e.shardOf(h)
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
 	if s.undone != nil {
-		gen, ok := s.undone.remove(h, key, e.exactMode)
-		if !ok {
-			if s.doneInFlight(h, key, e.exactMode) {
-				return fmt.Errorf("%w: Forget after Done", ErrAlreadyDone)
-			}
-			return ErrNotInFlight
+		gen, err := s.removeUndone(h, key, e.exactMode, "Forget after Done")
+		if err != nil {
+			return err
 		}
-		s.undone.compact()
 		s.uncount(gen, 1)
 		e.inflightCount.Add(-1)
 		return nil

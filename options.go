@@ -139,6 +139,19 @@ type Options struct {
 	// at the latest time seen and expires nothing early. Now must be nil.
 	// Default false.
 	EventTime bool
+
+	// HorizonSample sizes the window advisor's horizon ([WindowAdvice]):
+	// past a generation's expiry, the hashes of 1 key in HorizonSample
+	// (a power of two from 1 to 65536) are kept 3 windows more, 4 bytes
+	// each, to count the duplicates the window lets through. That is
+	// 4/HorizonSample bytes per key held over Window + Window/Generations
+	// + 3 Windows: with 4 generations, 17/HorizonSample bytes per key of a
+	// window's traffic (1.06 at 16). A larger sample narrows the estimate
+	// of delays past the window (the fitted model's second hump, say),
+	// which rests on the sampled keys. -1 keeps no horizon: the advice
+	// then rests on the duplicates the window catches and the delay model
+	// fitted to them. Default 16.
+	HorizonSample int
 }
 
 // Limits on option values.
@@ -183,6 +196,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.SnapshotInterval == 0 && o.Dir != "" && o.Generations > 0 {
 		o.SnapshotInterval = min(max(o.Window/time.Duration(o.Generations),
 			minDefaultSnapshotInterval), maxDefaultSnapshotInterval)
+	}
+	if o.HorizonSample == 0 {
+		o.HorizonSample = 16
 	}
 	if o.Now == nil && !o.EventTime {
 		o.Now = time.Now
@@ -243,6 +259,9 @@ func (o *Options) validate() error {
 	}
 	if o.MaxKeySize < 1 || o.MaxKeySize > maxKeySizeCap {
 		bad("MaxKeySize", "must be in [1, %d] (exact.MaxKeySize, the largest key the store holds), got %d", maxKeySizeCap, o.MaxKeySize)
+	}
+	if h := o.HorizonSample; h != -1 && (h < 1 || h > 1<<16 || h&(h-1) != 0) {
+		bad("HorizonSample", "must be a power of two from 1 to 65536, or -1 for no horizon, got %d", h)
 	}
 	return errors.Join(errs...)
 }

@@ -20,17 +20,12 @@ import (
 // New to Peek. Peek refuses the keys Observe refuses ([ErrEmptyKey],
 // [ErrKeyTooLarge]), and returns [ErrClosed] after Close.
 func (e *Engine) Peek(key []byte) (Verdict, error) {
-	if err := e.checkKey(key); err != nil {
+	h, s, err := e.lockKey(key)
+	if err != nil {
 		return 0, err
 	}
-	h := e.hash(key)
-	s := e.shardOf(h)
-	now := e.opts.Now()
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return 0, ErrClosed
-	}
+	now := e.opts.Now()
 	// Observe sees only the generations live at now; dropping the expired
 	// ones changes no verdict, Observe would do it anyway.
 	s.ring.Advance(now)
@@ -62,11 +57,16 @@ func (e *Engine) Peek(key []byte) (Verdict, error) {
 // recent commits answers, or the store, generation by generation from the
 // newest. The shard's lock is held.
 func (e *Engine) committed(s *shard, h uint64, key []byte) (bool, error) {
+	found, _, err := e.committedIn(s, h, key)
+	return found, err
+}
+
+// committedIn is committed, and the generation the store found key in (0
+// when a cache of recent commits answered).
+func (e *Engine) committedIn(s *shard, h uint64, key []byte) (found bool, gen uint64, err error) {
 	if s.recentlyCommitted(h, key) {
-		return true, nil
+		return true, 0, nil
 	}
-	var found bool
-	var err error
 	var fp exact.Fingerprint
 	hashed := false
 	s.ring.Lookup(h, func(g *rotate.Generation) bool {
@@ -75,10 +75,13 @@ func (e *Engine) committed(s *shard, h uint64, key []byte) (bool, error) {
 			fp, hashed = e.store.Fingerprint(key), true
 		}
 		found, err = e.store.HasFingerprint(g.ID, fp)
+		if found {
+			gen = g.ID
+		}
 		return err == nil && !found
 	})
 	if err != nil {
-		return false, wrap(err, "store lookup")
+		return false, 0, wrap(err, "store lookup")
 	}
-	return found, nil
+	return found, gen, nil
 }

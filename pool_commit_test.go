@@ -42,68 +42,50 @@ func TestConcurrentCommitThroughCoversItsRecord(t *testing.T) {
 	var mu sync.Mutex
 	var output []string
 	var behind, worst atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, hsGoroutines)
-	for g := range hsGoroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range hsRequests {
-				key := fmt.Appendf(nil, "g%02d-r%03d", g, r)
-				if v, err := e.Observe(key); err != nil || v != dedup.New {
-					errs <- fmt.Errorf("Observe(%s) = %v, %v", key, v, err)
-					return
-				}
-				mu.Lock()
-				output = append(output, string(key))
-				record := len(output) // the output's length once this record is in
-				err := e.Done(key)
-				mu.Unlock()
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				b := e.Barrier()
-				length := len(output)
-				mu.Unlock()
-				if r%2 == 1 {
-					time.Sleep(50 * time.Microsecond)
-				}
-				if err := e.CommitThrough(b, strconv.AppendInt(nil, int64(length), 10)); err != nil {
-					errs <- err
-					return
-				}
-				cp, err := strconv.Atoi(string(e.Checkpoint()))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if cp < record {
-					behind.Add(1)
-					for w := worst.Load(); int64(record-cp) > w && !worst.CompareAndSwap(w, int64(record-cp)); w = worst.Load() {
-					}
+	err = onGoroutines(hsGoroutines, func(g int) error {
+		for r := range hsRequests {
+			key := fmt.Appendf(nil, "g%02d-r%03d", g, r)
+			if v, err := e.Observe(key); err != nil || v != dedup.New {
+				return fmt.Errorf("Observe(%s) = %v, %v", key, v, err)
+			}
+			mu.Lock()
+			output = append(output, string(key))
+			record := len(output) // the output's length once this record is in
+			err := e.Done(key)
+			mu.Unlock()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			b := e.Barrier()
+			length := len(output)
+			mu.Unlock()
+			if r%2 == 1 {
+				time.Sleep(50 * time.Microsecond)
+			}
+			if err := e.CommitThrough(b, strconv.AppendInt(nil, int64(length), 10)); err != nil {
+				return err
+			}
+			cp, err := strconv.Atoi(string(e.Checkpoint()))
+			if err != nil {
+				return err
+			}
+			if cp < record {
+				behind.Add(1)
+				for w := worst.Load(); int64(record-cp) > w && !worst.CompareAndSwap(w, int64(record-cp)); w = worst.Load() {
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := behind.Load(); n > 0 {
 		t.Fatalf("%d of %d commits returned with the durable checkpoint behind their own record (by up to %d records)",
 			n, hsGoroutines*hsRequests, worst.Load())
 	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e, err = dedup.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e = reopen(t, e, opts)
 	if got, want := string(e.Checkpoint()), strconv.Itoa(len(output)); got != want {
 		t.Fatalf("after reopen, Checkpoint = %s, want %s", got, want)
 	}
@@ -123,21 +105,7 @@ const hsChildEnv = "DEDUP_HANDLER_SHAPE_DIR"
 // those within the 32 requests before, so that two requests often hold one
 // key at once.
 func hsInput() []string {
-	r := rand.New(rand.NewPCG(27, 1))
-	in := make([]string, hsGoroutines*hsRequests)
-	distinct := 0
-	for i := range in {
-		switch x := r.IntN(100); {
-		case i > 0 && x < 12:
-			in[i] = in[i-1-r.IntN(min(i, 32))]
-		case i > 0 && x < 25:
-			in[i] = in[r.IntN(i)]
-		default:
-			in[i] = fmt.Sprintf("order-%05d", distinct)
-			distinct++
-		}
-	}
-	return in
+	return keyStream{seed1: 27, seed2: 1, near: 12, span: 32, far: 13, format: "order-%05d"}.keys(hsGoroutines * hsRequests)
 }
 
 // TestHandlerShapeChild is the child of TestHandlerShapeCrash: the handler
@@ -170,37 +138,24 @@ func hsRun(dir string) error {
 			return fmt.Errorf("checkpoint %q: %w", cp, err)
 		}
 	}
-	// SIGKILL keeps what write(2) wrote; surviving a power loss would take
-	// out.Sync() before each commit.
-	out, err := os.OpenFile(filepath.Join(dir, "out"), os.O_RDWR|os.O_CREATE, 0o644)
+	out, err := openOutput(dir, length)
 	if err != nil {
-		return err
-	}
-	if err := out.Truncate(length); err != nil {
 		return err
 	}
 	fmt.Printf("S %d\n", length)
 	input := hsInput()
 	var mu sync.Mutex
 	written := length
-	var wg sync.WaitGroup
-	errs := make(chan error, hsGoroutines)
-	for g := range hsGoroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(g)))
-			for i := g; i < len(input); i += hsGoroutines {
-				if err := hsRequest(e, r, &mu, out, &written, input[i]); err != nil {
-					errs <- err
-					return
-				}
+	err = onGoroutines(hsGoroutines, func(g int) error {
+		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(g)))
+		for i := g; i < len(input); i += hsGoroutines {
+			if err := hsRequest(e, r, &mu, out, &written, input[i]); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	return e.Close()

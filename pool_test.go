@@ -20,21 +20,7 @@ import (
 // poolEvents is an input of n events, about 10% repeats, half of them
 // within the 20 events before: the stream of the library trial.
 func poolEvents(n int) []string {
-	r := rand.New(rand.NewPCG(uint64(n), 27))
-	ev := make([]string, n)
-	distinct := 0
-	for i := range ev {
-		switch x := r.IntN(100); {
-		case i > 0 && x < 5:
-			ev[i] = ev[i-1-r.IntN(min(i, 20))]
-		case i > 0 && x < 10:
-			ev[i] = ev[r.IntN(i)]
-		default:
-			ev[i] = fmt.Sprintf("id-%07d", distinct)
-			distinct++
-		}
-	}
-	return ev
+	return keyStream{seed1: uint64(n), seed2: 27, near: 5, span: 20, far: 5, format: "id-%07d"}.keys(n)
 }
 
 // TestPoolExactlyOnce runs a pool whose Process fails now and then, with
@@ -98,14 +84,7 @@ func TestPoolExactlyOnce(t *testing.T) {
 		t.Fatalf("last Committed call had %q, want %q", got, cp)
 	}
 	t.Logf("%d events, %d distinct, %d Process failures retried, %d commits", len(events), len(want), failures.Load(), commits.Load())
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e, err = dedup.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e = reopen(t, e, opts)
 	for _, k := range want {
 		if v, err := e.Observe([]byte(k)); err != nil || v != dedup.Duplicate {
 			t.Fatalf("after reopen, Observe(%s) = %v, %v; want Duplicate", k, v, err)
@@ -316,20 +295,13 @@ func BenchmarkPoolVersusSequential(b *testing.B) {
 	})
 	b.Run("pool", func(b *testing.B) {
 		run(b, true, func(e *dedup.Engine, out *os.File) error {
-			w := bufio.NewWriter(out)
-			var written int64
+			o := newLineOutput(out, 0)
 			p, err := dedup.NewPool(e, dedup.PoolOptions[string]{
-				Workers: 8,
-				Key:     func(k string) []byte { return []byte(k) },
-				Process: func(context.Context, string) error { return nil },
-				Output: func(k string) error {
-					m, err := w.WriteString(k + "\n")
-					written += int64(m)
-					return err
-				},
-				Checkpoint: func(resume int64) ([]byte, error) {
-					return fmt.Appendf(nil, "%d %d", resume, written), w.Flush()
-				},
+				Workers:     8,
+				Key:         func(k string) []byte { return []byte(k) },
+				Process:     func(context.Context, string) error { return nil },
+				Output:      o.output,
+				Checkpoint:  o.checkpoint,
 				Sync:        out.Sync,
 				CommitEvery: every,
 			})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,18 +107,9 @@ func processCrash(t *testing.T, prob bool, rounds int) {
 	prevCP := ""
 	for round := 0; round < rounds; round++ {
 		snapMs := []int{0, 10, 40}[r.IntN(3)]
-		cmd := exec.Command(os.Args[0], "-test.run=^TestReliabilityCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), childEnv+"=1", "DEDUP_CHILD_DIR="+dir,
+		cmd, stdout := startChild(t, "TestReliabilityCrashChild", childEnv+"=1", "DEDUP_CHILD_DIR="+dir,
 			"DEDUP_CHILD_ROUND="+strconv.Itoa(round), "DEDUP_CHILD_SNAP_MS="+strconv.Itoa(snapMs),
 			"DEDUP_CHILD_PROB="+map[bool]string{false: "0", true: "1"}[prob])
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		var mu sync.Mutex
 		reported := -1
 		var lines []string

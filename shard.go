@@ -262,7 +262,7 @@ func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 		// Expired before its commit: the advisor's horizon still takes
 		// its sample.
 		for _, en := range run {
-			if advSampled(en.h) {
+			if s.adv.sampled(en.h) {
 				s.adv.horizon.Add(gen, en.h)
 			}
 		}
@@ -280,7 +280,7 @@ func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 			if sampled(en.h) {
 				s.shadowAdd(en.h, gen)
 			}
-			if advSampled(en.h) {
+			if s.adv.sampled(en.h) {
 				s.adv.horizon.Add(gen, en.h)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,21 +30,16 @@ func TestFiltersFollowTraffic(t *testing.T) {
 	for _, kind := range []string{"blocked", "bloom"} {
 		t.Run(kind, func(t *testing.T) {
 			clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			var mu sync.Mutex
-			var logged []string
-			logf := func(f string, a ...any) {
-				mu.Lock()
-				logged = append(logged, fmt.Sprintf(f, a...))
-				mu.Unlock()
-			}
+			var logged logLines
+			logf := logged.logf
 			dirBig := t.TempDir()
 			open := func(dir string, expected float64) *Engine {
 				return openT(t, Options{Dir: dir, Filter: kind, Probabilistic: true, Window: W, Generations: gens, Shards: 4,
 					ExpectedRate: expected, Now: clk.Now, Logf: logf, SnapshotInterval: -1})
 			}
 			big, right := open(dirBig, 100*rate), open("", rate)
-			if !strings.Contains(strings.Join(logged, "\n"), "follow the traffic") {
-				t.Fatalf("Open logged %q, no estimate", logged)
+			if len(logged.containing("follow the traffic")) == 0 {
+				t.Fatalf("Open logged %q, no estimate", logged.all())
 			}
 			var keys [][]byte
 			// fresh[i] is whether both engines found keys[i] New: a false
@@ -98,9 +92,8 @@ func TestFiltersFollowTraffic(t *testing.T) {
 			if st := big.Stats(); st.RestoredFrom != "snapshot" {
 				t.Fatalf("reopened from %q", st.RestoredFrom)
 			}
-			mu.Lock()
-			last := logged[len(logged)-1]
-			mu.Unlock()
+			lines := logged.all()
+			last := lines[len(lines)-1]
 			if !strings.Contains(last, "generations are sized for") {
 				t.Fatalf("reopen logged %q, no estimate", last)
 			}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -139,22 +138,10 @@ func TestCorruptSnapshot(t *testing.T) {
 		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
 			fs := vfs.NewMem()
 			clk := testclock.New(t0)
-			var logMu sync.Mutex
-			var logged []string
-			logf := func(format string, args ...any) {
-				logMu.Lock()
-				defer logMu.Unlock()
-				logged = append(logged, fmt.Sprintf(format, args...))
-			}
+			var logged logLines
+			logf := logged.logf
 			rebuiltLogged := func() bool {
-				logMu.Lock()
-				defer logMu.Unlock()
-				for _, l := range logged {
-					if strings.Contains(l, "rebuilding filters from the exact store") {
-						return true
-					}
-				}
-				return false
+				return len(logged.containing("rebuilding filters from the exact store")) > 0
 			}
 			// Snapshots only when the test writes them: Close writes none.
 			o := Options{Dir: "/s", FS: fs, Probabilistic: prob, Now: clk.Now, Window: time.Hour, SnapshotInterval: -1, Logf: logf}
@@ -221,7 +208,7 @@ func TestCorruptSnapshot(t *testing.T) {
 				t.Fatalf("newest corrupt: restored from %q, want %q; problems %v", st.RestoredFrom, want, st.RestoreProblems)
 			}
 			if got := rebuiltLogged(); got != !prob {
-				t.Fatalf("newest corrupt: log says the filters were rebuilt from the store: %v, want %v (log %q)", got, !prob, logged)
+				t.Fatalf("newest corrupt: log says the filters were rebuilt from the store: %v, want %v (log %q)", got, !prob, logged.all())
 			}
 			check(e)
 			mustObserve(t, e, "new-after-restore", New)

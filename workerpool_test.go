@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -45,21 +44,7 @@ const (
 // wpEvents is the input stream: the key of each event, by offset. The same
 // for every process.
 func wpEvents() []string {
-	r := rand.New(rand.NewPCG(42, 7))
-	ev := make([]string, wpEventCount)
-	distinct := 0
-	for i := range ev {
-		switch x := r.IntN(100); {
-		case i > 0 && x < 20:
-			ev[i] = ev[i-1-r.IntN(min(i, 16))]
-		case i > 0 && x < 30:
-			ev[i] = ev[r.IntN(i)]
-		default:
-			ev[i] = fmt.Sprintf("ev-%07d", distinct)
-			distinct++
-		}
-	}
-	return ev
+	return keyStream{seed1: 42, seed2: 7, near: 20, span: 16, far: 10, format: "ev-%07d"}.keys(wpEventCount)
 }
 
 // wpOptions are the engine's options in mode explicitDone.
@@ -123,31 +108,33 @@ func TestWorkerPoolChild(t *testing.T) {
 	fmt.Println("END") // os.Stdout is unbuffered
 }
 
-func wpRun(dir string, explicitDone bool) error {
-	e, err := dedup.Open(wpOptions(dir, explicitDone))
+// wpResume opens the engine on dir and the output, cut back to the length
+// the checkpoint records, and prints "S <low> <length>": low is the index
+// of the first event not yet committed.
+func wpResume(dir string, explicitDone bool) (e *dedup.Engine, out *os.File, low int, length int64, err error) {
+	e, err = dedup.Open(wpOptions(dir, explicitDone))
 	if err != nil {
-		return fmt.Errorf("open: %w", err)
+		return nil, nil, 0, 0, fmt.Errorf("open: %w", err)
 	}
-	var low int
-	var length int64
 	if cp := e.Checkpoint(); cp != nil {
 		if _, err := fmt.Sscanf(string(cp), "%d %d", &low, &length); err != nil {
-			return fmt.Errorf("checkpoint %q: %w", cp, err)
+			e.Close()
+			return nil, nil, 0, 0, fmt.Errorf("checkpoint %q: %w", cp, err)
 		}
 	}
-	// The output is part of the checkpoint: what lies past the committed
-	// length was written for keys whose commit never happened.
-	out, err := os.OpenFile(filepath.Join(dir, "out"), os.O_RDWR|os.O_CREATE, 0o644)
+	if out, err = openOutput(dir, length); err != nil {
+		e.Close()
+		return nil, nil, 0, 0, err
+	}
+	fmt.Printf("S %d %d\n", low, length)
+	return e, out, low, length, nil
+}
+
+func wpRun(dir string, explicitDone bool) error {
+	e, out, low, length, err := wpResume(dir, explicitDone)
 	if err != nil {
 		return err
 	}
-	if err := out.Truncate(length); err != nil {
-		return err
-	}
-	if _, err := out.Seek(length, 0); err != nil {
-		return err
-	}
-	fmt.Printf("S %d %d\n", low, length)
 	events := wpEvents()
 	p := &wpPool{
 		e: e, explicitDone: explicitDone, events: events, out: out,
@@ -190,30 +177,11 @@ func wpRun(dir string, explicitDone bool) error {
 // no timer, so that a pool that waited on Done keys until a commit would
 // stall.
 func wpRunPool(dir string) error {
-	e, err := dedup.Open(wpOptions(dir, true))
-	if err != nil {
-		return fmt.Errorf("open: %w", err)
-	}
-	var low int
-	var length int64
-	if cp := e.Checkpoint(); cp != nil {
-		if _, err := fmt.Sscanf(string(cp), "%d %d", &low, &length); err != nil {
-			return fmt.Errorf("checkpoint %q: %w", cp, err)
-		}
-	}
-	out, err := os.OpenFile(filepath.Join(dir, "out"), os.O_RDWR|os.O_CREATE, 0o644)
+	e, out, low, length, err := wpResume(dir, true)
 	if err != nil {
 		return err
 	}
-	if err := out.Truncate(length); err != nil {
-		return err
-	}
-	if _, err := out.Seek(length, 0); err != nil {
-		return err
-	}
-	fmt.Printf("S %d %d\n", low, length)
-	w := bufio.NewWriter(out)
-	written := length
+	o := newLineOutput(out, length)
 	var rmu sync.Mutex
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	pool, err := dedup.NewPool(e, dedup.PoolOptions[string]{
@@ -230,14 +198,8 @@ func wpRunPool(dir string) error {
 			}
 			return nil
 		},
-		Output: func(k string) error {
-			n, err := w.WriteString(k + "\n")
-			written += int64(n)
-			return err
-		},
-		Checkpoint: func(resume int64) ([]byte, error) {
-			return fmt.Appendf(nil, "%d %d", resume, written), w.Flush()
-		},
+		Output:         o.output,
+		Checkpoint:     o.checkpoint,
 		Committed:      func(cp []byte) { fmt.Printf("C %s\n", cp) },
 		CommitEvery:    wpCommitEvery,
 		CommitInterval: time.Hour,
@@ -470,16 +432,7 @@ func killRounds(t *testing.T, c killConfig) {
 	lastLow, ended := 0, false
 	for round := 0; round <= c.kills; round++ {
 		final := round == c.kills
-		cmd := exec.Command(os.Args[0], "-test.run=^"+c.child+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), c.env...)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, stdout := startChild(t, c.child, c.env...)
 		lines := make(chan string, 1024)
 		go func() {
 			defer close(lines)

@@ -28,7 +28,8 @@ const (
 	AdvisorExponential = "exponential"
 	// AdvisorLognormal: lognormal delays of mean Mean and shape Sigma.
 	AdvisorLognormal = "lognormal"
-	// AdvisorMixture: 80% exponential of mean 10 s, 20% of mean 10 min.
+	// AdvisorMixture: 80% exponential of mean Mean/12, 20% of mean
+	// 5*Mean (10 s and 10 min at the default Mean of 2 min).
 	AdvisorMixture = "mixture"
 )
 
@@ -45,8 +46,8 @@ type AdvisorConfig struct {
 	// Delay is AdvisorExponential, AdvisorLognormal or AdvisorMixture.
 	// Default AdvisorExponential.
 	Delay string
-	// Mean is the mean delay of the exponential and lognormal kinds.
-	// Default 2m.
+	// Mean is the mean delay of the exponential and lognormal kinds, and
+	// sets the mixture's humps (Mean/12 and 5*Mean). Default 2m.
 	Mean time.Duration
 	// Sigma is the lognormal's shape. Default 1.
 	Sigma float64
@@ -62,6 +63,9 @@ type AdvisorConfig struct {
 	Checkpoints int
 	// Probabilistic runs the engines without the exact store.
 	Probabilistic bool
+	// HorizonSample is the engines' Options.HorizonSample. Default 0 (the
+	// engine's).
+	HorizonSample int
 }
 
 func (c *AdvisorConfig) ensureDefaults() {
@@ -133,7 +137,7 @@ func (c *AdvisorConfig) survival(t time.Duration) float64 {
 		}
 		return 0.5 * math.Erfc((math.Log(x)-mu)/(c.Sigma*math.Sqrt2))
 	case AdvisorMixture:
-		return 0.8*math.Exp(-x/10) + 0.2*math.Exp(-x/600)
+		return 0.8*math.Exp(-x/(m/12)) + 0.2*math.Exp(-x/(5*m))
 	}
 	return math.Exp(-x / m)
 }
@@ -148,9 +152,9 @@ func (c *AdvisorConfig) draw(r *rand.Rand) time.Duration {
 		s = math.Exp(mu + c.Sigma*r.NormFloat64())
 	case AdvisorMixture:
 		if r.Float64() < 0.8 {
-			s = 10 * r.ExpFloat64()
+			s = m / 12 * r.ExpFloat64()
 		} else {
-			s = 600 * r.ExpFloat64()
+			s = 5 * m * r.ExpFloat64()
 		}
 	default:
 		s = m * r.ExpFloat64()
@@ -276,7 +280,7 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 	minW := cfg.Windows[0]
 	for i, w := range cfg.Windows {
 		e, err := dedup.Open(dedup.Options{Window: w, Generations: cfg.Generations, EventTime: true,
-			Probabilistic: cfg.Probabilistic, ExpectedRate: cfg.Rate, MaxInFlight: 1 << 24})
+			Probabilistic: cfg.Probabilistic, ExpectedRate: cfg.Rate, MaxInFlight: 1 << 24, HorizonSample: cfg.HorizonSample})
 		if err != nil {
 			return nil, err
 		}

@@ -85,13 +85,16 @@ func spanMachine(results []*AdvisorResult) *Machine {
 // directly as the 1x line, on log axes, and the p99 latency of each beside
 // them: idem, as SVG and PNG in dir.
 func PlotIdem(r *IdemResult, dir string) ([]string, error) {
-	if len(r.Rows) == 0 {
+	if len(r.Rows) == 0 || len(r.Config.UpstreamLatencies) == 0 {
 		return nil, errors.New("bench: idem chart: no rows")
 	}
+	// The first section: the upstream with a service time.
+	latency := r.Config.UpstreamLatencies[0]
+	rows := r.section(latency)
 	bars := func(val func(IdemRow) float64) ([]Bar, int) {
 		var bs []Bar
 		ref := -1
-		for i, x := range r.Rows {
+		for i, x := range rows {
 			b := Bar{Label: x.Target, Value: val(x)}
 			if b.Value <= 0 {
 				b.Note = "not measured"
@@ -131,8 +134,8 @@ func PlotIdem(r *IdemResult, dir string) ([]string, error) {
 	}
 	c := r.Config
 	caption := []string{
-		fmt.Sprintf("dedupbench idem: %s requests with new keys then %s replays of them per target, %d keep-alive clients, upstream %v per request, %d-byte responses.",
-			humanize.Count(float64(c.Requests)), humanize.Count(float64(c.Replays)), c.Clients, c.UpstreamLatency, c.BodySize),
+		fmt.Sprintf("dedupbench idem: %s requests with new keys then %s replays of them per target and round, %d rounds with the targets in turn (median round), %d keep-alive clients, upstream %v per request, %d-byte responses.",
+			humanize.Count(float64(c.Requests)), humanize.Count(float64(c.Replays)), c.Rounds, c.Clients, latency, c.BodySize),
 		"Targets: the upstream called directly (dashed line = 1x), through dedup proxy, and through a Go reverse proxy keeping keys in redis-server (SET NX PX lock, stored response).",
 	}
 	if r.Machine != nil {

@@ -67,27 +67,3 @@ func TestCompareInChildProcesses(t *testing.T) {
 		}
 	}
 }
-
-// TestReadProcMemory reads this process's resident set and checks that it
-// grows with memory touched.
-func TestReadProcMemory(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("process memory is read from Linux's /proc")
-	}
-	m0, err := ReadProcMemory(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 64<<20)
-	for i := range b {
-		b[i] = byte(i)
-	}
-	m1, err := ReadProcMemory(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	runtime.KeepAlive(b)
-	if m1.RSS < m0.RSS+48<<20 || m1.Peak < m1.RSS {
-		t.Errorf("RSS %d -> %d after touching 64 MiB, peak %d", m0.RSS, m1.RSS, m1.Peak)
-	}
-}

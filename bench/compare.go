@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/internal/humanize"
+	"github.com/streamdedup/dedup/internal/procmem"
 )
 
 // Baseline names accepted in CompareConfig.Baselines.
@@ -81,15 +82,7 @@ func (c *CompareConfig) ensureDefaults() {
 	if s.Events == 0 && s.Duration == 0 {
 		s.Events = 400_000
 	}
-	if s.Rate == 0 {
-		s.Rate = 50_000
-	}
-	if s.DuplicateFraction == 0 {
-		s.DuplicateFraction = 0.05
-	}
-	if s.Delay.Mean == 0 {
-		s.Delay.Mean = time.Second
-	}
+	s.ensureCompareDefaults()
 	s.ensureDefaults()
 	if c.Window == 0 {
 		c.Window = 5 * time.Second
@@ -340,7 +333,7 @@ func setScaleRatios(rows []CompareRow) {
 type memProbe struct {
 	pid  int // 0: this process
 	name string
-	base ProcMemory
+	base procmem.Memory
 	ok   bool
 }
 
@@ -349,13 +342,13 @@ type memProbe struct {
 // and left out, and the peak is reset to now.
 func selfProbe() (memProbe, error) {
 	debug.FreeOSMemory()
-	if _, err := ReadProcMemory(0); err != nil {
+	if _, err := procmem.Read(0); err != nil {
 		return memProbe{}, err
 	}
-	if err := resetPeak(); err != nil {
+	if err := procmem.ResetPeak(); err != nil {
 		return memProbe{}, err
 	}
-	m, err := ReadProcMemory(0)
+	m, err := procmem.Read(0)
 	if err != nil {
 		return memProbe{}, err
 	}
@@ -364,7 +357,7 @@ func selfProbe() (memProbe, error) {
 
 // pidProbe starts measuring a server process from its resident set now.
 func pidProbe(pid int, name string) (memProbe, error) {
-	m, err := ReadProcMemory(pid)
+	m, err := procmem.Read(pid)
 	if err != nil {
 		return memProbe{}, err
 	}
@@ -376,7 +369,7 @@ func (p memProbe) fill(row *CompareRow) error {
 	if !p.ok {
 		return nil
 	}
-	m, err := ReadProcMemory(p.pid)
+	m, err := procmem.Read(p.pid)
 	if err != nil {
 		return err
 	}
@@ -400,7 +393,7 @@ func (j ChildJob) openTarget(ctx context.Context, own bool, window time.Duration
 	var err error
 	if own && j.baseline() != BaselineRedis {
 		// Without /proc (not Linux) the rows have no RSS, as in-process.
-		if probe, err = selfProbe(); err != nil && !errors.Is(err, ErrNoProcMemory) {
+		if probe, err = selfProbe(); err != nil && !errors.Is(err, procmem.ErrUnsupported) {
 			return nil, nil, probe, nop, err
 		}
 	}
@@ -444,7 +437,7 @@ func (j ChildJob) openTarget(ctx context.Context, own bool, window time.Duration
 		if err != nil {
 			return nil, nil, probe, nop, errors.Join(err, srv.Stop())
 		}
-		if probe, err = pidProbe(srv.Pid(), "redis-server"); err != nil && !errors.Is(err, ErrNoProcMemory) {
+		if probe, err = pidProbe(srv.Pid(), "redis-server"); err != nil && !errors.Is(err, procmem.ErrUnsupported) {
 			return nil, nil, probe, nop, errors.Join(err, rt.Close(), srv.Stop())
 		}
 		return rt, nil, probe, srv.Stop, nil

@@ -17,7 +17,7 @@
 //   - [Compare] (compare.go): one stream through every engine mode and
 //     every baseline, each in a process of its own ([RunChild], child.go)
 //     so that its resident set is measured alone, redis-server's read from
-//     its own /proc ([ReadProcMemory], proc.go); the memory at scale
+//     its own /proc (internal/procmem); the memory at scale
 //     (1M and 10M distinct keys per target); [MemorySweep] (sweep.go), filter
 //     memory per key against the false-positive target.
 //   - [FilterCmd] (filtercmd.go): the dedup command with its keys in memory

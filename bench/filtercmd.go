@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/internal/humanize"
+	"github.com/streamdedup/dedup/internal/procmem"
 )
 
 // FilterCmdConfig configures [FilterCmd]: `dedup filter` with its keys in
@@ -73,15 +74,7 @@ func FilterCmd(ctx context.Context, cfg FilterCmdConfig) (res *FilterCmdResult, 
 		return nil, fmt.Errorf("bench: filter run of %d lines: want at least one", cfg.Lines)
 	}
 	s := &cfg.Stream
-	if s.Rate == 0 {
-		s.Rate = 50_000
-	}
-	if s.DuplicateFraction == 0 {
-		s.DuplicateFraction = 0.05
-	}
-	if s.Delay.Mean == 0 {
-		s.Delay.Mean = time.Second
-	}
+	s.ensureCompareDefaults()
 	s.Events = int64(cfg.Lines)
 	if cfg.Dedup == "" {
 		cfg.Dedup = "dedup"
@@ -197,7 +190,7 @@ func runFilterTool(ctx context.Context, tool string, args []string, in, out stri
 		return row, fmt.Errorf("bench: %s: %w: %s", tool, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	row.Elapsed = time.Since(start)
-	row.PeakRSS = maxRSS(cmd.ProcessState)
+	row.PeakRSS = procmem.ChildPeak(cmd.ProcessState)
 	if _, err := fout.Seek(0, io.SeekStart); err != nil {
 		return row, fmt.Errorf("bench: %w", err)
 	}

@@ -120,6 +120,21 @@ func (c *StreamConfig) ensureDefaults() {
 	c.Delay.ensureDefaults()
 }
 
+// ensureCompareDefaults fills a zero Rate, DuplicateFraction and mean
+// delay with the stream Compare and FilterCmd run: 50,000 events/s, 5%
+// duplicates after a mean of 1s. ensureDefaults fills the rest.
+func (c *StreamConfig) ensureCompareDefaults() {
+	if c.Rate == 0 {
+		c.Rate = 50_000
+	}
+	if c.DuplicateFraction == 0 {
+		c.DuplicateFraction = 0.05
+	}
+	if c.Delay.Mean == 0 {
+		c.Delay.Mean = time.Second
+	}
+}
+
 func (c *StreamConfig) validate() error {
 	var errs []error
 	if !(c.Rate > 0) {

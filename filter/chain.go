@@ -294,29 +294,20 @@ func (c *chain) Prefetch(h uint64) {
 	}
 }
 
-func (c *chain) Count() uint64 {
+// sum adds f over the links.
+func (c *chain) sum(f func(link) uint64) uint64 {
 	var n uint64
 	for _, l := range c.links {
-		n += l.count()
+		n += f(l)
 	}
 	return n
 }
 
-func (c *chain) Capacity() uint64 {
-	var n uint64
-	for _, l := range c.links {
-		n += l.capacity()
-	}
-	return n
-}
+func (c *chain) Count() uint64 { return c.sum(link.count) }
 
-func (c *chain) SizeBytes() uint64 {
-	var n uint64
-	for _, l := range c.links {
-		n += l.sizeBytes()
-	}
-	return n
-}
+func (c *chain) Capacity() uint64 { return c.sum(link.capacity) }
+
+func (c *chain) SizeBytes() uint64 { return c.sum(link.sizeBytes) }
 
 // FPRate returns 1 - prod(1 - fp_i) over the links at their current fill.
 func (c *chain) FPRate() float64 {

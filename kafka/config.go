@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/handover"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -127,6 +128,25 @@ type Config struct {
 	// (its state current), with how it got there ([Ready]). It must not
 	// block.
 	OnReady func(Ready)
+	// Handover, when set, is the store through which partition states
+	// move between instances: each partition's engine exports its state
+	// every HandoverInterval and when the partition is revoked, and a
+	// partition assigned without current local state imports the newest
+	// export at or before the group's committed offset and replays only
+	// the records after it (see the package doc). nil (the default):
+	// states are rebuilt by replay. The caller closes it after Run.
+	Handover *handover.Store
+	// HandoverInterval is how often each partition's state is exported.
+	// Default 5m.
+	HandoverInterval time.Duration
+	// HandoverRevokeTimeout bounds the export of revoked partitions, which
+	// holds up the rebalance (and, on shutdown, ShutdownTimeout bounds it
+	// too); an export not done by then is abandoned and the next owner
+	// imports an older one. Default 5s.
+	HandoverRevokeTimeout time.Duration
+	// HandoverImportTimeout bounds one partition's import; past it the
+	// partition is rebuilt by replay. Default 1m.
+	HandoverImportTimeout time.Duration
 	// ClientOpts are appended to every franz-go client's options (tests
 	// and tuning: timeouts, TLS, SASL, a logger).
 	ClientOpts []kgo.Opt
@@ -147,6 +167,12 @@ type Ready struct {
 	Replayed int64
 	// Rebuilt reports a state rebuilt from ts-Window (none, or wiped).
 	Rebuilt bool
+	// Imported is the offset of the export imported through
+	// [Config.Handover] (-1 for none); the replay began there. Fallback
+	// says why none was imported when one was looked for (a Fallback*
+	// reason; "" otherwise).
+	Imported int64
+	Fallback string
 	// Took is the time from assignment to ready.
 	Took time.Duration
 }
@@ -162,6 +188,9 @@ const (
 	DefaultEngineCommitInterval = time.Second
 	DefaultShutdownTimeout      = 5 * time.Second
 	DefaultMetadataMaxAge       = 10 * time.Second
+	DefaultHandoverInterval     = 5 * time.Minute
+	DefaultHandoverRevoke       = 5 * time.Second
+	DefaultHandoverImport       = time.Minute
 	defaultSnapshotInterval     = time.Minute
 )
 
@@ -199,6 +228,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.HandoverInterval == 0 {
+		c.HandoverInterval = DefaultHandoverInterval
+	}
+	if c.HandoverRevokeTimeout == 0 {
+		c.HandoverRevokeTimeout = DefaultHandoverRevoke
+	}
+	if c.HandoverImportTimeout == 0 {
+		c.HandoverImportTimeout = DefaultHandoverImport
 	}
 	if c.Engine.SnapshotInterval == 0 {
 		c.Engine.SnapshotInterval = defaultSnapshotInterval
@@ -298,6 +336,14 @@ func (c *Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout", "must not be negative, got %v", c.ShutdownTimeout)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"HandoverInterval", c.HandoverInterval}, {"HandoverRevokeTimeout", c.HandoverRevokeTimeout}, {"HandoverImportTimeout", c.HandoverImportTimeout}} {
+		if d.v < 0 {
+			bad(d.name, "must not be negative, got %v", d.v)
+		}
 	}
 	if c.KeepStaticMembership && c.InstanceID == "" {
 		bad("KeepStaticMembership", "needs InstanceID (only a static member keeps its place)")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/handover"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -88,6 +89,14 @@ type Consumer struct {
 	// crash would.
 	testHook func(point string) error
 
+	// Handover (Config.Handover): the next time the loop looks for a
+	// partition due for export, the uploads running beside the loop, and
+	// the context that ends them when Run returns.
+	nextExportScan time.Time
+	exports        sync.WaitGroup
+	exportCtx      context.Context
+	handover       handoverCounters
+
 	stats struct {
 		records, news, dups, rejected       atomic.Uint64
 		committed, aborted, replayed, sessn atomic.Uint64
@@ -115,6 +124,16 @@ type partition struct {
 	// offset after it; -1 until a fetch says).
 	replayed atomic.Int64
 	lag      atomic.Int64
+
+	// Handover: importing is set while an export is imported; exported
+	// is the offset of the last export written or imported (-1 for
+	// none); uploading is set while a periodic export uploads; lastExport
+	// (under Consumer.mu) is when the last periodic export was taken.
+	importing  atomic.Bool
+	exported   atomic.Int64
+	uploading  atomic.Bool
+	lastExport time.Time
+	hasher     handover.Hasher
 
 	// Staged in the open transaction (poll loop only).
 	news   [][]byte // keys observed New, released with Forget on abort
@@ -158,9 +177,12 @@ type PartitionState struct {
 	Topic     string
 	Partition int32
 	// Ready reports the partition's state current; until then its engine
-	// is being made so (Replayed counts the records fed so far).
-	Ready    bool
-	Replayed int64
+	// is being made so: Importing while an export is imported
+	// ([Config.Handover]), then by replay (Replayed counts the records fed
+	// so far).
+	Ready     bool
+	Importing bool
+	Replayed  int64
 	// Lag is the records behind the last one fetched, from the fetch's
 	// high watermark; -1 until a fetch brought records.
 	Lag int64
@@ -177,7 +199,7 @@ func (c *Consumer) PartitionStates() []PartitionState {
 	out := make([]PartitionState, 0, len(c.parts))
 	engs := make([]*dedup.Engine, 0, len(c.parts))
 	for _, pt := range c.parts {
-		out = append(out, PartitionState{Topic: pt.topic, Partition: pt.part, Ready: pt.ready, Replayed: pt.replayed.Load(), Lag: pt.lag.Load()})
+		out = append(out, PartitionState{Topic: pt.topic, Partition: pt.part, Ready: pt.ready, Importing: pt.importing.Load(), Replayed: pt.replayed.Load(), Lag: pt.lag.Load()})
 		engs = append(engs, pt.eng)
 	}
 	c.mu.Unlock()
@@ -314,6 +336,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		time.AfterFunc(d, hardCancel)
 	})
 	defer stop()
+	c.cleanScratch()
+	exportCtx, exportCancel := context.WithCancel(context.Background())
+	c.exportCtx = exportCtx
+	defer c.exports.Wait()
+	defer exportCancel()
 	for {
 		c.stats.sessn.Add(1)
 		err := c.session(ctx)
@@ -489,6 +516,7 @@ func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) err
 		if ctx.Err() != nil {
 			return c.commitRound(true)
 		}
+		c.exportDue()
 		pctx, cancel := context.WithTimeout(ctx, pollWait)
 		fetches := sess.PollRecords(pctx, c.cfg.MaxTxnRecords)
 		cancel()

@@ -28,26 +28,44 @@ func (c *Consumer) closeParts(m map[string][]int32, why string) {
 	// The keys in flight belong to committed transactions (the loop is
 	// between two): commit them before closing, so that the partition
 	// needs no replay if it comes back.
+	committed := true
 	if err := c.commitRound(true); err != nil {
 		// Leave it for the loop, which ends the session on it.
 		c.commitErr.CompareAndSwap(nil, &err)
+		committed = false
 	}
+	var parts []*partition
 	for topic, ps := range m {
 		for _, p := range ps {
 			c.mu.Lock()
 			pt := c.parts[tp{topic, p}]
 			delete(c.parts, tp{topic, p})
 			c.mu.Unlock()
-			if pt == nil {
-				continue
+			if pt != nil {
+				parts = append(parts, pt)
 			}
-			c.logf("kafka: %s %s", pt.tp, why)
-			if len(pt.news) > 0 {
-				c.logf("kafka: %s %s with %d keys staged; dropping them", why, pt.tp, len(pt.news))
+		}
+	}
+	if why == "revoked" && committed {
+		// Export the ready ones: the next owner imports them. A partition
+		// still being made ready has nothing newer than its last owner's.
+		var ready []*partition
+		c.mu.Lock()
+		for _, pt := range parts {
+			if pt.ready && len(pt.news) == 0 {
+				ready = append(ready, pt)
 			}
-			if err := pt.eng.Close(); err != nil {
-				c.logf("kafka: close %s (%s): %v", pt.tp, why, err)
-			}
+		}
+		c.mu.Unlock()
+		c.exportRevoked(ready)
+	}
+	for _, pt := range parts {
+		c.logf("kafka: %s %s", pt.tp, why)
+		if len(pt.news) > 0 {
+			c.logf("kafka: %s %s with %d keys staged; dropping them", why, pt.tp, len(pt.news))
+		}
+		if err := pt.eng.Close(); err != nil {
+			c.logf("kafka: close %s (%s): %v", pt.tp, why, err)
 		}
 	}
 }

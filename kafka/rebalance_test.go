@@ -1,10 +1,14 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // feeder produces a small wave of records every interval until stopped,
@@ -131,5 +135,32 @@ func TestRebalanceKeepsOwnedPartitions(t *testing.T) {
 		if rd.Replayed != 0 {
 			t.Errorf("a replayed %d records of %s-%d at start", rd.Replayed, rd.Topic, rd.Partition)
 		}
+	}
+}
+
+// TestCanceledPrepareLeavesNoEngine: a rebalance that cancels the
+// preparation of a newly assigned partition (a revoke right behind its
+// assignment) leaves no engine open for it, which no revoke would close.
+func TestCanceledPrepareLeavesNoEngine(t *testing.T) {
+	c := newCluster(t, 1)
+	addrs := c.ListenAddrs()
+	cons, err := New(testConfig(t, addrs, "gc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cons.admin, cons.adminCl = kadm.NewClient(cl), cl
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := cons.adjust(ctx, map[string]map[int32]kgo.Offset{inTopic: {0: kgo.NewOffset().At(10)}}); err == nil {
+		t.Fatal("adjust with a canceled context succeeded")
+	}
+	if n := len(cons.parts); n != 0 {
+		cons.closeAll()
+		t.Fatalf("%d engines left open after a canceled prepare", n)
 	}
 }

@@ -62,6 +62,7 @@ func (c *Consumer) adjust(ctx context.Context, offsets map[string]map[int32]kgo.
 			defer func() { <-sem }()
 			if err := c.prepare(ctx, j.t, j.C); err != nil {
 				c.logf("kafka: prepare %s: %v", j.t, err)
+				c.dropUnready(j.t)
 				errs <- err
 				cancel()
 			}
@@ -73,6 +74,24 @@ func (c *Consumer) adjust(ctx context.Context, offsets map[string]map[int32]kgo.
 		return nil, err
 	}
 	return offsets, nil
+}
+
+// dropUnready closes t's engine if it is open and not ready: a prepare
+// that failed (a rebalance canceled it, or the partition was revoked
+// under it) must not leave an engine behind that no revoke will close.
+// Its state is on disk; the next assignment opens it again.
+func (c *Consumer) dropUnready(t tp) {
+	c.mu.Lock()
+	pt := c.parts[t]
+	if pt == nil || pt.ready {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.parts, t)
+	c.mu.Unlock()
+	if err := pt.eng.Close(); err != nil {
+		c.logf("kafka: close %s after a failed prepare: %v", t, err)
+	}
 }
 
 // warnGrown warns when a partition assigned lies beyond the input's
@@ -102,7 +121,7 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 	if err != nil {
 		return err
 	}
-	r := Ready{Topic: t.topic, Partition: t.part, Committed: C, Local: -1, From: -1}
+	r := Ready{Topic: t.topic, Partition: t.part, Committed: C, Local: -1, From: -1, Imported: -1}
 	cp, ok, cpErr := decodeCheckpoint(pt.eng.Checkpoint())
 	if ok {
 		r.Local = cp.Offset
@@ -131,6 +150,24 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 			return err
 		}
 	}
+	if c.cfg.Handover != nil && C > 0 && (r.Rebuilt || r.From >= 0) {
+		npt, imported, reason, err := c.tryImport(ctx, pt, C, r.From)
+		if npt == nil {
+			return err
+		}
+		replaced := npt != pt
+		pt = npt
+		if err != nil {
+			return err
+		}
+		r.Fallback = reason
+		switch {
+		case imported >= 0:
+			r.Imported, r.From, r.Rebuilt = imported, imported, false
+		case replaced:
+			r.From, r.Rebuilt = -1, true // a failed import left an empty state
+		}
+	}
 	if C > 0 && (r.Rebuilt || r.From >= 0) {
 		from, err := c.rebuildFrom(ctx, t, C)
 		if err != nil {
@@ -153,9 +190,12 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 	pt.next = -1
 	c.mu.Lock()
 	pt.ready = true
+	pt.lastExport = time.Now()
 	c.mu.Unlock()
 	r.Took = time.Since(start)
-	if r.Replayed > 0 || r.Rebuilt {
+	if r.Imported >= 0 {
+		c.logf("kafka: %s ready: committed %d, imported %d, replayed %d records from %d in %v", t, C, r.Imported, r.Replayed, r.From, r.Took)
+	} else if r.Replayed > 0 || r.Rebuilt {
 		c.logf("kafka: %s ready: committed %d, local %d, replayed %d records from %d in %v", t, C, r.Local, r.Replayed, r.From, r.Took)
 	} else {
 		c.logf("kafka: %s ready: committed %d, local state current", t, C)
@@ -174,30 +214,44 @@ func (c *Consumer) open(t tp) (*partition, error) {
 	if pt != nil {
 		return pt, nil
 	}
-	pt = &partition{tp: t, next: -1}
+	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
+		return nil, c.permanent(fmt.Errorf("kafka: state directory: %w", err))
+	}
+	pt, err := c.openState(t)
+	if err != nil {
+		return nil, c.permanent(fmt.Errorf("kafka: open state of %s: %w", t, err))
+	}
+	c.register(pt)
+	return pt, nil
+}
+
+// openState opens t's engine, not yet registered in c.parts.
+func (c *Consumer) openState(t tp) (*partition, error) {
+	pt := &partition{tp: t, next: -1}
 	pt.lag.Store(-1)
+	pt.exported.Store(-1)
 	opts := c.engine
 	opts.Dir = c.dir(t)
 	opts.Now = func() time.Time { return time.UnixMilli(pt.clock.Load()) }
 	if c.cfg.Logf != nil && opts.Logf == nil {
 		opts.Logf = c.cfg.Logf
 	}
-	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
-		return nil, c.permanent(fmt.Errorf("kafka: state directory: %w", err))
-	}
 	eng, err := dedup.Open(opts)
 	if err != nil {
-		return nil, c.permanent(fmt.Errorf("kafka: open state of %s: %w", t, err))
+		return nil, err
 	}
 	pt.eng = eng
 	if cp, ok, _ := decodeCheckpoint(eng.Checkpoint()); ok {
 		pt.clock.Store(cp.Millis)
 		pt.lastMs = cp.Millis
 	}
-	c.mu.Lock()
-	c.parts[t] = pt
-	c.mu.Unlock()
 	return pt, nil
+}
+
+func (c *Consumer) register(pt *partition) {
+	c.mu.Lock()
+	c.parts[pt.tp] = pt
+	c.mu.Unlock()
 }
 
 // permanent records err as fatal for Run and returns it.

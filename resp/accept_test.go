@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,36 +32,9 @@ func TestAcceptBacksOffWhenOutOfFiles(t *testing.T) {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
-		srv, err := resp.New(resp.Config{})
-		if err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		fmt.Println("addr", ln.Addr())
-		_ = srv.Serve(ln)
-		os.Exit(0)
+		serveInChild(resp.Config{})
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAcceptBacksOffWhenOutOfFiles$")
-	cmd.Env = append(os.Environ(), fdChildEnv+"=32")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "addr ")
-	if err != nil || !ok {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	_, addr := startServerChild(t, "TestAcceptBacksOffWhenOutOfFiles", fdChildEnv+"=32")
 
 	// Hold more connections than the child has descriptors: the kernel
 	// completes them in the listen backlog, the child's accept fails.

@@ -10,15 +10,9 @@ import (
 
 // cmdBFAdd serves BF.ADD name item: 1 when new, 0 when seen.
 func (s *Server) cmdBFAdd(c *conn, t *table, args [][]byte) {
-	v, err := t.observeOne(args[2])
-	if err != nil {
-		writeErr(c, err)
-		return
+	if isNew, ok := s.markOne(c, t, args[2]); ok {
+		c.WriteBool(isNew)
 	}
-	if v == dedup.New {
-		s.marked(c, t)
-	}
-	c.WriteBool(v == dedup.New)
 }
 
 // cmdBFMAdd serves BF.MADD name item [item ...]: one 1 or 0 per item, in

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/streamdedup/dedup"
 )
 
 // lower returns the ASCII lower case of b in buf's storage when it fits,
@@ -284,17 +282,13 @@ func (s *Server) cmdSet(c *conn, t *table, args [][]byte) {
 		c.WriteError("ERR " + setUsage + ": without NX a SET would overwrite, and a remembered key cannot be overwritten")
 		return
 	}
-	v, err := s.def.observeOne(args[1])
-	if err != nil {
-		writeErr(c, err)
-		return
-	}
-	if v == dedup.New {
-		s.marked(c, s.def)
+	isNew, ok := s.markOne(c, s.def, args[1])
+	switch {
+	case isNew:
 		c.WriteString("OK")
-		return
+	case ok:
+		c.WriteNull()
 	}
-	c.WriteNull()
 }
 
 // checkTTL accepts an EX or PX no longer than the window: a key is
@@ -318,17 +312,13 @@ func (s *Server) checkTTL(opt string, arg []byte) error {
 
 // cmdSetNX serves SETNX key value: 1 for a new key, 0 for a seen one.
 func (s *Server) cmdSetNX(c *conn, t *table, args [][]byte) {
-	v, err := s.def.observeOne(args[1])
-	if err != nil {
-		writeErr(c, err)
-		return
-	}
-	if v == dedup.New {
-		s.marked(c, s.def)
+	isNew, ok := s.markOne(c, s.def, args[1])
+	switch {
+	case isNew:
 		c.WriteInt(1)
-		return
+	case ok:
+		c.WriteInt(0)
 	}
-	c.WriteInt(0)
 }
 
 // cmdExists serves EXISTS key [key ...]: how many were seen within the

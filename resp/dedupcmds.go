@@ -234,7 +234,7 @@ func statsFields(o TableOptions, st dedup.Stats) []field {
 		{"window_for_1_per_million_seconds", int64(st.WindowAdvice.WindowFor1.Seconds())},
 		{"window_delay_p99_ms", st.WindowAdvice.DelayP99.Milliseconds()},
 		{"window_horizon_seconds", int64(st.WindowAdvice.Horizon.Seconds())},
-		{"window_advice_duplicates", st.WindowAdvice.Caught + st.WindowAdvice.Late + 16*st.WindowAdvice.HorizonMatches},
+		{"window_advice_duplicates", st.WindowAdvice.Duplicates},
 	}
 }
 

@@ -16,14 +16,7 @@ import (
 func TestIdempotencyCommands(t *testing.T) {
 	dir := t.TempDir()
 	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncNo}
-	srv, err := resp.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, MaxRetries: -1})
 	do := func(args ...any) []any {
@@ -67,7 +60,7 @@ func TestIdempotencyCommands(t *testing.T) {
 	if v := do("DEDUP.BEGIN", "orders", "k1", "fp-a", 60000); v[0] != "completed" || v[1] != "charge ch_1" {
 		t.Fatalf("BEGIN after COMPLETE = %v", v)
 	}
-	err = c.Do(ctx, "DEDUP.RELEASE", "orders", "k1", tok).Err()
+	err := c.Do(ctx, "DEDUP.RELEASE", "orders", "k1", tok).Err()
 	if err == nil || !strings.HasPrefix(err.Error(), "LEASELOST") {
 		t.Fatalf("RELEASE after COMPLETE: %v, want LEASELOST", err)
 	}

@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"runtime"
@@ -9,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/streamdedup/dedup/internal/procmem"
 )
 
 // Version is the version INFO reports as dedup_version.
@@ -24,8 +25,9 @@ const redisVersion = "7.0.0"
 // for the server, so it can only overstate what the keys cost. Outside
 // Linux it is the memory the Go runtime holds from the system.
 func (s *Server) usedMemory() uint64 {
-	m := rss()
-	if m == 0 {
+	pm, err := procmem.Read(0)
+	m := pm.RSS
+	if err != nil || m == 0 {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		m = ms.Sys - ms.HeapReleased
@@ -37,23 +39,6 @@ func (s *Server) usedMemory() uint64 {
 		}
 	}
 	return m
-}
-
-// rss reads the resident set size from /proc/self/statm, 0 if it cannot.
-func rss() uint64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := bytes.Fields(b)
-	if len(f) < 2 {
-		return 0
-	}
-	pages, err := strconv.ParseUint(string(f[1]), 10, 64)
-	if err != nil {
-		return 0
-	}
-	return pages * uint64(os.Getpagesize())
 }
 
 // goHeap is the Go heap's live and not-yet-swept objects.

@@ -1,12 +1,9 @@
 package resp_test
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,51 +18,17 @@ import (
 // server child of TestKillAlways.
 const childEnv = "DEDUP_RESP_KILL_CHILD_DIR"
 
-// serveChild serves FsyncAlways on dir, prints the address and serves
-// until killed.
-func serveChild(dir string) {
-	srv, err := resp.New(resp.Config{Dir: dir, Fsync: resp.FsyncAlways})
-	if err != nil {
-		fmt.Println("error:", err)
-		os.Exit(1)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Println("error:", err)
-		os.Exit(1)
-	}
-	fmt.Println("addr", ln.Addr())
-	_ = srv.Serve(ln)
-	os.Exit(0)
-}
-
-// startChild runs this test binary as a server on dir.
+// startChild runs this test binary as a server of FsyncAlways on dir.
 func startChild(t *testing.T, dir string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillAlways$")
-	cmd.Env = append(os.Environ(), childEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "addr ")
-	if err != nil || !ok {
-		t.Fatalf("child said %q, %v", line, err)
-	}
-	return cmd, addr
+	return startServerChild(t, "TestKillAlways", childEnv+"="+dir)
 }
 
 // TestKillAlways: under FsyncAlways, a server killed with SIGKILL in the
 // middle of concurrent pipelined writes forgets no key it answered new.
 func TestKillAlways(t *testing.T) {
 	if dir := os.Getenv(childEnv); dir != "" {
-		serveChild(dir)
+		serveInChild(resp.Config{Dir: dir, Fsync: resp.FsyncAlways})
 		return
 	}
 	dir := t.TempDir()

@@ -226,14 +226,7 @@ func (remoteConn) RemoteAddr() net.Addr {
 func TestProtectedMode(t *testing.T) {
 	serve := func(cfg resp.Config, remote bool) string {
 		t.Helper()
-		srv, err := resp.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, ln := listen(t, cfg)
 		addr := ln.Addr().String()
 		if remote {
 			ln = remoteListener{ln}

@@ -361,6 +361,22 @@ func isLocal(a net.Addr) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// markOne observes key in t for a command that answers one key's verdict
+// (SET NX, SETNX, BF.ADD): it reports whether the key is new, marked as
+// [Server.marked] says, or writes the error and reports !ok.
+func (s *Server) markOne(c *conn, t *table, key []byte) (isNew, ok bool) {
+	v, err := t.observeOne(key)
+	if err != nil {
+		writeErr(c, err)
+		return false, false
+	}
+	if v == dedup.New {
+		s.marked(c, t)
+		return true, true
+	}
+	return false, true
+}
+
 // marked notes that a reply on cl acknowledges keys marked New in t.
 // Under ExplicitDone no commit takes them before DEDUP.DONE: the reply
 // waits for none.

@@ -1,10 +1,8 @@
 package resp_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,45 +15,6 @@ import (
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/resp"
 )
-
-// start serves cfg on a loopback port and shuts it down with the test.
-func start(t *testing.T, cfg resp.Config) (*resp.Server, string) {
-	t.Helper()
-	srv, err := resp.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		if err := srv.Shutdown(); err != nil {
-			t.Error(err)
-		}
-		if err := <-done; !errors.Is(err, resp.ErrServerClosed) {
-			t.Errorf("Serve returned %v, want ErrServerClosed", err)
-		}
-	})
-	return srv, ln.Addr().String()
-}
-
-// client is a go-redis client of addr speaking RESP2 (Protocol 2): the
-// replies these tests check are RESP2's; resp3_test.go checks RESP3's.
-func client(t *testing.T, addr string, opts ...func(*redis.Options)) *redis.Client {
-	t.Helper()
-	o := &redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2}
-	for _, f := range opts {
-		f(o)
-	}
-	c := redis.NewClient(o)
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-var ctx = context.Background()
 
 func TestSetNX(t *testing.T) {
 	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
@@ -281,11 +240,7 @@ func TestBloom(t *testing.T) {
 func TestRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncNo}
-	srv, err := resp.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2})
 	if err := c.Do(ctx, "BF.RESERVE", "t1", "0.002", 5000).Err(); err != nil {
@@ -319,14 +274,7 @@ func TestRestart(t *testing.T) {
 func TestDedupCommands(t *testing.T) {
 	_, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
 	c := client(t, addr)
-	do := func(args ...any) string {
-		t.Helper()
-		v, err := c.Do(ctx, args...).Result()
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		return fmt.Sprint(v)
-	}
+	do := doer(t, c)
 	for _, tc := range []struct {
 		args []any
 		want string
@@ -630,24 +578,10 @@ func TestExistsConcurrent(t *testing.T) {
 func TestExplicitDone(t *testing.T) {
 	dir := t.TempDir()
 	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncEverySec}
-	srv, err := resp.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, Protocol: 2})
-	do := func(args ...any) string {
-		t.Helper()
-		v, err := c.Do(ctx, args...).Result()
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		return fmt.Sprint(v)
-	}
+	do := doer(t, c)
 	for _, tc := range []struct {
 		args []any
 		want string

@@ -25,9 +25,7 @@ type windowAdviceJSON struct {
 	DelayP50Seconds               float64 `json:"delay_p50_seconds"`
 	DelayP90Seconds               float64 `json:"delay_p90_seconds"`
 	DelayP99Seconds               float64 `json:"delay_p99_seconds"`
-	TailFitted                    bool    `json:"tail_fitted"`
-	TailMeanSeconds               float64 `json:"tail_mean_seconds"`
-	TailRelErr                    float64 `json:"tail_rel_err"`
+	Model                         string  `json:"model"`
 	Bytes                         uint64  `json:"bytes"`
 }
 
@@ -38,9 +36,9 @@ func adviceJSON(a dedup.WindowAdvice) *windowAdviceJSON {
 		DuplicatesPerMillion:          a.DuplicatesPerMillion,
 		WindowFor100PerMillionSeconds: a.WindowFor100.Seconds(), WindowFor10PerMillionSeconds: a.WindowFor10.Seconds(),
 		WindowFor1PerMillionSeconds: a.WindowFor1.Seconds(), HorizonSeconds: a.Horizon.Seconds(),
-		Duplicates: a.Caught + a.Late + 16*a.HorizonMatches, Caught: a.Caught, HorizonMatches: a.HorizonMatches, Censored: a.Censored,
+		Duplicates: a.Duplicates, Caught: a.Caught, HorizonMatches: a.HorizonMatches, Censored: a.Censored,
 		DelayP50Seconds: a.DelayP50.Seconds(), DelayP90Seconds: a.DelayP90.Seconds(), DelayP99Seconds: a.DelayP99.Seconds(),
-		TailFitted: a.TailFitted, TailMeanSeconds: a.TailMean.Seconds(), TailRelErr: a.TailRelErr, Bytes: a.Bytes,
+		Model: a.Model, Bytes: a.Bytes,
 	}
 }
 
@@ -60,16 +58,12 @@ func printAdvice(w io.Writer, a dedup.WindowAdvice, pad int) {
 		}
 		return x.Round(time.Second).String()
 	}
-	line("window leaks", "%.0f per million events (±%.0f%%; %.0f of them past the %v measured, from the fitted tail)",
+	line("window leaks", "%.0f per million events (±%.0f%%; %.0f of them past the %v measured, from the model)",
 		a.LeaksPerMillion, 100*a.LeaksRelErr, a.TailLeaksPerMillion, a.Horizon.Round(time.Second))
 	line("window for", "100/M %s, 10/M %s, 1/M %s", d(a.WindowFor100), d(a.WindowFor10), d(a.WindowFor1))
-	line("dup delays", "p50 %s, p90 %s, p99 %s; %d caught, %d past the window in the 1/16 sample, %d keys still in the window without one",
+	line("dup delays", "p50 %s, p90 %s, p99 %s; %d caught, %d past the window in the horizon's sample, %d keys still in the window without one",
 		d(a.DelayP50), d(a.DelayP90), d(a.DelayP99), a.Caught, a.HorizonMatches, a.Censored)
-	if a.TailFitted {
-		line("dup tail", "exponential, mean %s (±%.0f%%)", d(a.TailMean), 100*a.TailRelErr)
-	} else {
-		line("dup tail", "not fitted: the delays measured do not decay enough to extrapolate")
-	}
+	line("dup model", "%s", a.Model)
 }
 
 // adviceMetrics are the window advisor's gauges.
@@ -79,12 +73,12 @@ var adviceMetrics = []struct{ name, help string }{
 	{"dedup_engine_window_for_10_per_million_seconds", "The smallest window that would let at most 10 duplicates per million events through (0: not known yet)."},
 	{"dedup_engine_window_for_1_per_million_seconds", "The smallest window that would let at most 1 duplicate per million events through (0: not known yet)."},
 	{"dedup_engine_window_advice_horizon_seconds", "The oldest duplicate delay the window advisor has measured."},
-	{"dedup_engine_window_advice_duplicates", "Duplicates the window advice rests on: caught, plus 16 per match of the horizon's sample."},
+	{"dedup_engine_window_advice_duplicates", "Duplicates the window advice rests on: caught, plus HorizonSample (--horizon-sample) per match of the horizon's sample."},
 }
 
 func adviceMetricValues(a dedup.WindowAdvice) []float64 {
 	return []float64{a.LeaksPerMillion, a.WindowFor100.Seconds(), a.WindowFor10.Seconds(), a.WindowFor1.Seconds(),
-		a.Horizon.Seconds(), float64(a.Caught + a.Late + 16*a.HorizonMatches)}
+		a.Horizon.Seconds(), float64(a.Duplicates)}
 }
 
 func init() {

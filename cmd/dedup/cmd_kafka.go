@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/handover"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -49,6 +50,10 @@ type kafkaConfig struct {
 	startOffset  string
 	auth         kafkaAuth
 	clientConfig stringList
+	handover     string
+	hoInterval   time.Duration
+	hoRevoke     time.Duration
+	hoImport     time.Duration
 }
 
 const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
@@ -59,7 +64,11 @@ of each key within --window to OUT exactly once, in Kafka transactions that
 also commit the input offsets. Each assigned partition has its own engine,
 in DIR/<topic>-<partition>; the group moves partitions between instances,
 and a partition that arrives without current state is rebuilt by replaying
-its input from (last timestamp - window) with output suppressed.
+its input from (last timestamp - window) with output suppressed. With
+--handover URL, each partition's state is exported to a shared store every
+--handover-interval and when the partition is revoked, and a partition that
+arrives without current state imports the newest export at or before the
+group's committed offset, then replays only the records after it.
 
 Duplicates are found within a partition: producers must partition IN by the
 dedup key (the record key is the natural choice, and the default).
@@ -125,6 +134,10 @@ func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
 	fs.DurationVar(&c.rebalance, "rebalance-timeout", kafka.DefaultRebalanceTimeout, "group rebalance timeout")
 	fs.DurationVar(&c.txnTimeout, "transaction-timeout", kafka.DefaultTransactionTimeout, "transaction timeout")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", kafka.DefaultShutdownTimeout, "on SIGTERM, exit within `DURATION` whatever the state")
+	fs.StringVar(&c.handover, "handover", "", "hand partition state over through the store at `URL`: file:///DIR (a shared filesystem) or s3://BUCKET?region=R[&endpoint=URL&use_path_style=true] (credentials from the AWS environment)")
+	fs.DurationVar(&c.hoInterval, "handover-interval", kafka.DefaultHandoverInterval, "with --handover, export each partition's state every `DURATION`")
+	fs.DurationVar(&c.hoRevoke, "handover-revoke-timeout", kafka.DefaultHandoverRevoke, "with --handover, give the export of revoked partitions at most `DURATION` (it holds up the rebalance)")
+	fs.DurationVar(&c.hoImport, "handover-import-timeout", kafka.DefaultHandoverImport, "with --handover, give one partition's import at most `DURATION`, then replay instead")
 	fs.BoolVar(&c.keepStatic, "keep-static-membership", false, "with --instance-id, do not leave the group on SIGTERM: a restart within the session timeout gets the same partitions back")
 	return fs, c
 }
@@ -223,6 +236,26 @@ func runKafka(e *env, args []string) error {
 		return err
 	}
 	cfg.ClientOpts = append(cfg.ClientOpts, passOpts...)
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"handover-interval", c.hoInterval}, {"handover-revoke-timeout", c.hoRevoke}, {"handover-import-timeout", c.hoImport}} {
+		if f.v <= 0 {
+			return usagef("kafka: --%s %v: must be positive", f.name, f.v)
+		}
+		if explicit[f.name] && c.handover == "" {
+			return usagef("kafka: --%s needs --handover", f.name)
+		}
+	}
+	cfg.HandoverInterval, cfg.HandoverRevokeTimeout, cfg.HandoverImportTimeout = c.hoInterval, c.hoRevoke, c.hoImport
+	if c.handover != "" {
+		store, err := handover.Open(context.Background(), c.handover)
+		if err != nil {
+			return usageErr(fmt.Errorf("kafka: --handover: %w", err))
+		}
+		defer store.Close()
+		cfg.Handover = store
+	}
 	cons, err := kafka.New(cfg)
 	if err != nil {
 		return usageErr(err)
@@ -333,8 +366,9 @@ func kafkaKeyFunc(c *kafkaConfig, opts dedup.Options) (kafka.KeyFunc, error) {
 
 // kafkaCollector exports a consumer's counters.
 type kafkaCollector struct {
-	c     *kafka.Consumer
-	descs []*prometheus.Desc
+	c       *kafka.Consumer
+	descs   []*prometheus.Desc
+	hoDescs []*prometheus.Desc
 }
 
 var kafkaMetricDefs = []struct {
@@ -354,10 +388,26 @@ var kafkaMetricDefs = []struct {
 	{"dedup_kafka_partitions", "Partitions assigned now.", false, func(s kafka.Stats) float64 { return float64(s.Partitions) }},
 }
 
+// The handover metrics (--handover), all counters.
+var kafkaHandoverDefs = []struct {
+	name, help string
+	value      func(kafka.HandoverStats) float64
+}{
+	{"dedup_kafka_handover_exports_total", "Partition states exported to the handover store.", func(s kafka.HandoverStats) float64 { return float64(s.Exports) }},
+	{"dedup_kafka_handover_export_failures_total", "Exports that failed or ran out of time.", func(s kafka.HandoverStats) float64 { return float64(s.ExportFailures) }},
+	{"dedup_kafka_handover_exported_bytes_total", "Bytes uploaded by exports (files the store held already excluded).", func(s kafka.HandoverStats) float64 { return float64(s.ExportedBytes) }},
+	{"dedup_kafka_handover_export_seconds_total", "Time spent exporting, backups included.", func(s kafka.HandoverStats) float64 { return s.ExportTime.Seconds() }},
+	{"dedup_kafka_handover_imports_total", "Partitions made ready from an export.", func(s kafka.HandoverStats) float64 { return float64(s.Imports) }},
+	{"dedup_kafka_handover_imported_bytes_total", "Bytes downloaded by imports.", func(s kafka.HandoverStats) float64 { return float64(s.ImportedBytes) }},
+	{"dedup_kafka_handover_import_seconds_total", "Time spent importing, restores included.", func(s kafka.HandoverStats) float64 { return s.ImportTime.Seconds() }},
+}
+
+var kafkaFallbacksDesc = prometheus.NewDesc("dedup_kafka_handover_fallbacks_total", "Partitions rebuilt by replay instead of an import, by reason: none (no export), stale (exports ahead of the group or older than the window), damaged, incompatible (another window or format), error (store unreadable or timed out).", []string{"reason"}, nil)
+
 // The per-partition metrics, labeled partition="<topic>-<n>".
 var (
 	kafkaLagDesc      = prometheus.NewDesc("dedup_kafka_partition_lag", "Records behind the last one fetched, from the fetch's high watermark (-1 before the first fetch).", []string{"partition"}, nil)
-	kafkaStateDesc    = prometheus.NewDesc("dedup_kafka_partition_state", "1 for the state the partition is in: ready (consuming) or replaying (its engine being made current).", []string{"partition", "state"}, nil)
+	kafkaStateDesc    = prometheus.NewDesc("dedup_kafka_partition_state", "1 for the state the partition is in: ready (consuming), importing (its state from --handover) or replaying (its engine being made current).", []string{"partition", "state"}, nil)
 	kafkaReplayedDesc = prometheus.NewDesc("dedup_kafka_partition_replayed_total", "Records replayed into the partition's engine since it was assigned, output suppressed.", []string{"partition"}, nil)
 	kafkaReadyDesc    = prometheus.NewDesc("dedup_kafka_ready", "1 when the instance is in the group and every partition assigned to it is ready (as /readyz).", nil, nil)
 	kafkaLeaksDesc    = prometheus.NewDesc("dedup_kafka_partition_window_leaks_per_million", "Window advice: duplicates the window lets through per million records of the partition (0 until measured).", []string{"partition"}, nil)
@@ -369,6 +419,9 @@ func newKafkaCollector(c *kafka.Consumer) *kafkaCollector {
 	for _, d := range kafkaMetricDefs {
 		k.descs = append(k.descs, prometheus.NewDesc(d.name, d.help, nil, nil))
 	}
+	for _, d := range kafkaHandoverDefs {
+		k.hoDescs = append(k.hoDescs, prometheus.NewDesc(d.name, d.help, nil, nil))
+	}
 	return k
 }
 
@@ -377,7 +430,10 @@ func (k *kafkaCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range k.descs {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{kafkaLagDesc, kafkaStateDesc, kafkaReplayedDesc, kafkaReadyDesc, kafkaLeaksDesc, kafkaWindowDesc} {
+	for _, d := range k.hoDescs {
+		ch <- d
+	}
+	for _, d := range []*prometheus.Desc{kafkaLagDesc, kafkaStateDesc, kafkaReplayedDesc, kafkaReadyDesc, kafkaLeaksDesc, kafkaWindowDesc, kafkaFallbacksDesc} {
 		ch <- d
 	}
 }
@@ -394,12 +450,16 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, p := range k.c.PartitionStates() {
 		name := fmt.Sprintf("%s-%d", p.Topic, p.Partition)
-		ready, replaying := 0.0, 1.0
-		if p.Ready {
+		ready, importing, replaying := 0.0, 0.0, 1.0
+		switch {
+		case p.Ready:
 			ready, replaying = 1, 0
+		case p.Importing:
+			importing, replaying = 1, 0
 		}
 		ch <- prometheus.MustNewConstMetric(kafkaLagDesc, prometheus.GaugeValue, float64(p.Lag), name)
 		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, ready, name, "ready")
+		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, importing, name, "importing")
 		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, replaying, name, "replaying")
 		ch <- prometheus.MustNewConstMetric(kafkaReplayedDesc, prometheus.CounterValue, float64(p.Replayed), name)
 		ch <- prometheus.MustNewConstMetric(kafkaLeaksDesc, prometheus.GaugeValue, p.Advice.LeaksPerMillion, name)
@@ -409,6 +469,13 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 		}{{"100", p.Advice.WindowFor100}, {"10", p.Advice.WindowFor10}, {"1", p.Advice.WindowFor1}} {
 			ch <- prometheus.MustNewConstMetric(kafkaWindowDesc, prometheus.GaugeValue, w.d.Seconds(), name, w.target)
 		}
+	}
+	hs := k.c.HandoverStats()
+	for i, d := range kafkaHandoverDefs {
+		ch <- prometheus.MustNewConstMetric(k.hoDescs[i], prometheus.CounterValue, d.value(hs))
+	}
+	for _, r := range kafka.FallbackReasons {
+		ch <- prometheus.MustNewConstMetric(kafkaFallbacksDesc, prometheus.CounterValue, float64(hs.Fallbacks[r]), r)
 	}
 	ready := 0.0
 	if k.c.Ready() {
@@ -448,7 +515,10 @@ func serveKafkaMetrics(ln net.Listener, reg *prometheus.Registry, c *kafka.Consu
 		}
 		var waiting []string
 		for _, p := range c.PartitionStates() {
-			if !p.Ready {
+			switch {
+			case p.Importing:
+				waiting = append(waiting, fmt.Sprintf("%s-%d importing", p.Topic, p.Partition))
+			case !p.Ready:
 				waiting = append(waiting, fmt.Sprintf("%s-%d replaying (%d records so far)", p.Topic, p.Partition, p.Replayed))
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -247,7 +248,8 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.H
 		// FlushInterval 0: responses are buffered as net/http does;
 		// streamed ones (unknown length, event streams) are flushed as
 		// they come.
-		Transport: upstreamTransport(),
+		Transport:  upstreamTransport(),
+		BufferPool: copyBuffers{},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lease)
@@ -262,12 +264,42 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.H
 // connections to the one upstream for every concurrent request: with the
 // default two, a burst of concurrent requests opens (and closes) a
 // connection for most of them.
-func upstreamTransport() *http.Transport {
+func upstreamTransport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 1024
-	return t
+	return inMemoryBodies{t}
 }
+
+// inMemoryBodies sends a request whose body the middleware holds in
+// memory (it sets GetBody) with a fresh copy from GetBody. ReverseProxy
+// wraps the body it forwards in a reader the transport does not know, and
+// the transport then writes the headers and the body in two writes (two
+// packets); a body it knows to be in memory goes out with the headers.
+type inMemoryBodies struct{ http.RoundTripper }
+
+func (t inMemoryBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.GetBody != nil && r.Body != nil && r.Body != http.NoBody {
+		if b, err := r.GetBody(); err == nil {
+			orig := r.Body
+			r2 := *r
+			r2.Body = b
+			res, err := t.RoundTripper.RoundTrip(&r2)
+			orig.Close()
+			return res, err
+		}
+	}
+	return t.RoundTripper.RoundTrip(r)
+}
+
+// copyBuffers lends ReverseProxy the buffers it copies response bodies
+// through; without a pool it allocates 32 KiB per request.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b)) }
 
 // proxyMetrics are the proxy's own metrics.
 type proxyMetrics struct {

@@ -72,11 +72,25 @@ type segmentReport struct {
 	Keys       uint64    `json:"keys"`
 	File       string    `json:"file"`
 	FileBytes  int64     `json:"file_bytes"`
-	// From the decoded filter (absent with --quick).
+	filterFigures
+}
+
+// filterFigures are what the decoded filters say of a segment or, summed
+// over its shards, of a generation; all zero with --quick.
+type filterFigures struct {
 	Capacity    uint64  `json:"capacity,omitempty"`
 	MemoryBytes uint64  `json:"memory_bytes,omitempty"`
-	Fill        float64 `json:"fill,omitempty"`
-	FPRate      float64 `json:"fp_rate,omitempty"`
+	Fill        float64 `json:"fill,omitempty"` // keys / capacity
+	// FPRate is a segment's false-positive rate, a generation's mean over
+	// its shards.
+	FPRate float64 `json:"fp_rate,omitempty"`
+}
+
+// setFill sets Fill for keys held, where the capacity is known.
+func (f *filterFigures) setFill(keys uint64) {
+	if f.Capacity > 0 {
+		f.Fill = float64(keys) / float64(f.Capacity)
+	}
 }
 
 // generationReport is one generation, summed over its shards.
@@ -88,12 +102,7 @@ type generationReport struct {
 	Sealed    bool      `json:"sealed"` // every shard's segment sealed
 	Keys      uint64    `json:"keys"`
 	FileBytes int64     `json:"file_bytes"`
-	// From the decoded filters: sums, fill = keys/capacity, and the mean
-	// FP rate over shards.
-	Capacity    uint64  `json:"capacity,omitempty"`
-	MemoryBytes uint64  `json:"memory_bytes,omitempty"`
-	Fill        float64 `json:"fill,omitempty"`
-	FPRate      float64 `json:"fp_rate,omitempty"`
+	filterFigures
 }
 
 // inspectReport is what `dedup snapshot inspect` prints.
@@ -189,9 +198,7 @@ func inspect(path string, decode bool) (*inspectReport, error) {
 			}
 			s := &rep.Segments[i]
 			s.Capacity, s.MemoryBytes, s.FPRate = f.Capacity(), f.SizeBytes(), f.FPRate()
-			if s.Capacity > 0 {
-				s.Fill = float64(f.Count()) / float64(s.Capacity)
-			}
+			s.setFill(f.Count())
 		}
 		rep.Decoded = true
 	}
@@ -242,9 +249,7 @@ func summarise(rep *inspectReport) {
 	for _, id := range ids {
 		g := byID[id]
 		g.FPRate /= float64(g.Shards)
-		if g.Capacity > 0 {
-			g.Fill = float64(g.Keys) / float64(g.Capacity)
-		}
+		g.setFill(g.Keys)
 		rep.Generations = append(rep.Generations, *g)
 	}
 	shards := slices.Sorted(maps.Keys(shardFP))

@@ -30,6 +30,7 @@ type engineFlags struct {
 	probabilistic bool
 	generations   int
 	shards        int
+	horizon       int
 }
 
 // engineUsage is the help text of each engine flag; a `NAME` between
@@ -82,6 +83,9 @@ func (f *engineFlags) register(fs *flag.FlagSet, u engineUsage) {
 	fs.BoolVar(&f.probabilistic, "probabilistic", false, u.probabilistic)
 	fs.IntVar(&f.generations, "generations", d.Generations, u.generations)
 	fs.IntVar(&f.shards, "shards", d.Shards, u.shards)
+	if !u.check {
+		fs.IntVar(&f.horizon, "horizon-sample", d.HorizonSample, "window advisor: keep 1 key in `N` (a power of two) for 3 windows past the window, 4 bytes each, to count the duplicates it lets through; -1 keeps none (see docs/window.md)")
+	}
 }
 
 // optionFlags names the flag that sets each engine option a command
@@ -94,11 +98,12 @@ var optionFlags = map[string]string{
 	"Generations":       "--generations",
 	"Shards":            "--shards",
 	"MaxKeySize":        "--max-key",
+	"HorizonSample":     "--horizon-sample",
 }
 
 // optionWord matches the name of an option in a reason Options.Validate
 // gives ("with Filter fuse at FalsePositiveRate 1e-09", "needs a Dir").
-var optionWord = regexp.MustCompile(`\b(a Dir|Dir|Window|ExpectedRate|FalsePositiveRate|Filter|Generations|Shards|MaxKeySize)\b`)
+var optionWord = regexp.MustCompile(`\b(a Dir|Dir|Window|ExpectedRate|FalsePositiveRate|Filter|Generations|Shards|MaxKeySize|HorizonSample)\b`)
 
 // flagWords rewrites the option names in why into the flags that set
 // them: a user of the command never sees Options.
@@ -131,6 +136,7 @@ func checkOptions(o dedup.Options, explicit map[string]bool) error {
 		{"generations", o.Generations == 0, func() { o.Generations = d.Generations }},
 		{"shards", o.Shards == 0, func() { o.Shards = d.Shards }},
 		{"max-key", o.MaxKeySize == 0, func() { o.MaxKeySize = d.MaxKeySize }},
+		{"horizon-sample", o.HorizonSample == 0, func() { o.HorizonSample = d.HorizonSample }},
 	} {
 		switch {
 		case !p.zero:
@@ -180,5 +186,6 @@ func (f *engineFlags) options(dir string) dedup.Options {
 		Probabilistic:     f.probabilistic,
 		Generations:       f.generations,
 		Shards:            f.shards,
+		HorizonSample:     f.horizon,
 	}
 }

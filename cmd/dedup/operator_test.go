@@ -51,6 +51,28 @@ func dedupProcess(t *testing.T, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// startPiped starts cmd with a pipe to its stdin and one from its stdout;
+// when the test ends it closes stdin and waits for the child.
+func startPiped(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	return stdin, bufio.NewReader(stdout)
+}
+
 // ndjsonLines returns n lines {"id":"PREFIXi"}, i from 1.
 func ndjsonLines(prefix string, n int) string {
 	var b strings.Builder
@@ -478,26 +500,11 @@ func TestStatsInUse(t *testing.T) {
 	if code, _, stderr := runCmd(t, "a\nb\n", "filter", "--format", "lines", "--state", state, "--window", "10m"); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	cmd := dedupProcess(t, "filter", "--format", "lines", "--state", state, "--progress", "never")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		_ = cmd.Wait()
-	}()
+	stdin, stdout := startPiped(t, dedupProcess(t, "filter", "--format", "lines", "--state", state, "--progress", "never"))
 	if _, err := io.WriteString(stdin, "c\n"); err != nil {
 		t.Fatal(err)
 	}
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "c\n" {
+	if line, err := stdout.ReadString('\n'); err != nil || line != "c\n" {
 		t.Fatalf("read %q, %v", line, err)
 	}
 	code, out, stderr := runCmd(t, "", "stats", state)

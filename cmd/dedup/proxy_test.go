@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -378,4 +380,100 @@ func TestProxyFlagErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want exit 2 naming %q", c.args, code, stderr.String(), c.want)
 		}
 	}
+}
+
+// TestProxySIGTERMUnfinishedKeepsClaim: a request still at the upstream
+// when --drain runs out is cut off; its claim stays on disk, so the next
+// proxy on the state answers a retry with 409 and does not send it
+// upstream again.
+func TestProxySIGTERMUnfinishedKeepsClaim(t *testing.T) {
+	up := newUpstreamAPI(t)
+	state := t.TempDir()
+	release := up.holdKey("stuck")
+	defer close(release)
+	url, stop := runProxyInProcess(t, "--upstream", up.srv.URL, "--state", state, "--drain", "100ms")
+	go postErr(url, "stuck", "")
+	<-up.arrived
+	if code, stderr := stop(); code != 0 || !strings.Contains(stderr, "keep their claims") {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	url, stop = runProxyInProcess(t, "--upstream", up.srv.URL, "--state", state)
+	defer stop()
+	if r := post(t, url, "stuck", ""); r.status != http.StatusConflict || r.header.Get("Retry-After") == "" {
+		t.Fatalf("retry after the restart: %+v", r)
+	}
+	if n := up.runsOf("stuck"); n != 1 {
+		t.Fatalf("stuck ran %d times, want 1", n)
+	}
+}
+
+// TestProxyMetrics: --metrics serves the outcomes (executed, replayed,
+// conflict, mismatch, released), the bytes stored and the upstream
+// latency.
+func TestProxyMetrics(t *testing.T) {
+	up := newUpstreamAPI(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maddr := ln.Addr().String()
+	ln.Close()
+	url, stop := runProxyInProcess(t, "--upstream", up.srv.URL, "--state", t.TempDir(), "--metrics", maddr)
+	defer stop()
+	first := post(t, url+"/charges", "a", `{"n":1}`) // executed
+	if first.status != 201 {
+		t.Fatalf("first: %+v", first)
+	}
+	post(t, url+"/charges", "a", `{"n":1}`) // replayed
+	post(t, url+"/charges", "a", `{"n":1}`) // replayed
+	post(t, url+"/charges", "a", `{"n":2}`) // mismatch
+	post(t, url+"/fail", "b", "")           // released
+	<-up.arrived                            // a
+	<-up.arrived                            // b
+	release := up.holdKey("c")
+	go postErr(url+"/charges", "c", "")
+	<-up.arrived                     // c, held
+	post(t, url+"/charges", "c", "") // conflict
+	close(release)
+	res, err := http.Get("http://" + maddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	metrics := string(b)
+	for _, want := range []string{
+		`dedup_proxy_requests_total{outcome="executed"} 1`,
+		`dedup_proxy_requests_total{outcome="replayed"} 2`,
+		`dedup_proxy_requests_total{outcome="mismatch"} 1`,
+		`dedup_proxy_requests_total{outcome="released"} 1`,
+		`dedup_proxy_requests_total{outcome="conflict"} 1`,
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if v := metricValue(t, metrics, "dedup_proxy_stored_bytes_total"); v < float64(len(first.body)) {
+		t.Errorf("stored bytes %v, less than the stored body's %d", v, len(first.body))
+	}
+	if v := metricValue(t, metrics, "dedup_proxy_upstream_seconds_count"); v < 2 {
+		t.Errorf("upstream latency observed %v times, want at least 2", v)
+	}
+}
+
+// metricValue returns the value of the unlabelled metric name in a
+// Prometheus text exposition.
+func metricValue(t *testing.T, metrics, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in the metrics:\n%s", name, metrics)
+	return 0
 }

@@ -328,22 +328,8 @@ func TestStateInUse(t *testing.T) {
 	state := makeState(t, t.TempDir(), "a\n")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldState$")
 	cmd.Env = append(os.Environ(), "DEDUP_TEST_HOLD="+state)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+	_, out := startPiped(t, cmd)
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("helper: %q %v", line, err)
 	}
 	for _, args := range [][]string{

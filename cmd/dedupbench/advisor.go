@@ -24,16 +24,17 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg.Windows = []time.Duration{2 * time.Minute, 3 * time.Minute, 5 * time.Minute, 8 * time.Minute}
 	fs := newFlagSet("dedupbench advisor", stderr)
 	c.bind(fs)
-	fs.StringVar(&delays, "delay", "exponential,lognormal,mixture", "delay distributions, comma-separated: exponential, lognormal (of --mean and --sigma), mixture (80% mean 10s, 20% mean 10m)")
+	fs.StringVar(&delays, "delay", "exponential,lognormal,mixture", "delay distributions, comma-separated: exponential, lognormal (of --mean and --sigma), mixture (80% of mean --mean/12, 20% of mean 5*--mean: 10s and 10m at 2m)")
 	fs.Var((*durations)(&cfg.Windows), "windows", "engine windows, comma-separated, one engine each on the same stream")
 	fs.Float64Var(&cfg.Rate, "rate", 2000, "arrivals per second of virtual time, duplicates included")
 	fs.Float64Var(&cfg.DuplicateFraction, "dup", 0.02, "share of arrivals that are duplicates")
-	fs.DurationVar(&cfg.Mean, "mean", 2*time.Minute, "mean delay of the exponential and the lognormal")
+	fs.DurationVar(&cfg.Mean, "mean", 2*time.Minute, "mean delay of the exponential and the lognormal; the mixture's humps are mean/12 and 5*mean")
 	fs.Float64Var(&cfg.Sigma, "sigma", 1, "shape of the lognormal")
 	fs.DurationVar(&cfg.Duration, "duration", 40*time.Minute, "virtual length of each stream")
 	fs.IntVar(&cfg.Generations, "generations", 4, "engine generations")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "stream seed")
 	fs.BoolVar(&cfg.Probabilistic, "probabilistic", false, "engines without the exact store")
+	fs.IntVar(&cfg.HorizonSample, "horizon-sample", 16, "the engines' HorizonSample: keep 1 key in `N` past the window; -1 none")
 	fs.StringVar(&csvPath, "csv", "", "write estimated against true leaks per window, one row per distribution and window, to `FILE`")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -83,7 +84,7 @@ func writeAdvisorText(w io.Writer, results []*bench.AdvisorResult) error {
 			fmt.Fprintf(tw, "%s\t%v\t%.0f\t%.0f\t%.0f%%\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%.2f\t\n",
 				res.Config.Delay, r.Window, r.ModelLeaksPerMillion, a.LeaksPerMillion, 100*a.LeaksRelErr, r.MeasuredLeaksPerMillion,
 				m(a.WindowFor100), m(r.ModelWindowFor100), m(a.WindowFor10), m(r.ModelWindowFor10), m(a.WindowFor1), m(r.ModelWindowFor1),
-				a.Caught+a.Late+16*a.HorizonMatches, within, float64(a.Bytes)/float64(max(r.FilterBytes, 1)))
+				a.Duplicates, within, float64(a.Bytes)/float64(max(r.FilterBytes, 1)))
 		}
 	}
 	return tw.Flush()

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"time"
 
 	"github.com/streamdedup/dedup/bench"
 )
@@ -14,16 +16,27 @@ func runIdem(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var cfg bench.IdemConfig
 	fs := newFlagSet("dedupbench idem", stderr)
 	c.bind(fs)
-	fs.IntVar(&cfg.Requests, "n", 20_000, "requests with new keys per target")
-	fs.IntVar(&cfg.Replays, "replays", 100_000, "requests repeating stored keys per target")
+	fs.IntVar(&cfg.Requests, "n", 5_000, "requests with new keys per target and round")
+	fs.IntVar(&cfg.Replays, "replays", 20_000, "requests repeating stored keys per target and round")
 	fs.IntVar(&cfg.Clients, "c", 64, "concurrent clients")
-	fs.DurationVar(&cfg.UpstreamLatency, "upstream-latency", 20e6, "time the upstream takes per request")
+	fs.IntVar(&cfg.Rounds, "rounds", 3, "rounds per upstream latency, the targets in turn")
+	latencies := durations{5 * time.Millisecond, 0}
+	fs.Var(&latencies, "upstream-latency", "the upstream's service times per request, a comma-separated list, each compared in a table of its own (0: no work)")
 	fs.IntVar(&cfg.BodySize, "body", 256, "bytes of the upstream's response body")
 	fs.StringVar(&cfg.DedupBin, "dedup", "", "the dedup binary (default: go build it)")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	for _, d := range latencies {
+		if d < 0 {
+			return fmt.Errorf("--upstream-latency must not be negative, got %v", d)
+		}
+	}
+	if len(latencies) == 0 {
+		return fmt.Errorf("--upstream-latency needs at least one duration")
+	}
+	cfg.UpstreamLatencies = latencies
 	res, err := bench.Idem(ctx, cfg, newProgress(c, stderr))
 	if err != nil {
 		return err

@@ -11,6 +11,9 @@ import (
 // runKafka is "dedupbench kafka": dedup consumers against a transactional
 // passthrough on an in-process broker.
 func runKafka(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "handover" {
+		return runKafkaHandover(ctx, args[1:], stdout, stderr)
+	}
 	var c common
 	var cfg bench.KafkaConfig
 	var instances ints
@@ -57,4 +60,31 @@ func (v *ints) Set(s string) error {
 		*v = append(*v, int(x))
 	}
 	return nil
+}
+
+// runKafkaHandover is "dedupbench kafka handover": time to ready after a
+// partition move, by replay and by handover, at each partition size.
+func runKafkaHandover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c common
+	var cfg bench.KafkaHandoverConfig
+	var records ints
+	fs := newFlagSet("dedupbench kafka handover", stderr)
+	c.bind(fs)
+	fs.Var(&records, "records", "records in the moved partition, comma-separated (default 1000000,10000000)")
+	fs.IntVar(&cfg.Repeat, "repeat", 2, "moves of each kind timed per size (the median is reported)")
+	fs.Float64Var(&cfg.DuplicateFraction, "dup", 0.2, "share of the input that repeats an earlier key")
+	fs.BoolVar(&cfg.Probabilistic, "probabilistic", false, "engines without exact stores")
+	fs.StringVar(&cfg.Dir, "dir", "", "directory of the states and the handover store (default: a temporary one)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg.Records = records
+	res, err := bench.KafkaHandover(ctx, cfg, newProgress(c, stderr))
+	if err != nil {
+		return err
+	}
+	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotKafkaHandover(res, dir) }); err != nil {
+		return err
+	}
+	return output(c, stdout, res, func() error { return res.WriteText(stdout) })
 }

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"flag"
@@ -27,6 +26,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/procmem"
 )
 
 func main() {
@@ -91,7 +91,11 @@ func main() {
 		log.Fatal(err)
 	}
 	snapTime := time.Since(snapStart)
-	rss, hwm := procStatus("VmRSS"), procStatus("VmHWM")
+	mem, err := procmem.Read(0) // zeros where /proc is missing
+	if err != nil {
+		log.Print(err)
+	}
+	rss, hwm := mem.RSS, mem.Peak
 	if err := e.Close(); err != nil {
 		log.Fatal(err)
 	}
@@ -114,23 +118,6 @@ func main() {
 	if err := enc.Encode(res); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// procStatus returns a field of /proc/self/status in bytes (0 if absent).
-func procStatus(field string) int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 func sprintf(f string, a ...any) string { return fmt.Sprintf(f, a...) }

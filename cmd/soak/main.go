@@ -10,7 +10,6 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/procmem"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -179,21 +179,14 @@ func take(e *dedup.Engine, dir string, start time.Time) sample {
 	return s
 }
 
-// rss reads VmRSS from /proc/self/status, in bytes.
+// rss is this process's resident set in bytes, NaN where it cannot be
+// read.
 func rss() float64 {
-	f, err := os.Open("/proc/self/status")
+	m, err := procmem.Read(0)
 	if err != nil {
 		return math.NaN()
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb * 1024
-		}
-	}
-	return math.NaN()
+	return float64(m.RSS)
 }
 
 // staleSegments counts snapshot segments of generations that had expired

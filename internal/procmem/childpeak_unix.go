@@ -1,6 +1,6 @@
 //go:build unix
 
-package bench
+package procmem
 
 import (
 	"os"
@@ -8,9 +8,10 @@ import (
 	"syscall"
 )
 
-// maxRSS is a finished process's peak resident set in bytes (ru_maxrss:
-// kilobytes on Linux, bytes on macOS).
-func maxRSS(ps *os.ProcessState) uint64 {
+// ChildPeak is a finished process's peak resident set in bytes, from its
+// resource usage (ru_maxrss: kilobytes on Linux, bytes on macOS), as
+// /usr/bin/time -v reports it.
+func ChildPeak(ps *os.ProcessState) uint64 {
 	ru, ok := ps.SysUsage().(*syscall.Rusage)
 	if !ok || ru.Maxrss < 0 {
 		return 0

@@ -1,9 +1,6 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -11,72 +8,6 @@ import (
 	"strings"
 	"time"
 )
-
-// ErrNoProcMemory reports that a process's resident set cannot be read:
-// /proc/PID/status is Linux's.
-var ErrNoProcMemory = errors.New("bench: process memory needs Linux's /proc")
-
-// ProcMemory is a process's resident set as the kernel reports it: what
-// top, ps and the OOM killer see.
-type ProcMemory struct {
-	// RSS is the resident set now (VmRSS), in bytes.
-	RSS uint64 `json:"rss"`
-	// Peak is the largest resident set since the process started or its
-	// peak was last reset (VmHWM), in bytes.
-	Peak uint64 `json:"peak"`
-}
-
-// ReadProcMemory reads the resident set of process pid (0: this process)
-// from /proc/PID/status.
-func ReadProcMemory(pid int) (ProcMemory, error) {
-	name := "/proc/self/status"
-	if pid > 0 {
-		name = "/proc/" + strconv.Itoa(pid) + "/status"
-	}
-	b, err := os.ReadFile(name)
-	if errors.Is(err, os.ErrNotExist) && runtime.GOOS != "linux" {
-		return ProcMemory{}, ErrNoProcMemory
-	}
-	if err != nil {
-		return ProcMemory{}, fmt.Errorf("bench: process memory: %w", err)
-	}
-	var m ProcMemory
-	var seen int
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) != 2 || f[1] != "kB" {
-			return m, fmt.Errorf("bench: %s: %s is %q, want a size in kB", name, k, v)
-		}
-		n, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			return m, fmt.Errorf("bench: %s: %s: %w", name, k, err)
-		}
-		if k == "VmRSS" {
-			m.RSS = n << 10
-		} else {
-			m.Peak = n << 10
-		}
-		seen++
-	}
-	if seen != 2 {
-		return m, fmt.Errorf("bench: %s has no VmRSS and VmHWM", name)
-	}
-	return m, nil
-}
-
-// resetPeak sets this process's peak resident set (VmHWM) to its current
-// one, so that a later peak is that of the work since.
-func resetPeak() error {
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		return fmt.Errorf("bench: reset peak RSS: %w", err)
-	}
-	return nil
-}
 
 // Machine says where and when a run was made: every report and chart
 // carries it, since the figures of a shared machine move with its load.

@@ -1,0 +1,544 @@
+// Package handover moves a partition's dedup state between the instances of
+// a consumer group through a shared blob store (gocloud.dev/blob): the
+// owner exports its engine's backup with a [Manifest], and the next owner
+// imports the newest export it may use instead of rebuilding the state by
+// replaying the input.
+//
+// # Contract
+//
+// A [Store] is opened from a URL: file:///DIR (a shared filesystem),
+// s3://BUCKET?endpoint=...&region=... (object storage), mem:// (tests).
+// An export of partition P is a set of files and a manifest naming them,
+// with the size and SHA-256 of each, the input offset the state covers
+// (the next offset to read), the window, the state format, a generation
+// number and the writer. Files are stored under their SHA-256, so a file
+// already in the store (a Pebble table that did not change since the last
+// export) is not uploaded again: exports are incremental for the store's
+// tables and whole for the rest (the filters' snapshot, the store's log
+// and manifest).
+//
+// The manifest is written last, under a name no other export uses
+// (offset, generation, writer), with a create-if-absent write: a manifest
+// is never overwritten, and no file is listed before it is stored. A
+// reader therefore sees either a whole export or none of it. The export an
+// owner imports is chosen by offset, not by time: the newest one whose
+// offset is at most the group's committed offset ([Store.Latest]), so an
+// owner that exports late (a zombie, or one slow to upload) cannot shadow
+// a newer export with an older state, and an export ahead of the group's
+// offset (whose records the group may read again) is never used. On
+// S3, create-if-absent is If-None-Match: *; where a store ignores it, the
+// names alone keep writers apart. Files are written whole (an S3 PUT, a
+// rename on file://), and the same name always holds the same bytes.
+//
+// [Store.Fetch] verifies every file's size and checksum as it downloads
+// it; a missing or damaged file is an [ErrDamaged] error, and the caller
+// falls back to replay. [Store.Prune] keeps the newest few exports of a
+// partition and deletes the files no kept manifest names, once they are
+// older than a grace period, so that an export being written is not
+// robbed of its files. A concurrent export that reuses an old file as it
+// is pruned can lose it: its import then fails verification and falls
+// back, which costs time, never correctness.
+package handover
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file:// URLs
+	_ "gocloud.dev/blob/memblob"  // mem:// URLs
+	_ "gocloud.dev/blob/s3blob"   // s3:// URLs
+	"gocloud.dev/gcerrors"
+)
+
+// Errors. Test with [errors.Is].
+var (
+	// ErrDamaged marks an export that cannot be used as it is: a file
+	// missing, of the wrong size or checksum, or a manifest that does not
+	// decode.
+	ErrDamaged = errors.New("handover: damaged export")
+	// ErrNotFound is returned by [Store.Latest] when the partition has no
+	// export at all.
+	ErrNotFound = errors.New("handover: no export")
+	// ErrStale is returned by [Store.Latest] when every export of the
+	// partition lies ahead of the offset asked for.
+	ErrStale = errors.New("handover: no export at or before the offset")
+)
+
+// ManifestVersion is the version of the manifest format written.
+const ManifestVersion = 1
+
+// Partition names the partition an export belongs to.
+type Partition struct {
+	Group     string
+	Topic     string
+	Partition int32
+}
+
+func (p Partition) prefix() string {
+	return path.Join(escape(p.Group), escape(p.Topic), strconv.Itoa(int(p.Partition)))
+}
+
+// escape keeps a name to one path element.
+func escape(s string) string { return strings.ReplaceAll(s, "/", "%2F") }
+
+// File is one file of an export.
+type File struct {
+	// Path is the file's path in the exported directory, slash-separated.
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Manifest describes one export.
+type Manifest struct {
+	Version   int    `json:"version"`
+	Group     string `json:"group"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Offset is the input offset the state covers: the next one to read.
+	Offset int64 `json:"offset"`
+	// Generation numbers the partition's exports: one more than the
+	// highest the writer saw.
+	Generation uint64 `json:"generation"`
+	// Writer names the process that wrote it (random per [Store]).
+	Writer string `json:"writer"`
+	// Window is the engine's window; Format names the state's format and
+	// options, which an importer must match.
+	Window  time.Duration `json:"window"`
+	Format  string        `json:"format"`
+	Files   []File        `json:"files"`
+	Created time.Time     `json:"created"`
+}
+
+// Bytes is the sum of the files' sizes.
+func (m *Manifest) Bytes() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.Size
+	}
+	return n
+}
+
+// Store is a blob bucket holding exports. It is safe for concurrent use.
+type Store struct {
+	b      *blob.Bucket
+	writer string
+	// Keep is how many exports of a partition Prune keeps; Grace how old
+	// an unnamed file must be before Prune deletes it.
+	Keep  int
+	Grace time.Duration
+}
+
+// Open opens the bucket at url: file:///DIR, s3://BUCKET?..., mem://.
+func Open(ctx context.Context, url string) (*Store, error) {
+	b, err := blob.OpenBucket(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("handover: open %q: %w", url, err)
+	}
+	return NewStore(b), nil
+}
+
+// NewStore returns a Store over b; closing the Store closes b.
+func NewStore(b *blob.Bucket) *Store {
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	return &Store{b: b, writer: hex.EncodeToString(id[:]), Keep: 3, Grace: 10 * time.Minute}
+}
+
+// Close closes the bucket.
+func (s *Store) Close() error { return s.b.Close() }
+
+// manifestName is "<offset>-<generation>-<writer>.json", zero-padded so
+// that names sort by offset, then generation.
+func manifestName(m *Manifest) string {
+	return fmt.Sprintf("%020d-%020d-%s.json", m.Offset, m.Generation, m.Writer)
+}
+
+func parseManifestName(name string) (offset int64, gen uint64, ok bool) {
+	parts := strings.SplitN(strings.TrimSuffix(name, ".json"), "-", 3)
+	if len(parts) != 3 || !strings.HasSuffix(name, ".json") {
+		return 0, 0, false
+	}
+	o, err1 := strconv.ParseInt(parts[0], 10, 64)
+	g, err2 := strconv.ParseUint(parts[1], 10, 64)
+	return o, g, err1 == nil && err2 == nil && o >= 0
+}
+
+type listed struct {
+	key    string
+	offset int64
+	gen    uint64
+}
+
+// list returns p's manifests, newest (highest offset, then generation)
+// first.
+func (s *Store) list(ctx context.Context, p Partition) ([]listed, error) {
+	pre := p.prefix() + "/manifests/"
+	it := s.b.List(&blob.ListOptions{Prefix: pre})
+	var out []listed
+	for {
+		o, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("handover: list %s: %w", pre, err)
+		}
+		if off, gen, ok := parseManifestName(strings.TrimPrefix(o.Key, pre)); ok {
+			out = append(out, listed{o.Key, off, gen})
+		}
+	}
+	slices.SortFunc(out, func(a, b listed) int {
+		if c := cmp.Compare(b.offset, a.offset); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.gen, a.gen)
+	})
+	return out, nil
+}
+
+// Latest returns the manifests of p's exports whose offset is at most
+// maxOffset, newest first (at most n of them). It returns [ErrNotFound]
+// when p has no export, [ErrStale] when every export is ahead of
+// maxOffset.
+func (s *Store) Latest(ctx context.Context, p Partition, maxOffset int64, n int) ([]*Manifest, error) {
+	ls, err := s.list(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if len(ls) == 0 {
+		return nil, ErrNotFound
+	}
+	var out []*Manifest
+	var firstErr error
+	for _, l := range ls {
+		if l.offset > maxOffset || len(out) >= n {
+			continue
+		}
+		m, err := s.readManifest(ctx, l.key)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if m.Offset != l.offset || m.Group != p.Group || m.Topic != p.Topic || m.Partition != p.Partition {
+			firstErr = cmp.Or(firstErr, fmt.Errorf("%w: manifest %s describes %s-%d at %d", ErrDamaged, l.key, m.Topic, m.Partition, m.Offset))
+			continue
+		}
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		if firstErr != nil {
+			return nil, firstErr
+		}
+		return nil, fmt.Errorf("%w: %d exports, the oldest at offset %d, all past %d", ErrStale, len(ls), ls[len(ls)-1].offset, maxOffset)
+	}
+	return out, nil
+}
+
+func (s *Store) readManifest(ctx context.Context, key string) (*Manifest, error) {
+	b, err := s.b.ReadAll(ctx, key)
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, fmt.Errorf("%w: manifest %s vanished: %w", ErrDamaged, key, err)
+		}
+		return nil, fmt.Errorf("handover: read %s: %w", key, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%w: manifest %s: %w", ErrDamaged, key, err)
+	}
+	if m.Version != ManifestVersion {
+		return nil, fmt.Errorf("%w: manifest %s has version %d, want %d", ErrDamaged, key, m.Version, ManifestVersion)
+	}
+	return &m, nil
+}
+
+// Hasher remembers the checksums of files that do not change once
+// written (Pebble tables, named by number), so that an incremental export
+// does not read them again. The zero value is ready; it is safe for
+// concurrent use.
+type Hasher struct {
+	mu   sync.Mutex
+	sums map[string]File // by base name
+}
+
+func (h *Hasher) sum(full, rel string, size int64) (File, error) {
+	base := filepath.Base(rel)
+	immutable := strings.HasSuffix(base, ".sst")
+	h.mu.Lock()
+	f, ok := h.sums[base]
+	h.mu.Unlock()
+	if ok && immutable && f.Size == size {
+		f.Path = rel
+		return f, nil
+	}
+	fh, err := os.Open(full)
+	if err != nil {
+		return File{}, err
+	}
+	defer fh.Close()
+	d := sha256.New()
+	n, err := io.Copy(d, fh)
+	if err != nil {
+		return File{}, err
+	}
+	f = File{Path: rel, Size: n, SHA256: hex.EncodeToString(d.Sum(nil))}
+	if immutable {
+		h.mu.Lock()
+		if h.sums == nil {
+			h.sums = make(map[string]File)
+		}
+		h.sums[base] = f
+		h.mu.Unlock()
+	}
+	return f, nil
+}
+
+// ExportStats says what an export moved.
+type ExportStats struct {
+	Files, Uploaded int   // files in the export, and those uploaded (the rest were stored already)
+	Bytes, Sent     int64 // their bytes, and the bytes uploaded
+	Took            time.Duration
+}
+
+// Export uploads the directory dir (an engine backup) as an export of p
+// and writes its manifest, whose Offset, Window and Format the caller sets
+// in m; the rest is filled in. h, if not nil, caches the checksums of
+// immutable files between exports of the same partition.
+func (s *Store) Export(ctx context.Context, p Partition, dir string, m Manifest, h *Hasher) (*Manifest, ExportStats, error) {
+	start := time.Now()
+	var st ExportStats
+	if h == nil {
+		h = &Hasher{}
+	}
+	var files []File
+	err := filepath.WalkDir(dir, func(full string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("handover: %s is not a regular file", full)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, full)
+		if err != nil {
+			return err
+		}
+		f, err := h.sum(full, filepath.ToSlash(rel), info.Size())
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+		return nil
+	})
+	if err != nil {
+		return nil, st, fmt.Errorf("handover: export %s: %w", dir, err)
+	}
+	pre := p.prefix()
+	for _, f := range files {
+		st.Files++
+		st.Bytes += f.Size
+		key := pre + "/files/" + f.SHA256
+		ok, err := s.b.Exists(ctx, key)
+		if err != nil {
+			return nil, st, fmt.Errorf("handover: export %s: %w", key, err)
+		}
+		if ok {
+			continue
+		}
+		if err := s.upload(ctx, key, filepath.Join(dir, filepath.FromSlash(f.Path))); err != nil {
+			return nil, st, err
+		}
+		st.Uploaded++
+		st.Sent += f.Size
+	}
+	ls, err := s.list(ctx, p)
+	if err != nil {
+		return nil, st, err
+	}
+	var gen uint64
+	for _, l := range ls {
+		gen = max(gen, l.gen)
+	}
+	m.Version = ManifestVersion
+	m.Group, m.Topic, m.Partition = p.Group, p.Topic, p.Partition
+	m.Generation = gen + 1
+	m.Writer = s.writer
+	m.Files = files
+	m.Created = time.Now().UTC()
+	b, err := json.MarshalIndent(&m, "", " ")
+	if err != nil {
+		return nil, st, err
+	}
+	key := pre + "/manifests/" + manifestName(&m)
+	if err := s.b.WriteAll(ctx, key, b, &blob.WriterOptions{ContentType: "application/json", IfNotExist: true}); err != nil {
+		return nil, st, fmt.Errorf("handover: write manifest %s: %w", key, err)
+	}
+	st.Took = time.Since(start)
+	return &m, st, nil
+}
+
+func (s *Store) upload(ctx context.Context, key, full string) error {
+	fh, err := os.Open(full)
+	if err != nil {
+		return fmt.Errorf("handover: export: %w", err)
+	}
+	defer fh.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // a canceled writer is discarded, not committed
+	w, err := s.b.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return fmt.Errorf("handover: upload %s: %w", key, err)
+	}
+	if _, err := io.Copy(w, fh); err != nil {
+		cancel()
+		_ = w.Close()
+		return fmt.Errorf("handover: upload %s: %w", key, err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("handover: upload %s: %w", key, err)
+	}
+	return nil
+}
+
+// Fetch downloads the export m into dst, a directory that must not exist,
+// verifying every file's size and checksum; a missing or damaged file is
+// an [ErrDamaged] error. On error dst is removed.
+func (s *Store) Fetch(ctx context.Context, m *Manifest, dst string) (int64, error) {
+	if _, err := os.Stat(dst); err == nil {
+		return 0, fmt.Errorf("handover: fetch: %q exists", dst)
+	}
+	p := Partition{m.Group, m.Topic, m.Partition}
+	var n int64
+	err := s.fetch(ctx, p, m, dst, &n)
+	if err != nil {
+		os.RemoveAll(dst)
+	}
+	return n, err
+}
+
+func (s *Store) fetch(ctx context.Context, p Partition, m *Manifest, dst string, n *int64) error {
+	// A damaged file does not stop the fetch: every file is checked, and
+	// each damaged one deleted from the store (its name is its checksum,
+	// so its content is wrong whoever wrote it), so that the next export
+	// uploads it again instead of naming the damaged copy.
+	var damaged error
+	for _, f := range m.Files {
+		rel := filepath.FromSlash(f.Path)
+		if !filepath.IsLocal(rel) {
+			return fmt.Errorf("%w: file path %q leaves the export", ErrDamaged, f.Path)
+		}
+		full := filepath.Join(dst, rel)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return fmt.Errorf("handover: fetch: %w", err)
+		}
+		key := p.prefix() + "/files/" + f.SHA256
+		err := s.download(ctx, key, full, f)
+		switch {
+		case errors.Is(err, ErrDamaged):
+			damaged = cmp.Or(damaged, err)
+			if derr := s.b.Delete(ctx, key); derr != nil && gcerrors.Code(derr) != gcerrors.NotFound {
+				return errors.Join(err, derr)
+			}
+		case err != nil:
+			return err
+		default:
+			*n += f.Size
+		}
+	}
+	return damaged
+}
+
+func (s *Store) download(ctx context.Context, key, full string, f File) error {
+	r, err := s.b.NewReader(ctx, key, nil)
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return fmt.Errorf("%w: file %s (%s) is missing", ErrDamaged, f.Path, key)
+		}
+		return fmt.Errorf("handover: fetch %s: %w", key, err)
+	}
+	defer r.Close()
+	out, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("handover: fetch: %w", err)
+	}
+	d := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, d), io.LimitReader(r, f.Size+1))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("handover: fetch %s: %w", key, err)
+	}
+	if n != f.Size {
+		return fmt.Errorf("%w: file %s has %d bytes, the manifest says %d", ErrDamaged, f.Path, n, f.Size)
+	}
+	if got := hex.EncodeToString(d.Sum(nil)); got != f.SHA256 {
+		return fmt.Errorf("%w: file %s has checksum %s, the manifest says %s", ErrDamaged, f.Path, got, f.SHA256)
+	}
+	return nil
+}
+
+// Prune keeps p's newest Keep exports and deletes the older manifests,
+// then the files no kept manifest names that are older than Grace.
+func (s *Store) Prune(ctx context.Context, p Partition) error {
+	ls, err := s.list(ctx, p)
+	if err != nil {
+		return err
+	}
+	keep := max(1, s.Keep)
+	named := make(map[string]bool)
+	for i, l := range ls {
+		if i >= keep {
+			if err := s.b.Delete(ctx, l.key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+				return fmt.Errorf("handover: prune %s: %w", l.key, err)
+			}
+			continue
+		}
+		m, err := s.readManifest(ctx, l.key)
+		if err != nil {
+			return err
+		}
+		for _, f := range m.Files {
+			named[f.SHA256] = true
+		}
+	}
+	pre := p.prefix() + "/files/"
+	it := s.b.List(&blob.ListOptions{Prefix: pre})
+	old := time.Now().Add(-s.Grace)
+	for {
+		o, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("handover: prune: list %s: %w", pre, err)
+		}
+		if named[strings.TrimPrefix(o.Key, pre)] || o.ModTime.After(old) {
+			continue
+		}
+		if err := s.b.Delete(ctx, o.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return fmt.Errorf("handover: prune %s: %w", o.Key, err)
+		}
+	}
+}

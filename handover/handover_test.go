@@ -1,0 +1,297 @@
+package handover_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/handover"
+	"github.com/streamdedup/dedup/handover/handovertest"
+	"gocloud.dev/blob"
+)
+
+// stores returns a store of each kind the package serves, by name.
+func stores(t *testing.T) map[string]string {
+	s3url, _ := handovertest.S3(t)
+	dir := t.TempDir()
+	return map[string]string{
+		"mem":  "mem://",
+		"file": "file://" + filepath.ToSlash(dir),
+		"s3":   s3url,
+	}
+}
+
+// backup makes an engine state holding keys k0..k(n-1) committed with
+// checkpoint cp and returns a backup of it.
+func backup(t *testing.T, n int, cp string) string {
+	t.Helper()
+	dir := t.TempDir()
+	e, err := dedup.Open(dedup.Options{Dir: filepath.Join(dir, "state"), ExpectedRate: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if v, err := e.Observe(fmt.Appendf(nil, "k%d", i)); err != nil || v != dedup.New {
+			t.Fatalf("observe k%d: %v %v", i, v, err)
+		}
+	}
+	if err := e.Commit([]byte(cp)); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(dir, "backup")
+	if err := e.Backup(dest); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dest
+}
+
+var part = handover.Partition{Group: "g", Topic: "in", Partition: 3}
+
+// TestExportFetchRestore moves a state through each store: the restored
+// engine holds every key and the checkpoint, and an unchanged table is
+// not uploaded twice.
+func TestExportFetchRestore(t *testing.T) {
+	ctx := context.Background()
+	src := backup(t, 5000, "cp-100")
+	for name, url := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			s, err := handover.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var h handover.Hasher
+			m, st, err := s.Export(ctx, part, src, handover.Manifest{Offset: 100, Window: time.Hour, Format: "f"}, &h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Uploaded == 0 || st.Sent == 0 {
+				t.Fatalf("first export uploaded %d of %d files", st.Uploaded, st.Files)
+			}
+			_, st2, err := s.Export(ctx, part, src, handover.Manifest{Offset: 100, Window: time.Hour, Format: "f"}, &h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st2.Uploaded != 0 {
+				t.Fatalf("the same state exported again uploaded %d files", st2.Uploaded)
+			}
+			ms, err := s.Latest(ctx, part, 100, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ms) != 2 || ms[0].Generation != m.Generation+1 || ms[0].Offset != 100 {
+				t.Fatalf("latest: %+v", ms)
+			}
+			dst := filepath.Join(t.TempDir(), "fetched")
+			n, err := s.Fetch(ctx, ms[0], dst)
+			if err != nil || n != m.Bytes() {
+				t.Fatalf("fetch: %d bytes (want %d), %v", n, m.Bytes(), err)
+			}
+			state := filepath.Join(t.TempDir(), "state")
+			opts, err := dedup.RestoreBackup(dst, state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := dedup.Open(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if got := e.Checkpoint(); !bytes.Equal(got, []byte("cp-100")) {
+				t.Fatalf("checkpoint %q", got)
+			}
+			for i := range 5000 {
+				if v, err := e.Peek(fmt.Appendf(nil, "k%d", i)); err != nil || v == dedup.New {
+					t.Fatalf("k%d after restore: %v %v", i, v, err)
+				}
+			}
+		})
+	}
+}
+
+// TestLatestByOffset: the export chosen is the newest at or before the
+// offset asked, whatever was written last; none at all or only newer
+// ones are told apart.
+func TestLatestByOffset(t *testing.T) {
+	ctx := context.Background()
+	src := backup(t, 10, "x")
+	s, err := handover.Open(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Latest(ctx, part, 1000, 1); !errors.Is(err, handover.ErrNotFound) {
+		t.Fatalf("empty store: %v", err)
+	}
+	for _, off := range []int64{500, 900, 300} { // a late writer exports an older state last
+		if _, _, err := s.Export(ctx, part, src, handover.Manifest{Offset: off}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ max, want int64 }{{1000, 900}, {899, 500}, {500, 500}, {300, 300}} {
+		ms, err := s.Latest(ctx, part, c.max, 1)
+		if err != nil || ms[0].Offset != c.want {
+			t.Fatalf("latest at or before %d: %+v %v, want offset %d", c.max, ms, err, c.want)
+		}
+	}
+	if ms, err := s.Latest(ctx, part, 299, 1); !errors.Is(err, handover.ErrStale) {
+		t.Fatalf("every export past the offset: %v %v", ms, err)
+	}
+	other := part
+	other.Partition = 4
+	if _, err := s.Latest(ctx, other, 1000, 1); !errors.Is(err, handover.ErrNotFound) {
+		t.Fatalf("another partition: %v", err)
+	}
+}
+
+// TestDamagedExport: a file changed, truncated or missing in the store
+// fails verification with ErrDamaged, and nothing is left at dst.
+func TestDamagedExport(t *testing.T) {
+	ctx := context.Background()
+	src := backup(t, 100, "x")
+	for _, damage := range []string{"flip", "truncate", "delete"} {
+		t.Run(damage, func(t *testing.T) {
+			b, err := blob.OpenBucket(ctx, "mem://")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := handover.NewStore(b)
+			defer s.Close()
+			m, _, err := s.Export(ctx, part, src, handover.Manifest{Offset: 7}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			big := m.Files[0]
+			for _, f := range m.Files {
+				if f.Size > big.Size {
+					big = f
+				}
+			}
+			key := "g/in/3/files/" + big.SHA256
+			data, err := b.ReadAll(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch damage {
+			case "flip":
+				data[len(data)/2] ^= 1
+				err = b.WriteAll(ctx, key, data, nil)
+			case "truncate":
+				err = b.WriteAll(ctx, key, data[:len(data)-1], nil)
+			case "delete":
+				err = b.Delete(ctx, key)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst := filepath.Join(t.TempDir(), "f")
+			if _, err := s.Fetch(ctx, m, dst); !errors.Is(err, handover.ErrDamaged) || !strings.Contains(err.Error(), big.Path) {
+				t.Fatalf("fetch of a damaged export: %v", err)
+			}
+			if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("dst left behind: %v", err)
+			}
+		})
+	}
+}
+
+// TestPartialExportInvisible: files uploaded without their manifest (an
+// exporter killed before it) are no export; a manifest that does not
+// decode is damaged.
+func TestPartialExportInvisible(t *testing.T) {
+	ctx := context.Background()
+	b, err := blob.OpenBucket(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := handover.NewStore(b)
+	defer s.Close()
+	if err := b.WriteAll(ctx, "g/in/3/files/abc", []byte("half"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Latest(ctx, part, 100, 1); !errors.Is(err, handover.ErrNotFound) {
+		t.Fatalf("files without a manifest: %v", err)
+	}
+	if err := b.WriteAll(ctx, fmt.Sprintf("g/in/3/manifests/%020d-%020d-w.json", 5, 1), []byte("{"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Latest(ctx, part, 100, 1); !errors.Is(err, handover.ErrDamaged) {
+		t.Fatalf("a torn manifest: %v", err)
+	}
+}
+
+// TestWritersNeverOverwrite: two stores (two owners) exporting the same
+// partition at the same generation write two manifests, each intact.
+func TestWritersNeverOverwrite(t *testing.T) {
+	ctx := context.Background()
+	src := backup(t, 10, "x")
+	for name, url := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			b, err := blob.OpenBucket(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := handover.NewStore(b)
+			c := handover.NewStore(b)
+			ma, _, err := a.Export(ctx, part, src, handover.Manifest{Offset: 10}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mc, _, err := c.Export(ctx, part, src, handover.Manifest{Offset: 10}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := a.Latest(ctx, part, 10, 10)
+			if err != nil || len(ms) != 2 {
+				t.Fatalf("latest: %v %v", ms, err)
+			}
+			if ms[0].Writer != mc.Writer || ms[1].Writer != ma.Writer || ms[0].Generation <= ms[1].Generation {
+				t.Fatalf("manifests %+v %+v, written by %s then %s", ms[0], ms[1], ma.Writer, mc.Writer)
+			}
+			b.Close()
+		})
+	}
+}
+
+// TestPrune keeps the newest exports and their files and drops the rest.
+func TestPrune(t *testing.T) {
+	ctx := context.Background()
+	b, err := blob.OpenBucket(ctx, "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := handover.NewStore(b)
+	defer s.Close()
+	s.Keep, s.Grace = 2, 0
+	for i := range 4 {
+		src := backup(t, 10+i, fmt.Sprint(i))
+		if _, _, err := s.Export(ctx, part, src, handover.Manifest{Offset: int64(i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Prune(ctx, part); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := s.Latest(ctx, part, 100, 10)
+	if err != nil || len(ms) != 2 || ms[0].Offset != 3 || ms[1].Offset != 2 {
+		t.Fatalf("after prune: %v %v", ms, err)
+	}
+	for _, m := range ms {
+		if _, err := s.Fetch(ctx, m, filepath.Join(t.TempDir(), "f")); err != nil {
+			t.Fatalf("kept export %d: %v", m.Offset, err)
+		}
+	}
+	if _, err := s.Latest(ctx, part, 1, 10); !errors.Is(err, handover.ErrStale) {
+		t.Fatalf("pruned exports still listed: %v", err)
+	}
+}

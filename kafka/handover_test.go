@@ -1,0 +1,222 @@
+package kafka
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/streamdedup/dedup/handover"
+	"github.com/streamdedup/dedup/handover/handovertest"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// openStore opens a handover store at url, closed when t ends (after the
+// consumers started later, whose cleanups run first).
+func openStore(t *testing.T, url string) *handover.Store {
+	t.Helper()
+	s, err := handover.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// handoverStores are the stores the kafka tests run over: a shared
+// directory and an in-process S3.
+func handoverStores(t *testing.T) map[string]func(t *testing.T) (string, string) {
+	return map[string]func(t *testing.T) (string, string){
+		"file": func(t *testing.T) (string, string) {
+			dir := t.TempDir()
+			return "file://" + filepath.ToSlash(dir), dir
+		},
+		"s3": func(t *testing.T) (string, string) {
+			url, _ := handovertest.S3(t)
+			return url, ""
+		},
+	}
+}
+
+func sumReplayed(rs []Ready) (n int64) {
+	for _, r := range rs {
+		n += r.Replayed
+	}
+	return n
+}
+
+// TestHandoverMove moves partitions between instances with a handover
+// store: a partition a newcomer takes is imported as the old owner
+// exported it on revoke, with nothing to replay; a new machine imports
+// the last exports and replays only the records processed after them
+// (by an instance without handover); the output holds every distinct
+// key exactly once across the moves.
+func TestHandoverMove(t *testing.T) {
+	for name, mk := range handoverStores(t) {
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, 2)
+			addrs := c.ListenAddrs()
+			url, _ := mk(t)
+			store := openStore(t, url)
+			t0 := time.Now()
+			group := "gh-" + name
+			withHandover := func(dir string) Config {
+				cfg := testConfig(t, addrs, group)
+				if dir != "" {
+					cfg.StateDir = dir
+				}
+				cfg.Handover = store
+				cfg.HandoverInterval = time.Hour // exports on revoke only
+				return cfg
+			}
+			w1 := genInput("h", 2000, 1200, 50, t0)
+			produce(t, addrs, w1.recs)
+			dirA := t.TempDir()
+			a := start(t, withHandover(dirA), nil)
+			waitCommitted(t, addrs, group)
+
+			b := start(t, withHandover(""), nil) // takes one partition from a
+			waitReady(t, b, 1)
+			rb := b.readies()[0]
+			if rb.Imported != rb.Committed || rb.Imported <= 0 || rb.Replayed != 0 || rb.Fallback != "" {
+				t.Errorf("moved partition: %+v, want it imported at its committed offset with nothing replayed", rb)
+			}
+			w2 := genInput("h", 1000, 1500, 50, t0.Add(3*time.Second)) // repeats and new keys
+			produce(t, addrs, w2.recs)
+			waitCommitted(t, addrs, group)
+			a.stop(t) // exports on revoke
+			b.stop(t)
+			if st := b.c.HandoverStats(); st.Imports != 1 || st.Exports == 0 || st.ExportedBytes == 0 {
+				t.Errorf("b's handover stats %+v", st)
+			}
+
+			// An instance without handover goes on; its work is not exported.
+			plain := testConfig(t, addrs, group)
+			plain.StateDir = dirA
+			p := start(t, plain, nil)
+			w3 := genInput("h", 700, 1900, 50, t0.Add(6*time.Second))
+			produce(t, addrs, w3.recs)
+			waitCommitted(t, addrs, group)
+			p.stop(t)
+
+			// A new machine: it imports the last exports and replays w3 only.
+			d := start(t, withHandover(""), nil)
+			waitReady(t, d, 2)
+			rd := d.readies()
+			for _, r := range rd {
+				if r.Imported <= 0 || r.Imported >= r.Committed || r.From != r.Imported {
+					t.Errorf("new machine: %+v, want an import behind the committed offset, replayed from it", r)
+				}
+			}
+			if got, want := sumReplayed(rd), int64(len(w3.recs)); got != want {
+				t.Errorf("new machine replayed %d records, want %d (w3 only)", got, want)
+			}
+			w4 := genInput("h", 1500, 2500, 50, t0.Add(9*time.Second))
+			produce(t, addrs, w4.recs)
+			waitCommitted(t, addrs, group)
+			d.stop(t)
+			checkExactlyOnce(t, addrs, w1, w2, w3, w4)
+		})
+	}
+}
+
+// TestHandoverFallbacks: an export that is missing, damaged, stale or of
+// another window is not imported; the partition is rebuilt by replay as
+// without handover, and the reason is reported and counted.
+func TestHandoverFallbacks(t *testing.T) {
+	c := newCluster(t, 1)
+	addrs := c.ListenAddrs()
+	dir := t.TempDir()
+	store := openStore(t, "file://"+filepath.ToSlash(dir))
+	t0 := time.Now()
+	in := genInput("f", 1500, 1000, 0, t0)
+	produce(t, addrs, in.recs)
+
+	run := func(group string, mod func(*Config)) Ready {
+		t.Helper()
+		cfg := testConfig(t, addrs, group)
+		cfg.Handover = store
+		cfg.HandoverInterval = time.Hour
+		if mod != nil {
+			mod(&cfg)
+		}
+		r := start(t, cfg, nil)
+		waitReady(t, r, 1)
+		waitCommitted(t, addrs, group)
+		r.stop(t)
+		rd := r.readies()
+		if len(rd) != 1 {
+			t.Fatalf("readies %+v", rd)
+		}
+		return rd[0]
+	}
+	// The first run has no export: it rebuilds from nothing (C < 0).
+	run("gf", nil)
+	check := func(name, reason string, mod func(*Config)) {
+		t.Helper()
+		r := run("gf", func(cfg *Config) {
+			if mod != nil {
+				mod(cfg)
+			}
+			cfg.OnReady = nil
+		})
+		if r.Imported != -1 || r.Fallback != reason || r.Replayed != int64(len(in.recs)) {
+			t.Errorf("%s: %+v, want fallback %q replaying all %d records", name, r, reason, len(in.recs))
+		}
+	}
+	// Sanity: the export is usable as it is.
+	if r := run("gf", nil); r.Imported != int64(len(in.recs)) || r.Replayed != 0 {
+		t.Fatalf("intact export: %+v", r)
+	}
+	check("no export", FallbackNone, func(cfg *Config) { cfg.Handover = openStore(t, "mem://") })
+
+	// Damage every stored file: the newest export and the older ones.
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Base(filepath.Dir(path)) != "files" || filepath.Ext(path) == ".attrs" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) == 0 {
+			return err
+		}
+		b[len(b)/2] ^= 0x40
+		return os.WriteFile(path, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("damaged", FallbackDamaged, nil)
+	// The damaged files were dropped from the store, and the run after
+	// the damage exported its state whole again: it imports.
+	if r := run("gf", nil); r.Imported != int64(len(in.recs)) || r.Replayed != 0 {
+		t.Fatalf("export after the damage: %+v", r)
+	}
+	check("another window", FallbackIncompatible, func(cfg *Config) { cfg.Engine.Window = 2 * time.Hour })
+
+	// Stale: the group's offset set back behind every export.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	stale := "gf-stale"
+	run(stale, nil) // exports at the end
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: inTopic, Partition: 0, At: 500, LeaderEpoch: -1})
+	if _, err := kadm.NewClient(cl).CommitOffsets(context.Background(), stale, offs); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, addrs, stale)
+	cfg.Handover = store
+	r := start(t, cfg, nil)
+	waitReady(t, r, 1)
+	r.stop(t)
+	if rd := r.readies()[0]; rd.Fallback != FallbackStale || rd.Imported != -1 || rd.Replayed != 500 {
+		t.Errorf("exports ahead of the group: %+v, want a stale fallback replaying 500", rd)
+	}
+	if st := r.c.HandoverStats(); st.Fallbacks[FallbackStale] != 1 {
+		t.Errorf("stale fallback not counted: %+v", st)
+	}
+}
