@@ -34,7 +34,11 @@ const formatVersion = 3
 const logFormat = 1
 
 var (
-	markerKey     = append([]byte{tagMarker}, "dedup-exact"...)
+	markerKey = append([]byte{tagMarker}, "dedup-exact"...)
+	// upgradingKey is set with the marker of format 3 by an upgrade, to
+	// the format it upgraded from, and deleted once no key of that format
+	// is left at rest (see upgrade.go).
+	upgradingKey  = append([]byte{tagMarker}, "dedup-exact-upgrading"...)
 	checkpointKey = []byte{tagCheckpoint}
 	floorKey      = []byte{tagFloor}
 	seqKey        = []byte{tagSeq}

@@ -155,6 +155,14 @@ func (s *Store) init(existing bool) (err error) {
 		} else if v[0] < formatVersion {
 			// upgrade rewrites the marker once the store is converted.
 			s.from = int(v[0])
+		} else if u, ok, err := s.get(upgradingKey); err != nil {
+			return err
+		} else if ok {
+			if len(u) != 1 || u[0] < 1 || u[0] >= formatVersion {
+				return fmt.Errorf("%w: %q has upgrade marker %x", ErrCorrupt, s.dir, u)
+			}
+			// An upgrade whose cleanup a crash interrupted: upgrade redoes it.
+			s.cleanupFrom = int(u[0])
 		}
 	}
 	if s.db.FormatMajorVersion() < pebble.FormatNewest {
@@ -240,6 +248,7 @@ func (s *Store) replay() (err error) {
 	}
 	var nums []uint64
 	var highest uint64 // the highest segment number a file is named with
+	removedFree := false
 	for _, name := range ls {
 		if n, ok := parseSegName(name); ok {
 			nums = append(nums, n)
@@ -262,6 +271,7 @@ func (s *Store) replay() (err error) {
 			if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil {
 				return fmt.Errorf("exact: remove %q: %w", name, err)
 			}
+			removedFree = true
 		}
 	}
 	slices.Sort(nums)
@@ -314,9 +324,16 @@ func (s *Store) replay() (err error) {
 			return fmt.Errorf("exact: remove commit log: %w", err)
 		}
 	}
-	if len(nums) > 0 {
+	if len(nums) > 0 || removedFree {
 		if err := syncDir(s.fs, s.dir); err != nil {
 			return err
+		}
+	}
+	// The segments of an upgraded store, which held keys, are gone for
+	// good: so is the last of its keys at rest.
+	if s.upgraded {
+		if err := s.db.Delete(upgradingKey, pebble.Sync); err != nil {
+			return fmt.Errorf("exact: finish upgrade: %w", err)
 		}
 	}
 	if err := s.newEpoch(highest); err != nil {

@@ -224,9 +224,12 @@ type Store struct {
 	memLimit int
 	ents     []ent // scratch of a replay
 	// from is the format of a store being upgraded by this Open (see
-	// upgrade.go), 0 if none; upgraded is set once it was.
-	from     int
-	upgraded bool
+	// upgrade.go), 0 if none; cleanupFrom is the format an upgrade whose
+	// cleanup is not done yet (upgradingKey) came from, 0 if none;
+	// upgraded is set once the store is of format 3 and that cleanup runs.
+	from        int
+	cleanupFrom int
+	upgraded    bool
 	// k0, k1 are the fingerprint secret (see Fingerprint).
 	k0, k1 uint64
 

@@ -15,18 +15,21 @@ package exact
 //     (the keys of format 1 take flush number 0, which no flush has), and
 //     written as a sorted table of fingerprints with its filter; all of
 //     them are ingested in one atomic step.
-//  3. One synced batch rewrites the marker to 3 and deletes the ranges of
-//     keys and filters of the old formats: the store is of format 3 at
-//     once and whole. A crash before leaves the old format with every key
-//     where it was (step 1 of the next Open clears what step 2 wrote); a
-//     crash after leaves format 3 with every key fingerprinted.
-//  4. The old ranges are excised, so that no key stays on disk in a
-//     table, and, for format 1, whose keys went through Pebble's memtable
-//     into tables shared with other entries, everything is compacted. Every
-//     Open excises what a crash left of them (legacyLeft).
-//
-// Retired commit-log segments, which hold keys in format 2, are removed by
-// the replay instead of being kept for reuse.
+//  3. One synced batch rewrites the marker to 3, sets upgradingKey to the
+//     old format, and deletes the ranges of keys and filters of the old
+//     formats: the store is of format 3 at once and whole. A crash before
+//     leaves the old format with every key where it was (step 1 of the
+//     next Open clears what step 2 wrote); a crash after leaves format 3
+//     with every key fingerprinted.
+//  4. The cleanup: the old ranges are excised, so that no key stays on
+//     disk in a table, and, for format 1, whose keys went through Pebble's
+//     memtable into tables shared with other entries, everything is
+//     compacted; Pebble's manifest is restarted (rewriteManifest); the
+//     replay that follows removes the retired commit-log segments, which
+//     hold keys in format 2, instead of keeping them for reuse, and then
+//     deletes upgradingKey. Every Open that finds upgradingKey set (a crash
+//     interrupted the cleanup) redoes the whole cleanup; every other Open
+//     excises what is left of the old ranges (exciseLegacy).
 
 import (
 	"cmp"
@@ -50,7 +53,8 @@ var legacyRanges = []pebble.KeyRange{
 }
 
 // upgrade converts a store of format s.from (1 or 2) to format 3, and
-// removes what a crash left of an earlier upgrade's old ranges.
+// cleans up what the old format left on disk, or what a crash left of an
+// earlier upgrade's cleanup.
 func (s *Store) upgrade() (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -58,9 +62,29 @@ func (s *Store) upgrade() (err error) {
 		}
 	}()
 	ctx := context.Background()
-	if s.from == 0 {
+	if s.from == 0 && s.cleanupFrom == 0 {
 		return s.exciseLegacy(ctx)
 	}
+	if s.from != 0 {
+		if err := s.convert(ctx); err != nil {
+			return err
+		}
+	}
+	s.upgraded = true // the replay deletes upgradingKey after its part
+	if err := s.exciseLegacy(ctx); err != nil {
+		return err
+	}
+	if s.cleanupFrom == 1 {
+		if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+			return fmt.Errorf("exact: upgrade %q: compact: %w", s.dir, err)
+		}
+	}
+	return s.rewriteManifest()
+}
+
+// convert converts a store of format s.from to format 3, with upgradingKey
+// set (steps 1 to 3 above).
+func (s *Store) convert(ctx context.Context) (err error) {
 	if err := s.db.Excise(ctx, pebble.KeyRange{Start: []byte{tagFP}, End: fpFiltersEnd}); err != nil {
 		return fmt.Errorf("exact: upgrade %q: clear an interrupted upgrade: %w", s.dir, err)
 	}
@@ -69,7 +93,8 @@ func (s *Store) upgrade() (err error) {
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	err = b.Set(markerKey, []byte{formatVersion}, nil)
+	err = errors.Join(b.Set(markerKey, []byte{formatVersion}, nil),
+		b.Set(upgradingKey, []byte{byte(s.from)}, nil))
 	for _, r := range legacyRanges {
 		err = errors.Join(err, b.DeleteRange(r.Start, r.End, nil))
 	}
@@ -79,16 +104,10 @@ func (s *Store) upgrade() (err error) {
 	if err != nil {
 		return fmt.Errorf("exact: upgrade %q from format %d: %w", s.dir, s.from, err)
 	}
-	s.upgraded = true
-	if err := s.exciseLegacy(ctx); err != nil {
-		return err
-	}
-	if s.from == 1 {
-		if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
-			return fmt.Errorf("exact: upgrade %q: compact: %w", s.dir, err)
-		}
-	}
-	return s.rewriteManifest()
+	s.cleanupFrom = s.from
+	s.lg.Infof("exact: upgraded the state in %q from format %d to %d: binaries that read only format %d or older can no longer open it",
+		s.dir, s.from, formatVersion, formatVersion-1)
+	return nil
 }
 
 // rewriteManifest makes Pebble start a new MANIFEST holding the current
@@ -206,7 +225,7 @@ func (s *Store) exciseLegacy(ctx context.Context) error {
 			continue
 		}
 		if err := s.db.Excise(ctx, r); err != nil {
-			return fmt.Errorf("exact: upgrade %q: remove the keys of format %d: %w", s.dir, max(s.from, 1), err)
+			return fmt.Errorf("exact: upgrade %q: remove the keys of format %d: %w", s.dir, max(s.cleanupFrom, 1), err)
 		}
 	}
 	return nil

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -125,7 +125,9 @@ func TestUpgradeGolden(t *testing.T) {
 // TestUpgradeCrashAtEveryWrite opens each golden store on a file system
 // that takes a crash clone (unsynced data lost) at its k-th write, and
 // opens the clone: it opens, as the old format or the new (and is then of
-// the new), with every key. The two stores take turns over k (the first
+// the new), with every key, and once closed no file holds a key (the
+// cleanup of the upgrade is redone by the Open after a crash that
+// interrupted it). The two stores take turns over k (the first
 // the even writes, the second the odd ones: both upgrade through the same
 // steps), so that every write is a crash point in one of them, at half
 // the cost.
@@ -156,6 +158,9 @@ func TestUpgradeCrashAtEveryWrite(t *testing.T) {
 					t.Fatalf("crash at write %d: marker %x, %v after the upgrade", k, v, err)
 				}
 				mustClose(t, s)
+				if _, err := keysAtRest(clone, "db", keys); err != nil {
+					t.Fatalf("crash at write %d, then a clean Open and Close: %v", k, err)
+				}
 			}
 			t.Logf("%d crash points checked", k)
 		})
@@ -247,27 +252,50 @@ func TestNoKeysAtRest(t *testing.T) {
 // checkNoKeysAtRest fails if a file under dir holds one of keys.
 func checkNoKeysAtRest(t *testing.T, dir string, keys [][]byte) {
 	t.Helper()
-	files := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		files++
-		for _, k := range keys {
-			if i := bytes.Index(b, k); i >= 0 {
-				return fmt.Errorf("%s holds key %q at byte %d", path, k, i)
-			}
-		}
-		return nil
-	})
+	files, err := keysAtRest(vfs.Default, dir, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d files, none holds any of %d keys", files, len(keys))
+}
+
+// keysAtRest returns an error naming the file and the key if a file under
+// dir on fs holds one of keys, else the number of files it read.
+func keysAtRest(fs vfs.FS, dir string, keys [][]byte) (files int, err error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return files, err
+	}
+	for _, name := range names {
+		path := fs.PathJoin(dir, name)
+		fi, err := fs.Stat(path)
+		if err != nil {
+			return files, err
+		}
+		if fi.IsDir() {
+			n, err := keysAtRest(fs, path, keys)
+			files += n
+			if err != nil {
+				return files, err
+			}
+			continue
+		}
+		f, err := fs.Open(path)
+		if err != nil {
+			return files, err
+		}
+		b, err := io.ReadAll(f)
+		if err = errors.Join(err, f.Close()); err != nil {
+			return files, err
+		}
+		files++
+		for _, k := range keys {
+			if i := bytes.Index(b, k); i >= 0 {
+				return files, fmt.Errorf("%s holds key %q at byte %d", path, k, i)
+			}
+		}
+	}
+	return files, nil
 }
 
 // TestNewerFormat: a store whose marker names a format past this package's
