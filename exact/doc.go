@@ -76,6 +76,7 @@
 // that byte order is numeric order:
 //
 //	0x00 "dedup-exact"            -> format version (1 byte)   marker of our directories
+//	0x00 "dedup-exact-upgrading"  -> old format (1 byte)       an upgrade whose cleanup is not done yet
 //	0x01 name                     -> value                     metadata (SetMeta)
 //	0x02                          -> checkpoint bytes          checkpoint of the last flushed commit
 //	0x03                          -> gen (8 bytes)             drop floor: generations < gen are gone

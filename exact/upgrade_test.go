@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -105,7 +108,8 @@ func TestUpgradeGolden(t *testing.T) {
 		t.Run(g.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "store")
 			copyToFS(t, g.dir, vfs.Default, dir)
-			s := mustOpen(t, dir, Options{})
+			lg := &upgradeLog{}
+			s := mustOpen(t, dir, Options{Logger: lg})
 			keys := g.keys()
 			checkFingerprints(t, s, keys, "after the upgrade")
 			if v, _, err := s.get(markerKey); err != nil || !bytes.Equal(v, []byte{formatVersion}) {
@@ -115,11 +119,36 @@ func TestUpgradeGolden(t *testing.T) {
 			if g.name != "format1" { // format 1 kept keys in Pebble's WAL, whose files Pebble recycles
 				checkNoKeysAtRest(t, dir, keys)
 			}
-			s = mustOpen(t, dir, Options{})
+			s = mustOpen(t, dir, Options{Logger: lg})
 			defer mustClose(t, s)
 			checkFingerprints(t, s, keys, "reopened")
+			want := fmt.Sprintf("from format %s to 3: binaries that read only format 2 or older can no longer open it", g.name[len("format"):])
+			if lines := lg.get(); len(lines) != 1 || !strings.Contains(lines[0], want) {
+				t.Fatalf("upgrade logged %q, want one line saying %q", lines, want)
+			}
 		})
 	}
+}
+
+// upgradeLog records the messages of the store about an upgrade.
+type upgradeLog struct {
+	quietLogger
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *upgradeLog) Infof(format string, args ...any) {
+	if msg := fmt.Sprintf(format, args...); strings.Contains(msg, "upgraded") {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, msg)
+	}
+}
+
+func (l *upgradeLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
 }
 
 // TestUpgradeCrashAtEveryWrite opens each golden store on a file system
