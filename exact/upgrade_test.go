@@ -318,13 +318,47 @@ func keysAtRest(fs vfs.FS, dir string, keys [][]byte) (files int, err error) {
 			return files, err
 		}
 		files++
-		for _, k := range keys {
-			if i := bytes.Index(b, k); i >= 0 {
-				return files, fmt.Errorf("%s holds key %q at byte %d", path, k, i)
-			}
+		if k, i := keyIn(b, keys); k != nil {
+			return files, fmt.Errorf("%s holds key %q at byte %d", path, k, i)
 		}
 	}
 	return files, nil
+}
+
+// keyIn returns the first key of keys found in b and its offset, or nil.
+// Every key starts with the keys' longest common prefix: b is searched for
+// that, and each match checked against the keys.
+func keyIn(b []byte, keys [][]byte) ([]byte, int) {
+	if len(keys) == 0 {
+		return nil, -1
+	}
+	prefix := keys[0]
+	set := map[string]bool{}
+	var lens []int
+	for _, k := range keys {
+		n := 0
+		for n < len(prefix) && n < len(k) && prefix[n] == k[n] {
+			n++
+		}
+		prefix = prefix[:n]
+		if !slices.Contains(lens, len(k)) {
+			lens = append(lens, len(k))
+		}
+		set[string(k)] = true
+	}
+	for off := 0; off <= len(b); off++ {
+		i := bytes.Index(b[off:], prefix)
+		if i < 0 {
+			break
+		}
+		off += i
+		for _, n := range lens {
+			if off+n <= len(b) && set[string(b[off:off+n])] {
+				return b[off : off+n], off
+			}
+		}
+	}
+	return nil, -1
 }
 
 // TestNewerFormat: a store whose marker names a format past this package's
