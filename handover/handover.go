@@ -38,6 +38,13 @@
 // robbed of its files. A concurrent export that reuses an old file as it
 // is pruned can lose it: its import then fails verification and falls
 // back, which costs time, never correctness.
+//
+// An export holds the state's fingerprint secret and every fingerprint:
+// the store must be as private as the state directory. On file:// the
+// directories a Store creates are 0700 (unless the URL sets
+// dir_file_mode) and the objects it writes 0600; the files [Store.Fetch]
+// writes are 0600 in 0700 directories. Other stores are access-controlled
+// by their own means (an S3 bucket policy).
 package handover
 
 import (
@@ -51,6 +58,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	neturl "net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -60,6 +68,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/streamdedup/dedup/exact"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// URLs
 	_ "gocloud.dev/blob/memblob"  // mem:// URLs
@@ -147,12 +156,44 @@ type Store struct {
 }
 
 // Open opens the bucket at url: file:///DIR, s3://BUCKET?..., mem://.
+// On file:// the directories it creates are [exact.PrivateDirMode] unless
+// the URL's dir_file_mode says otherwise.
 func Open(ctx context.Context, url string) (*Store, error) {
-	b, err := blob.OpenBucket(ctx, url)
+	b, err := blob.OpenBucket(ctx, privateDirs(url))
 	if err != nil {
 		return nil, fmt.Errorf("handover: open %q: %w", url, err)
 	}
 	return NewStore(b), nil
+}
+
+// privateDirs adds dir_file_mode=0700 to a file:// URL that sets no
+// dir_file_mode; other URLs are returned as they are.
+func privateDirs(rawURL string) string {
+	u, err := neturl.Parse(rawURL)
+	if err != nil || u.Scheme != "file" {
+		return rawURL // blob.OpenBucket reports what is wrong
+	}
+	q := u.Query()
+	if q.Has("dir_file_mode") {
+		return rawURL
+	}
+	q.Set("dir_file_mode", fmt.Sprintf("%#o", exact.PrivateDirMode))
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// privateObject, the BeforeWrite of every object a Store writes, makes
+// the file fileblob writes [exact.PrivateFileMode] before it is renamed
+// to the object's name; on other stores it does nothing.
+func privateObject(as func(any) bool) error {
+	var f *os.File
+	if !as(&f) {
+		return nil
+	}
+	if err := f.Chmod(exact.PrivateFileMode); err != nil {
+		return fmt.Errorf("handover: make %s private: %w", f.Name(), err)
+	}
+	return nil
 }
 
 // NewStore returns a Store over b; closing the Store closes b.
@@ -391,7 +432,7 @@ func (s *Store) Export(ctx context.Context, p Partition, dir string, m Manifest,
 		return nil, st, err
 	}
 	key := pre + "/manifests/" + manifestName(&m)
-	if err := s.b.WriteAll(ctx, key, b, &blob.WriterOptions{ContentType: "application/json", IfNotExist: true}); err != nil {
+	if err := s.b.WriteAll(ctx, key, b, &blob.WriterOptions{ContentType: "application/json", IfNotExist: true, BeforeWrite: privateObject}); err != nil {
 		return nil, st, fmt.Errorf("handover: write manifest %s: %w", key, err)
 	}
 	st.Took = time.Since(start)
@@ -406,7 +447,7 @@ func (s *Store) upload(ctx context.Context, key, full string) error {
 	defer fh.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // a canceled writer is discarded, not committed
-	w, err := s.b.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
+	w, err := s.b.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream", BeforeWrite: privateObject})
 	if err != nil {
 		return fmt.Errorf("handover: upload %s: %w", key, err)
 	}
@@ -449,7 +490,7 @@ func (s *Store) fetch(ctx context.Context, p Partition, m *Manifest, dst string,
 			return fmt.Errorf("%w: file path %q leaves the export", ErrDamaged, f.Path)
 		}
 		full := filepath.Join(dst, rel)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(full), exact.PrivateDirMode); err != nil {
 			return fmt.Errorf("handover: fetch: %w", err)
 		}
 		key := p.prefix() + "/files/" + f.SHA256
@@ -478,7 +519,7 @@ func (s *Store) download(ctx context.Context, key, full string, f File) error {
 		return fmt.Errorf("handover: fetch %s: %w", key, err)
 	}
 	defer r.Close()
-	out, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, exact.PrivateFileMode)
 	if err != nil {
 		return fmt.Errorf("handover: fetch: %w", err)
 	}

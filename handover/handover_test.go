@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/handover"
 	"github.com/streamdedup/dedup/handover/handovertest"
 	"gocloud.dev/blob"
@@ -293,5 +295,58 @@ func TestPrune(t *testing.T) {
 	}
 	if _, err := s.Latest(ctx, part, 1, 10); !errors.Is(err, handover.ErrStale) {
 		t.Fatalf("pruned exports still listed: %v", err)
+	}
+}
+
+// TestFileStoreIsPrivate: under a umask that lets everyone read, a
+// file:// store's directories are 0700 and its objects 0600 (an export
+// holds the state's secret), and so are the directories and files Fetch
+// writes.
+func TestFileStoreIsPrivate(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	ctx := context.Background()
+	src := backup(t, 100, "cp-1")
+	dir := t.TempDir()
+	s, err := handover.Open(ctx, "file://"+filepath.ToSlash(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m, _, err := s.Export(ctx, part, src, handover.Manifest{Offset: 1, Window: time.Hour, Format: "f"}, new(handover.Hasher))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "fetched")
+	if _, err := s.Fetch(ctx, m, dst); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{dir, dst} {
+		objects := 0
+		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil || path == dir || filepath.Ext(path) == ".attrs" {
+				return err // the store's own directory is the user's; .attrs hold content types
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			want := exact.PrivateFileMode
+			if d.IsDir() {
+				want = exact.PrivateDirMode
+			} else {
+				objects++
+			}
+			if got := fi.Mode().Perm(); got != want {
+				t.Errorf("%s has mode %v, want %v", path, got, want)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if objects < len(m.Files) {
+			t.Fatalf("%s holds %d files, the export %d", root, objects, len(m.Files))
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/handover"
 )
 
@@ -95,10 +96,14 @@ func (c *Consumer) stateFormat() string {
 }
 
 // scratch returns a new path under StateDir/.handover for a temporary
-// directory (not created).
+// directory (not created). StateDir/.handover is private like the state
+// (what it holds is states, with their fingerprint secrets).
 func (c *Consumer) scratch(kind string, t tp) (string, error) {
 	root := filepath.Join(c.cfg.StateDir, handoverDir)
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(root, exact.PrivateDirMode); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(root, exact.PrivateDirMode); err != nil {
 		return "", err
 	}
 	var b [6]byte
@@ -189,7 +194,13 @@ func (c *Consumer) exportDue() {
 		return
 	}
 	due.lastExport = time.Now()
-	if cp, ok, _ := decodeCheckpoint(due.eng.Checkpoint()); !ok || (cp.Offset <= due.exported.Load() && !due.dirty) {
+	cp, ok, err := decodeCheckpoint(due.eng.Checkpoint())
+	if err != nil {
+		c.handover.exportFailures.Add(1)
+		c.logf("kafka: %s: export: %v", due.tp, err)
+		return
+	}
+	if !ok || (cp.Offset <= due.exported.Load() && !due.dirty) {
 		return // nothing new since the last export
 	}
 	// Commit the keys of committed transactions first, so that the
@@ -235,7 +246,13 @@ func (c *Consumer) exportRevoked(parts []*partition) {
 	}
 	var wg sync.WaitGroup
 	for _, pt := range parts {
-		if cp, ok, _ := decodeCheckpoint(pt.eng.Checkpoint()); !ok || cp.Offset <= pt.exported.Load() {
+		cp, ok, err := decodeCheckpoint(pt.eng.Checkpoint())
+		if err != nil {
+			c.handover.exportFailures.Add(1)
+			c.logf("kafka: %s: export on revoke: %v", pt.tp, err)
+			continue
+		}
+		if !ok || cp.Offset <= pt.exported.Load() {
 			continue
 		}
 		began := time.Now()

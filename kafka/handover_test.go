@@ -2,11 +2,17 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/handover"
 	"github.com/streamdedup/dedup/handover/handovertest"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -218,5 +224,74 @@ func TestHandoverFallbacks(t *testing.T) {
 	}
 	if st := r.c.HandoverStats(); st.Fallbacks[FallbackStale] != 1 {
 		t.Errorf("stale fallback not counted: %+v", st)
+	}
+}
+
+// TestHandoverScratchIsPrivate: StateDir/.handover, where exports are
+// backed up and imports fetched, is 0700 whatever the umask, even if it
+// was left open by an earlier run.
+func TestHandoverScratchIsPrivate(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	c := &Consumer{cfg: Config{StateDir: t.TempDir()}}
+	root := filepath.Join(c.cfg.StateDir, handoverDir)
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.scratch("import", tp{"in", 0}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != exact.PrivateDirMode {
+		t.Fatalf("%s has mode %v, want %v", root, got, exact.PrivateDirMode)
+	}
+}
+
+// TestHandoverBadCheckpointCounted: a partition whose checkpoint does not
+// decode is not exported, and says so: the export failure is counted and
+// logged with the partition, periodically and on revoke.
+func TestHandoverBadCheckpointCounted(t *testing.T) {
+	e, err := dedup.Open(dedup.Options{Dir: filepath.Join(t.TempDir(), "state"), ExpectedRate: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Commit([]byte("not a checkpoint")); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var logs []string
+	c := &Consumer{cfg: Config{
+		StateDir:              t.TempDir(),
+		Handover:              openStore(t, "mem://"),
+		HandoverInterval:      time.Millisecond,
+		HandoverRevokeTimeout: time.Second,
+		Logf: func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			logs = append(logs, fmt.Sprintf(format, args...))
+		},
+	}}
+	pt := &partition{tp: tp{"in", 7}, eng: e, ready: true}
+	c.parts = map[tp]*partition{pt.tp: pt}
+	c.exportDue()
+	c.exportRevoked([]*partition{pt})
+	c.exports.Wait()
+	if got := c.HandoverStats().ExportFailures; got != 2 {
+		t.Errorf("export failures %d, want 2", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, l := range logs {
+		if strings.Contains(l, "in-7") && strings.Contains(l, "checkpoint") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("logs %q: want 2 naming partition in-7 and its checkpoint", logs)
 	}
 }

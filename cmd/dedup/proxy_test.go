@@ -431,10 +431,16 @@ func TestProxyMetrics(t *testing.T) {
 	<-up.arrived                            // a
 	<-up.arrived                            // b
 	release := up.holdKey("c")
-	go postErr(url+"/charges", "c", "")
+	held := make(chan error, 1)
+	go func() { _, err := postErr(url+"/charges", "c", ""); held <- err }()
 	<-up.arrived                     // c, held
 	post(t, url+"/charges", "c", "") // conflict
 	close(release)
+	// c's response ends only once its outcome is counted (the middleware
+	// holds its last byte back until the result is stored).
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
 	res, err := http.Get("http://" + maddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -443,7 +449,7 @@ func TestProxyMetrics(t *testing.T) {
 	res.Body.Close()
 	metrics := string(b)
 	for _, want := range []string{
-		`dedup_proxy_requests_total{outcome="executed"} 1`,
+		`dedup_proxy_requests_total{outcome="executed"} 2`,
 		`dedup_proxy_requests_total{outcome="replayed"} 2`,
 		`dedup_proxy_requests_total{outcome="mismatch"} 1`,
 		`dedup_proxy_requests_total{outcome="released"} 1`,
