@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -177,7 +178,9 @@ func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
 		return Info{}, err
 	}
 	prevRefs := make(map[[2]uint64]ref)
-	if prev != nil {
+	// A segment hashes keys with its header's seed, under its options: one
+	// written under others holds other hashes, whatever its metadata.
+	if prev != nil && prev.Header.Seed == h.Seed && bytes.Equal(prev.Header.Options, h.Options) {
 		for _, r := range prev.Refs {
 			prevRefs[[2]uint64{r.ID, uint64(r.Shard)}] = r
 		}

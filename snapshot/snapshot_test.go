@@ -282,6 +282,21 @@ func TestReuseFinalSegments(t *testing.T) {
 	if c[[2]uint64{1, 0}] != 1 {
 		t.Fatalf("changed final generation reused: calls %v", c)
 	}
+
+	// Nothing is reused across a change of seed or options, whose filters
+	// hash keys otherwise under the same metadata.
+	for i, h := range []Header{header(6), header(7)} {
+		if i == 0 {
+			h.Seed++
+		} else {
+			h.Options = append(h.Options, " other"...)
+		}
+		mustWrite(t, fs, header(5+2*uint64(i)), specs2, calls{}) // a previous manifest to reuse from
+		c = calls{}
+		if info := mustWrite(t, fs, h, specs2, c); info.Reused != 0 || len(c) != 8 { // every shard of specs2
+			t.Fatalf("header %+v: reused %d segments of another seed or options, calls %v", h, info.Reused, c)
+		}
+	}
 }
 
 // referenced returns the file names a manifest and its segments make up.
