@@ -34,20 +34,43 @@ func (e *Engine) Backup(dest string) error {
 	// until the store's checkpoint is taken.
 	e.snapMu.Lock()
 	defer e.snapMu.Unlock()
-	if _, err := e.writeSnapshot(false); err != nil {
-		return wrap(err, "backup")
-	}
-	snap, err := snapshot.Latest(e.fs, e.snapDir)
+	info, err := e.writeSnapshot(false)
 	if err != nil {
-		return wrap(err, "backup: read back the snapshot")
+		return wrap(err, "backup")
 	}
 	if err := e.store.Backup(dest); err != nil {
 		return wrap(err, "backup")
 	}
-	if err := copySnapshot(e.fs, snap, e.fs.PathJoin(dest, SnapshotDir), snap.Header.CommitSeq); err != nil {
+	if err := linkSnapshot(e.fs, info, e.fs.PathJoin(dest, SnapshotDir)); err != nil {
 		return wrap(err, "backup")
 	}
 	return nil
+}
+
+// linkSnapshot puts the snapshot info describes (its manifest and every
+// segment it references) into the new directory dir, under the same
+// names: hard links where the file system allows (a snapshot's files
+// never change once written, and a name is never reused), copies where it
+// does not.
+func linkSnapshot(fs vfs.FS, info snapshot.Info, dir string) error {
+	if err := fs.MkdirAll(dir, exact.PrivateDirMode); err != nil {
+		return err
+	}
+	src := filepath.Dir(info.Path)
+	names := []string{filepath.Base(info.Path)}
+	for _, sg := range info.Segments {
+		names = append(names, sg.Name)
+	}
+	for _, n := range names {
+		if err := vfs.LinkOrCopy(fs, fs.PathJoin(src, n), fs.PathJoin(dir, n)); err != nil {
+			return fmt.Errorf("snapshot file %s: %w", n, err)
+		}
+	}
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 // copySnapshot writes snap into dir, with its commit sequence set to seq.

@@ -66,6 +66,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamdedup/dedup/exact"
@@ -312,23 +313,34 @@ func (s *Store) readManifest(ctx context.Context, key string) (*Manifest, error)
 }
 
 // Hasher remembers the checksums of files that do not change once
-// written (Pebble tables, named by number), so that an incremental export
-// does not read them again. The zero value is ready; it is safe for
-// concurrent use.
+// written (Pebble tables, named by number, and snapshot segments, named
+// by write sequence), so that an incremental export does not read them
+// again. The zero value is ready; it is safe for concurrent use.
 type Hasher struct {
 	mu   sync.Mutex
-	sums map[string]File // by base name
+	sums map[string]hashed // by base name
 }
 
-func (h *Hasher) sum(full, rel string, size int64) (File, error) {
+type hashed struct {
+	File
+	mod time.Time
+}
+
+// immutable reports whether a file of this name never changes once
+// written: a Pebble table or a snapshot segment.
+func immutable(base string) bool {
+	return strings.HasSuffix(base, ".sst") || strings.HasSuffix(base, ".seg")
+}
+
+func (h *Hasher) sum(full, rel string, info fs.FileInfo) (File, error) {
 	base := filepath.Base(rel)
-	immutable := strings.HasSuffix(base, ".sst")
+	imm := immutable(base)
 	h.mu.Lock()
 	f, ok := h.sums[base]
 	h.mu.Unlock()
-	if ok && immutable && f.Size == size {
+	if ok && imm && f.Size == info.Size() && f.mod.Equal(info.ModTime()) {
 		f.Path = rel
-		return f, nil
+		return f.File, nil
 	}
 	fh, err := os.Open(full)
 	if err != nil {
@@ -340,16 +352,60 @@ func (h *Hasher) sum(full, rel string, size int64) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	f = File{Path: rel, Size: n, SHA256: hex.EncodeToString(d.Sum(nil))}
-	if immutable {
+	f = hashed{File{Path: rel, Size: n, SHA256: hex.EncodeToString(d.Sum(nil))}, info.ModTime()}
+	if imm {
 		h.mu.Lock()
 		if h.sums == nil {
-			h.sums = make(map[string]File)
+			h.sums = make(map[string]hashed)
 		}
 		h.sums[base] = f
 		h.mu.Unlock()
 	}
-	return f, nil
+	return f.File, nil
+}
+
+// parallel is how many files an export hashes and uploads, or a fetch
+// downloads and verifies, at a time.
+const parallel = 4
+
+// each runs fn(i) for i in [0, n), at most parallel at a time, and
+// returns the first error; after an error it starts no more.
+func each(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, parallel)
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(ctx, i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
 }
 
 // ExportStats says what an export moved.
@@ -369,7 +425,11 @@ func (s *Store) Export(ctx context.Context, p Partition, dir string, m Manifest,
 	if h == nil {
 		h = &Hasher{}
 	}
-	var files []File
+	type entry struct {
+		full, rel string
+		info      fs.FileInfo
+	}
+	var ents []entry
 	err := filepath.WalkDir(dir, func(full string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -385,33 +445,45 @@ func (s *Store) Export(ctx context.Context, p Partition, dir string, m Manifest,
 		if err != nil {
 			return err
 		}
-		f, err := h.sum(full, filepath.ToSlash(rel), info.Size())
-		if err != nil {
-			return err
-		}
-		files = append(files, f)
+		ents = append(ents, entry{full, filepath.ToSlash(rel), info})
 		return nil
 	})
 	if err != nil {
 		return nil, st, fmt.Errorf("handover: export %s: %w", dir, err)
 	}
 	pre := p.prefix()
-	for _, f := range files {
-		st.Files++
-		st.Bytes += f.Size
+	files := make([]File, len(ents))
+	uploaded := make([]bool, len(ents))
+	err = each(ctx, len(ents), func(ctx context.Context, i int) error {
+		f, err := h.sum(ents[i].full, ents[i].rel, ents[i].info)
+		if err != nil {
+			return fmt.Errorf("handover: export %s: %w", dir, err)
+		}
+		files[i] = f
 		key := pre + "/files/" + f.SHA256
 		ok, err := s.b.Exists(ctx, key)
 		if err != nil {
-			return nil, st, fmt.Errorf("handover: export %s: %w", key, err)
+			return fmt.Errorf("handover: export %s: %w", key, err)
 		}
 		if ok {
-			continue
+			return nil
 		}
-		if err := s.upload(ctx, key, filepath.Join(dir, filepath.FromSlash(f.Path))); err != nil {
-			return nil, st, err
+		if err := s.upload(ctx, key, ents[i].full); err != nil {
+			return err
 		}
-		st.Uploaded++
-		st.Sent += f.Size
+		uploaded[i] = true
+		return nil
+	})
+	for i, f := range files {
+		st.Files++
+		st.Bytes += f.Size
+		if uploaded[i] {
+			st.Uploaded++
+			st.Sent += f.Size
+		}
+	}
+	if err != nil {
+		return nil, st, err
 	}
 	ls, err := s.list(ctx, p)
 	if err != nil {
@@ -483,13 +555,18 @@ func (s *Store) fetch(ctx context.Context, p Partition, m *Manifest, dst string,
 	// each damaged one deleted from the store (its name is its checksum,
 	// so its content is wrong whoever wrote it), so that the next export
 	// uploads it again instead of naming the damaged copy.
-	var damaged error
 	for _, f := range m.Files {
-		rel := filepath.FromSlash(f.Path)
-		if !filepath.IsLocal(rel) {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
 			return fmt.Errorf("%w: file path %q leaves the export", ErrDamaged, f.Path)
 		}
-		full := filepath.Join(dst, rel)
+	}
+	var (
+		mu      sync.Mutex
+		damaged error
+	)
+	err := each(ctx, len(m.Files), func(ctx context.Context, i int) error {
+		f := m.Files[i]
+		full := filepath.Join(dst, filepath.FromSlash(f.Path))
 		if err := os.MkdirAll(filepath.Dir(full), exact.PrivateDirMode); err != nil {
 			return fmt.Errorf("handover: fetch: %w", err)
 		}
@@ -497,15 +574,21 @@ func (s *Store) fetch(ctx context.Context, p Partition, m *Manifest, dst string,
 		err := s.download(ctx, key, full, f)
 		switch {
 		case errors.Is(err, ErrDamaged):
+			mu.Lock()
 			damaged = cmp.Or(damaged, err)
+			mu.Unlock()
 			if derr := s.b.Delete(ctx, key); derr != nil && gcerrors.Code(derr) != gcerrors.NotFound {
 				return errors.Join(err, derr)
 			}
 		case err != nil:
 			return err
 		default:
-			*n += f.Size
+			atomic.AddInt64(n, f.Size)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return damaged
 }

@@ -355,29 +355,33 @@ func (c *Consumer) tryImport(ctx context.Context, pt *partition, C, local int64)
 	return pt, -1, c.fallback(t, reason, first), nil
 }
 
-// install fetches m, restores it into a scratch state, and puts that in
-// place of pt's state, which it closes. It returns the partition to go on
-// with: pt itself when the export failed before the swap, the imported
-// state, or, when the import does not open with this consumer's options
-// at m's offset, a new empty state; nil with a permanent error when the
-// state directory cannot be changed.
+// install fetches m and puts it in place of pt's state, which it closes.
+// Fetch has checked every file against the manifest's size and checksum,
+// so the fetched backup becomes the state as it is, neither copied nor
+// opened twice: opening it as the partition's state is the check that it
+// restores at m's offset. It returns the partition to go on with: pt
+// itself when the export failed before the swap, the imported state, or,
+// when the import does not open with this consumer's options at m's
+// offset, a new empty state; nil with a permanent error when the state
+// directory cannot be changed.
 func (c *Consumer) install(ctx context.Context, pt *partition, m *handover.Manifest) (*partition, error) {
 	work, err := c.scratch("import", pt.tp)
 	if err != nil {
 		return pt, err
 	}
 	defer os.RemoveAll(work)
-	fetched := filepath.Join(work, "export")
+	state := filepath.Join(work, "state")
 	c.logf("kafka: %s importing the export at offset %d (generation %d, %d bytes)", pt.tp, m.Offset, m.Generation, m.Bytes())
-	n, err := c.cfg.Handover.Fetch(ctx, m, fetched)
+	began := time.Now()
+	n, err := c.cfg.Handover.Fetch(ctx, m, state)
 	c.handover.importedBytes.Add(uint64(n))
 	if err != nil {
 		return pt, err
 	}
-	state := filepath.Join(work, "state")
-	if _, err := dedup.RestoreBackup(fetched, state); err != nil {
-		return pt, err
+	if _, err := os.Stat(filepath.Join(state, dedup.SnapshotDir)); err != nil {
+		return pt, fmt.Errorf("%w: export at offset %d holds no snapshot: %w", handover.ErrDamaged, m.Offset, err)
 	}
+	fetched := time.Since(began)
 	// Swap: the old state moves aside (one rename), the import takes its
 	// place (another). A crash between the two leaves no state, which the
 	// next assignment rebuilds or imports.
@@ -394,10 +398,17 @@ func (c *Consumer) install(ctx context.Context, pt *partition, m *handover.Manif
 	if err := os.Rename(state, c.dir(pt.tp)); err != nil {
 		return nil, c.permanent(fmt.Errorf("kafka: install the import of %s: %w", pt.tp, err))
 	}
+	opened := time.Now()
 	npt, err := c.openState(pt.tp)
 	if err == nil {
 		cp, ok, cpErr := decodeCheckpoint(npt.eng.Checkpoint())
 		if cpErr == nil && ok && cp.Offset == m.Offset {
+			st := npt.eng.Stats()
+			if st.RestoredFrom != dedup.RestoredSnapshot {
+				// Still the export's keys, rebuilt from its store: slower.
+				c.logf("kafka: %s: the export's snapshot did not load (%v); its filters were rebuilt from its store", pt.tp, st.RestoreProblems)
+			}
+			c.logf("kafka: %s: export fetched and verified in %v, opened in %v", pt.tp, fetched.Round(time.Millisecond), time.Since(opened).Round(time.Millisecond))
 			npt.exported.Store(m.Offset)
 			c.register(npt)
 			return npt, nil

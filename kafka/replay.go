@@ -169,12 +169,15 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 		}
 	}
 	if C > 0 && (r.Rebuilt || r.From >= 0) {
-		from, err := c.rebuildFrom(ctx, t, C)
-		if err != nil {
-			return err
-		}
-		if from > r.From {
-			r.From = from
+		if r.Imported < 0 {
+			// An import is within the window: tryImport checked.
+			from, err := c.rebuildFrom(ctx, t, C)
+			if err != nil {
+				return err
+			}
+			if from > r.From {
+				r.From = from
+			}
 		}
 		n, err := c.replay(ctx, pt, r.From, C)
 		r.Replayed = n
