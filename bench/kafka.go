@@ -114,7 +114,25 @@ type KafkaResult struct {
 	P99Passthrough time.Duration `json:"p99_passthrough_ns"`
 	P50Dedup       time.Duration `json:"p50_dedup_ns"`
 	P99Dedup       time.Duration `json:"p99_dedup_ns"`
-	Move           KafkaMove     `json:"move"`
+	// Rebalance is the end-to-end latency while a second instance joins
+	// the group and the first one leaves.
+	Rebalance KafkaRebalance `json:"rebalance"`
+	Move      KafkaMove      `json:"move"`
+}
+
+// KafkaRebalance is the end-to-end latency through rebalances: events
+// arrive at LatencyRate for three times LatencyFor; one instance runs
+// from the start, a second joins after a third of the time, and the first
+// leaves after two thirds, so that every partition moves once or twice.
+// Latency is the time from an input record's timestamp (its produce time)
+// to when a read_committed reader receives its output record.
+type KafkaRebalance struct {
+	P50Passthrough time.Duration `json:"p50_passthrough_ns"`
+	P99Passthrough time.Duration `json:"p99_passthrough_ns"`
+	MaxPassthrough time.Duration `json:"max_passthrough_ns"`
+	P50Dedup       time.Duration `json:"p50_dedup_ns"`
+	P99Dedup       time.Duration `json:"p99_dedup_ns"`
+	MaxDedup       time.Duration `json:"max_dedup_ns"`
 }
 
 // Kafka runs the scenario.
@@ -133,7 +151,8 @@ func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResul
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	topics := []string{"in", "move-out", "lat-in-pass", "lat-in-dedup", "lat-out-pass", "lat-out-dedup"}
+	topics := []string{"in", "move-out", "lat-in-pass", "lat-in-dedup", "lat-out-pass", "lat-out-dedup",
+		"reb-in-pass", "reb-in-dedup", "reb-out-pass", "reb-out-dedup"}
 	for _, n := range cfg.Instances {
 		for _, m := range []string{"pass", "dedup"} {
 			for r := range cfg.Repeat {
@@ -188,6 +207,15 @@ func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResul
 	}
 	progress.Stage("kafka: latency, dedup", lat)
 	if res.P50Dedup, res.P99Dedup, err = k.latency(ctx, true); err != nil {
+		return nil, err
+	}
+	rb := &res.Rebalance
+	progress.Stage("kafka: latency through rebalances, passthrough", 3*lat)
+	if rb.P50Passthrough, rb.P99Passthrough, rb.MaxPassthrough, err = k.rebalanceLatency(ctx, false); err != nil {
+		return nil, err
+	}
+	progress.Stage("kafka: latency through rebalances, dedup", 3*lat)
+	if rb.P50Dedup, rb.P99Dedup, rb.MaxDedup, err = k.rebalanceLatency(ctx, true); err != nil {
 		return nil, err
 	}
 	progress.Stage("kafka: partition move", int64(cfg.Events))
@@ -284,33 +312,41 @@ func (k *kafkaRun) startWorkers(ctx context.Context, wg *sync.WaitGroup, errs ch
 	group := fmt.Sprintf("bench-%d", k.groups.Add(1))
 	var ws []worker
 	for i := range n {
-		if dedupOn {
-			c, err := kafka.New(k.consumerConfig(group, in, out, filepath.Join(k.dir, group, strconv.Itoa(i)), onReady))
-			if err != nil {
-				errs <- err
-				return ws
-			}
-			ws = append(ws, dedupWorker{c})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := c.Run(ctx); err != nil {
-					errs <- err
-				}
-			}()
-			continue
+		w, err := k.startWorker(ctx, wg, errs, group, i, dedupOn, in, out, onReady)
+		if err != nil {
+			errs <- err
+			return ws
 		}
-		p := &passthrough{}
-		ws = append(ws, p)
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// startWorker starts member i of group; it runs until ctx is done.
+func (k *kafkaRun) startWorker(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, group string, i int, dedupOn bool, in, out string, onReady func(kafka.Ready)) (worker, error) {
+	if dedupOn {
+		c, err := kafka.New(k.consumerConfig(group, in, out, filepath.Join(k.dir, group, strconv.Itoa(i)), onReady))
+		if err != nil {
+			return nil, err
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.run(ctx, k.addrs, group, in, out); err != nil && ctx.Err() == nil {
+			if err := c.Run(ctx); err != nil {
 				errs <- err
 			}
 		}()
+		return dedupWorker{c}, nil
 	}
-	return ws
+	p := &passthrough{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := p.run(ctx, k.addrs, group, in, out); err != nil && ctx.Err() == nil {
+			errs <- err
+		}
+	}()
+	return p, nil
 }
 
 func (k *kafkaRun) consumerConfig(group, in, out, dir string, onReady func(kafka.Ready)) kafka.Config {
@@ -549,6 +585,139 @@ func (k *kafkaRun) latency(ctx context.Context, dedupOn bool) (p50, p99 time.Dur
 		})
 	}
 	return h.Quantile(0.5), h.Quantile(0.99), nil
+}
+
+// rebalanceLatency runs the KafkaRebalance scenario and returns the
+// median, p99 and maximum latency of its events.
+func (k *kafkaRun) rebalanceLatency(ctx context.Context, dedupOn bool) (p50, p99, top time.Duration, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	errs := make(chan error, 4)
+	in, out := "reb-in-pass", "reb-out-pass"
+	if dedupOn {
+		in, out = "reb-in-dedup", "reb-out-dedup"
+	}
+	group := fmt.Sprintf("bench-%d", k.groups.Add(1))
+	ready := make(chan struct{}, 64)
+	onReady := func(kafka.Ready) {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	}
+	firstCtx, stopFirst := context.WithCancel(ctx)
+	defer stopFirst()
+	if _, err := k.startWorker(firstCtx, &wg, errs, group, 0, dedupOn, in, out, onReady); err != nil {
+		return 0, 0, 0, err
+	}
+	if dedupOn {
+		for range k.cfg.Partitions {
+			select {
+			case <-ready:
+			case err := <-errs:
+				return 0, 0, 0, err
+			case <-ctx.Done():
+				return 0, 0, 0, ctx.Err()
+			}
+		}
+	}
+	reader, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ConsumeTopics(out),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("bench: reader: %w", err)
+	}
+	defer reader.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("bench: producer: %w", err)
+	}
+	defer prod.Close()
+	span := 3 * k.cfg.LatencyFor
+	total := int(k.cfg.LatencyRate * span.Seconds())
+	start := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range total {
+			at := start.Add(time.Duration(float64(i) / k.cfg.LatencyRate * float64(time.Second)))
+			if d := time.Until(at); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+			r := &kgo.Record{Topic: in, Key: []byte(strconv.Itoa(i)), Value: []byte("rebalance"), Timestamp: time.Now()}
+			prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if err != nil && ctx.Err() == nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			})
+		}
+	}()
+	// The second member joins after a third of the span, the first leaves
+	// after two thirds.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(start.Add(span / 3))):
+		}
+		if _, err := k.startWorker(ctx, &wg, errs, group, 1, dedupOn, in, out, onReady); err != nil {
+			errs <- err
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(start.Add(2 * span / 3))):
+		}
+		stopFirst()
+	}()
+	var h Histogram
+	seen := make([]bool, total)
+	n := 0
+	deadline := start.Add(span + time.Minute)
+	for n < total {
+		if time.Now().After(deadline) {
+			return 0, 0, 0, fmt.Errorf("bench: rebalance latency run saw %d of %d events", n, total)
+		}
+		select {
+		case err := <-errs:
+			return 0, 0, 0, err
+		default:
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		fs := reader.PollFetches(pctx)
+		pcancel()
+		now := time.Now()
+		var bad error
+		fs.EachRecord(func(r *kgo.Record) {
+			i, err := strconv.Atoi(string(r.Key))
+			if err != nil || i < 0 || i >= total || seen[i] {
+				bad = fmt.Errorf("bench: rebalance latency run: output key %q unknown or seen twice", r.Key)
+				return
+			}
+			seen[i] = true
+			n++
+			d := now.Sub(r.Timestamp)
+			top = max(top, d)
+			h.Record(d)
+			k.progress.Add(1)
+		})
+		if bad != nil {
+			return 0, 0, 0, bad
+		}
+	}
+	return h.Quantile(0.5), h.Quantile(0.99), top, nil
 }
 
 // move runs one dedup member over the input until it is done, then starts

@@ -25,6 +25,9 @@ func (r *KafkaResult) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nEnd to end at %.0f events/s (produce to read_committed output): passthrough p50 %s p99 %s, dedup p50 %s p99 %s\n",
 		r.Config.LatencyRate, lat(r.P50Passthrough), lat(r.P99Passthrough), lat(r.P50Dedup), lat(r.P99Dedup))
+	rb := r.Rebalance
+	fmt.Fprintf(w, "Through rebalances (%v at %.0f events/s; a second instance joins after a third, the first leaves after two thirds): passthrough p50 %s p99 %s max %s, dedup p50 %s p99 %s max %s\n",
+		3*r.Config.LatencyFor, r.Config.LatencyRate, lat(rb.P50Passthrough), lat(rb.P99Passthrough), lat(rb.MaxPassthrough), lat(rb.P50Dedup), lat(rb.P99Dedup), lat(rb.MaxDedup))
 	m := r.Move
 	_, err := fmt.Fprintf(w, "Partition move: %d partitions to a new instance with no state, %s records replayed, ready in %s (slowest);\n  replay %s records/s (%s per partition) vs one instance's ingest %s events/s over %d partitions: %.2fx\n",
 		m.Moved, humanize.Count(float64(m.Replayed)), lat(m.Ready), humanize.Count(m.ReplayRate), humanize.Count(m.PerPartition), humanize.Count(m.IngestRate), r.Config.Partitions, m.Ratio)
