@@ -158,27 +158,31 @@ type Store struct {
 
 // Open opens the bucket at url: file:///DIR, s3://BUCKET?..., mem://.
 // On file:// the directories it creates are [exact.PrivateDirMode] unless
-// the URL's dir_file_mode says otherwise.
+// the URL's dir_file_mode says otherwise, and no attribute sidecar files
+// are written (metadata=skip, unless the URL says otherwise): an export
+// needs none, and fileblob would compute an MD5 of every byte for them.
 func Open(ctx context.Context, url string) (*Store, error) {
-	b, err := blob.OpenBucket(ctx, privateDirs(url))
+	b, err := blob.OpenBucket(ctx, fileOptions(url))
 	if err != nil {
 		return nil, fmt.Errorf("handover: open %q: %w", url, err)
 	}
 	return NewStore(b), nil
 }
 
-// privateDirs adds dir_file_mode=0700 to a file:// URL that sets no
-// dir_file_mode; other URLs are returned as they are.
-func privateDirs(rawURL string) string {
+// fileOptions adds dir_file_mode=0700 and metadata=skip to a file:// URL
+// that does not set them; other URLs are returned as they are.
+func fileOptions(rawURL string) string {
 	u, err := neturl.Parse(rawURL)
 	if err != nil || u.Scheme != "file" {
 		return rawURL // blob.OpenBucket reports what is wrong
 	}
 	q := u.Query()
-	if q.Has("dir_file_mode") {
-		return rawURL
+	if !q.Has("dir_file_mode") {
+		q.Set("dir_file_mode", fmt.Sprintf("%#o", exact.PrivateDirMode))
 	}
-	q.Set("dir_file_mode", fmt.Sprintf("%#o", exact.PrivateDirMode))
+	if !q.Has("metadata") {
+		q.Set("metadata", "skip")
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }

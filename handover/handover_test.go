@@ -301,7 +301,7 @@ func TestPrune(t *testing.T) {
 // TestFileStoreIsPrivate: under a umask that lets everyone read, a
 // file:// store's directories are 0700 and its objects 0600 (an export
 // holds the state's secret), and so are the directories and files Fetch
-// writes.
+// writes. No attribute sidecar is written.
 func TestFileStoreIsPrivate(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
@@ -324,8 +324,11 @@ func TestFileStoreIsPrivate(t *testing.T) {
 	for _, root := range []string{dir, dst} {
 		objects := 0
 		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-			if err != nil || path == dir || filepath.Ext(path) == ".attrs" {
-				return err // the store's own directory is the user's; .attrs hold content types
+			if err != nil || path == dir {
+				return err // the store's own directory is the user's
+			}
+			if filepath.Ext(path) == ".attrs" {
+				t.Errorf("%s: an attribute sidecar (metadata=skip is the default)", path)
 			}
 			fi, err := d.Info()
 			if err != nil {
