@@ -244,6 +244,8 @@ func (c *Consumer) exportRevoked(parts []*partition) {
 	if c.closeCtx != nil {
 		defer context.AfterFunc(c.closeCtx, cancel)()
 	}
+	// Each partition's backup and upload run beside the others': the
+	// engines are separate, and the revoke waits for the slowest alone.
 	var wg sync.WaitGroup
 	for _, pt := range parts {
 		cp, ok, err := decodeCheckpoint(pt.eng.Checkpoint())
@@ -255,16 +257,16 @@ func (c *Consumer) exportRevoked(parts []*partition) {
 		if !ok || cp.Offset <= pt.exported.Load() {
 			continue
 		}
-		began := time.Now()
-		dir, off, err := c.backup(pt)
-		if err != nil || dir == "" {
-			c.handover.exportFailures.Add(1)
-			c.logf("kafka: %s: backup for export on revoke: %v", pt.tp, err)
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			began := time.Now()
+			dir, off, err := c.backup(pt)
+			if err != nil || dir == "" {
+				c.handover.exportFailures.Add(1)
+				c.logf("kafka: %s: backup for export on revoke: %v", pt.tp, err)
+				return
+			}
 			if err := c.upload(ctx, pt, dir, off, began); err != nil {
 				c.logf("kafka: %s: export on revoke: %v", pt.tp, err)
 			}
