@@ -281,10 +281,11 @@ var errNotUsable = errors.New("kafka: local state as new as the export")
 
 // tryImport replaces pt's state, not current, with the newest usable
 // export at or before the committed offset C and newer than the local
-// checkpoint (local, -1 for none), when there is one. It returns the
-// partition to go on with (pt, or its reopened successor), the offset
-// imported (-1 for none) and the fallback reason ("" for none).
-func (c *Consumer) tryImport(ctx context.Context, pt *partition, C, local int64) (*partition, int64, string, error) {
+// checkpoint (local, -1 for none), when there is one; ws is where the
+// window before C begins. It returns the partition to go on with (pt, or
+// its reopened successor), the offset imported (-1 for none) and the
+// fallback reason ("" for none).
+func (c *Consumer) tryImport(ctx context.Context, pt *partition, C, local int64, ws *windowStart) (*partition, int64, string, error) {
 	began := time.Now()
 	pt.importing.Store(true)
 	defer pt.importing.Store(false)
@@ -302,7 +303,7 @@ func (c *Consumer) tryImport(ctx context.Context, pt *partition, C, local int64)
 	case err != nil:
 		return pt, -1, c.fallback(t, FallbackError, err), nil
 	}
-	from, err := c.rebuildFrom(ctx, t, C)
+	from, err := ws.get(ctx)
 	if err != nil {
 		return pt, -1, "", err
 	}

@@ -114,9 +114,48 @@ func (c *Consumer) warnGrown(offsets map[string]map[int32]kgo.Offset) {
 	}
 }
 
+// windowStart is rebuildFrom's answer, looked up beside the engine's
+// open: a partition that is not current needs it, and the two take a
+// broker round trip and a state directory's open.
+type windowStart struct {
+	done chan struct{}
+	from int64
+	err  error
+}
+
+// lookupWindowStart starts rebuildFrom(ctx, t, C); stop cancels it and
+// waits for it.
+func (c *Consumer) lookupWindowStart(ctx context.Context, t tp, C int64) (w *windowStart, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	w = &windowStart{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		w.from, w.err = c.rebuildFrom(ctx, t, C)
+	}()
+	return w, func() { cancel(); <-w.done }
+}
+
+// get waits for the answer.
+func (w *windowStart) get(ctx context.Context) (int64, error) {
+	select {
+	case <-w.done:
+		return w.from, w.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
 // prepare opens t's engine and brings it to the committed offset C.
 func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 	start := time.Now()
+	var ws *windowStart
+	if C > 0 {
+		// Most partitions assigned after a move need it; one whose state
+		// is current drops it.
+		var stop func()
+		ws, stop = c.lookupWindowStart(ctx, t, C)
+		defer stop()
+	}
 	pt, err := c.open(t)
 	if err != nil {
 		return err
@@ -151,7 +190,7 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 		}
 	}
 	if c.cfg.Handover != nil && C > 0 && (r.Rebuilt || r.From >= 0) {
-		npt, imported, reason, err := c.tryImport(ctx, pt, C, r.From)
+		npt, imported, reason, err := c.tryImport(ctx, pt, C, r.From, ws)
 		if npt == nil {
 			return err
 		}
@@ -171,7 +210,7 @@ func (c *Consumer) prepare(ctx context.Context, t tp, C int64) error {
 	if C > 0 && (r.Rebuilt || r.From >= 0) {
 		if r.Imported < 0 {
 			// An import is within the window: tryImport checked.
-			from, err := c.rebuildFrom(ctx, t, C)
+			from, err := ws.get(ctx)
 			if err != nil {
 				return err
 			}
