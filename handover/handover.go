@@ -12,10 +12,12 @@
 // with the size and SHA-256 of each, the input offset the state covers
 // (the next offset to read), the window, the state format, a generation
 // number and the writer. Files are stored under their SHA-256, so a file
-// already in the store (a Pebble table that did not change since the last
-// export) is not uploaded again: exports are incremental for the store's
-// tables and whole for the rest (the filters' snapshot, the store's log
-// and manifest).
+// already in the store (a Pebble table, or a snapshot segment of a past
+// generation, that did not change since the last export) is not uploaded
+// again: exports are incremental for those and whole for the rest (the
+// live generation's filters, the store's log and manifest). A [Hasher]
+// keeps the checksums of such files between exports, and files are
+// hashed, uploaded and downloaded a few at a time.
 //
 // The manifest is written last, under a name no other export uses
 // (offset, generation, writer), with a create-if-absent write: a manifest

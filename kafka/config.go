@@ -139,10 +139,12 @@ type Config struct {
 	// HandoverInterval is how often each partition's state is exported.
 	// Default 5m.
 	HandoverInterval time.Duration
-	// HandoverRevokeTimeout bounds the export of revoked partitions, which
-	// holds up the rebalance (and, on shutdown, ShutdownTimeout bounds it
-	// too); an export not done by then is abandoned and the next owner
-	// imports an older one. Default 5s.
+	// HandoverRevokeTimeout bounds the upload of revoked partitions'
+	// exports, which holds up the rebalance (and, on shutdown,
+	// ShutdownTimeout bounds it too); their backups, local snapshots and
+	// hard links, always complete. An upload not done by then is abandoned
+	// and the next owner imports an older export and replays the records
+	// after it. Default 5s.
 	HandoverRevokeTimeout time.Duration
 	// HandoverImportTimeout bounds one partition's import; past it the
 	// partition is rebuilt by replay. Default 1m.

@@ -136,7 +136,7 @@ func newKafkaFlags(e *env) (*flag.FlagSet, *kafkaConfig) {
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", kafka.DefaultShutdownTimeout, "on SIGTERM, exit within `DURATION` whatever the state")
 	fs.StringVar(&c.handover, "handover", "", "hand partition state over through the store at `URL`: file:///DIR (a shared filesystem) or s3://BUCKET?region=R[&endpoint=URL&use_path_style=true] (credentials from the AWS environment)")
 	fs.DurationVar(&c.hoInterval, "handover-interval", kafka.DefaultHandoverInterval, "with --handover, export each partition's state every `DURATION`")
-	fs.DurationVar(&c.hoRevoke, "handover-revoke-timeout", kafka.DefaultHandoverRevoke, "with --handover, give the export of revoked partitions at most `DURATION` (it holds up the rebalance)")
+	fs.DurationVar(&c.hoRevoke, "handover-revoke-timeout", kafka.DefaultHandoverRevoke, "with --handover, give the upload of revoked partitions' exports at most `DURATION` (it holds up the rebalance; the next owner imports an older export if it runs out)")
 	fs.DurationVar(&c.hoImport, "handover-import-timeout", kafka.DefaultHandoverImport, "with --handover, give one partition's import at most `DURATION`, then replay instead")
 	fs.BoolVar(&c.keepStatic, "keep-static-membership", false, "with --instance-id, do not leave the group on SIGTERM: a restart within the session timeout gets the same partitions back")
 	return fs, c
