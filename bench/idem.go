@@ -111,10 +111,10 @@ type IdemResult struct {
 
 // idemTarget is one way to reach the upstream.
 type idemTarget struct {
-	name   string
-	url    string
-	client *http.Client
-	warm   bool
+	name string
+	url  string
+	pool *idemPool
+	warm bool
 	// memory, if set, returns the bytes (resident, on disk) the results
 	// take; cpu, if set, the CPU time of the process that keeps them.
 	memory func() (rss, disk uint64, err error)
@@ -166,8 +166,10 @@ func Idem(ctx context.Context, cfg IdemConfig, p Progress) (*IdemResult, error) 
 		targets = append(targets, rt)
 	}
 	for _, t := range targets {
-		t.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients, MaxConnsPerHost: cfg.Clients, DisableCompression: true}}
-		defer t.client.CloseIdleConnections()
+		if t.pool, err = newIdemPool(t.url, cfg.Clients); err != nil {
+			return nil, err
+		}
+		defer t.pool.close()
 	}
 	for _, latency := range cfg.UpstreamLatencies {
 		up.latency.Store(int64(latency))
@@ -239,7 +241,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	if !t.warm {
 		// Warm the connections up on keys of their own.
 		var h Histogram
-		if _, err := idemLoad(ctx, t.client, t.url, "warm-", cfg.Clients*4, cfg.Clients, func(i int) int { return i }, nil, false, &h); err != nil {
+		if _, err := idemLoad(ctx, t.pool, "warm-", cfg.Clients*4, func(i int) int { return i }, nil, false, &h); err != nil {
 			return fmt.Errorf("bench: %s: warm-up: %w", t.name, err)
 		}
 		t.warm = true
@@ -266,7 +268,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	if err != nil {
 		return err
 	}
-	rate, err := idemLoad(ctx, t.client, t.url, prefix, cfg.Requests, cfg.Clients, func(i int) int { return i }, p, false, &a.newHist)
+	rate, err := idemLoad(ctx, t.pool, prefix, cfg.Requests, func(i int) int { return i }, p, false, &a.newHist)
 	if err != nil {
 		return fmt.Errorf("bench: %s: new keys: %w", t.name, err)
 	}
@@ -294,7 +296,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	if err != nil {
 		return err
 	}
-	rate, err = idemLoad(ctx, t.client, t.url, prefix, cfg.Replays, cfg.Clients, func(i int) int { return (i * stride) % cfg.Requests }, p, t.name != "upstream directly", &a.replayHist)
+	rate, err = idemLoad(ctx, t.pool, prefix, cfg.Replays, func(i int) int { return (i * stride) % cfg.Requests }, p, t.name != "upstream directly", &a.replayHist)
 	if err != nil {
 		return fmt.Errorf("bench: %s: replays: %w", t.name, err)
 	}
