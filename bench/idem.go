@@ -79,10 +79,13 @@ type IdemRow struct {
 	// UpstreamLatency is the upstream's service time in this section.
 	UpstreamLatency time.Duration `json:"upstream_latency_ns"`
 	NewPerSec       float64       `json:"new_per_sec"`
-	NewP99          time.Duration `json:"new_p99_ns"`
-	ReplayPerSec    float64       `json:"replay_per_sec"`
-	ReplayP99       time.Duration `json:"replay_p99_ns"`
-	UpstreamCalls   int64         `json:"upstream_calls"`
+	// NewP50 and NewP99 are the median and 99th percentile latency of
+	// the requests with new keys, over every round.
+	NewP50        time.Duration `json:"new_p50_ns"`
+	NewP99        time.Duration `json:"new_p99_ns"`
+	ReplayPerSec  float64       `json:"replay_per_sec"`
+	ReplayP99     time.Duration `json:"replay_p99_ns"`
+	UpstreamCalls int64         `json:"upstream_calls"`
 	// NewCPU and ReplayCPU are the CPU time (user and system) per
 	// request of the process that keeps the keys (dedup proxy,
 	// redis-server); 0 for the upstream called directly.
@@ -323,7 +326,7 @@ func (a *idemAcc) row(cfg IdemConfig, name string, latency time.Duration) IdemRo
 	}
 	return IdemRow{
 		Target: name, UpstreamLatency: latency,
-		NewPerSec: median(a.newRates), NewP99: a.newHist.Quantile(0.99),
+		NewPerSec: median(a.newRates), NewP50: a.newHist.Quantile(0.5), NewP99: a.newHist.Quantile(0.99),
 		ReplayPerSec: median(a.replayRates), ReplayP99: a.replayHist.Quantile(0.99),
 		UpstreamCalls: a.calls / int64(cfg.Rounds),
 		NewCPU:        per(a.newCPU, a.newN), ReplayCPU: per(a.replayCPU, a.replayN),

@@ -59,11 +59,11 @@ func (r *IdemResult) WriteText(w io.Writer) error {
 			if x.DiskPerResult > 0 {
 				disk = fmt.Sprintf("%.0f B", x.DiskPerResult)
 			}
-			rows = append(rows, []string{x.Target, humanize.Count(x.NewPerSec), vsDirect, vsRedis, lat(x.NewP99),
+			rows = append(rows, []string{x.Target, humanize.Count(x.NewPerSec), vsDirect, vsRedis, lat(x.NewP50) + " / " + lat(x.NewP99),
 				humanize.Count(x.ReplayPerSec), replayVsRedis, lat(x.ReplayP99), strconv.FormatInt(x.UpstreamCalls, 10),
 				us(x.NewCPU) + " / " + us(x.ReplayCPU), us(x.BenchNewCPU) + " / " + us(x.BenchReplayCPU), mem, disk})
 		}
-		if err := table(w, "target\tnew/s\tvs direct\tvs redis\tp99 new\treplays/s\tvs redis\tp99 replay\tupstream calls\tCPU/req new / replay\tbench CPU/req new / replay\tRSS/result\tdisk/result", rows); err != nil {
+		if err := table(w, "target\tnew/s\tvs direct\tvs redis\tp50 / p99 new\treplays/s\tvs redis\tp99 replay\tupstream calls\tCPU/req new / replay\tbench CPU/req new / replay\tRSS/result\tdisk/result", rows); err != nil {
 			return err
 		}
 	}
