@@ -540,30 +540,7 @@ func (k *kafkaRun) latency(ctx context.Context, dedupOn bool) (p50, p99 time.Dur
 	defer prod.Close()
 	total := int(k.cfg.LatencyRate * k.cfg.LatencyFor.Seconds())
 	key := k.groups.Add(1) << 32 // distinct keys per run
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		start := time.Now()
-		for i := range total {
-			at := start.Add(time.Duration(float64(i) / k.cfg.LatencyRate * float64(time.Second)))
-			if d := time.Until(at); d > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(d):
-				}
-			}
-			r := &kgo.Record{Topic: in, Key: []byte(strconv.FormatInt(key+int64(i), 10)), Value: []byte("latency"), Timestamp: time.Now()}
-			prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
-				if err != nil && ctx.Err() == nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			})
-		}
-	}()
+	k.produceAtRate(ctx, &wg, errs, prod, in, total, time.Now(), func(i int) []byte { return []byte(strconv.FormatInt(key+int64(i), 10)) })
 	var h Histogram
 	deadline := time.Now().Add(k.cfg.LatencyFor + time.Minute)
 	for int(h.Count()) < total {
@@ -585,6 +562,35 @@ func (k *kafkaRun) latency(ctx context.Context, dedupOn bool) (p50, p99 time.Dur
 		})
 	}
 	return h.Quantile(0.5), h.Quantile(0.99), nil
+}
+
+// produceAtRate produces total records to in beside the caller, at
+// LatencyRate from start, each stamped with the time it is produced; the
+// first produce error goes to errs.
+func (k *kafkaRun) produceAtRate(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, prod *kgo.Client, in string, total int, start time.Time, key func(i int) []byte) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range total {
+			at := start.Add(time.Duration(float64(i) / k.cfg.LatencyRate * float64(time.Second)))
+			if d := time.Until(at); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+			r := &kgo.Record{Topic: in, Key: key(i), Value: []byte("latency"), Timestamp: time.Now()}
+			prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if err != nil && ctx.Err() == nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			})
+		}
+	}()
 }
 
 // rebalanceLatency runs the KafkaRebalance scenario and returns the
@@ -638,29 +644,7 @@ func (k *kafkaRun) rebalanceLatency(ctx context.Context, dedupOn bool) (p50, p99
 	span := 3 * k.cfg.LatencyFor
 	total := int(k.cfg.LatencyRate * span.Seconds())
 	start := time.Now()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range total {
-			at := start.Add(time.Duration(float64(i) / k.cfg.LatencyRate * float64(time.Second)))
-			if d := time.Until(at); d > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(d):
-				}
-			}
-			r := &kgo.Record{Topic: in, Key: []byte(strconv.Itoa(i)), Value: []byte("rebalance"), Timestamp: time.Now()}
-			prod.Produce(ctx, r, func(_ *kgo.Record, err error) {
-				if err != nil && ctx.Err() == nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			})
-		}
-	}()
+	k.produceAtRate(ctx, &wg, errs, prod, in, total, start, func(i int) []byte { return []byte(strconv.Itoa(i)) })
 	// The second member joins after a third of the span, the first leaves
 	// after two thirds.
 	wg.Add(1)
