@@ -672,7 +672,13 @@ func (k *kafkaRun) rebalanceLatency(ctx context.Context, dedupOn bool) (p50, p99
 	deadline := start.Add(span + time.Minute)
 	for n < total {
 		if time.Now().After(deadline) {
-			return 0, 0, 0, fmt.Errorf("bench: rebalance latency run saw %d of %d events", n, total)
+			var missing []int
+			for i, ok := range seen {
+				if !ok && len(missing) < 5 {
+					missing = append(missing, i)
+				}
+			}
+			return 0, 0, 0, fmt.Errorf("bench: rebalance latency run (dedup %v) saw %d of %d events; missing keys include %v", dedupOn, n, total, missing)
 		}
 		select {
 		case err := <-errs:

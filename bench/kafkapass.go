@@ -63,9 +63,18 @@ func (p *passthrough) run(ctx context.Context, addrs []string, group, in, out st
 			return fmt.Errorf("bench: passthrough: %w", err)
 		}
 		start, n := time.Now(), 0
+		// Produced under a context of their own: a record canceled with
+		// ctx (this member leaving) would be missing from a transaction
+		// that commits its input's offsets. A failed produce aborts.
+		var failed atomic.Bool
 		for {
 			fs.EachRecord(func(r *kgo.Record) {
-				sess.Produce(ctx, &kgo.Record{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp}, nil)
+				sess.Produce(context.Background(), &kgo.Record{Topic: out, Key: r.Key, Value: r.Value, Headers: r.Headers, Timestamp: r.Timestamp},
+					func(_ *kgo.Record, err error) {
+						if err != nil {
+							failed.Store(true)
+						}
+					})
 			})
 			n += fs.NumRecords()
 			left := maxTime - time.Since(start)
@@ -80,7 +89,10 @@ func (p *passthrough) run(ctx context.Context, addrs []string, group, in, out st
 			}
 		}
 		ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		committed, err := sess.End(ectx, kgo.TryCommit)
+		if err := sess.Client().Flush(ectx); err != nil {
+			failed.Store(true)
+		}
+		committed, err := sess.End(ectx, kgo.TransactionEndTry(!failed.Load()))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("bench: passthrough end: %w", err)
