@@ -31,7 +31,7 @@ type KafkaConfig struct {
 	Events int
 	// Partitions of the input topic. Default 4.
 	Partitions int32
-	// Instances are the group sizes measured. Default 1, 2, 4.
+	// Instances are the group sizes measured. Default 1, 2, 3.
 	Instances []int
 	// DuplicateFraction of the input. Default 0.2.
 	DuplicateFraction float64
@@ -57,7 +57,7 @@ func (c *KafkaConfig) ensureDefaults() {
 		c.Partitions = 4
 	}
 	if len(c.Instances) == 0 {
-		c.Instances = []int{1, 2, 4}
+		c.Instances = []int{1, 2, 3}
 	}
 	if c.DuplicateFraction == 0 {
 		c.DuplicateFraction = 0.2

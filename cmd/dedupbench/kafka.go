@@ -21,7 +21,7 @@ func runKafka(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.bind(fs)
 	fs.IntVar(&cfg.Events, "events", 500000, "input events of each throughput run")
 	p := fs.Int("partitions", 4, "input partitions")
-	fs.Var(&instances, "instances", "group sizes measured, comma-separated (default 1,2,4)")
+	fs.Var(&instances, "instances", "group sizes measured, comma-separated (default 1,2,3)")
 	fs.Float64Var(&cfg.DuplicateFraction, "dup", 0.2, "share of the input that repeats an earlier key")
 	fs.Float64Var(&cfg.LatencyRate, "latency-rate", 5000, "events/s of the end-to-end latency runs")
 	fs.DurationVar(&cfg.LatencyFor, "latency-for", 5e9, "how long each latency run produces")
