@@ -240,7 +240,7 @@ type Store struct {
 	// sets it from Pebble's last record, flushes raise it (both under
 	// flushMu), before the memtable they flushed leaves the reads; an
 	// expiry leaves it as it is.
-	recTop atomic.Uint64
+	recTop  atomic.Uint64
 	bgWG    sync.WaitGroup
 	closing atomic.Bool
 
