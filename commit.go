@@ -226,7 +226,12 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 			s.undone.shrink(e.exactMode)
 		}
 		if e.exactMode {
-			s.budget = recentBudget(s.filterBytes())
+			// In memory (no Dir) a store lookup is a probe of a table
+			// in memory, as cheap as the cache's: keep no cache.
+			s.budget = 0
+			if e.opts.Dir != "" {
+				s.budget = recentBudget(s.filterBytes())
+			}
 			s.makeRoom()
 		}
 		s.mu.Unlock()

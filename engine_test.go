@@ -598,8 +598,9 @@ func TestObserveBatchLarge(t *testing.T) {
 // duplicate of a key of one of the last commits is answered from memory,
 // an older one by the store, and either way it is a Duplicate.
 func TestRecentCommitsAnswerDuplicates(t *testing.T) {
-	// One shard: every commit holds keys of the shard of "a".
-	e := openT(t, Options{Window: time.Minute, Shards: 1, Now: testclock.New(t0).Now})
+	// One shard: every commit holds keys of the shard of "a". A Dir:
+	// without one the store is in memory and keeps no cache.
+	e := openT(t, Options{Dir: t.TempDir(), Window: time.Minute, Shards: 1, Now: testclock.New(t0).Now})
 	mustObserve(t, e, "a", New)
 	mustCommit(t, e, "")
 	mustObserve(t, e, "a", Duplicate)

@@ -135,7 +135,8 @@ func TestRecentSetModel(t *testing.T) {
 // keys.
 func TestMemoryReleased(t *testing.T) {
 	clk := testclock.New(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
-	e, err := Open(Options{Shards: 1, Window: time.Minute, ExpectedRate: 20000, Now: clk.Now, MaxInFlight: 1 << 22})
+	// A Dir: without one the store is in memory and keeps no cache.
+	e, err := Open(Options{Dir: t.TempDir(), Shards: 1, Window: time.Minute, ExpectedRate: 20000, Now: clk.Now, MaxInFlight: 1 << 22})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,8 @@ type Stats struct {
 	// to answer their duplicates without a store lookup (the newest keys
 	// of the last commits), and CacheBytes the memory they take. The
 	// cache is bounded by an eighth of the memory the filters take when
-	// the window is full. 0 in probabilistic mode.
+	// the window is full. 0 in probabilistic mode and without a Dir (the
+	// store is in memory: its lookups cost what the cache's do).
 	CacheKeys  uint64
 	CacheBytes uint64
 	// EstimatedFPRate is the false-positive rate a new key meets across

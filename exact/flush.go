@@ -267,7 +267,8 @@ func (s *Store) writeToPebble(m *memTable) error {
 	if m.floor > 0 {
 		err = errors.Join(err, pb.Set(floorKey, be64(m.floor), nil))
 	}
-	err = errors.Join(err, writeRecords(pb, m, floor))
+	top, rerr := writeRecords(pb, m, floor)
+	err = errors.Join(err, rerr)
 	err = errors.Join(err, pb.Set(seqKey, be64(m.lastSeq), nil))
 	if err == nil {
 		err = s.db.Apply(pb, pebble.Sync)
@@ -275,6 +276,7 @@ func (s *Store) writeToPebble(m *memTable) error {
 	if err != nil {
 		return fmt.Errorf("record commit state: %w", err)
 	}
+	s.raiseRecTop(top)
 	for _, gf := range filters {
 		s.filters.add(gf.gen, flushFilter{flush: m.firstSeq, filter: gf.f})
 	}

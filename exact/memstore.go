@@ -6,13 +6,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 )
 
 // The in-memory store (Options.InMemory): what the engine keeps when it
 // has no state directory. Per generation, the fingerprints of its keys in
-// an open-addressed table outside the Go heap (fpTable): 16 bytes a slot,
-// at most 3/4 full, so 21 to 43 bytes a key whatever the key's length,
+// an open-addressed table in segments that grow by half (fpTable): 16
+// bytes a slot, 8/15 to 4/5 full, so 20 to 30 bytes a key whatever the
+// key's length,
 // where Pebble on an in-memory file system held every key twice or more
 // (its memtable, its tables) with their indexes. No file, no log: commits
 // apply at once, and nothing survives Close.
@@ -158,7 +160,7 @@ func (m *memStore) bytes() uint64 {
 	defer m.mu.RUnlock()
 	var n uint64
 	for _, t := range m.gens {
-		n += uint64(16 * len(t.slots) / 2)
+		n += t.bytes()
 	}
 	return n
 }
@@ -172,20 +174,44 @@ func (m *memStore) close() {
 	}
 }
 
-// fpTable is a set of fingerprints: open addressing with linear probing
-// over slots of two words (the fingerprint's halves), outside the Go heap;
-// an all-zero slot is empty, and the all-zero fingerprint is stored as
-// {0, 1} (one more collision of 2^-128). It doubles at 3/4 full.
+// fpTable is a set of fingerprints, in fpSegs segments chosen by the
+// top bits of the fingerprint's second half, each a table of its own that
+// grows alone: growing one moves a 1/fpSegs share of the keys, and the
+// memory held while it does (the old and the new array of one segment) is
+// a 1/fpSegs share too, where one table doubling held 1.5x its final size
+// at the peak. A segment grows by half at 4/5 full, so it is 8/15 to 4/5
+// full: 20 to 30 bytes a key, 24 on average.
 type fpTable struct {
-	gen   uint64
+	gen  uint64
+	segs [fpSegs]fpSeg
+	n    int
+}
+
+// fpSegBits sets the number of segments.
+const (
+	fpSegBits = 6
+	fpSegs    = 1 << fpSegBits
+)
+
+// fpSeg is one segment: open addressing with linear probing over slots of
+// two words (the fingerprint's halves); the home slot of (a, b) is
+// multiply-shift of a over the slots. An all-zero slot is empty, and the
+// all-zero fingerprint is stored as {0, 1} (one more collision of
+// 2^-128). Small segments live on the Go heap, larger ones outside it
+// (offHeap).
+type fpSeg struct {
 	buf   offHeapBuf
 	slots []uint64 // 2 words a slot
-	mask  uint64   // slots/2 - 1
+	size  uint64   // slots
 	n     int
 }
 
-// minFPSlots is the number of slots of a new table.
-const minFPSlots = 1024
+// Segment sizes, in slots: the first, and the size from which a
+// segment's array is mapped outside the Go heap (64 KiB).
+const (
+	minFPSlots     = 16
+	offHeapFPSlots = 4096
+)
 
 func fpWords(fp Fingerprint) (a, b uint64) {
 	a = binary.LittleEndian.Uint64(fp[:8])
@@ -198,67 +224,99 @@ func fpWords(fp Fingerprint) (a, b uint64) {
 
 // insert adds fp, and reports whether it was absent.
 func (t *fpTable) insert(fp Fingerprint) bool {
-	if 4*(t.n+1) > 3*int(t.mask+1) || t.slots == nil {
-		t.grow()
-	}
 	a, b := fpWords(fp)
-	if !t.put(a, b) {
+	s := &t.segs[b>>(64-fpSegBits)]
+	if 5*uint64(s.n+1) > 4*s.size {
+		s.grow()
+	}
+	if !s.put(a, b) {
 		return false
 	}
+	s.n++
 	t.n++
 	return true
 }
 
+// home is the first slot to probe for a.
+func (s *fpSeg) home(a uint64) uint64 {
+	hi, _ := bits.Mul64(a, s.size)
+	return hi
+}
+
 // put stores the slot (a, b) unless present; it reports whether it did.
-func (t *fpTable) put(a, b uint64) bool {
-	for i := a & t.mask; ; i = (i + 1) & t.mask {
-		s := t.slots[2*i : 2*i+2 : 2*i+2]
-		if s[0] == a && s[1] == b {
+func (s *fpSeg) put(a, b uint64) bool {
+	for i := s.home(a); ; {
+		w := s.slots[2*i : 2*i+2 : 2*i+2]
+		if w[0] == a && w[1] == b {
 			return false
 		}
-		if s[0] == 0 && s[1] == 0 {
-			s[0], s[1] = a, b
+		if w[0] == 0 && w[1] == 0 {
+			w[0], w[1] = a, b
 			return true
+		}
+		if i++; i == s.size {
+			i = 0
 		}
 	}
 }
 
 func (t *fpTable) has(fp Fingerprint) bool {
-	if t.slots == nil {
+	a, b := fpWords(fp)
+	s := &t.segs[b>>(64-fpSegBits)]
+	if s.size == 0 {
 		return false
 	}
-	a, b := fpWords(fp)
-	for i := a & t.mask; ; i = (i + 1) & t.mask {
-		s := t.slots[2*i : 2*i+2 : 2*i+2]
-		if s[0] == a && s[1] == b {
+	for i := s.home(a); ; {
+		w := s.slots[2*i : 2*i+2 : 2*i+2]
+		if w[0] == a && w[1] == b {
 			return true
 		}
-		if s[0] == 0 && s[1] == 0 {
+		if w[0] == 0 && w[1] == 0 {
 			return false
+		}
+		if i++; i == s.size {
+			i = 0
 		}
 	}
 }
 
-// grow doubles the table (or makes its first slots) and moves every
-// fingerprint over.
-func (t *fpTable) grow() {
-	n := minFPSlots
-	if t.slots != nil {
-		n = 2 * int(t.mask+1)
+// grow makes the segment half as large again (or gives it its first
+// slots) and moves its fingerprints over.
+func (s *fpSeg) grow() {
+	n := uint64(minFPSlots)
+	if s.size > 0 {
+		n = s.size + s.size/2
 	}
-	oldBuf, old := t.buf, t.slots
-	t.buf = newOffHeapBuf(16 * n)
-	t.slots = u64s(t.buf.b[:16*n], 2*n)
-	t.mask = uint64(n - 1)
+	oldBuf, old := s.buf, s.slots
+	if n >= offHeapFPSlots {
+		s.buf = newOffHeapBuf(16 * int(n))
+		s.slots = u64s(s.buf.b[:16*n], 2*int(n))
+	} else {
+		s.buf = offHeapBuf{}
+		s.slots = make([]uint64, 2*n)
+	}
+	s.size = n
 	for i := 0; i < len(old); i += 2 {
 		if old[i] != 0 || old[i+1] != 0 {
-			t.put(old[i], old[i+1])
+			s.put(old[i], old[i+1])
 		}
 	}
 	oldBuf.free()
 }
 
+// bytes is the memory of the table's slots.
+func (t *fpTable) bytes() uint64 {
+	var n uint64
+	for i := range t.segs {
+		n += 16 * t.segs[i].size
+	}
+	return n
+}
+
 func (t *fpTable) free() {
-	t.buf.free()
-	t.buf, t.slots = offHeapBuf{}, nil
+	for i := range t.segs {
+		t.segs[i].buf.free()
+		t.segs[i] = fpSeg{}
+	}
+	t.n = 0
 }

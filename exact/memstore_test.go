@@ -125,7 +125,7 @@ func TestFPTable(t *testing.T) {
 		for i := range fp {
 			fp[i] = byte(rng.Uint32())
 		}
-		fp[0] &= 0x0f // clustered low bits: long probe runs
+		fp[7] |= 0xf0 // homes at the segments' ends: long probe runs that wrap
 		in = append(in, fp)
 	}
 	for i, fp := range in {
@@ -153,6 +153,11 @@ func TestFPTable(t *testing.T) {
 	absent[3] = 0xaa
 	if tb.has(absent) {
 		t.Fatal("an absent fingerprint is found")
+	}
+	// Segments grow by half at 4/5 full: 20 to 30 bytes a key once each
+	// has grown a few times (their first slots are a floor).
+	if per := float64(tb.bytes()) / float64(tb.n); per < 20 || per > 30 {
+		t.Fatalf("%.1f bytes a fingerprint, want 20 to 30", per)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -67,6 +68,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, fs: fs, dir: dir, opts: opts, lg: lg, popts: po,
 		memLimit: int(opts.MemTableSize)}
+	s.recTop.Store(math.MaxUint64) // until initRecTop
 	if opts.memLimit > 0 {
 		s.memLimit = opts.memLimit
 	}
@@ -86,6 +88,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, errors.Join(err, s.closeDB())
 	}
 	if err := s.replay(); err != nil {
+		if s.stopFlushes() == nil {
+			s.freeMemTables()
+		}
+		return nil, errors.Join(err, s.closeDB())
+	}
+	if err := s.initRecTop(); err != nil {
 		if s.stopFlushes() == nil {
 			s.freeMemTables()
 		}

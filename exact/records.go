@@ -241,9 +241,17 @@ func (s *Store) GetRecord(fp Fingerprint) (gen uint64, val []byte, ok bool, err 
 		}
 		return false
 	}
-	gen, val, ok, err = s.pebbleRecord(fp, floor, best, isDecided)
-	if err != nil || ok {
-		return gen, val, ok, err
+	lo := floor
+	if best != nil {
+		lo = max(lo, best.gen+1)
+	}
+	// Loaded after the memtables were read: a record flushed since has
+	// raised it (see Store.recTop).
+	if lo < s.recTop.Load() {
+		gen, val, ok, err = s.pebbleRecord(fp, lo, isDecided)
+		if err != nil || ok {
+			return gen, val, ok, err
+		}
 	}
 	if best != nil {
 		return best.gen, bytes.Clone(best.val), true, nil
@@ -252,13 +260,8 @@ func (s *Store) GetRecord(fp Fingerprint) (gen uint64, val []byte, ok bool, err 
 }
 
 // pebbleRecord looks for fp's record in Pebble, in the generations at or
-// above floor, above best's (if not nil), that decided does not name,
-// newest first.
-func (s *Store) pebbleRecord(fp Fingerprint, floor uint64, best *memRecord, decided func(uint64) bool) (gen uint64, val []byte, ok bool, err error) {
-	lo := floor
-	if best != nil {
-		lo = max(lo, best.gen+1)
-	}
+// above lo that decided does not name, newest first.
+func (s *Store) pebbleRecord(fp Fingerprint, lo uint64, decided func(uint64) bool) (gen uint64, val []byte, ok bool, err error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagRecord, lo), UpperBound: recordsEnd})
 	if err != nil {
 		return 0, nil, false, fmt.Errorf("exact: get record: %w", err)
@@ -299,8 +302,9 @@ func (s *Store) pebbleRecord(fp Fingerprint, floor uint64, best *memRecord, deci
 }
 
 // writeRecords adds the record operations of m in generations at or above
-// floor to pb.
-func writeRecords(pb *pebble.Batch, m *memTable, floor uint64) error {
+// floor to pb, and returns 1 + the newest generation of a record it sets
+// (0 if none).
+func writeRecords(pb *pebble.Batch, m *memTable, floor uint64) (top uint64, err error) {
 	var key [recordKeyLen]byte
 	for fp, ops := range m.records {
 		for _, r := range ops {
@@ -308,16 +312,51 @@ func writeRecords(pb *pebble.Batch, m *memTable, floor uint64) error {
 				continue
 			}
 			putRecordKey(key[:], r.gen, fp)
-			var err error
 			if r.del {
 				err = pb.Delete(key[:], nil)
 			} else {
 				err = pb.Set(key[:], r.val, nil)
+				top = max(top, r.gen+1)
 			}
 			if err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
+	return top, nil
+}
+
+// raiseRecTop raises recTop to top at least.
+func (s *Store) raiseRecTop(top uint64) {
+	for {
+		old := s.recTop.Load()
+		if old >= top || s.recTop.CompareAndSwap(old, top) {
+			return
+		}
+	}
+}
+
+// initRecTop sets recTop from the newest record in Pebble, at the end of
+// Open (it was at its maximum until then).
+func (s *Store) initRecTop() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagRecord, 0), UpperBound: recordsEnd})
+	if err != nil {
+		return fmt.Errorf("exact: records: %w", err)
+	}
+	var top uint64
+	if it.Last() {
+		k := it.Key()
+		if len(k) != recordKeyLen {
+			err = fmt.Errorf("%w: record key of %d bytes", ErrCorrupt, len(k))
+		} else {
+			top = beUint64(k[1:9]) + 1
+		}
+	}
+	if err = errors.Join(err, it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("exact: records: %w", err)
+	}
+	s.recTop.Store(top)
 	return nil
 }

@@ -387,3 +387,26 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkGetRecord reads records held in the memtable, in the newest
+// generation, as an idempotency replay finds them.
+func BenchmarkGetRecord(b *testing.B) {
+	s := mustOpen(b, b.TempDir(), Options{})
+	defer mustClose(b, s)
+	const n = 1024
+	fps := make([]Fingerprint, n)
+	bt := s.NewBatch()
+	for i := range fps {
+		fps[i] = s.Fingerprint(keyOf(i))
+		bt.PutRecord(7, fps[i], []byte("200 OK"))
+	}
+	if _, err := bt.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if _, _, ok, err := s.GetRecord(fps[i%n]); err != nil || !ok {
+			b.Fatalf("GetRecord: %v %v", ok, err)
+		}
+	}
+}

@@ -235,6 +235,12 @@ type Store struct {
 
 	// flushMu serialises flushes (flushOne).
 	flushMu sync.Mutex
+	// recTop is 1 + the newest generation of a record in Pebble (0: none),
+	// or more: GetRecord asks Pebble only for generations below it. Open
+	// sets it from Pebble's last record, flushes raise it (both under
+	// flushMu), before the memtable they flushed leaves the reads; an
+	// expiry leaves it as it is.
+	recTop  atomic.Uint64
 	bgWG    sync.WaitGroup
 	closing atomic.Bool
 

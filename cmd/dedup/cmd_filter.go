@@ -42,6 +42,14 @@ type filterConfig struct {
 	explicit map[string]bool
 }
 
+// memCommitEvery is --commit-every without --state: in memory a commit
+// costs no fsync, and the keys between two commits wait in the engine's
+// in-flight sets, about 90 bytes a key with its bytes, besides the sets
+// kept for reuse: smaller commits hold fewer (1M lines of 952k distinct
+// keys peak at 115 MiB RSS at 16384 against 150 MiB at 100000, in the
+// same time).
+const memCommitEvery = 16384
+
 // defaultChunk is --chunk: a batch of 256 KiB, read, scanned and written
 // again, stays in the CPU caches between its passes (BenchmarkFilter
 // measured larger and smaller batches slower).
@@ -65,7 +73,7 @@ func newFilterFlags(e *env) (*flag.FlagSet, *filterConfig) {
 	fs.IntVar(&c.keys.maxKey, "max-key", 4096, "reject keys over `N` bytes")
 	fs.IntVar(&c.keys.maxLine, "max-line", 16<<20, "reject lines over `N` bytes")
 	c.engine.register(fs, tuneUsage)
-	fs.IntVar(&c.commitEvery, "commit-every", 100000, "commit after `N` events")
+	fs.IntVar(&c.commitEvery, "commit-every", 100000, "commit after `N` events (without --state: 16384)")
 	fs.DurationVar(&c.commitInterval, "commit-interval", time.Second, "commit at least every `DURATION`")
 	fs.BoolVar(&c.strict, "strict", false, "stop with exit status 2 at the first rejected line")
 	fs.BoolVar(&c.stats, "stats", false, "print a summary on stderr at the end")
@@ -85,6 +93,9 @@ func runFilter(e *env, args []string) error {
 		return err
 	}
 	c.explicit = explicitFlags(fs)
+	if c.state == "" && !c.explicit["commit-every"] {
+		c.commitEvery = memCommitEvery
+	}
 	c.keys.fieldSet = c.explicit["field"]
 	if len(c.inputs) == 0 {
 		c.inputs = stringList{"-"}
