@@ -187,7 +187,12 @@ func TestBloom(t *testing.T) {
 	doErr("error rate", "BF.RESERVE", "x", "1.5", 10)
 	doErr("capacity", "BF.RESERVE", "x", "0.01", 0)
 	doErr("EXPANSION must be in range [1, 32768]", "BF.RESERVE", "x", "0.01", 10, "EXPANSION", 0)
-	doErr("unknown option 'BOGUS'", "BF.RESERVE", "x", "0.01", 10, "BOGUS")
+	doErr("ERR unknown option 'BOGUS': BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]", "BF.RESERVE", "x", "0.01", 10, "BOGUS")
+	doErr("ERR EXPANSION needs a value: BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]", "BF.RESERVE", "x", "0.01", 10, "EXPANSION")
+	insertUsage := "BF.INSERT name [CAPACITY n] [ERROR r] [EXPANSION n] [NOCREATE] [NONSCALING] ITEMS item [item ...]"
+	doErr("ERR unknown option 'BOGUS': "+insertUsage, "BF.INSERT", "x", "NOCREATE", "BOGUS", "ITEMS", "a")
+	doErr("ERR ERROR needs a value: "+insertUsage, "BF.INSERT", "x", "NONSCALING", "error")
+	doErr("ERR EXPANSION must be in range [1, 32768]", "BF.INSERT", "x", "EXPANSION", "0", "ITEMS", "a")
 	if got := do("BF.RESERVE", "x", "0.01", 10, "NONSCALING"); got != "OK" {
 		t.Errorf("BF.RESERVE NONSCALING = %v", got)
 	}
