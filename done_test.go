@@ -20,30 +20,28 @@ import (
 // ExplicitDone the Commit leaves the key in flight, Forget succeeds and
 // after a restart the key is New.
 func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
-			o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true, Probabilistic: prob}
-			e := openT(t, o)
-			mustObserve(t, e, "A", dedup.New)
-			done := make(chan error)
-			go func() { done <- e.Commit([]byte("cp")) }()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			mustObserve(t, e, "A", dedup.InFlight) // still owned
-			if err := e.Forget([]byte("A")); err != nil {
-				t.Fatalf("Forget after a concurrent Commit: %v", err)
-			}
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
-			}
-			e = openT(t, o)
-			if cp := string(e.Checkpoint()); cp != "cp" {
-				t.Fatalf("Checkpoint = %q", cp)
-			}
-			mustObserve(t, e, "A", dedup.New)
-		})
-	}
+	forEachMode(t, func(t *testing.T, prob bool) {
+		o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true, Probabilistic: prob}
+		e := openT(t, o)
+		mustObserve(t, e, "A", dedup.New)
+		done := make(chan error)
+		go func() { done <- e.Commit([]byte("cp")) }()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		mustObserve(t, e, "A", dedup.InFlight) // still owned
+		if err := e.Forget([]byte("A")); err != nil {
+			t.Fatalf("Forget after a concurrent Commit: %v", err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		e = openT(t, o)
+		if cp := string(e.Checkpoint()); cp != "cp" {
+			t.Fatalf("Checkpoint = %q", cp)
+		}
+		mustObserve(t, e, "A", dedup.New)
+	})
 }
 
 // TestExplicitDoneCommitsOnlyDone: Commit makes Done keys durable; the
