@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -445,4 +446,112 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// AdvisorFigure is the spread of one figure of the advice over the runs
+// of an AdvisorSpread: the relative errors against the truth (estimate /
+// truth - 1; an estimate of 0, not known, counts as -1).
+type AdvisorFigure struct {
+	Name string `json:"name"`
+	// Min and Max bound the relative errors, RMS is their root mean
+	// square, Within20 the share of runs within 20%.
+	Min, Max, RMS, Within20 float64
+}
+
+// AdvisorSpread is the advice's accuracy for one delay distribution over
+// several stream seeds, each run one engine (a seed and a window).
+type AdvisorSpread struct {
+	Delay string `json:"delay"`
+	// Seeds and Runs count the streams and the engine runs.
+	Seeds, Runs int
+	// DuplicatesMin and DuplicatesMax bound WindowAdvice.Duplicates.
+	DuplicatesMin, DuplicatesMax uint64
+	// Figures: the leaks of the current window, then the windows for 100,
+	// 10 and 1 per million.
+	Figures []AdvisorFigure `json:"figures"`
+	// AllWithin20 is the share of runs with every figure within 20%.
+	AllWithin20 float64
+	// StatedRelErrMedian is the median LeaksRelErr the engine stated;
+	// Within2SE the share of runs whose true leaks lie within two stated
+	// standard errors of the estimate (about 95% if LeaksRelErr is honest).
+	StatedRelErrMedian, Within2SE float64
+}
+
+// SpreadAdvisor summarises advisor checks by delay distribution, in the
+// order the distributions first appear.
+func SpreadAdvisor(results []*AdvisorResult) []AdvisorSpread {
+	var out []AdvisorSpread
+	index := map[string]int{}
+	type acc struct {
+		errs    [4][]float64
+		all, se int
+		stated  []float64
+	}
+	var accs []*acc
+	for _, res := range results {
+		i, ok := index[res.Config.Delay]
+		if !ok {
+			i = len(out)
+			index[res.Config.Delay] = i
+			out = append(out, AdvisorSpread{Delay: res.Config.Delay, DuplicatesMin: math.MaxUint64})
+			accs = append(accs, &acc{})
+		}
+		s, a := &out[i], accs[i]
+		s.Seeds++
+		for _, r := range res.Runs {
+			adv := r.Advice
+			s.Runs++
+			s.DuplicatesMin = min(s.DuplicatesMin, adv.Duplicates)
+			s.DuplicatesMax = max(s.DuplicatesMax, adv.Duplicates)
+			rel := func(got, want float64) float64 {
+				if !(want > 0) {
+					return 0
+				}
+				return got/want - 1
+			}
+			errs := [4]float64{rel(adv.LeaksPerMillion, r.ModelLeaksPerMillion),
+				rel(adv.WindowFor100.Seconds(), r.ModelWindowFor100.Seconds()),
+				rel(adv.WindowFor10.Seconds(), r.ModelWindowFor10.Seconds()),
+				rel(adv.WindowFor1.Seconds(), r.ModelWindowFor1.Seconds())}
+			all := true
+			for k, e := range errs {
+				a.errs[k] = append(a.errs[k], e)
+				all = all && math.Abs(e) <= 0.2
+			}
+			if all {
+				a.all++
+			}
+			if math.Abs(adv.LeaksPerMillion-r.ModelLeaksPerMillion) <= 2*adv.LeaksRelErr*adv.LeaksPerMillion {
+				a.se++
+			}
+			a.stated = append(a.stated, adv.LeaksRelErr)
+		}
+	}
+	for i := range out {
+		s, a := &out[i], accs[i]
+		if s.Runs == 0 {
+			s.DuplicatesMin = 0
+			continue
+		}
+		n := float64(s.Runs)
+		for k, name := range []string{"leaks", "window for 100/M", "window for 10/M", "window for 1/M"} {
+			f := AdvisorFigure{Name: name, Min: math.Inf(1), Max: math.Inf(-1)}
+			in := 0
+			for _, e := range a.errs[k] {
+				f.Min, f.Max = min(f.Min, e), max(f.Max, e)
+				f.RMS += e * e
+				if math.Abs(e) <= 0.2 {
+					in++
+				}
+			}
+			f.RMS = math.Sqrt(f.RMS / n)
+			f.Within20 = float64(in) / n
+			s.Figures = append(s.Figures, f)
+		}
+		s.AllWithin20 = float64(a.all) / n
+		s.Within2SE = float64(a.se) / n
+		slices.Sort(a.stated)
+		s.StatedRelErrMedian = a.stated[len(a.stated)/2]
+	}
+	return out
 }

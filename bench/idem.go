@@ -1,32 +1,20 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/redis/go-redis/v9"
 	"github.com/streamdedup/dedup/internal/cputime"
-	"github.com/streamdedup/dedup/internal/diskuse"
-	"github.com/streamdedup/dedup/internal/humanize"
 )
 
 // IdemConfig configures the idempotency-key comparison: one upstream API,
@@ -91,10 +79,13 @@ type IdemRow struct {
 	// UpstreamLatency is the upstream's service time in this section.
 	UpstreamLatency time.Duration `json:"upstream_latency_ns"`
 	NewPerSec       float64       `json:"new_per_sec"`
-	NewP99          time.Duration `json:"new_p99_ns"`
-	ReplayPerSec    float64       `json:"replay_per_sec"`
-	ReplayP99       time.Duration `json:"replay_p99_ns"`
-	UpstreamCalls   int64         `json:"upstream_calls"`
+	// NewP50 and NewP99 are the median and 99th percentile latency of
+	// the requests with new keys, over every round.
+	NewP50        time.Duration `json:"new_p50_ns"`
+	NewP99        time.Duration `json:"new_p99_ns"`
+	ReplayPerSec  float64       `json:"replay_per_sec"`
+	ReplayP99     time.Duration `json:"replay_p99_ns"`
+	UpstreamCalls int64         `json:"upstream_calls"`
 	// NewCPU and ReplayCPU are the CPU time (user and system) per
 	// request of the process that keeps the keys (dedup proxy,
 	// redis-server); 0 for the upstream called directly.
@@ -123,10 +114,10 @@ type IdemResult struct {
 
 // idemTarget is one way to reach the upstream.
 type idemTarget struct {
-	name   string
-	url    string
-	client *http.Client
-	warm   bool
+	name string
+	url  string
+	pool *idemPool
+	warm bool
 	// memory, if set, returns the bytes (resident, on disk) the results
 	// take; cpu, if set, the CPU time of the process that keeps them.
 	memory func() (rss, disk uint64, err error)
@@ -178,8 +169,10 @@ func Idem(ctx context.Context, cfg IdemConfig, p Progress) (*IdemResult, error) 
 		targets = append(targets, rt)
 	}
 	for _, t := range targets {
-		t.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients, MaxConnsPerHost: cfg.Clients, DisableCompression: true}}
-		defer t.client.CloseIdleConnections()
+		if t.pool, err = newIdemPool(t.url, cfg.Clients); err != nil {
+			return nil, err
+		}
+		defer t.pool.close()
 	}
 	for _, latency := range cfg.UpstreamLatencies {
 		up.latency.Store(int64(latency))
@@ -251,7 +244,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	if !t.warm {
 		// Warm the connections up on keys of their own.
 		var h Histogram
-		if _, err := idemLoad(ctx, t.client, t.url, "warm-", cfg.Clients*4, cfg.Clients, func(i int) int { return i }, nil, false, &h); err != nil {
+		if _, err := idemLoad(ctx, t.pool, "warm-", cfg.Clients*4, func(i int) int { return i }, nil, false, &h); err != nil {
 			return fmt.Errorf("bench: %s: warm-up: %w", t.name, err)
 		}
 		t.warm = true
@@ -278,7 +271,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	if err != nil {
 		return err
 	}
-	rate, err := idemLoad(ctx, t.client, t.url, prefix, cfg.Requests, cfg.Clients, func(i int) int { return i }, p, false, &a.newHist)
+	rate, err := idemLoad(ctx, t.pool, prefix, cfg.Requests, func(i int) int { return i }, p, false, &a.newHist)
 	if err != nil {
 		return fmt.Errorf("bench: %s: new keys: %w", t.name, err)
 	}
@@ -306,7 +299,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	if err != nil {
 		return err
 	}
-	rate, err = idemLoad(ctx, t.client, t.url, prefix, cfg.Replays, cfg.Clients, func(i int) int { return (i * stride) % cfg.Requests }, p, t.name != "upstream directly", &a.replayHist)
+	rate, err = idemLoad(ctx, t.pool, prefix, cfg.Replays, func(i int) int { return (i * stride) % cfg.Requests }, p, t.name != "upstream directly", &a.replayHist)
 	if err != nil {
 		return fmt.Errorf("bench: %s: replays: %w", t.name, err)
 	}
@@ -333,7 +326,7 @@ func (a *idemAcc) row(cfg IdemConfig, name string, latency time.Duration) IdemRo
 	}
 	return IdemRow{
 		Target: name, UpstreamLatency: latency,
-		NewPerSec: median(a.newRates), NewP99: a.newHist.Quantile(0.99),
+		NewPerSec: median(a.newRates), NewP50: a.newHist.Quantile(0.5), NewP99: a.newHist.Quantile(0.99),
 		ReplayPerSec: median(a.replayRates), ReplayP99: a.replayHist.Quantile(0.99),
 		UpstreamCalls: a.calls / int64(cfg.Rounds),
 		NewCPU:        per(a.newCPU, a.newN), ReplayCPU: per(a.replayCPU, a.replayN),
@@ -348,355 +341,4 @@ func gcd(a, b int) int {
 		a, b = b, a%b
 	}
 	return a
-}
-
-// idemLoad sends n POSTs from clients goroutines, request i with key
-// prefix+keyOf(i), records each latency in h and returns requests per
-// second. Every response must be 201; with replayed, also marked replayed.
-func idemLoad(ctx context.Context, client *http.Client, url, prefix string, n, clients int, keyOf func(int) int, p Progress, replayed bool, h *Histogram) (float64, error) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	hists := make([]Histogram, clients)
-	errs := make([]error, clients)
-	body := []byte(`{"amount":1000,"currency":"eur","source":"tok_visa"}`)
-	start := time.Now()
-	for c := 0; c < clients; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			done := 0
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					break
-				}
-				req, _ := http.NewRequestWithContext(ctx, "POST", url+"/charges", bytes.NewReader(body))
-				req.Header.Set("Idempotency-Key", prefix+strconv.Itoa(keyOf(i)))
-				req.Header.Set("Content-Type", "application/json")
-				t := time.Now()
-				res, err := client.Do(req)
-				if err != nil {
-					errs[c] = err
-					return
-				}
-				_, err = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				hists[c].Record(time.Since(t))
-				if err != nil {
-					errs[c] = err
-					return
-				}
-				if res.StatusCode != http.StatusCreated || (replayed && res.Header.Get("Idempotent-Replayed") != "true") {
-					errs[c] = fmt.Errorf("status %d, replayed %q", res.StatusCode, res.Header.Get("Idempotent-Replayed"))
-					return
-				}
-				if done++; p != nil && done%64 == 0 {
-					p.Add(64)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
-		return 0, err
-	}
-	if ctx.Err() != nil {
-		return 0, ctx.Err()
-	}
-	for i := range hists {
-		h.Merge(&hists[i])
-	}
-	return float64(n) / el.Seconds(), nil
-}
-
-// startDedupProxy runs `dedup proxy` as a child process in front of up.
-func startDedupProxy(ctx context.Context, cfg IdemConfig, bin string, up *upstream) (*idemTarget, func(), error) {
-	state, err := os.MkdirTemp(cfg.Dir, "dedupbench-proxy-")
-	if err != nil {
-		return nil, nil, fmt.Errorf("bench: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, bin, "proxy", "--listen", "127.0.0.1:0", "--upstream", up.url, "--state", state,
-		"--window", "24h", "--lease", "30s")
-	stop := func() {
-		if cmd.Process != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		os.RemoveAll(state)
-	}
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("bench: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("bench: start dedup proxy: %w", err)
-	}
-	r := bufio.NewReader(pipe)
-	addr := ""
-	for addr == "" {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			stop()
-			return nil, nil, fmt.Errorf("bench: dedup proxy did not start: %v (%s)", err, line)
-		}
-		if _, rest, ok := strings.Cut(line, "listening on "); ok {
-			addr, _, _ = strings.Cut(rest, " ")
-		}
-	}
-	go io.Copy(io.Discard, r)
-	pid := cmd.Process.Pid
-	t := &idemTarget{name: "dedup proxy", url: "http://" + addr,
-		memory: func() (uint64, uint64, error) {
-			rss, err := procRSS(pid)
-			if err != nil {
-				return 0, 0, err
-			}
-			disk, err := diskuse.Bytes(vfs.Default, state)
-			if err != nil {
-				return 0, 0, fmt.Errorf("bench: du %s: %w", state, err)
-			}
-			return rss, disk, nil
-		},
-		cpu: func() (time.Duration, error) { return procCPU(pid) },
-	}
-	return t, stop, nil
-}
-
-// procCPU reads the CPU time (user and system) a process has used from
-// /proc.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("bench: CPU time: %w", err)
-	}
-	// The fields after the command name (which may hold spaces), from
-	// field 3: utime and stime are fields 14 and 15, in clock ticks.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("bench: CPU time: unreadable /proc/%d/stat", pid)
-	}
-	var ticks uint64
-	for _, x := range f[11:13] {
-		n, err := strconv.ParseUint(x, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("bench: CPU time: %w", err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
-}
-
-// clockTicks is the unit of /proc/PID/stat's times (USER_HZ), 100 on
-// every Linux architecture Go supports.
-const clockTicks = 100
-
-// procRSS reads a process's resident set size from /proc.
-func procRSS(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("bench: RSS: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("bench: VmRSS %q: %w", v, err)
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, errors.New("bench: no VmRSS in /proc status")
-}
-
-// startRedisMiddleware runs the usual Redis build of the pattern in front
-// of up: a Go reverse proxy (in this process) that takes the key with SET
-// NX PX (the lock, holding the request's fingerprint), stores the response
-// with SET PX (the TTL) once the upstream answers, answers a repeat from
-// GET, and deletes the key when the upstream fails. redis-server runs
-// without persistence.
-func startRedisMiddleware(ctx context.Context, cfg IdemConfig, up *upstream) (*idemTarget, func(), error) {
-	rs, err := StartRedis(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: cfg.Clients * 2})
-	target, err := url.Parse(up.url)
-	if err != nil {
-		return nil, nil, errors.Join(err, rc.Close(), rs.Stop())
-	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024 // as dedup proxy keeps them
-	rp.Transport = tr
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("bench: %w", err), rc.Close(), rs.Stop())
-	}
-	srv := &http.Server{Handler: redisIdempotency(rc, rp, 30*time.Second, 24*time.Hour)}
-	go srv.Serve(ln)
-	pid := rs.cmd.Process.Pid
-	t := &idemTarget{name: "redis middleware", url: "http://" + ln.Addr().String(),
-		memory: func() (uint64, uint64, error) {
-			_, rss, err := infoMemory(ctx, rc)
-			return rss, 0, err
-		},
-		cpu: func() (time.Duration, error) { return procCPU(pid) },
-	}
-	return t, func() { srv.Close(); rc.Close(); rs.Stop() }, nil
-}
-
-// redisResponse is a response as the Redis build stores it.
-type redisResponse struct {
-	Fingerprint string      `json:"fp"`
-	Status      int         `json:"status"`
-	Header      http.Header `json:"header"`
-	Body        []byte      `json:"body"`
-}
-
-// redisIdempotency is the common middleware on Redis, as services write
-// it: lock, run, store or delete.
-func redisIdempotency(rc *redis.Client, next http.Handler, lease, ttl time.Duration) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("Idempotency-Key")
-		if key == "" || r.Method != http.MethodPost {
-			next.ServeHTTP(w, r)
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		fp := fmt.Sprintf("%x", sha256.Sum256([]byte(r.Method+"\x00"+r.URL.RequestURI()+"\x00"+string(body))))
-		ctx := r.Context()
-		rk := "idem:" + key
-		ok, err := rc.SetNX(ctx, rk, "lock:"+fp, lease).Result()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if !ok {
-			v, err := rc.Get(ctx, rk).Bytes()
-			if err != nil || bytes.HasPrefix(v, []byte("lock:")) {
-				w.Header().Set("Retry-After", "1")
-				http.Error(w, "in progress", http.StatusConflict)
-				return
-			}
-			var s redisResponse
-			if err := json.Unmarshal(v, &s); err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			if s.Fingerprint != fp {
-				http.Error(w, "key reused", http.StatusUnprocessableEntity)
-				return
-			}
-			for k, vs := range s.Header {
-				w.Header()[k] = vs
-			}
-			w.Header().Set("Idempotent-Replayed", "true")
-			w.WriteHeader(s.Status)
-			w.Write(s.Body)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		rec := &redisRecorder{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(rec, r)
-		if rec.status >= 500 || rec.status == http.StatusTooManyRequests {
-			rc.Del(context.WithoutCancel(ctx), rk)
-			return
-		}
-		h := w.Header().Clone()
-		h.Del("Date")
-		v, _ := json.Marshal(redisResponse{Fingerprint: fp, Status: rec.status, Header: h, Body: rec.body.Bytes()})
-		rc.Set(context.WithoutCancel(ctx), rk, v, ttl)
-	})
-}
-
-type redisRecorder struct {
-	http.ResponseWriter
-	status int
-	body   bytes.Buffer
-}
-
-func (r *redisRecorder) WriteHeader(code int) {
-	r.status = code
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *redisRecorder) Write(p []byte) (int, error) {
-	r.body.Write(p)
-	return r.ResponseWriter.Write(p)
-}
-
-// WriteText writes the comparison tables, one per upstream latency.
-func (r *IdemResult) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "idempotency keys: %d new keys then %d replays per target and round, %d rounds (targets in turn), %d clients, %d-byte responses\n",
-		r.Config.Requests, r.Config.Replays, r.Config.Rounds, r.Config.Clients, r.Config.BodySize)
-	if r.Machine != nil {
-		fmt.Fprintln(w, r.Machine.String())
-	}
-	ratio := func(a, b float64) string {
-		if b == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2fx", a/b)
-	}
-	us := func(d time.Duration) string {
-		if d <= 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
-	}
-	for _, latency := range r.Config.UpstreamLatencies {
-		section := r.section(latency)
-		var direct, redisRow *IdemRow
-		for i := range section {
-			switch section[i].Target {
-			case "upstream directly":
-				direct = &section[i]
-			case "redis middleware":
-				redisRow = &section[i]
-			}
-		}
-		fmt.Fprintf(w, "\nupstream service time %v:\n\n", latency)
-		var rows [][]string
-		for _, x := range section {
-			vsDirect, vsRedis, replayVsRedis := "-", "-", "-"
-			if direct != nil {
-				vsDirect = ratio(x.NewPerSec, direct.NewPerSec)
-			}
-			if redisRow != nil {
-				vsRedis = ratio(x.NewPerSec, redisRow.NewPerSec)
-				if x.Target != "upstream directly" {
-					replayVsRedis = ratio(x.ReplayPerSec, redisRow.ReplayPerSec)
-				}
-			}
-			mem, disk := "-", "-"
-			if x.RSSPerResult > 0 {
-				mem = fmt.Sprintf("%.0f B", x.RSSPerResult)
-			}
-			if x.DiskPerResult > 0 {
-				disk = fmt.Sprintf("%.0f B", x.DiskPerResult)
-			}
-			rows = append(rows, []string{x.Target, humanize.Count(x.NewPerSec), vsDirect, vsRedis, lat(x.NewP99),
-				humanize.Count(x.ReplayPerSec), replayVsRedis, lat(x.ReplayP99), strconv.FormatInt(x.UpstreamCalls, 10),
-				us(x.NewCPU) + " / " + us(x.ReplayCPU), us(x.BenchNewCPU) + " / " + us(x.BenchReplayCPU), mem, disk})
-		}
-		if err := table(w, "target\tnew/s\tvs direct\tvs redis\tp99 new\treplays/s\tvs redis\tp99 replay\tupstream calls\tCPU/req new / replay\tbench CPU/req new / replay\tRSS/result\tdisk/result", rows); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// section returns the rows measured with the upstream taking latency.
-func (r *IdemResult) section(latency time.Duration) []IdemRow {
-	var rows []IdemRow
-	for _, x := range r.Rows {
-		if x.UpstreamLatency == latency {
-			rows = append(rows, x)
-		}
-	}
-	return rows
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/streamdedup/dedup/resp"
@@ -49,11 +50,16 @@ func start(t *testing.T, cfg resp.Config) (*resp.Server, string) {
 	return srv, ln.Addr().String()
 }
 
+// clientTimeout bounds a test client's reads and writes: far above go-redis's
+// 3 s default, which a 32 MiB pipeline or a restart under a loaded CI
+// machine's -race can exceed, so that a slow machine is not a failure.
+const clientTimeout = time.Minute
+
 // client is a go-redis client of addr speaking RESP2 (Protocol 2): the
 // replies these tests check are RESP2's; resp3_test.go checks RESP3's.
 func client(t *testing.T, addr string, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2}
+	o := &redis.Options{Addr: addr, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, MaxRetries: -1, Protocol: 2}
 	for _, f := range opts {
 		f(o)
 	}

@@ -18,7 +18,7 @@ func TestIdempotencyCommands(t *testing.T) {
 	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncNo}
 	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, Protocol: 2, MaxRetries: -1})
 	do := func(args ...any) []any {
 		t.Helper()
 		v, err := c.Do(ctx, args...).Slice()

@@ -46,7 +46,7 @@ func TestKillAlways(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2})
+			c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, MaxRetries: -1, Protocol: 2})
 			defer c.Close()
 			for i := 0; ; i++ {
 				pipe := c.Pipeline()
@@ -91,7 +91,7 @@ func TestKillAlways(t *testing.T) {
 	wg.Wait()
 
 	_, addr = startChild(t, dir)
-	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, Protocol: 2})
 	defer c.Close()
 	pipe := c.Pipeline()
 	cmds := make([]*redis.BoolCmd, len(acked))
@@ -123,7 +123,7 @@ func TestKillAlways(t *testing.T) {
 func TestKillDoneAlways(t *testing.T) {
 	dir := t.TempDir()
 	cmd, addr := startChild(t, dir)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2})
+	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, MaxRetries: -1, Protocol: 2})
 	if err := c.Do(t.Context(), "DEDUP.RESERVE", "w", "EXPLICITDONE").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestKillDoneAlways(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2})
+			wc := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, MaxRetries: -1, Protocol: 2})
 			defer wc.Close()
 			for i := 2 * w; i < n; i += 8 {
 				if got, err := wc.Do(t.Context(), "DEDUP.DONE", "w", fmt.Sprint("k", i)).Result(); err != nil || got != int64(1) {
@@ -159,7 +159,7 @@ func TestKillDoneAlways(t *testing.T) {
 	_ = cmd.Wait()
 
 	_, addr = startChild(t, dir)
-	c = redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	c = redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, Protocol: 2})
 	defer c.Close()
 	got, err := c.Do(t.Context(), keys...).StringSlice()
 	if err != nil || len(got) != n {

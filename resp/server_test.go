@@ -248,7 +248,7 @@ func TestRestart(t *testing.T) {
 	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncNo}
 	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, Protocol: 2})
 	if err := c.Do(ctx, "BF.RESERVE", "t1", "0.002", 5000).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -586,7 +586,7 @@ func TestExplicitDone(t *testing.T) {
 	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncEverySec}
 	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, Protocol: 2})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, MaxRetries: -1, Protocol: 2})
 	do := doer(t, c)
 	for _, tc := range []struct {
 		args []any

@@ -21,6 +21,7 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var c common
 	var cfg bench.AdvisorConfig
 	var delays, csvPath string
+	var seeds int
 	cfg.Windows = []time.Duration{2 * time.Minute, 3 * time.Minute, 5 * time.Minute, 8 * time.Minute}
 	fs := newFlagSet("dedupbench advisor", stderr)
 	c.bind(fs)
@@ -33,6 +34,7 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&cfg.Duration, "duration", 40*time.Minute, "virtual length of each stream")
 	fs.IntVar(&cfg.Generations, "generations", 4, "engine generations")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "stream seed")
+	fs.IntVar(&seeds, "seeds", 1, "run `N` streams per distribution, seeds --seed to --seed+N-1, and print the spread of the advice's errors over them")
 	fs.BoolVar(&cfg.Probabilistic, "probabilistic", false, "engines without the exact store")
 	fs.IntVar(&cfg.HorizonSample, "horizon-sample", 16, "the engines' HorizonSample: keep 1 key in `N` past the window; -1 none")
 	fs.StringVar(&csvPath, "csv", "", "write estimated against true leaks per window, one row per distribution and window, to `FILE`")
@@ -42,27 +44,61 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(cfg.Windows) == 0 {
 		return fmt.Errorf("--windows: at least one window")
 	}
-	var results []*bench.AdvisorResult
+	if seeds < 1 {
+		return fmt.Errorf("--seeds must be at least 1, got %d", seeds)
+	}
+	var results, first []*bench.AdvisorResult
 	for _, d := range strings.Split(delays, ",") {
-		cfg.Delay = strings.TrimSpace(d)
-		if !c.quiet {
-			fmt.Fprintf(stderr, "dedupbench advisor: %s delays, %d windows, %v of virtual time\n", cfg.Delay, len(cfg.Windows), cfg.Duration)
+		c1 := cfg
+		c1.Delay = strings.TrimSpace(d)
+		for k := range seeds {
+			c1.Seed = cfg.Seed + uint64(k)
+			if !c.quiet {
+				fmt.Fprintf(stderr, "dedupbench advisor: %s delays, seed %d, %d windows, %v of virtual time\n", c1.Delay, c1.Seed, len(cfg.Windows), cfg.Duration)
+			}
+			res, err := bench.Advisor(ctx, c1)
+			if err != nil {
+				return err
+			}
+			results = append(results, res)
+			if k == 0 {
+				first = append(first, res)
+			}
 		}
-		res, err := bench.Advisor(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		results = append(results, res)
 	}
 	if csvPath != "" {
 		if err := writeAdvisorCSV(csvPath, results); err != nil {
 			return err
 		}
 	}
-	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotAdvisor(results, dir) }); err != nil {
+	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotAdvisor(first, dir) }); err != nil {
 		return err
 	}
-	return output(c, stdout, results, func() error { return writeAdvisorText(stdout, results) })
+	if seeds == 1 {
+		return output(c, stdout, results, func() error { return writeAdvisorText(stdout, results) })
+	}
+	spread := bench.SpreadAdvisor(results)
+	return output(c, stdout, struct {
+		Results []*bench.AdvisorResult `json:"results"`
+		Spread  []bench.AdvisorSpread  `json:"spread"`
+	}{results, spread}, func() error { return writeAdvisorSpread(stdout, spread) })
+}
+
+// writeAdvisorSpread prints, per distribution, the range of each figure's
+// relative error over the runs and the share within 20%.
+func writeAdvisorSpread(w io.Writer, spread []bench.AdvisorSpread) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "delay\tseeds\truns\tdups\tfigure\terror min\tmax\trms\twithin 20%\t")
+	for _, s := range spread {
+		for _, f := range s.Figures {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\t%s\t%+.0f%%\t%+.0f%%\t%.0f%%\t%.0f%%\t\n", s.Delay, s.Seeds, s.Runs,
+				s.DuplicatesMin, s.DuplicatesMax, f.Name, 100*f.Min, 100*f.Max, 100*f.RMS, 100*f.Within20)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\tevery figure\t\t\t\t%.0f%%\t\n", s.Delay, s.Seeds, s.Runs, s.DuplicatesMin, s.DuplicatesMax, 100*s.AllWithin20)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\tleaks within 2 stated SE (median ±%.0f%%)\t\t\t\t%.0f%%\t\n", s.Delay, s.Seeds, s.Runs,
+			s.DuplicatesMin, s.DuplicatesMax, 100*s.StatedRelErrMedian, 100*s.Within2SE)
+	}
+	return tw.Flush()
 }
 
 func writeAdvisorText(w io.Writer, results []*bench.AdvisorResult) error {

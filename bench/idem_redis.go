@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startRedisMiddleware runs the usual Redis build of the pattern in front
+// of up: a Go reverse proxy (in this process) that takes the key with SET
+// NX PX (the lock, holding the request's fingerprint), stores the response
+// with SET PX (the TTL) once the upstream answers, answers a repeat from
+// GET, and deletes the key when the upstream fails. redis-server runs
+// without persistence.
+func startRedisMiddleware(ctx context.Context, cfg IdemConfig, up *upstream) (*idemTarget, func(), error) {
+	rs, err := StartRedis(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: cfg.Clients * 2})
+	target, err := url.Parse(up.url)
+	if err != nil {
+		return nil, nil, errors.Join(err, rc.Close(), rs.Stop())
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024 // as dedup proxy keeps them
+	rp.Transport = tr
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("bench: %w", err), rc.Close(), rs.Stop())
+	}
+	srv := &http.Server{Handler: redisIdempotency(rc, rp, 30*time.Second, 24*time.Hour)}
+	go srv.Serve(ln)
+	pid := rs.cmd.Process.Pid
+	t := &idemTarget{name: "redis middleware", url: "http://" + ln.Addr().String(),
+		memory: func() (uint64, uint64, error) {
+			_, rss, err := infoMemory(ctx, rc)
+			return rss, 0, err
+		},
+		cpu: func() (time.Duration, error) { return procCPU(pid) },
+	}
+	return t, func() { srv.Close(); rc.Close(); rs.Stop() }, nil
+}
+
+// redisResponse is a response as the Redis build stores it.
+type redisResponse struct {
+	Fingerprint string      `json:"fp"`
+	Status      int         `json:"status"`
+	Header      http.Header `json:"header"`
+	Body        []byte      `json:"body"`
+}
+
+// redisIdempotency is the common middleware on Redis, as services write
+// it: lock, run, store or delete.
+func redisIdempotency(rc *redis.Client, next http.Handler, lease, ttl time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		if key == "" || r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		fp := fmt.Sprintf("%x", sha256.Sum256([]byte(r.Method+"\x00"+r.URL.RequestURI()+"\x00"+string(body))))
+		ctx := r.Context()
+		rk := "idem:" + key
+		ok, err := rc.SetNX(ctx, rk, "lock:"+fp, lease).Result()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if !ok {
+			v, err := rc.Get(ctx, rk).Bytes()
+			if err != nil || bytes.HasPrefix(v, []byte("lock:")) {
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "in progress", http.StatusConflict)
+				return
+			}
+			var s redisResponse
+			if err := json.Unmarshal(v, &s); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			if s.Fingerprint != fp {
+				http.Error(w, "key reused", http.StatusUnprocessableEntity)
+				return
+			}
+			for k, vs := range s.Header {
+				w.Header()[k] = vs
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(s.Status)
+			w.Write(s.Body)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := &redisRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		if rec.status >= 500 || rec.status == http.StatusTooManyRequests {
+			rc.Del(context.WithoutCancel(ctx), rk)
+			return
+		}
+		h := w.Header().Clone()
+		h.Del("Date")
+		v, _ := json.Marshal(redisResponse{Fingerprint: fp, Status: rec.status, Header: h, Body: rec.body.Bytes()})
+		rc.Set(context.WithoutCancel(ctx), rk, v, ttl)
+	})
+}
+
+type redisRecorder struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (r *redisRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *redisRecorder) Write(p []byte) (int, error) {
+	r.body.Write(p)
+	return r.ResponseWriter.Write(p)
+}

@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/internal/diskuse"
+)
+
+// startDedupProxy runs `dedup proxy` as a child process in front of up.
+func startDedupProxy(ctx context.Context, cfg IdemConfig, bin string, up *upstream) (*idemTarget, func(), error) {
+	state, err := os.MkdirTemp(cfg.Dir, "dedupbench-proxy-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, bin, "proxy", "--listen", "127.0.0.1:0", "--upstream", up.url, "--state", state,
+		"--window", "24h", "--lease", "30s")
+	stop := func() {
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		os.RemoveAll(state)
+	}
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("bench: start dedup proxy: %w", err)
+	}
+	r := bufio.NewReader(pipe)
+	addr := ""
+	for addr == "" {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("bench: dedup proxy did not start: %v (%s)", err, line)
+		}
+		if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			addr, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	go io.Copy(io.Discard, r)
+	pid := cmd.Process.Pid
+	t := &idemTarget{name: "dedup proxy", url: "http://" + addr,
+		memory: func() (uint64, uint64, error) {
+			rss, err := procRSS(pid)
+			if err != nil {
+				return 0, 0, err
+			}
+			disk, err := diskuse.Bytes(vfs.Default, state)
+			if err != nil {
+				return 0, 0, fmt.Errorf("bench: du %s: %w", state, err)
+			}
+			return rss, disk, nil
+		},
+		cpu: func() (time.Duration, error) { return procCPU(pid) },
+	}
+	return t, stop, nil
+}
+
+// procCPU reads the CPU time (user and system) a process has used from
+// /proc.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("bench: CPU time: %w", err)
+	}
+	// The fields after the command name (which may hold spaces), from
+	// field 3: utime and stime are fields 14 and 15, in clock ticks.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("bench: CPU time: unreadable /proc/%d/stat", pid)
+	}
+	var ticks uint64
+	for _, x := range f[11:13] {
+		n, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: CPU time: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is the unit of /proc/PID/stat's times (USER_HZ), 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// procRSS reads a process's resident set size from /proc.
+func procRSS(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("bench: RSS: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: VmRSS %q: %w", v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("bench: no VmRSS in /proc status")
+}
