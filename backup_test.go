@@ -18,71 +18,69 @@ import (
 // committed before the backup began is Duplicate there and that its
 // checkpoint is one that was committed.
 func TestBackupWhileCommitting(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
-			root := t.TempDir()
-			o := Options{Dir: filepath.Join(root, "live"), Probabilistic: prob, Shards: 4}
-			e := openT(t, o)
-			var committed atomic.Int64 // keys 0..committed-1 are committed
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := e.Observe([]byte(fmt.Sprint("key", i))); err != nil {
+	forEachMode(t, func(t *testing.T, prob bool) {
+		root := t.TempDir()
+		o := Options{Dir: filepath.Join(root, "live"), Probabilistic: prob, Shards: 4}
+		e := openT(t, o)
+		var committed atomic.Int64 // keys 0..committed-1 are committed
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := e.Observe([]byte(fmt.Sprint("key", i))); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%20 == 19 {
+					if err := e.Commit([]byte(strconv.Itoa(i + 1))); err != nil {
 						t.Error(err)
 						return
 					}
-					if i%20 == 19 {
-						if err := e.Commit([]byte(strconv.Itoa(i + 1))); err != nil {
-							t.Error(err)
-							return
-						}
-						committed.Store(int64(i + 1))
-					}
+					committed.Store(int64(i + 1))
 				}
-			}()
-			for committed.Load() < 2000 {
-				runtime.Gosched()
 			}
-			before := committed.Load()
-			if err := e.Backup(filepath.Join(root, "backup")); err != nil {
-				t.Fatal(err)
-			}
-			close(stop)
-			wg.Wait()
-			after := committed.Load()
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
-			}
+		}()
+		for committed.Load() < 2000 {
+			runtime.Gosched()
+		}
+		before := committed.Load()
+		if err := e.Backup(filepath.Join(root, "backup")); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		wg.Wait()
+		after := committed.Load()
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
 
-			if _, err := RestoreBackup(filepath.Join(root, "backup"), o.Dir); err == nil || !strings.Contains(err.Error(), "not empty") {
-				t.Fatalf("restore over a live state: %v", err)
-			}
-			dst := filepath.Join(root, "restored")
-			ro, err := RestoreBackup(filepath.Join(root, "backup"), dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := openT(t, ro)
-			if st := r.Stats(); st.RestoredFrom != RestoredSnapshot {
-				t.Fatalf("restored state opened from %q", st.RestoredFrom)
-			}
-			cp, err := strconv.Atoi(string(r.Checkpoint()))
-			if err != nil || int64(cp) < before || int64(cp) > after || cp%20 != 0 {
-				t.Fatalf("checkpoint %q not one committed in [%d, %d]", r.Checkpoint(), before, after)
-			}
-			for i := 0; i < cp; i++ {
-				mustObserve(t, r, fmt.Sprint("key", i), Duplicate)
-			}
-		})
-	}
+		if _, err := RestoreBackup(filepath.Join(root, "backup"), o.Dir); err == nil || !strings.Contains(err.Error(), "not empty") {
+			t.Fatalf("restore over a live state: %v", err)
+		}
+		dst := filepath.Join(root, "restored")
+		ro, err := RestoreBackup(filepath.Join(root, "backup"), dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := openT(t, ro)
+		if st := r.Stats(); st.RestoredFrom != RestoredSnapshot {
+			t.Fatalf("restored state opened from %q", st.RestoredFrom)
+		}
+		cp, err := strconv.Atoi(string(r.Checkpoint()))
+		if err != nil || int64(cp) < before || int64(cp) > after || cp%20 != 0 {
+			t.Fatalf("checkpoint %q not one committed in [%d, %d]", r.Checkpoint(), before, after)
+		}
+		for i := 0; i < cp; i++ {
+			mustObserve(t, r, fmt.Sprint("key", i), Duplicate)
+		}
+	})
 }
 
 // TestRestoreLoneSnapshot installs a probabilistic state from its snapshot

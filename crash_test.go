@@ -22,13 +22,11 @@ import (
 // the commit that was racing the crash, in which case its keys are all
 // there).
 func TestCrashRecovery(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("probabilistic=%v", prob), func(t *testing.T) {
-			for round := 0; round < 12; round++ {
-				crashRound(t, prob, uint64(round))
-			}
-		})
-	}
+	forEachMode(t, func(t *testing.T, prob bool) {
+		for round := 0; round < 12; round++ {
+			crashRound(t, prob, uint64(round))
+		}
+	})
 }
 
 func crashRound(t *testing.T, prob bool, seed uint64) {

@@ -81,68 +81,66 @@ func TestCloseWritesSnapshot(t *testing.T) {
 // shape is an error naming it; ExpectedRate and FalsePositiveRate size the
 // generations made from now on, so a new value replaces the recorded one.
 func TestReopenAdoptsStateOptions(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
-			dir := t.TempDir()
-			created := dedup.Options{Dir: dir, Window: 10 * time.Minute, Generations: 5, Shards: 8,
-				Filter: "cuckoo", Probabilistic: prob, ExpectedRate: 123, FalsePositiveRate: 0.02}
-			e := openT(t, created)
-			mustObserve(t, e, "A", dedup.New)
-			if err := e.Commit(nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
-			}
-			have, err := dedup.StateOptions(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			same := func(got dedup.Options) bool {
-				return got.Window == created.Window && got.Generations == 5 && got.Shards == 8 && got.Filter == "cuckoo" &&
-					got.Probabilistic == prob && got.ExpectedRate == 123 && got.FalsePositiveRate == 0.02
-			}
-			if !same(have) || have.Dir != dir {
-				t.Fatalf("StateOptions = %+v", have)
-			}
+	forEachMode(t, func(t *testing.T, prob bool) {
+		dir := t.TempDir()
+		created := dedup.Options{Dir: dir, Window: 10 * time.Minute, Generations: 5, Shards: 8,
+			Filter: "cuckoo", Probabilistic: prob, ExpectedRate: 123, FalsePositiveRate: 0.02}
+		e := openT(t, created)
+		mustObserve(t, e, "A", dedup.New)
+		if err := e.Commit(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		have, err := dedup.StateOptions(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same := func(got dedup.Options) bool {
+			return got.Window == created.Window && got.Generations == 5 && got.Shards == 8 && got.Filter == "cuckoo" &&
+				got.Probabilistic == prob && got.ExpectedRate == 123 && got.FalsePositiveRate == 0.02
+		}
+		if !same(have) || have.Dir != dir {
+			t.Fatalf("StateOptions = %+v", have)
+		}
 
-			e = openT(t, dedup.Options{Dir: dir})
-			if got := dedup.EngineOptions(e); !same(got) {
-				t.Fatalf("Open(Options{Dir}) runs with %+v", got)
-			}
-			mustObserve(t, e, "A", dedup.Duplicate)
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
-			}
+		e = openT(t, dedup.Options{Dir: dir})
+		if got := dedup.EngineOptions(e); !same(got) {
+			t.Fatalf("Open(Options{Dir}) runs with %+v", got)
+		}
+		mustObserve(t, e, "A", dedup.Duplicate)
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
 
-			for _, bad := range []struct {
-				name string
-				o    dedup.Options
-			}{
-				{"Window", dedup.Options{Dir: dir, Window: time.Hour}},
-				{"Generations", dedup.Options{Dir: dir, Generations: 4}},
-				{"Shards", dedup.Options{Dir: dir, Shards: 16}},
-				{"Filter", dedup.Options{Dir: dir, Filter: "bloom"}},
-			} {
-				if _, err := dedup.Open(bad.o); !errors.Is(err, dedup.ErrIncompatible) || !strings.Contains(err.Error(), bad.name) {
-					t.Fatalf("Open contradicting %s = %v, want ErrIncompatible naming it", bad.name, err)
-				}
+		for _, bad := range []struct {
+			name string
+			o    dedup.Options
+		}{
+			{"Window", dedup.Options{Dir: dir, Window: time.Hour}},
+			{"Generations", dedup.Options{Dir: dir, Generations: 4}},
+			{"Shards", dedup.Options{Dir: dir, Shards: 16}},
+			{"Filter", dedup.Options{Dir: dir, Filter: "bloom"}},
+		} {
+			if _, err := dedup.Open(bad.o); !errors.Is(err, dedup.ErrIncompatible) || !strings.Contains(err.Error(), bad.name) {
+				t.Fatalf("Open contradicting %s = %v, want ErrIncompatible naming it", bad.name, err)
 			}
-			if !prob {
-				if _, err := dedup.Open(dedup.Options{Dir: dir, Probabilistic: true}); !errors.Is(err, dedup.ErrIncompatible) {
-					t.Fatalf("Open of an exact state as probabilistic = %v, want ErrIncompatible", err)
-				}
+		}
+		if !prob {
+			if _, err := dedup.Open(dedup.Options{Dir: dir, Probabilistic: true}); !errors.Is(err, dedup.ErrIncompatible) {
+				t.Fatalf("Open of an exact state as probabilistic = %v, want ErrIncompatible", err)
 			}
+		}
 
-			e = openT(t, dedup.Options{Dir: dir, ExpectedRate: 456, FalsePositiveRate: 0.001})
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if have, err := dedup.StateOptions(dir); err != nil || have.ExpectedRate != 456 || have.FalsePositiveRate != 0.001 {
-				t.Fatalf("StateOptions after reopening with new sizing = %+v, %v", have, err)
-			}
-		})
-	}
+		e = openT(t, dedup.Options{Dir: dir, ExpectedRate: 456, FalsePositiveRate: 0.001})
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if have, err := dedup.StateOptions(dir); err != nil || have.ExpectedRate != 456 || have.FalsePositiveRate != 0.001 {
+			t.Fatalf("StateOptions after reopening with new sizing = %+v, %v", have, err)
+		}
+	})
 }
 
 // TestSmallStateSmallOnDisk: a small state stays small on disk across

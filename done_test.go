@@ -20,30 +20,28 @@ import (
 // ExplicitDone the Commit leaves the key in flight, Forget succeeds and
 // after a restart the key is New.
 func TestExplicitDoneForgetAfterConcurrentCommit(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
-			o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true, Probabilistic: prob}
-			e := openT(t, o)
-			mustObserve(t, e, "A", dedup.New)
-			done := make(chan error)
-			go func() { done <- e.Commit([]byte("cp")) }()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			mustObserve(t, e, "A", dedup.InFlight) // still owned
-			if err := e.Forget([]byte("A")); err != nil {
-				t.Fatalf("Forget after a concurrent Commit: %v", err)
-			}
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
-			}
-			e = openT(t, o)
-			if cp := string(e.Checkpoint()); cp != "cp" {
-				t.Fatalf("Checkpoint = %q", cp)
-			}
-			mustObserve(t, e, "A", dedup.New)
-		})
-	}
+	forEachMode(t, func(t *testing.T, prob bool) {
+		o := dedup.Options{Dir: t.TempDir(), ExplicitDone: true, Probabilistic: prob}
+		e := openT(t, o)
+		mustObserve(t, e, "A", dedup.New)
+		done := make(chan error)
+		go func() { done <- e.Commit([]byte("cp")) }()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		mustObserve(t, e, "A", dedup.InFlight) // still owned
+		if err := e.Forget([]byte("A")); err != nil {
+			t.Fatalf("Forget after a concurrent Commit: %v", err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		e = openT(t, o)
+		if cp := string(e.Checkpoint()); cp != "cp" {
+			t.Fatalf("Checkpoint = %q", cp)
+		}
+		mustObserve(t, e, "A", dedup.New)
+	})
 }
 
 // TestExplicitDoneCommitsOnlyDone: Commit makes Done keys durable; the
@@ -56,25 +54,19 @@ func TestExplicitDoneCommitsOnlyDone(t *testing.T) {
 	mustObserveEach(t, e, dedup.New, "A", "B", "C")
 	mustDone(t, e, "A")
 	mustObserve(t, e, "A", dedup.Duplicate) // done, not committed yet
-	if err := e.Commit([]byte("1")); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, e, "1")
 	mustObserve(t, e, "A", dedup.Duplicate)
 	mustObserve(t, e, "B", dedup.InFlight)
 	mustObserve(t, e, "C", dedup.InFlight)
 	if st := e.Stats(); st.InFlightKeys != 2 || st.NotDoneKeys != 2 {
 		t.Fatalf("InFlightKeys %d, NotDoneKeys %d after committing 1 of 3, want 2 and 2", st.InFlightKeys, st.NotDoneKeys)
 	}
-	if err := e.Commit([]byte("2")); err != nil { // nothing Done: B, C stay
-		t.Fatal(err)
-	}
+	mustCommit(t, e, "2") // nothing Done: B, C stay
 	mustDone(t, e, "B")
 	if err := e.Forget([]byte("C")); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Commit([]byte("3")); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, e, "3")
 	mustObserve(t, e, "C", dedup.New) // forgotten: a new owner
 	mustObserve(t, e, "D", dedup.New)
 	if err := e.Close(); err != nil { // drops C and D, as a crash would
@@ -168,9 +160,7 @@ func TestDoneBatch(t *testing.T) {
 	}
 	wantErr(t, "DoneBatch with a nil key", e.DoneBatch([][]byte{[]byte("D"), nil}), dedup.ErrEmptyKey)
 	wantErr(t, "Forget of D after the refused batch", e.Forget([]byte("D")), nil) // the batch was refused whole
-	if err := e.Commit([]byte("cp")); err != nil {
-		t.Fatal(err)
-	}
+	mustCommit(t, e, "cp")
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}

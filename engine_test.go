@@ -17,36 +17,34 @@ import (
 )
 
 func TestVerdictLifecycle(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("probabilistic=%v", prob), func(t *testing.T) {
-			clk := testclock.New(t0)
-			e := openT(t, Options{Probabilistic: prob, Now: clk.Now, Window: time.Minute})
-			mustObserve(t, e, "a", New)
-			mustObserve(t, e, "a", InFlight)
-			mustObserve(t, e, "b", New)
-			if err := e.Forget([]byte("b")); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Forget([]byte("b")); !errors.Is(err, ErrNotInFlight) {
-				t.Fatalf("second Forget: %v, want ErrNotInFlight", err)
-			}
-			mustObserve(t, e, "b", New)
-			mustCommit(t, e, "cp1")
-			mustObserve(t, e, "a", Duplicate)
-			mustObserve(t, e, "b", Duplicate)
-			if got := string(e.Checkpoint()); got != "cp1" {
-				t.Fatalf("Checkpoint = %q", got)
-			}
-			mustCommit(t, e, "") // nil keeps the checkpoint
-			if got := string(e.Checkpoint()); got != "cp1" {
-				t.Fatalf("Checkpoint after Commit(nil) = %q", got)
-			}
-			st := e.Stats()
-			if st.New != 3 || st.Duplicate != 2 || st.InFlightVerdicts != 1 || st.Observed != 6 || st.InFlightKeys != 0 {
-				t.Fatalf("stats %+v", st)
-			}
-		})
-	}
+	forEachMode(t, func(t *testing.T, prob bool) {
+		clk := testclock.New(t0)
+		e := openT(t, Options{Probabilistic: prob, Now: clk.Now, Window: time.Minute})
+		mustObserve(t, e, "a", New)
+		mustObserve(t, e, "a", InFlight)
+		mustObserve(t, e, "b", New)
+		if err := e.Forget([]byte("b")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Forget([]byte("b")); !errors.Is(err, ErrNotInFlight) {
+			t.Fatalf("second Forget: %v, want ErrNotInFlight", err)
+		}
+		mustObserve(t, e, "b", New)
+		mustCommit(t, e, "cp1")
+		mustObserve(t, e, "a", Duplicate)
+		mustObserve(t, e, "b", Duplicate)
+		if got := string(e.Checkpoint()); got != "cp1" {
+			t.Fatalf("Checkpoint = %q", got)
+		}
+		mustCommit(t, e, "") // nil keeps the checkpoint
+		if got := string(e.Checkpoint()); got != "cp1" {
+			t.Fatalf("Checkpoint after Commit(nil) = %q", got)
+		}
+		st := e.Stats()
+		if st.New != 3 || st.Duplicate != 2 || st.InFlightVerdicts != 1 || st.Observed != 6 || st.InFlightKeys != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
 }
 
 func TestWindowEdges(t *testing.T) {
@@ -245,77 +243,75 @@ func TestClockStepsBackwards(t *testing.T) {
 // TestConcurrentSameKeys: 16 goroutines observe the same keys; each key is
 // New exactly once (semantic 1), with commits running meanwhile.
 func TestConcurrentSameKeys(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("probabilistic=%v", prob), func(t *testing.T) {
-			e := openT(t, Options{Probabilistic: prob, Shards: 4})
-			const keys = 5000
-			const workers = 16
-			var news [keys]int32
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			stop := make(chan struct{})
-			go func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-						_ = e.Commit(nil)
-						time.Sleep(100 * time.Microsecond)
-					}
+	forEachMode(t, func(t *testing.T, prob bool) {
+		e := openT(t, Options{Probabilistic: prob, Shards: 4})
+		const keys = 5000
+		const workers = 16
+		var news [keys]int32
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					_ = e.Commit(nil)
+					time.Sleep(100 * time.Microsecond)
 				}
-			}()
-			for w := 0; w < workers; w++ {
-				wg.Add(1)
-				go func(w int) {
-					defer wg.Done()
-					r := rand.New(rand.NewPCG(uint64(w), 1))
-					batch := make([][]byte, 0, 16)
-					idx := make([]int, 0, 16)
-					out := make([]Verdict, 16)
-					for n := 0; n < 3*keys; n++ {
-						k := r.IntN(keys)
-						if w%2 == 0 {
-							v, err := e.Observe([]byte(fmt.Sprintf("key-%d", k)))
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							if v == New {
-								mu.Lock()
-								news[k]++
-								mu.Unlock()
-							}
-							continue
+			}
+		}()
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(w), 1))
+				batch := make([][]byte, 0, 16)
+				idx := make([]int, 0, 16)
+				out := make([]Verdict, 16)
+				for n := 0; n < 3*keys; n++ {
+					k := r.IntN(keys)
+					if w%2 == 0 {
+						v, err := e.Observe([]byte(fmt.Sprintf("key-%d", k)))
+						if err != nil {
+							t.Error(err)
+							return
 						}
-						batch = append(batch, []byte(fmt.Sprintf("key-%d", k)))
-						idx = append(idx, k)
-						if len(batch) == cap(batch) {
-							if err := e.ObserveBatch(batch, out); err != nil {
-								t.Error(err)
-								return
-							}
+						if v == New {
 							mu.Lock()
-							for i, v := range out[:len(batch)] {
-								if v == New {
-									news[idx[i]]++
-								}
-							}
+							news[k]++
 							mu.Unlock()
-							batch, idx = batch[:0], idx[:0]
 						}
+						continue
 					}
-				}(w)
-			}
-			wg.Wait()
-			close(stop)
-			for k, n := range news {
-				if n > 1 {
-					t.Fatalf("key %d was New %d times", k, n)
+					batch = append(batch, []byte(fmt.Sprintf("key-%d", k)))
+					idx = append(idx, k)
+					if len(batch) == cap(batch) {
+						if err := e.ObserveBatch(batch, out); err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						for i, v := range out[:len(batch)] {
+							if v == New {
+								news[idx[i]]++
+							}
+						}
+						mu.Unlock()
+						batch, idx = batch[:0], idx[:0]
+					}
 				}
+			}(w)
+		}
+		wg.Wait()
+		close(stop)
+		for k, n := range news {
+			if n > 1 {
+				t.Fatalf("key %d was New %d times", k, n)
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestConcurrentForgetAndCommit races Forget, Observe and Commit on the same
@@ -411,48 +407,46 @@ func TestConcurrentEnginesKeepTheirCommits(t *testing.T) {
 // again after a restart), Forget works on either side, and a plain Commit
 // still commits everything.
 func TestBarrier(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("prob=%v", prob), func(t *testing.T) {
-			o := Options{Dir: t.TempDir(), Probabilistic: prob, Shards: 4}
-			e := openT(t, o)
-			mustObserveEach(t, e, New, "a", "b", "gone")
-			b1 := e.Barrier()
-			mustObserve(t, e, "c", New)
-			mustObserve(t, e, "a", InFlight)
-			if err := e.Forget([]byte("gone")); err != nil { // an older epoch
-				t.Fatal(err)
-			}
-			b2 := e.Barrier()
-			mustObserve(t, e, "d", New)
-			if err := e.CommitThrough(b1, []byte("1")); err != nil {
-				t.Fatal(err)
-			}
-			mustObserve(t, e, "a", Duplicate)
-			mustObserve(t, e, "b", Duplicate)
-			mustObserve(t, e, "c", InFlight)
-			mustObserve(t, e, "d", InFlight)
-			if st := e.Stats(); st.InFlightKeys != 2 {
-				t.Fatalf("InFlightKeys = %d, want 2 (c, d)", st.InFlightKeys)
-			}
-			if err := e.CommitThrough(b2, []byte("2")); err != nil {
-				t.Fatal(err)
-			}
-			mustObserve(t, e, "c", Duplicate)
-			mustObserve(t, e, "d", InFlight)
-			if err := e.Close(); err != nil { // drops d, as a crash would
-				t.Fatal(err)
-			}
-			e = openT(t, o)
-			if got := string(e.Checkpoint()); got != "2" {
-				t.Fatalf("checkpoint %q", got)
-			}
-			mustObserveEach(t, e, Duplicate, "a", "b", "c")
-			mustObserve(t, e, "d", New)
-			mustObserve(t, e, "gone", New)
-			mustCommit(t, e, "3") // everything
-			mustObserve(t, e, "d", Duplicate)
-		})
-	}
+	forEachMode(t, func(t *testing.T, prob bool) {
+		o := Options{Dir: t.TempDir(), Probabilistic: prob, Shards: 4}
+		e := openT(t, o)
+		mustObserveEach(t, e, New, "a", "b", "gone")
+		b1 := e.Barrier()
+		mustObserve(t, e, "c", New)
+		mustObserve(t, e, "a", InFlight)
+		if err := e.Forget([]byte("gone")); err != nil { // an older epoch
+			t.Fatal(err)
+		}
+		b2 := e.Barrier()
+		mustObserve(t, e, "d", New)
+		if err := e.CommitThrough(b1, []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		mustObserve(t, e, "a", Duplicate)
+		mustObserve(t, e, "b", Duplicate)
+		mustObserve(t, e, "c", InFlight)
+		mustObserve(t, e, "d", InFlight)
+		if st := e.Stats(); st.InFlightKeys != 2 {
+			t.Fatalf("InFlightKeys = %d, want 2 (c, d)", st.InFlightKeys)
+		}
+		if err := e.CommitThrough(b2, []byte("2")); err != nil {
+			t.Fatal(err)
+		}
+		mustObserve(t, e, "c", Duplicate)
+		mustObserve(t, e, "d", InFlight)
+		if err := e.Close(); err != nil { // drops d, as a crash would
+			t.Fatal(err)
+		}
+		e = openT(t, o)
+		if got := string(e.Checkpoint()); got != "2" {
+			t.Fatalf("checkpoint %q", got)
+		}
+		mustObserveEach(t, e, Duplicate, "a", "b", "c")
+		mustObserve(t, e, "d", New)
+		mustObserve(t, e, "gone", New)
+		mustCommit(t, e, "3") // everything
+		mustObserve(t, e, "d", Duplicate)
+	})
 }
 
 // TestBarrierPipelined commits batch i in the background while batch i+1
@@ -537,61 +531,59 @@ func TestStatsAfterQuiet(t *testing.T) {
 // New once the young filter is rebuilt larger), later ones InFlight until
 // a commit, Duplicate after.
 func TestObserveBatchLarge(t *testing.T) {
-	for _, prob := range []bool{false, true} {
-		t.Run(fmt.Sprintf("probabilistic=%v", prob), func(t *testing.T) {
-			clk := testclock.New(t0)
-			e := openT(t, Options{Dir: t.TempDir(), Probabilistic: prob, Now: clk.Now, Window: time.Hour, ExpectedRate: 1000})
-			r := rand.New(rand.NewPCG(5, 6))
-			const pool, batch = 20000, 1536
-			state := make(map[int]Verdict) // New: in flight; Duplicate: committed
-			falsePos := make(map[int]bool) // Duplicate at first sight, never committed
-			keys := make([][]byte, batch)
-			idx := make([]int, batch)
-			out := make([]Verdict, batch)
-			var fps int
-			for round := 0; round < 30; round++ {
-				for j := range keys {
-					idx[j] = r.IntN(pool)
-					keys[j] = fmt.Appendf(nil, "key-%d", idx[j])
+	forEachMode(t, func(t *testing.T, prob bool) {
+		clk := testclock.New(t0)
+		e := openT(t, Options{Dir: t.TempDir(), Probabilistic: prob, Now: clk.Now, Window: time.Hour, ExpectedRate: 1000})
+		r := rand.New(rand.NewPCG(5, 6))
+		const pool, batch = 20000, 1536
+		state := make(map[int]Verdict) // New: in flight; Duplicate: committed
+		falsePos := make(map[int]bool) // Duplicate at first sight, never committed
+		keys := make([][]byte, batch)
+		idx := make([]int, batch)
+		out := make([]Verdict, batch)
+		var fps int
+		for round := 0; round < 30; round++ {
+			for j := range keys {
+				idx[j] = r.IntN(pool)
+				keys[j] = fmt.Appendf(nil, "key-%d", idx[j])
+			}
+			if err := e.ObserveBatch(keys, out); err != nil {
+				t.Fatal(err)
+			}
+			for j, k := range idx {
+				want, seen := state[k]
+				switch {
+				case !seen && out[j] == New:
+					state[k] = New
+				case !seen && prob && out[j] == Duplicate:
+					fps++
+					state[k] = Duplicate // the engine holds it as seen
+					falsePos[k] = true
+				case seen && want == New && out[j] == InFlight:
+				case seen && want == Duplicate && out[j] == Duplicate:
+				case seen && falsePos[k] && out[j] == New:
+					// A false positive of a filter since rebuilt larger
+					// (the first generation grows with its keys): the
+					// key is new to the engine after all.
+					state[k] = New
+					delete(falsePos, k)
+				default:
+					t.Fatalf("round %d: key %d (model: seen=%v %v) got %v", round, k, seen, want, out[j])
 				}
-				if err := e.ObserveBatch(keys, out); err != nil {
-					t.Fatal(err)
-				}
-				for j, k := range idx {
-					want, seen := state[k]
-					switch {
-					case !seen && out[j] == New:
-						state[k] = New
-					case !seen && prob && out[j] == Duplicate:
-						fps++
-						state[k] = Duplicate // the engine holds it as seen
-						falsePos[k] = true
-					case seen && want == New && out[j] == InFlight:
-					case seen && want == Duplicate && out[j] == Duplicate:
-					case seen && falsePos[k] && out[j] == New:
-						// A false positive of a filter since rebuilt larger
-						// (the first generation grows with its keys): the
-						// key is new to the engine after all.
-						state[k] = New
-						delete(falsePos, k)
-					default:
-						t.Fatalf("round %d: key %d (model: seen=%v %v) got %v", round, k, seen, want, out[j])
-					}
-				}
-				if round%3 == 2 {
-					mustCommit(t, e, fmt.Sprint(round))
-					for k, v := range state {
-						if v == New {
-							state[k] = Duplicate
-						}
+			}
+			if round%3 == 2 {
+				mustCommit(t, e, fmt.Sprint(round))
+				for k, v := range state {
+					if v == New {
+						state[k] = Duplicate
 					}
 				}
 			}
-			if fps > pool/50 {
-				t.Fatalf("%d false positives among %d keys, over 2%% at a 1%% target", fps, len(state))
-			}
-		})
-	}
+		}
+		if fps > pool/50 {
+			t.Fatalf("%d false positives among %d keys, over 2%% at a 1%% target", fps, len(state))
+		}
+	})
 }
 
 // TestRecentCommitsAnswerDuplicates pins the exact-mode shortcut: a

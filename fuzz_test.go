@@ -125,9 +125,7 @@ func FuzzOptions(f *testing.F) {
 		if n := e.Stats().InFlightKeys; n != 1 && (eo.AutoCommit == 0 || n != 0) {
 			t.Fatalf("InFlightKeys %d, want 1 (AutoCommit %v)", n, eo.AutoCommit)
 		}
-		if err := e.Commit([]byte("cp")); err != nil {
-			t.Fatal(err)
-		}
+		mustCommit(t, e, "cp")
 		if v, err := e.Observe(key); err != nil || v != Duplicate {
 			t.Fatalf("Observe after Commit: %v, %v", v, err)
 		}

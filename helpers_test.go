@@ -24,6 +24,15 @@ import (
 // generation boundaries fall the same way in every run.
 var t0 = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
 
+// forEachMode runs f as a subtest in exact mode and in probabilistic mode,
+// named probabilistic=false and probabilistic=true.
+func forEachMode(t *testing.T, f func(t *testing.T, prob bool)) {
+	t.Helper()
+	for _, prob := range []bool{false, true} {
+		t.Run(fmt.Sprintf("probabilistic=%v", prob), func(t *testing.T) { f(t, prob) })
+	}
+}
+
 // openT opens an engine that the test closes when it ends.
 func openT(t testing.TB, o Options) *Engine {
 	t.Helper()

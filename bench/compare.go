@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,12 +85,8 @@ func (c *CompareConfig) ensureDefaults() {
 	}
 	s.ensureCompareDefaults()
 	s.ensureDefaults()
-	if c.Window == 0 {
-		c.Window = 5 * time.Second
-	}
-	if c.FalsePositiveRate == 0 {
-		c.FalsePositiveRate = 0.01
-	}
+	c.Window = cmp.Or(c.Window, 5*time.Second)
+	c.FalsePositiveRate = cmp.Or(c.FalsePositiveRate, 0.01)
 	if c.Modes == nil {
 		c.Modes = []string{"exact", "probabilistic"}
 	}
@@ -99,18 +96,12 @@ func (c *CompareConfig) ensureDefaults() {
 	if c.Baselines == nil {
 		c.Baselines = []string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom}
 	}
-	if c.Batch == 0 {
-		c.Batch = 512
-	}
-	if c.CommitEvery == 0 {
-		c.CommitEvery = 100 * time.Millisecond
-	}
+	c.Batch = cmp.Or(c.Batch, 512)
+	c.CommitEvery = cmp.Or(c.CommitEvery, 100*time.Millisecond)
 	if c.MemorySweep == nil {
 		c.MemorySweep = []float64{0.1, 0.01, 0.001, 0.0001}
 	}
-	if c.SweepKeys == 0 {
-		c.SweepKeys = 200_000
-	}
+	c.SweepKeys = cmp.Or(c.SweepKeys, 200_000)
 	if c.ScaleKeys == nil {
 		c.ScaleKeys = []int{1_000_000, 10_000_000}
 	}

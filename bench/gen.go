@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"container/heap"
 	"encoding/hex"
 	"errors"
@@ -53,24 +54,12 @@ type DelayConfig struct {
 }
 
 func (d *DelayConfig) ensureDefaults() {
-	if d.Kind == "" {
-		d.Kind = DelayExponential
-	}
-	if d.Mean == 0 {
-		d.Mean = 2 * time.Minute
-	}
-	if d.RetryMean == 0 {
-		d.RetryMean = 5 * time.Second
-	}
-	if d.ReplayShare == 0 {
-		d.ReplayShare = 0.3
-	}
-	if d.ReplayMin == 0 {
-		d.ReplayMin = time.Hour
-	}
-	if d.ReplayMax == 0 {
-		d.ReplayMax = 6 * time.Hour
-	}
+	d.Kind = cmp.Or(d.Kind, DelayExponential)
+	d.Mean = cmp.Or(d.Mean, 2*time.Minute)
+	d.RetryMean = cmp.Or(d.RetryMean, 5*time.Second)
+	d.ReplayShare = cmp.Or(d.ReplayShare, 0.3)
+	d.ReplayMin = cmp.Or(d.ReplayMin, time.Hour)
+	d.ReplayMax = cmp.Or(d.ReplayMax, 6*time.Hour)
 }
 
 // String describes the distribution in a few words.
@@ -105,18 +94,10 @@ type StreamConfig struct {
 }
 
 func (c *StreamConfig) ensureDefaults() {
-	if c.Seed == 0 {
-		c.Seed = 1
-	}
-	if c.Rate == 0 {
-		c.Rate = 2000
-	}
-	if c.DuplicateFraction == 0 {
-		c.DuplicateFraction = 0.02
-	}
-	if c.Keys == "" {
-		c.Keys = KeysMixed
-	}
+	c.Seed = cmp.Or(c.Seed, 1)
+	c.Rate = cmp.Or(c.Rate, 2000)
+	c.DuplicateFraction = cmp.Or(c.DuplicateFraction, 0.02)
+	c.Keys = cmp.Or(c.Keys, KeysMixed)
 	c.Delay.ensureDefaults()
 }
 
@@ -124,15 +105,9 @@ func (c *StreamConfig) ensureDefaults() {
 // delay with the stream Compare and FilterCmd run: 50,000 events/s, 5%
 // duplicates after a mean of 1s. ensureDefaults fills the rest.
 func (c *StreamConfig) ensureCompareDefaults() {
-	if c.Rate == 0 {
-		c.Rate = 50_000
-	}
-	if c.DuplicateFraction == 0 {
-		c.DuplicateFraction = 0.05
-	}
-	if c.Delay.Mean == 0 {
-		c.Delay.Mean = time.Second
-	}
+	c.Rate = cmp.Or(c.Rate, 50_000)
+	c.DuplicateFraction = cmp.Or(c.DuplicateFraction, 0.05)
+	c.Delay.Mean = cmp.Or(c.Delay.Mean, time.Second)
 }
 
 func (c *StreamConfig) validate() error {

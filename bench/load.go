@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,33 +36,17 @@ type LoadConfig struct {
 
 func (c *LoadConfig) ensureDefaults() {
 	e := &c.Engine
-	if e.Filter == "" {
-		e.Filter = "blocked"
-	}
-	if e.Window == 0 {
-		e.Window = time.Minute
-	}
-	if e.AutoCommit == 0 {
-		e.AutoCommit = 50 * time.Millisecond
-	}
-	if c.Stream.DuplicateFraction == 0 {
-		c.Stream.DuplicateFraction = 0.05
-	}
-	if c.Stream.Delay.Mean == 0 {
-		c.Stream.Delay.Mean = 2 * time.Second
-	}
+	e.Filter = cmp.Or(e.Filter, "blocked")
+	e.Window = cmp.Or(e.Window, time.Minute)
+	e.AutoCommit = cmp.Or(e.AutoCommit, 50*time.Millisecond)
+	c.Stream.DuplicateFraction = cmp.Or(c.Stream.DuplicateFraction, 0.05)
+	c.Stream.Delay.Mean = cmp.Or(c.Stream.Delay.Mean, 2*time.Second)
 	if len(c.Rates) == 0 {
 		c.Rates = []float64{50000}
 	}
-	if c.Duration == 0 {
-		c.Duration = 10 * time.Second
-	}
-	if c.Tick == 0 {
-		c.Tick = time.Millisecond
-	}
-	if c.Interval == 0 {
-		c.Interval = time.Second
-	}
+	c.Duration = cmp.Or(c.Duration, 10*time.Second)
+	c.Tick = cmp.Or(c.Tick, time.Millisecond)
+	c.Interval = cmp.Or(c.Interval, time.Second)
 }
 
 // LoadSample is one interval of a load step.

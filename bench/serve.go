@@ -66,39 +66,19 @@ type ServeConfig struct {
 }
 
 func (c *ServeConfig) defaults() {
-	if c.Requests == 0 {
-		c.Requests = 2_000_000
-	}
-	if c.Clients == 0 {
-		c.Clients = 8
-	}
-	if c.Pipeline == 0 {
-		c.Pipeline = 16
-	}
-	if c.KeySpace == 0 {
-		c.KeySpace = 10_000_000
-	}
-	if c.TTL == 0 {
-		c.TTL = 3600
-	}
+	c.Requests = cmp.Or(c.Requests, 2_000_000)
+	c.Clients = cmp.Or(c.Clients, 8)
+	c.Pipeline = cmp.Or(c.Pipeline, 16)
+	c.KeySpace = cmp.Or(c.KeySpace, 10_000_000)
+	c.TTL = cmp.Or(c.TTL, 3600)
 	if c.Modes == nil {
 		c.Modes = []string{"exact", "probabilistic"}
 	}
-	if c.Fsync == "" {
-		c.Fsync = resp.FsyncEverySec
-	}
-	if c.FalsePositiveRate == 0 {
-		c.FalsePositiveRate = 0.01
-	}
-	if c.MaddItems == 0 {
-		c.MaddItems = 100
-	}
-	if c.MaddRequests == 0 {
-		c.MaddRequests = 100_000
-	}
-	if c.Rounds == 0 {
-		c.Rounds = 1
-	}
+	c.Fsync = cmp.Or(c.Fsync, resp.FsyncEverySec)
+	c.FalsePositiveRate = cmp.Or(c.FalsePositiveRate, 0.01)
+	c.MaddItems = cmp.Or(c.MaddItems, 100)
+	c.MaddRequests = cmp.Or(c.MaddRequests, 100_000)
+	c.Rounds = cmp.Or(c.Rounds, 1)
 }
 
 // ServeRow is one target's SET NX run.

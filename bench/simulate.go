@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -134,48 +135,24 @@ type BimodalConfig struct {
 
 func (c *SimConfig) ensureDefaults() {
 	s := &c.Stream
-	if s.Rate == 0 {
-		s.Rate = Reference.Rate
-	}
-	if s.DuplicateFraction == 0 {
-		s.DuplicateFraction = Reference.DuplicateFraction
-	}
-	if s.Delay.Kind == "" {
-		s.Delay.Kind = DelayExponential
-	}
-	if s.Delay.Mean == 0 {
-		s.Delay.Mean = Reference.MeanDelay
-	}
+	s.Rate = cmp.Or(s.Rate, Reference.Rate)
+	s.DuplicateFraction = cmp.Or(s.DuplicateFraction, Reference.DuplicateFraction)
+	s.Delay.Kind = cmp.Or(s.Delay.Kind, DelayExponential)
+	s.Delay.Mean = cmp.Or(s.Delay.Mean, Reference.MeanDelay)
 	s.ensureDefaults()
-	if c.Scale == 0 {
-		c.Scale = 0.1
-	}
-	if c.Window == 0 {
-		c.Window = Reference.Window
-	}
-	if c.Measure == 0 {
-		c.Measure = time.Hour
-	}
-	if c.SuppressTarget == 0 {
-		c.SuppressTarget = 0.99
-	}
-	if c.LeakTarget == 0 {
-		c.LeakTarget = Reference.LeakTarget
-	}
-	if c.Step == 0 {
-		c.Step = 6 * time.Second
-	}
-	if c.BytesPerKey == 0 {
-		c.BytesPerKey = Reference.BytesPerKey
-	}
+	c.Scale = cmp.Or(c.Scale, 0.1)
+	c.Window = cmp.Or(c.Window, Reference.Window)
+	c.Measure = cmp.Or(c.Measure, time.Hour)
+	c.SuppressTarget = cmp.Or(c.SuppressTarget, 0.99)
+	c.LeakTarget = cmp.Or(c.LeakTarget, Reference.LeakTarget)
+	c.Step = cmp.Or(c.Step, 6*time.Second)
+	c.BytesPerKey = cmp.Or(c.BytesPerKey, Reference.BytesPerKey)
 	e := &c.Engine
 	if e.Filter == "" {
 		e.Filter = "blocked"
 		e.Probabilistic = true
 	}
-	if e.FalsePositiveRate == 0 {
-		e.FalsePositiveRate = 1e-4
-	}
+	e.FalsePositiveRate = cmp.Or(e.FalsePositiveRate, 1e-4)
 	if e.Generations == 0 {
 		e.Generations = (&dedup.Options{}).EnsureDefaults().Generations
 	}
@@ -183,34 +160,20 @@ func (c *SimConfig) ensureDefaults() {
 		t := true
 		c.AlignRetention = &t
 	}
-	if c.Parallel == 0 {
-		c.Parallel = 2
-	}
+	c.Parallel = cmp.Or(c.Parallel, 2)
 	b := &c.Bimodal
 	bs := &b.Stream
-	if bs.Rate == 0 {
-		bs.Rate = Reference.Rate
-	}
-	if bs.DuplicateFraction == 0 {
-		bs.DuplicateFraction = Reference.DuplicateFraction
-	}
-	if bs.Seed == 0 {
-		bs.Seed = c.Stream.Seed
-	}
+	bs.Rate = cmp.Or(bs.Rate, Reference.Rate)
+	bs.DuplicateFraction = cmp.Or(bs.DuplicateFraction, Reference.DuplicateFraction)
+	bs.Seed = cmp.Or(bs.Seed, c.Stream.Seed)
 	bs.Delay.Kind = DelayBimodal
 	bs.ensureDefaults()
-	if b.Scale == 0 {
-		b.Scale = 0.00125
-	}
+	b.Scale = cmp.Or(b.Scale, 0.00125)
 	if len(b.Windows) == 0 {
 		b.Windows = []time.Duration{5 * time.Minute, 30 * time.Minute}
 	}
-	if b.Retention == 0 {
-		b.Retention = bs.Delay.ReplayMax + time.Hour
-	}
-	if b.Measure == 0 {
-		b.Measure = 6 * time.Hour
-	}
+	b.Retention = cmp.Or(b.Retention, bs.Delay.ReplayMax+time.Hour)
+	b.Measure = cmp.Or(b.Measure, 6*time.Hour)
 }
 
 func (c *SimConfig) validate() error {

@@ -62,13 +62,8 @@ func (s *Server) cmdBFInsert(c *conn, _ *table, args [][]byte) {
 			continue
 		case "NONSCALING":
 			continue
-		case "CAPACITY", "ERROR", "EXPANSION":
-		default:
-			c.WriteError("ERR unknown option " + quote(args[i]) + ": " + insertUsage)
-			return
 		}
-		if i+1 == len(args) {
-			c.WriteError("ERR " + opt + " needs a value: " + insertUsage)
+		if !optionValue(c, args, i, opt, insertUsage, "CAPACITY", "ERROR", "EXPANSION") {
 			return
 		}
 		i++
@@ -132,6 +127,9 @@ func (s *Server) cmdBFInsert(c *conn, _ *table, args [][]byte) {
 	s.addItems(c, t, args[i+1:])
 }
 
+// bfReserveUsage is the syntax of BF.RESERVE, for its errors.
+const bfReserveUsage = "BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]"
+
 // insertUsage is the syntax of BF.INSERT, for its errors.
 const insertUsage = "BF.INSERT name [CAPACITY n] [ERROR r] [EXPANSION n] [NOCREATE] [NONSCALING] ITEMS item [item ...]"
 
@@ -191,20 +189,16 @@ func (s *Server) cmdBFExists(c *conn, t *table, args [][]byte) {
 // oldest keys as the window passes (see checkExpansion).
 func (s *Server) cmdBFReserve(c *conn, _ *table, args [][]byte) {
 	for i := 4; i < len(args); i++ {
-		switch strings.ToUpper(string(args[i])) {
-		case "NONSCALING":
-		case "EXPANSION":
-			if i+1 == len(args) {
-				c.WriteError("ERR EXPANSION needs a value: BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]")
-				return
-			}
-			i++
-			if err := checkExpansion(args[i]); err != nil {
-				writeErr(c, err)
-				return
-			}
-		default:
-			c.WriteError("ERR unknown option " + quote(args[i]) + ": BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]")
+		opt := strings.ToUpper(string(args[i]))
+		if opt == "NONSCALING" {
+			continue
+		}
+		if !optionValue(c, args, i, opt, bfReserveUsage, "EXPANSION") {
+			return
+		}
+		i++
+		if err := checkExpansion(args[i]); err != nil {
+			writeErr(c, err)
 			return
 		}
 	}

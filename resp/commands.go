@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,23 @@ func lower(buf []byte, b []byte) []byte {
 // errArgs is Redis's answer to a wrong number of arguments.
 func errArgs(name string) string {
 	return "ERR wrong number of arguments for '" + name + "' command"
+}
+
+// optionValue checks args[i], the option opt (upper-cased) of a command
+// whose syntax is usage: it must be one of valued, the options that take a
+// value, and a value must follow it. Otherwise it answers the error that
+// says which (the unknown option, or the missing value, with usage) and
+// returns false.
+func optionValue(c *conn, args [][]byte, i int, opt, usage string, valued ...string) bool {
+	if !slices.Contains(valued, opt) {
+		c.WriteError("ERR unknown option " + quote(args[i]) + ": " + usage)
+		return false
+	}
+	if i+1 == len(args) {
+		c.WriteError("ERR " + opt + " needs a value: " + usage)
+		return false
+	}
+	return true
 }
 
 // quote shows an argument in an error message as Redis does, 'arg',

@@ -87,12 +87,7 @@ func (s *Server) cmdReserve(c *conn, t *table, args [][]byte) {
 			opts.ExplicitDone = true
 			continue
 		}
-		if opt != "WINDOW" && opt != "ERROR_RATE" && opt != "CAPACITY" {
-			c.WriteError("ERR unknown option " + quote(args[i]) + ": " + reserveUsage)
-			return
-		}
-		if i+1 == len(args) {
-			c.WriteError("ERR " + opt + " needs a value: " + reserveUsage)
+		if !optionValue(c, args, i, opt, reserveUsage, "WINDOW", "ERROR_RATE", "CAPACITY") {
 			return
 		}
 		i++

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -117,39 +118,17 @@ type Config struct {
 
 // EnsureDefaults fills every zero field with its default and returns c.
 func (c *Config) EnsureDefaults() *Config {
-	if c.Fsync == "" {
-		c.Fsync = FsyncEverySec
-	}
-	if c.SnapshotInterval == 0 {
-		c.SnapshotInterval = time.Minute
-	}
-	if c.MaxClients == 0 {
-		c.MaxClients = 10000
-	}
-	if c.CommitKeys == 0 {
-		c.CommitKeys = 1 << 16
-	}
-	if c.MaxArgSize == 0 {
-		c.MaxArgSize = 1 << 20
-	}
-	if c.MaxArgs == 0 {
-		c.MaxArgs = 1 << 20
-	}
-	if c.MaxCommandSize == 0 {
-		c.MaxCommandSize = 64 << 20
-	}
-	if c.MaxPendingReplies == 0 {
-		c.MaxPendingReplies = 1024
-	}
-	if c.MaxTables == 0 {
-		c.MaxTables = 64
-	}
-	if c.MaxReplyBuffer == 0 {
-		c.MaxReplyBuffer = 64 << 20
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 30 * time.Second
-	}
+	c.Fsync = cmp.Or(c.Fsync, FsyncEverySec)
+	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, time.Minute)
+	c.MaxClients = cmp.Or(c.MaxClients, 10000)
+	c.CommitKeys = cmp.Or(c.CommitKeys, 1<<16)
+	c.MaxArgSize = cmp.Or(c.MaxArgSize, 1<<20)
+	c.MaxArgs = cmp.Or(c.MaxArgs, 1<<20)
+	c.MaxCommandSize = cmp.Or(c.MaxCommandSize, 64<<20)
+	c.MaxPendingReplies = cmp.Or(c.MaxPendingReplies, 1024)
+	c.MaxTables = cmp.Or(c.MaxTables, 64)
+	c.MaxReplyBuffer = cmp.Or(c.MaxReplyBuffer, 64<<20)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, 30*time.Second)
 	c.Engine.EnsureDefaults()
 	return c
 }

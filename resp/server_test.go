@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,7 +188,12 @@ func TestBloom(t *testing.T) {
 	doErr("error rate", "BF.RESERVE", "x", "1.5", 10)
 	doErr("capacity", "BF.RESERVE", "x", "0.01", 0)
 	doErr("EXPANSION must be in range [1, 32768]", "BF.RESERVE", "x", "0.01", 10, "EXPANSION", 0)
-	doErr("unknown option 'BOGUS'", "BF.RESERVE", "x", "0.01", 10, "BOGUS")
+	doErr("ERR unknown option 'BOGUS': BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]", "BF.RESERVE", "x", "0.01", 10, "BOGUS")
+	doErr("ERR EXPANSION needs a value: BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]", "BF.RESERVE", "x", "0.01", 10, "EXPANSION")
+	insertUsage := "BF.INSERT name [CAPACITY n] [ERROR r] [EXPANSION n] [NOCREATE] [NONSCALING] ITEMS item [item ...]"
+	doErr("ERR unknown option 'BOGUS': "+insertUsage, "BF.INSERT", "x", "NOCREATE", "BOGUS", "ITEMS", "a")
+	doErr("ERR ERROR needs a value: "+insertUsage, "BF.INSERT", "x", "NONSCALING", "error")
+	doErr("ERR EXPANSION must be in range [1, 32768]", "BF.INSERT", "x", "EXPANSION", "0", "ITEMS", "a")
 	if got := do("BF.RESERVE", "x", "0.01", 10, "NONSCALING"); got != "OK" {
 		t.Errorf("BF.RESERVE NONSCALING = %v", got)
 	}
@@ -737,4 +743,31 @@ func TestBFInfoAfterReserveReportsPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("three items in")
+}
+
+// TestConfigDefaults: EnsureDefaults gives every zero field of Config its
+// documented default and keeps every field that is set.
+func TestConfigDefaults(t *testing.T) {
+	got := (&resp.Config{}).EnsureDefaults()
+	want := resp.Config{
+		Fsync: resp.FsyncEverySec, SnapshotInterval: time.Minute, MaxClients: 10000,
+		CommitKeys: 1 << 16, MaxArgSize: 1 << 20, MaxArgs: 1 << 20, MaxCommandSize: 64 << 20,
+		MaxPendingReplies: 1024, MaxTables: 64, MaxReplyBuffer: 64 << 20, WriteTimeout: 30 * time.Second,
+	}
+	want.Engine.EnsureDefaults()
+	got.Engine.Now, want.Engine.Now = nil, nil // funcs never compare equal
+	if !reflect.DeepEqual(*got, want) {
+		t.Errorf("EnsureDefaults of a zero Config = %+v\n want %+v", *got, want)
+	}
+	set := resp.Config{
+		Fsync: resp.FsyncAlways, SnapshotInterval: time.Hour, MaxClients: 3, CommitKeys: 5, MaxArgSize: 7,
+		MaxArgs: 11, MaxCommandSize: 13, MaxPendingReplies: 17, MaxTables: 19, MaxReplyBuffer: 23, WriteTimeout: time.Second,
+	}
+	in := set
+	set.Engine.EnsureDefaults()
+	got = in.EnsureDefaults()
+	got.Engine.Now, set.Engine.Now = nil, nil
+	if !reflect.DeepEqual(*got, set) {
+		t.Errorf("EnsureDefaults changed set fields: %+v\n want %+v", *got, set)
+	}
 }

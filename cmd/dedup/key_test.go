@@ -336,3 +336,25 @@ func BenchmarkExtractJSON(b *testing.B) {
 		}
 	})
 }
+
+// TestScanErrors: a line that is not JSON is rejected with what was found
+// and the byte where.
+func TestScanErrors(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{`{"a":1`, "unexpected end of line in an object at byte 6"},
+		{`{"a":1 `, "unexpected end of line in an object at byte 7"},
+		{`{"a":1 ]`, "expected ',' or '}' at byte 7"},
+		{`{"a":[1,2`, "unexpected end of line in an array at byte 9"},
+		{`{"a":[1 }`, "expected ',' or ']' at byte 8"},
+		{`[1,[2] x]`, "expected ',' or ']' at byte 7"},
+		{`{"a" 1}`, "expected ':' at byte 5"},
+		{`{"a":{} } x`, "unexpected data after the object at byte 10"},
+	} {
+		s := newJSONScanner([]jsonPath{{"a"}})
+		if ok, _ := s.scan([]byte(tc.line)); ok {
+			t.Errorf("scan(%q) ok, want %q", tc.line, tc.want)
+		} else if got := s.err.String(); got != tc.want {
+			t.Errorf("scan(%q): %q, want %q", tc.line, got, tc.want)
+		}
+	}
+}

@@ -19,19 +19,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// serveChild is a running `dedup serve`.
-type serveChild struct {
-	cmd    *exec.Cmd
-	addr   string
-	stderr *strings.Builder
-	done   chan error
+// child is a running subcommand of the dedup binary (serve, proxy) that
+// listens on a free loopback port.
+type child struct {
+	cmd  *exec.Cmd
+	addr string // the host:port it printed after "listening on "
+	// done receives cmd.Wait's result once the child has exited and all of
+	// its standard error is in log.
+	done chan error
+	mu   sync.Mutex // guards log while the child runs
+	log  *strings.Builder
 }
 
-// startServe runs the binary's serve command on a free loopback port and
-// waits until it listens.
-func startServe(t *testing.T, bin string, args ...string) *serveChild {
+// startChild runs `bin sub --listen 127.0.0.1:0 args...` and reads its
+// standard error until it says where it listens; the rest goes on into
+// log. A cleanup kills the child and waits for it.
+func startChild(t *testing.T, bin, sub string, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(bin, append([]string{sub, "--listen", "127.0.0.1:0"}, args...)...)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +44,7 @@ func startServe(t *testing.T, bin string, args ...string) *serveChild {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &serveChild{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	c := &child{cmd: cmd, done: make(chan error, 1), log: &strings.Builder{}}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-c.done
@@ -47,23 +52,43 @@ func startServe(t *testing.T, bin string, args ...string) *serveChild {
 	r := bufio.NewReader(pipe)
 	for c.addr == "" {
 		line, err := r.ReadString('\n')
-		c.stderr.WriteString(line)
+		c.log.WriteString(line)
 		if err != nil {
-			t.Fatalf("dedup serve did not start: %v\n%s", err, c.stderr)
+			_ = cmd.Process.Kill()
+			c.done <- cmd.Wait()
+			t.Fatalf("dedup %s did not start: %v\n%s", sub, err, c.log)
 		}
 		if _, rest, ok := strings.Cut(line, "listening on "); ok {
 			c.addr, _, _ = strings.Cut(rest, " ")
 		}
 	}
-	var mu sync.Mutex
 	go func() {
 		b, _ := io.ReadAll(r)
-		mu.Lock()
-		c.stderr.Write(b)
-		mu.Unlock()
+		c.mu.Lock()
+		c.log.Write(b)
+		c.mu.Unlock()
 		c.done <- cmd.Wait()
 	}()
 	return c
+}
+
+// signal sends sig to the child, waits for it to exit and returns its
+// exit status (cmd.Wait's error); log then holds all it wrote.
+func (c *child) signal(t *testing.T, sig os.Signal) error {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	err := <-c.done
+	c.done <- nil // for the cleanup
+	return err
+}
+
+// startServe runs the binary's serve command on a free loopback port and
+// waits until it listens.
+func startServe(t *testing.T, bin string, args ...string) *child {
+	t.Helper()
+	return startChild(t, bin, "serve", args...)
 }
 
 // TestServe runs the real binary: a scripted redis-cli session, a SIGKILL
@@ -181,11 +206,7 @@ func TestServe(t *testing.T) {
 		for n.Load() < killAfter {
 			time.Sleep(time.Millisecond)
 		}
-		if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-s.done
-		s.done <- nil // for the cleanup
+		_ = s.signal(t, syscall.SIGKILL)
 		stop.Store(true)
 		wg.Wait()
 
@@ -223,13 +244,9 @@ func TestServe(t *testing.T) {
 			}
 		}
 		c.Close()
-		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
+		if err := s.signal(t, syscall.SIGTERM); err != nil {
+			t.Fatalf("dedup serve after SIGTERM: %v\n%s", err, s.log)
 		}
-		if err := <-s.done; err != nil {
-			t.Fatalf("dedup serve after SIGTERM: %v\n%s", err, s.stderr)
-		}
-		s.done <- nil
 		s = startServe(t, bin, "--state", dir, "--fsync", "no")
 		c = redis.NewClient(&redis.Options{Addr: s.addr, Protocol: 2})
 		defer c.Close()
