@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -72,58 +71,19 @@ func (u *upstreamAPI) holdKey(key string) chan struct{} {
 
 // proxyChild is a running `dedup proxy` child process.
 type proxyChild struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan error
-	log  *strings.Builder
-	mu   sync.Mutex
+	*child
+	url string
 }
 
 func startProxy(t *testing.T, bin string, args ...string) *proxyChild {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"proxy", "--listen", "127.0.0.1:0"}, args...)...)
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &proxyChild{cmd: cmd, done: make(chan error, 1), log: &strings.Builder{}}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-c.done
-	})
-	r := bufio.NewReader(pipe)
-	for c.url == "" {
-		line, err := r.ReadString('\n')
-		c.log.WriteString(line)
-		if err != nil {
-			_ = cmd.Process.Kill()
-			t.Fatalf("dedup proxy did not start: %v\n%s", err, c.log)
-		}
-		if _, rest, ok := strings.Cut(line, "listening on "); ok {
-			addr, _, _ := strings.Cut(rest, " ")
-			c.url = "http://" + addr
-		}
-	}
-	go func() {
-		b, _ := io.ReadAll(r)
-		c.mu.Lock()
-		c.log.Write(b)
-		c.mu.Unlock()
-		c.done <- cmd.Wait()
-	}()
-	return c
+	c := startChild(t, bin, "proxy", args...)
+	return &proxyChild{child: c, url: "http://" + c.addr}
 }
 
 func (c *proxyChild) kill9(t *testing.T) {
 	t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-c.done
-	c.done <- nil // for the cleanup
+	_ = c.signal(t, syscall.SIGKILL)
 }
 
 type proxyResponse struct {
