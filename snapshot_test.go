@@ -318,7 +318,7 @@ func TestSnapshotFinalReuse(t *testing.T) {
 	}
 	second := e.Stats().LastSnapshotWritten
 	if second*3 > first {
-		t.Fatalf("second snapshot wrote %d bytes, the first %d: sealed generations were rewritten", second, first)
+		t.Fatalf("second snapshot wrote %d bytes, the first %d: final generations were rewritten", second, first)
 	}
 }
 

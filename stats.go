@@ -114,7 +114,7 @@ type Stats struct {
 	RestoreProblems []string
 	// Snapshots counts snapshots written, SnapshotErrors failed ones (the
 	// last is LastSnapshotError). LastSnapshotDuration is how long the last
-	// one took, LastSnapshotWritten how many bytes it wrote (sealed
+	// one took, LastSnapshotWritten how many bytes it wrote (final
 	// generations are not rewritten) and SnapshotBytes its total size.
 	Snapshots, SnapshotErrors uint64
 	LastSnapshotError         string
@@ -153,9 +153,9 @@ type GenerationStats struct {
 	// shard: with [Options.Filter] "fuse", rebuilt as a static fuse filter once a
 	// newer generation took over (smaller; the few keys committed into it
 	// later go into its small overflow). The newest generation is never
-	// sealed, and with the other filters none is. This is not the sealed
-	// of a snapshot's segments (`dedup snapshot inspect`), which says a
-	// segment can no longer change.
+	// sealed, and with the other filters none is. This is not a snapshot
+	// segment's "final" (`dedup snapshot inspect`), which says a segment
+	// can no longer change.
 	Sealed bool
 }
 

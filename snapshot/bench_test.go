@@ -49,22 +49,22 @@ func benchPayloadBytes() []byte {
 }
 
 // BenchmarkWrite writes 8 generations × 2 shards of 16 MiB to a directory
-// on disk: "full" rewrites every segment, "sealed" only the newest
+// on disk: "full" rewrites every segment, "final" only the newest
 // generation's (the seven older ones are final and reused).
 func BenchmarkWrite(b *testing.B) {
 	payload := benchPayloadBytes()
 	total := int64(benchGens * benchShards * benchPayload)
-	for _, mode := range []string{"full", "sealed"} {
+	for _, mode := range []string{"full", "final"} {
 		b.Run(fmt.Sprintf("%s/%dx%dx%dMiB", mode, benchGens, benchShards, benchPayload>>20), func(b *testing.B) {
 			fs, dir := vfs.Default, b.TempDir()
-			if _, err := Write(fs, dir, header(1), benchGenerations(payload, mode == "sealed", 1)); err != nil {
+			if _, err := Write(fs, dir, header(1), benchGenerations(payload, mode == "final", 1)); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			var written int64
 			for i := 0; i < b.N; i++ {
-				info, err := Write(fs, dir, header(uint64(i+2)), benchGenerations(payload, mode == "sealed", uint64(i+2)))
+				info, err := Write(fs, dir, header(uint64(i+2)), benchGenerations(payload, mode == "final", uint64(i+2)))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -68,7 +68,7 @@ type segmentReport struct {
 	Start      time.Time `json:"start"`
 	End        time.Time `json:"end"`
 	Kind       string    `json:"kind"`
-	Sealed     bool      `json:"sealed"`
+	Final      bool      `json:"final"` // written once, never changes again
 	Keys       uint64    `json:"keys"`
 	File       string    `json:"file"`
 	FileBytes  int64     `json:"file_bytes"`
@@ -99,7 +99,7 @@ type generationReport struct {
 	Start     time.Time `json:"start"`
 	End       time.Time `json:"end"`
 	Shards    int       `json:"shards"`
-	Sealed    bool      `json:"sealed"` // every shard's segment sealed
+	Final     bool      `json:"final"` // every shard's segment final
 	Keys      uint64    `json:"keys"`
 	FileBytes int64     `json:"file_bytes"`
 	filterFigures
@@ -177,7 +177,7 @@ func inspect(path string, decode bool) (*inspectReport, error) {
 	for _, s := range info.Segments {
 		rep.Segments = append(rep.Segments, segmentReport{
 			Generation: s.ID, Shard: s.Shard, Start: time.Unix(0, s.Start).UTC(), End: time.Unix(0, s.End).UTC(),
-			Kind: s.Kind.String(), Sealed: s.Final, Keys: s.Count, File: s.Name, FileBytes: s.Size,
+			Kind: s.Kind.String(), Final: s.Final, Keys: s.Count, File: s.Name, FileBytes: s.Size,
 		})
 		rep.Keys += s.Count
 	}
@@ -230,12 +230,12 @@ func summarise(rep *inspectReport) {
 	for _, s := range rep.Segments {
 		g := byID[s.Generation]
 		if g == nil {
-			g = &generationReport{ID: s.Generation, Start: s.Start, End: s.End, Sealed: true}
+			g = &generationReport{ID: s.Generation, Start: s.Start, End: s.End, Final: true}
 			byID[s.Generation] = g
 			ids = append(ids, s.Generation)
 		}
 		g.Shards++
-		g.Sealed = g.Sealed && s.Sealed
+		g.Final = g.Final && s.Final
 		g.Keys += s.Keys
 		g.FileBytes += s.FileBytes
 		g.Capacity += s.Capacity
@@ -287,8 +287,8 @@ func printInspect(e *env, r *inspectReport, segments bool) {
 	fmt.Fprintf(w, "generations  %d\n", len(r.Generations))
 	for _, g := range r.Generations {
 		state := "live"
-		if g.Sealed {
-			state = "sealed"
+		if g.Final {
+			state = "final"
 		}
 		fmt.Fprintf(w, "  gen %-6d %s .. %s  %-6s %10d keys  %10s", g.ID, g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), state, g.Keys, humanize.Bytes(uint64(g.FileBytes)))
 		if r.Decoded {

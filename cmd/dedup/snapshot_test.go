@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -195,6 +196,57 @@ func TestSnapshotInspectVerify(t *testing.T) {
 	// ... and its final snapshot is good again.
 	if code, stdout, _ := runCmd(t, "", "snapshot", "verify", "--newest", state); code != 0 {
 		t.Fatalf("verify --newest after a run: exit %d: %s", code, stdout)
+	}
+}
+
+// TestSnapshotInspectFinal: snapshot inspect calls a generation "final"
+// when its segments never change again (past, nothing in flight: later
+// snapshots reuse them) and the newest "live", in text and as JSON
+// "final"; "sealed" is the fuse seal's word (dedup stats), which a final
+// generation need not have (the second one here stayed blocked).
+func TestSnapshotInspectFinal(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	fuseState(t, state)
+	code, out, stderr := runCmd(t, "", "snapshot", "inspect", "--quick", state)
+	if code != 0 {
+		t.Fatalf("inspect: exit %d: %s", code, stderr)
+	}
+	var states []string
+	for _, m := range regexp.MustCompile(`(?m)^  gen .*Z  ([a-z]+) +\d+ keys`).FindAllStringSubmatch(out, -1) {
+		states = append(states, m[1])
+	}
+	if want := []string{"final", "final", "final", "live"}; fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Errorf("generations %q, want %q:\n%s", states, want, out)
+	}
+	if strings.Contains(out, "sealed") {
+		t.Errorf("inspect says sealed, the fuse seal's word:\n%s", out)
+	}
+
+	code, out, stderr = runCmd(t, "", "snapshot", "inspect", "--quick", "--json", "--segments", state)
+	if code != 0 {
+		t.Fatalf("inspect --json: exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Generations []map[string]any `json:"generations"`
+		Segments    []map[string]any `json:"segments"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, g := range rep.Generations {
+		got = append(got, fmt.Sprint(g["final"]))
+	}
+	if w := "[true true true false]"; fmt.Sprint(got) != w {
+		t.Errorf("JSON generations' final %v, want %s:\n%s", got, w, out)
+	}
+	if len(rep.Segments) != 8 {
+		t.Fatalf("%d segments, want 8 (4 generations, 2 shards):\n%s", len(rep.Segments), out)
+	}
+	for _, s := range rep.Segments {
+		if _, ok := s["final"].(bool); !ok || s["sealed"] != nil {
+			t.Errorf("segment %v: want a final flag and no sealed", s)
+		}
 	}
 }
 

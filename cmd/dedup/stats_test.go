@@ -51,11 +51,12 @@ func fuseState(t *testing.T, dir string) {
 	}
 }
 
-// TestStatsFuseKinds: dedup stats of a fuse state showed each generation's
-// keys and bytes under "N live" (which snapshot inspect uses for "not
-// sealed"), not which generations were sealed into static filters. It
-// names each one's kind and whether it is sealed, the seals and the
-// observed FP (not measured: stats observes nothing), in text and JSON.
+// TestStatsFuseKinds: dedup stats of a fuse state names each generation's
+// kind and whether it is sealed into a static filter, the seals and the
+// observed FP (not measured: stats observes nothing), in text and JSON. It
+// does not say "live", the word snapshot inspect uses for a generation
+// whose segments are not final (TestSnapshotInspectFinal): a generation
+// can be final in a snapshot and not sealed.
 func TestStatsFuseKinds(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	fuseState(t, state)
@@ -64,7 +65,7 @@ func TestStatsFuseKinds(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	if strings.Contains(out, " live") {
-		t.Errorf("stats says live, which snapshot inspect uses for not sealed:\n%s", out)
+		t.Errorf("stats says live, which snapshot inspect uses for not final:\n%s", out)
 	}
 	var kinds []string
 	for _, m := range regexp.MustCompile(`(?m)^  gen .*Z  ([a-z+]+, [a-z ]+?)  +\d+ keys`).FindAllStringSubmatch(out, -1) {

@@ -185,7 +185,8 @@ const inspectHelpHead = `Usage: dedup snapshot inspect [flags] PATH
 
 Prints the newest snapshot at PATH (a manifest file, a snapshots folder, or
 a state directory): the commit it covers, its options and size, and per
-generation its span, whether it is sealed, its keys, file size, fill
+generation its span, whether it is final (its segments are written once
+and reused by later snapshots) or live, its keys, file size, fill
 (keys / capacity) and estimated false-positive rate. The fill and FP come
 from decoding every filter, which reads (and so verifies) every payload;
 --quick reads only the manifest and segment headers. The overall
