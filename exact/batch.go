@@ -178,7 +178,7 @@ func (b *Batch) Commit() (seq uint64, err error) {
 	}
 	seq = s.nextSeq + 1
 	seg := s.seg
-	sealRecord(b.rec, seq, seg.num)
+	stampRecord(b.rec, seq, seg.num)
 	off, grown, err := seg.append(b.rec)
 	if err != nil {
 		s.logMu.Unlock()

@@ -220,7 +220,7 @@ func syncDir(fs vfs.FS, dir string) error {
 }
 
 // encodeRecord appends the record of batch b (header included, seq zero:
-// see sealRecord) to dst.
+// see stampRecord) to dst.
 func encodeRecord(dst []byte, b *Batch) []byte {
 	start := len(dst)
 	dst = append(dst, make([]byte, recHeader+recFixed)...)
@@ -305,9 +305,10 @@ type logRecOp struct {
 	del bool
 }
 
-// sealRecord sets the seq and segment of an encoded record and fills its
-// header.
-func sealRecord(rec []byte, seq, seg uint64) {
+// stampRecord sets the seq and segment of an encoded record and fills its
+// header: the body's length and its xxhash64 checksum. The record is then
+// ready to append to segment seg.
+func stampRecord(rec []byte, seq, seg uint64) {
 	p := rec[recHeader:]
 	binary.LittleEndian.PutUint64(p, seq)
 	binary.LittleEndian.PutUint64(p[8:], seg)
@@ -319,7 +320,7 @@ func sealRecord(rec []byte, seq, seg uint64) {
 func endRecord(seg uint64) []byte {
 	rec := make([]byte, recHeader+recFixed)
 	rec[recHeader+16] = recEnd
-	sealRecord(rec, 0, seg)
+	stampRecord(rec, 0, seg)
 	return rec
 }
 

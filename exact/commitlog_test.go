@@ -21,7 +21,7 @@ func testRecord(seq, seg uint64) []byte {
 	b.ents = append(b.ents, ent{gen: 1, fp: testFP(int(seq))})
 	b.logHash(1, hashOf(int(seq)))
 	rec := encodeRecord(nil, b)
-	sealRecord(rec, seq, seg)
+	stampRecord(rec, seq, seg)
 	return rec
 }
 

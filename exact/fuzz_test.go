@@ -136,7 +136,7 @@ func FuzzCommitRecord(f *testing.F) {
 		b := &Batch{s: s}
 		fill(b)
 		rec := encodeRecord(nil, b)
-		sealRecord(rec, 9, 1<<32|1)
+		stampRecord(rec, 9, 1<<32|1)
 		f.Add(rec[recHeader:])
 	}
 	f.Add(endRecord(2)[recHeader:])
@@ -157,7 +157,7 @@ func FuzzCommitRecord(f *testing.F) {
 			t.Fatalf("a decoded record does not make a batch: %v", b.err)
 		}
 		rec := encodeRecord(nil, b)
-		sealRecord(rec, r.seq, r.seg)
+		stampRecord(rec, r.seq, r.seg)
 		var r2 record
 		if err := decodeRecord(rec[recHeader:], &r2); err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
@@ -185,7 +185,7 @@ func FuzzSegment(f *testing.F) {
 		b := &Batch{s: s}
 		fill(b)
 		rec := encodeRecord(nil, b)
-		sealRecord(rec, uint64(i+1), seg)
+		stampRecord(rec, uint64(i+1), seg)
 		file = append(file, rec...)
 		f.Add(bytes.Clone(file))
 	}
@@ -204,7 +204,7 @@ func FuzzSegment(f *testing.F) {
 				t.Fatalf("a decoded record does not make a batch: %v", b.err)
 			}
 			rec := encodeRecord(nil, b)
-			sealRecord(rec, r.seq, r.seg)
+			stampRecord(rec, r.seq, r.seg)
 			var r2 record
 			if err := decodeRecord(rec[recHeader:], &r2); err != nil {
 				t.Fatalf("re-encoded record does not decode: %v", err)

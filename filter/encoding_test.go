@@ -143,8 +143,9 @@ func smallEncodings(t testing.TB) map[string][]byte {
 	return out
 }
 
-// reseal rewrites the checksum, so that a mutation reaches the parser.
-func reseal(b []byte) []byte {
+// rechecksum returns a copy of b with its checksum rewritten, so that a
+// mutation reaches the parser.
+func rechecksum(b []byte) []byte {
 	b = bytes.Clone(b)
 	if len(b) >= trailerLen {
 		binary.LittleEndian.PutUint64(b[len(b)-trailerLen:], xxhash.Sum64(b[:len(b)-trailerLen]))
@@ -181,26 +182,26 @@ func TestUnmarshalCorrupt(t *testing.T) {
 	}
 }
 
-// TestUnmarshalResealed changes every byte of small encodings and fixes the
-// checksum, so each change reaches the field checks: Unmarshal must reject
-// it with ErrCorrupt or accept a filter that works and re-encodes to the
-// same bytes. It must never panic.
-func TestUnmarshalResealed(t *testing.T) {
+// TestUnmarshalRechecksummed changes every byte of small encodings and
+// fixes the checksum, so each change reaches the field checks: Unmarshal
+// must reject it with ErrCorrupt or accept a filter that works and
+// re-encodes to the same bytes. It must never panic.
+func TestUnmarshalRechecksummed(t *testing.T) {
 	for name, enc := range smallEncodings(t) {
 		for i := range len(enc) - trailerLen {
 			for _, x := range []byte{0x01, 0x80, 0xff} {
 				b := enc[:i:i]
 				b = append(b, enc[i]^x)
-				b = reseal(append(b, enc[i+1:]...))
+				b = rechecksum(append(b, enc[i+1:]...))
 				if err := checkDecode(b); err != nil {
 					t.Fatalf("%s: byte %d ^ %#x: %v", name, i, x, err)
 				}
 			}
 		}
 		for n := headerLen; n < len(enc); n++ { // truncations that keep a valid checksum
-			b := reseal(append(bytes.Clone(enc[:n]), 0, 0, 0, 0, 0, 0, 0, 0))
+			b := rechecksum(append(bytes.Clone(enc[:n]), 0, 0, 0, 0, 0, 0, 0, 0))
 			if err := checkDecode(b); err != nil {
-				t.Fatalf("%s: truncated to %d and resealed: %v", name, n, err)
+				t.Fatalf("%s: truncated to %d and rechecksummed: %v", name, n, err)
 			}
 		}
 	}
@@ -299,7 +300,7 @@ func FuzzUnmarshal(f *testing.F) {
 		if err := checkDecode(data); err != nil {
 			t.Fatal(err)
 		}
-		if err := checkDecode(reseal(data)); err != nil {
+		if err := checkDecode(rechecksum(data)); err != nil {
 			t.Fatal(err)
 		}
 	})

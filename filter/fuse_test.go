@@ -154,8 +154,8 @@ func TestFuseCorrupt(t *testing.T) {
 				for _, x := range []byte{0x01, 0x80, 0xff} {
 					b := bytes.Clone(enc)
 					b[i] ^= x
-					if err := checkDecode(reseal(b)); err != nil {
-						t.Fatalf("%s: byte %d ^ %#x resealed: %v", name, i, x, err)
+					if err := checkDecode(rechecksum(b)); err != nil {
+						t.Fatalf("%s: byte %d ^ %#x rechecksummed: %v", name, i, x, err)
 					}
 				}
 			}
@@ -165,8 +165,8 @@ func TestFuseCorrupt(t *testing.T) {
 				t.Fatalf("%s: truncated to %d: %v", name, n, err)
 			}
 			if n >= 4 {
-				if err := checkDecode(reseal(append(bytes.Clone(enc[:n]), make([]byte, 8)...))); err != nil {
-					t.Fatalf("%s: truncated to %d and resealed: %v", name, n, err)
+				if err := checkDecode(rechecksum(append(bytes.Clone(enc[:n]), make([]byte, 8)...))); err != nil {
+					t.Fatalf("%s: truncated to %d and rechecksummed: %v", name, n, err)
 				}
 			}
 		}
