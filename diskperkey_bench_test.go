@@ -24,7 +24,7 @@ var diskKeys = flag.Int("diskperkey.n", 1_000_000, "keys stored by BenchmarkDisk
 // batch; ExpectedRate sized for them), closes it, and reports the bytes
 // the directory takes on disk (du: allocated blocks) per key, and, with
 // -test.v, by kind of file. One iteration is the whole run:
-// -benchtime=1x. DISKPERKEY_DIR=dir keeps the state in dir.
+// -benchtime=1x. DEDUP_DISKPERKEY_DIR=dir keeps the state in dir.
 //
 //	go test -run '^$' -bench BenchmarkDiskPerKey -benchtime 1x -diskperkey.n 10000000 .
 func BenchmarkDiskPerKey(b *testing.B) {
@@ -33,7 +33,7 @@ func BenchmarkDiskPerKey(b *testing.B) {
 			n := *diskKeys
 			for b.Loop() {
 				dir := b.TempDir()
-				if d := os.Getenv("DISKPERKEY_DIR"); d != "" {
+				if d := os.Getenv("DEDUP_DISKPERKEY_DIR"); d != "" {
 					dir = d
 				}
 				// The keys arrive within one generation (a quarter of the

@@ -60,13 +60,14 @@ func testConfig(t *testing.T, addrs []string, group string) Config {
 }
 
 // clientOpts are the client options of testConfig: short timeouts, and the
-// client's log on stderr with TEST_KGO_LOG=info or debug.
+// client's log on stderr with DEDUP_TEST_KAFKA_LOG=info or debug (the knob
+// cmd/dedup's kafka tests pass on to the child's DEDUP_KAFKA_LOG).
 func clientOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.HeartbeatInterval(300 * time.Millisecond),
 		kgo.FetchMaxWait(200 * time.Millisecond),
 	}
-	switch os.Getenv("TEST_KGO_LOG") {
+	switch os.Getenv("DEDUP_TEST_KAFKA_LOG") {
 	case "info":
 		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)))
 	case "debug":

@@ -102,7 +102,7 @@ func TestParseStatusRejectsBadFields(t *testing.T) {
 // TestChildPeakSeesTouchedMemory runs this test binary as a child that
 // touches 64 MiB and checks that its peak says so.
 func TestChildPeakSeesTouchedMemory(t *testing.T) {
-	if os.Getenv("PROCMEM_TOUCH_CHILD") == "1" {
+	if os.Getenv("DEDUP_PROCMEM_TOUCH_CHILD") == "1" {
 		runtime.KeepAlive(touch(64 << 20))
 		return
 	}
@@ -110,7 +110,7 @@ func TestChildPeakSeesTouchedMemory(t *testing.T) {
 		t.Skip("the child's peak is measured where ru_maxrss is")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChildPeakSeesTouchedMemory$")
-	cmd.Env = append(os.Environ(), "PROCMEM_TOUCH_CHILD=1")
+	cmd.Env = append(os.Environ(), "DEDUP_PROCMEM_TOUCH_CHILD=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
