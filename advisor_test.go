@@ -127,7 +127,7 @@ func TestHorizonSampleOption(t *testing.T) {
 			t.Errorf("HorizonSample %d: %v", h, err)
 		}
 	}
-	if o := (&Options{}).EnsureDefaults(); o.HorizonSample != 16 {
+	if o := (&Options{}).WithDefaults(); o.HorizonSample != 16 {
 		t.Errorf("default HorizonSample %d, want 16", o.HorizonSample)
 	}
 	off, _, _, _ := advisorStream(t, Options{HorizonSample: -1})

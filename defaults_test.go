@@ -30,7 +30,7 @@ func TestSnapshotIntervalDefault(t *testing.T) {
 		{dedup.Options{}, 0},
 	} {
 		o := tc.o
-		if got := o.EnsureDefaults().SnapshotInterval; got != tc.want {
+		if got := o.WithDefaults().SnapshotInterval; got != tc.want {
 			t.Errorf("%+v: SnapshotInterval %v, want %v", tc.o, got, tc.want)
 		}
 		if err := o.Validate(); err != nil {

@@ -20,7 +20,7 @@ func TestMemTableSize(t *testing.T) {
 		{Options{ExpectedRate: 1000, Window: 10 * time.Minute}, 64 << 20}, // 96 MB
 	} {
 		o := tc.o
-		if got := memTableSize(*o.EnsureDefaults()); got != tc.want {
+		if got := memTableSize(*o.WithDefaults()); got != tc.want {
 			t.Errorf("ExpectedRate %v, Window %v: memtable %d MiB, want %d MiB", o.ExpectedRate, o.Window, got>>20, tc.want>>20)
 		}
 	}

@@ -42,7 +42,7 @@ const hashFingerprint = "fingerprint"
 func Open(opts Options) (*Engine, error) {
 	// Refuse bad values before touching the state directory.
 	given := opts
-	if err := given.EnsureDefaults().Validate(); err != nil {
+	if err := given.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	fs, dir := opts.FS, opts.Dir
@@ -67,7 +67,7 @@ func Open(opts Options) (*Engine, error) {
 		if ok {
 			opts.adopt(rec)
 			adopted := opts
-			adopted.EnsureDefaults()
+			adopted.WithDefaults()
 			if adopted.Probabilistic != given.Probabilistic || memTableSize(adopted) != memTableSize(given) {
 				// The store was opened for other options: open it again.
 				if err := store.Close(); err != nil {
@@ -79,7 +79,7 @@ func Open(opts Options) (*Engine, error) {
 			}
 		}
 	}
-	opts.EnsureDefaults()
+	opts.WithDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, errors.Join(err, store.Close())
 	}

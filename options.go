@@ -167,8 +167,8 @@ const (
 	maxDefaultSnapshotInterval = time.Hour
 )
 
-// EnsureDefaults fills every zero field with its default and returns o.
-func (o *Options) EnsureDefaults() *Options {
+// WithDefaults fills every zero field with its default and returns o.
+func (o *Options) WithDefaults() *Options {
 	if o.Window == 0 {
 		o.Window = time.Hour
 	}
@@ -208,11 +208,11 @@ func (o *Options) EnsureDefaults() *Options {
 
 // Validate reports every bad field by name, joined into one error wrapping
 // ErrInvalidOptions. A zero field selects its default (see
-// [Options.EnsureDefaults]) and is valid: Options{}.Validate() is nil. An
+// [Options.WithDefaults]) and is valid: Options{}.Validate() is nil. An
 // explicit bad value is reported, never replaced by a default.
 func (o *Options) Validate() error {
 	filled := *o
-	return filled.EnsureDefaults().validate()
+	return filled.WithDefaults().validate()
 }
 
 // validate is Validate on options whose defaults are filled.

@@ -77,7 +77,7 @@ func ringConfig(kind filter.Kind, opts Options) rotate.Config {
 // [Stats.SizedGenerationKeys]). Zero fields take their defaults; invalid
 // options are an error wrapping [ErrInvalidOptions].
 func (o Options) FilterCeiling() (uint64, error) {
-	o.EnsureDefaults()
+	o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return 0, err
 	}

@@ -69,7 +69,7 @@ type AdvisorConfig struct {
 	HorizonSample int
 }
 
-func (c *AdvisorConfig) ensureDefaults() {
+func (c *AdvisorConfig) withDefaults() {
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
@@ -264,7 +264,7 @@ var advisorEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // Advisor runs the check: one stream, one engine per window on event time,
 // commits every Window/16 of virtual time.
 func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
-	cfg.ensureDefaults()
+	cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ type DelayConfig struct {
 	ReplayMax time.Duration `json:"replay_max,omitempty"`
 }
 
-func (d *DelayConfig) ensureDefaults() {
+func (d *DelayConfig) withDefaults() {
 	d.Kind = cmp.Or(d.Kind, DelayExponential)
 	d.Mean = cmp.Or(d.Mean, 2*time.Minute)
 	d.RetryMean = cmp.Or(d.RetryMean, 5*time.Second)
@@ -93,17 +93,17 @@ type StreamConfig struct {
 	Events int64 `json:"events,omitempty"`
 }
 
-func (c *StreamConfig) ensureDefaults() {
+func (c *StreamConfig) withDefaults() {
 	c.Seed = cmp.Or(c.Seed, 1)
 	c.Rate = cmp.Or(c.Rate, 2000)
 	c.DuplicateFraction = cmp.Or(c.DuplicateFraction, 0.02)
 	c.Keys = cmp.Or(c.Keys, KeysMixed)
-	c.Delay.ensureDefaults()
+	c.Delay.withDefaults()
 }
 
 // ensureCompareDefaults fills a zero Rate, DuplicateFraction and mean
 // delay with the stream Compare and FilterCmd run: 50,000 events/s, 5%
-// duplicates after a mean of 1s. ensureDefaults fills the rest.
+// duplicates after a mean of 1s. withDefaults fills the rest.
 func (c *StreamConfig) ensureCompareDefaults() {
 	c.Rate = cmp.Or(c.Rate, 50_000)
 	c.DuplicateFraction = cmp.Or(c.DuplicateFraction, 0.05)
@@ -185,7 +185,7 @@ type session struct {
 
 // NewStream returns the stream cfg describes.
 func NewStream(cfg StreamConfig) (*Stream, error) {
-	cfg.ensureDefaults()
+	cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

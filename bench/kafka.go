@@ -49,7 +49,7 @@ type KafkaConfig struct {
 	Dir string
 }
 
-func (c *KafkaConfig) ensureDefaults() {
+func (c *KafkaConfig) withDefaults() {
 	if c.Events == 0 {
 		c.Events = 500000
 	}
@@ -140,7 +140,7 @@ func Kafka(ctx context.Context, cfg KafkaConfig, progress Progress) (*KafkaResul
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.ensureDefaults()
+	cfg.withDefaults()
 	progress = orNop(progress)
 	dir := cfg.Dir
 	if dir == "" {

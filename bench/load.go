@@ -34,7 +34,7 @@ type LoadConfig struct {
 	Dir string `json:"dir,omitempty"`
 }
 
-func (c *LoadConfig) ensureDefaults() {
+func (c *LoadConfig) withDefaults() {
 	e := &c.Engine
 	e.Filter = cmp.Or(e.Filter, "blocked")
 	e.Window = cmp.Or(e.Window, time.Minute)
@@ -111,7 +111,7 @@ type LoadResult struct {
 // Load offers each target rate in turn to a fresh engine on a temporary
 // state directory, through ObserveBatch with AutoCommit.
 func Load(ctx context.Context, cfg LoadConfig, progress Progress) (*LoadResult, error) {
-	cfg.ensureDefaults()
+	cfg.withDefaults()
 	if cfg.Duration <= 0 || cfg.Tick <= 0 || cfg.Interval <= 0 {
 		return nil, errors.New("bench: load Duration, Tick and Interval must be positive")
 	}

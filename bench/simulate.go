@@ -133,13 +133,13 @@ type BimodalConfig struct {
 	Measure time.Duration `json:"measure"`
 }
 
-func (c *SimConfig) ensureDefaults() {
+func (c *SimConfig) withDefaults() {
 	s := &c.Stream
 	s.Rate = cmp.Or(s.Rate, Reference.Rate)
 	s.DuplicateFraction = cmp.Or(s.DuplicateFraction, Reference.DuplicateFraction)
 	s.Delay.Kind = cmp.Or(s.Delay.Kind, DelayExponential)
 	s.Delay.Mean = cmp.Or(s.Delay.Mean, Reference.MeanDelay)
-	s.ensureDefaults()
+	s.withDefaults()
 	c.Scale = cmp.Or(c.Scale, 0.1)
 	c.Window = cmp.Or(c.Window, Reference.Window)
 	c.Measure = cmp.Or(c.Measure, time.Hour)
@@ -154,7 +154,7 @@ func (c *SimConfig) ensureDefaults() {
 	}
 	e.FalsePositiveRate = cmp.Or(e.FalsePositiveRate, 1e-4)
 	if e.Generations == 0 {
-		e.Generations = (&dedup.Options{}).EnsureDefaults().Generations
+		e.Generations = (&dedup.Options{}).WithDefaults().Generations
 	}
 	if c.AlignRetention == nil {
 		t := true
@@ -167,7 +167,7 @@ func (c *SimConfig) ensureDefaults() {
 	bs.DuplicateFraction = cmp.Or(bs.DuplicateFraction, Reference.DuplicateFraction)
 	bs.Seed = cmp.Or(bs.Seed, c.Stream.Seed)
 	bs.Delay.Kind = DelayBimodal
-	bs.ensureDefaults()
+	bs.withDefaults()
 	b.Scale = cmp.Or(b.Scale, 0.00125)
 	if len(b.Windows) == 0 {
 		b.Windows = []time.Duration{5 * time.Minute, 30 * time.Minute}
@@ -292,7 +292,7 @@ type simSpec struct {
 // virtual clock: for the configured window, then searching the windows that
 // meet SuppressTarget and LeakTarget, then the bimodal case.
 func Simulate(ctx context.Context, cfg SimConfig, progress Progress) (*SimResult, error) {
-	cfg.ensureDefaults()
+	cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ import (
 // non-empty directory that does not hold an exact store is refused with
 // ErrNotOurs.
 func Open(dir string, opts Options) (*Store, error) {
-	opts.ensureDefaults()
+	opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}

@@ -86,7 +86,7 @@ type Options struct {
 	memLimit int
 }
 
-func (o *Options) ensureDefaults() {
+func (o *Options) withDefaults() {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}

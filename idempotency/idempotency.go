@@ -189,8 +189,8 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// setDefaults fills the zero fields.
-func (o *Options) setDefaults() {
+// withDefaults fills the zero fields.
+func (o *Options) withDefaults() {
 	if o.Header == "" {
 		o.Header = "Idempotency-Key"
 	}
@@ -245,7 +245,7 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.setDefaults()
+	opts.withDefaults()
 	m := &middleware{o: opts, methods: map[string]bool{}}
 	for _, x := range opts.Methods {
 		m.methods[x] = true

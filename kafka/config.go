@@ -300,7 +300,7 @@ func (c *Config) validate() error {
 		bad("Engine.AutoCommit", "must be 0: engines commit after each transaction")
 	}
 	eo := c.Engine
-	eo.EnsureDefaults()
+	eo.WithDefaults()
 	if c.StateDir != "" && eo.Dir == "" {
 		// Checked as a partition's engine is opened: Filter fuse needs a Dir.
 		eo.Dir = filepath.Join(c.StateDir, c.Topic+"-0")

@@ -245,7 +245,7 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	eo := cfg.Engine
-	eo.EnsureDefaults()
+	eo.WithDefaults()
 	tick := min(100*time.Millisecond, eo.Window/1000)
 	return &Consumer{
 		cfg:      cfg,

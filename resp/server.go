@@ -116,8 +116,8 @@ type Config struct {
 	Logf func(format string, args ...any)
 }
 
-// EnsureDefaults fills every zero field with its default and returns c.
-func (c *Config) EnsureDefaults() *Config {
+// WithDefaults fills every zero field with its default and returns c.
+func (c *Config) WithDefaults() *Config {
 	c.Fsync = cmp.Or(c.Fsync, FsyncEverySec)
 	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, time.Minute)
 	c.MaxClients = cmp.Or(c.MaxClients, 10000)
@@ -129,7 +129,7 @@ func (c *Config) EnsureDefaults() *Config {
 	c.MaxTables = cmp.Or(c.MaxTables, 64)
 	c.MaxReplyBuffer = cmp.Or(c.MaxReplyBuffer, 64<<20)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 30*time.Second)
-	c.Engine.EnsureDefaults()
+	c.Engine.WithDefaults()
 	return c
 }
 
@@ -217,7 +217,7 @@ type Server struct {
 
 // New opens the default table and returns a server ready to [Server.Serve].
 func New(cfg Config) (*Server, error) {
-	cfg.EnsureDefaults()
+	cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -745,29 +745,29 @@ func TestBFInfoAfterReserveReportsPlan(t *testing.T) {
 	check("three items in")
 }
 
-// TestConfigDefaults: EnsureDefaults gives every zero field of Config its
+// TestConfigDefaults: WithDefaults gives every zero field of Config its
 // documented default and keeps every field that is set.
 func TestConfigDefaults(t *testing.T) {
-	got := (&resp.Config{}).EnsureDefaults()
+	got := (&resp.Config{}).WithDefaults()
 	want := resp.Config{
 		Fsync: resp.FsyncEverySec, SnapshotInterval: time.Minute, MaxClients: 10000,
 		CommitKeys: 1 << 16, MaxArgSize: 1 << 20, MaxArgs: 1 << 20, MaxCommandSize: 64 << 20,
 		MaxPendingReplies: 1024, MaxTables: 64, MaxReplyBuffer: 64 << 20, WriteTimeout: 30 * time.Second,
 	}
-	want.Engine.EnsureDefaults()
+	want.Engine.WithDefaults()
 	got.Engine.Now, want.Engine.Now = nil, nil // funcs never compare equal
 	if !reflect.DeepEqual(*got, want) {
-		t.Errorf("EnsureDefaults of a zero Config = %+v\n want %+v", *got, want)
+		t.Errorf("WithDefaults of a zero Config = %+v\n want %+v", *got, want)
 	}
 	set := resp.Config{
 		Fsync: resp.FsyncAlways, SnapshotInterval: time.Hour, MaxClients: 3, CommitKeys: 5, MaxArgSize: 7,
 		MaxArgs: 11, MaxCommandSize: 13, MaxPendingReplies: 17, MaxTables: 19, MaxReplyBuffer: 23, WriteTimeout: time.Second,
 	}
 	in := set
-	set.Engine.EnsureDefaults()
-	got = in.EnsureDefaults()
+	set.Engine.WithDefaults()
+	got = in.WithDefaults()
 	got.Engine.Now, set.Engine.Now = nil, nil
 	if !reflect.DeepEqual(*got, set) {
-		t.Errorf("EnsureDefaults changed set fields: %+v\n want %+v", *got, set)
+		t.Errorf("WithDefaults changed set fields: %+v\n want %+v", *got, set)
 	}
 }

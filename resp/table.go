@@ -253,7 +253,7 @@ func (s *Server) openTable(name string, opts TableOptions) (*table, error) {
 // shard's Generations+1 generations. A plan that cannot be computed is 0
 // bytes.
 func filterPlan(o dedup.Options) (bytes uint64, filters int) {
-	o.EnsureDefaults()
+	o.WithDefaults()
 	bytes, _ = o.FilterCeiling()
 	return bytes, o.Shards * (o.Generations + 1)
 }

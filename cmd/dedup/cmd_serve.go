@@ -155,7 +155,7 @@ func runServe(e *env, args []string) error {
 			fmt.Fprintf(e.stderr, "dedup serve: "+format+"\n", args...)
 		},
 	}
-	if err := cfg.EnsureDefaults().Validate(); err != nil {
+	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageErr(err)
 	}
 	// Listen first: a port in use fails at once, without opening (or

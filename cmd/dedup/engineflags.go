@@ -12,7 +12,7 @@ import (
 
 // engineDefaults are the engine's option defaults: the engine flags show
 // them, so the command never drifts from the library.
-var engineDefaults = *(&dedup.Options{}).EnsureDefaults()
+var engineDefaults = *(&dedup.Options{}).WithDefaults()
 
 // engineFlags are the flags that set the engine's options, shared by every
 // command that opens an engine. A command keeps one in its config,

@@ -238,7 +238,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&mode, "mode", "probabilistic", "engine mode: probabilistic or exact")
 	fs.StringVar(&cfg.Engine.Filter, "filter", "blocked", "filter backend: bloom, cuckoo or blocked")
 	fs.Float64Var(&cfg.Engine.FalsePositiveRate, "fp", 1e-4, "engine false-positive target")
-	fs.IntVar(&cfg.Engine.Generations, "generations", (&dedup.Options{}).EnsureDefaults().Generations, "engine generations")
+	fs.IntVar(&cfg.Engine.Generations, "generations", (&dedup.Options{}).WithDefaults().Generations, "engine generations")
 	fs.BoolVar(&cfg.Bimodal.Skip, "no-bimodal", false, "leave out the bimodal case")
 	fs.Float64Var(&cfg.Bimodal.Scale, "bimodal-scale", 0.00125, "rate multiplier of the bimodal case")
 	fs.IntVar(&cfg.Parallel, "parallel", 2, "engines run at once")
