@@ -266,7 +266,7 @@ func (e *Engine) raiseNewestGen(gen uint64) {
 func (e *Engine) resetFilters() {
 	for i := range e.shards {
 		e.shards[i].ring.CloseSpools()
-		r, err := rotate.New(e.timing.Config())
+		r, err := rotate.New(e.timing.Options())
 		if err != nil {
 			panic(err) // the same config built e.timing
 		}

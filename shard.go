@@ -401,7 +401,7 @@ func (s *shard) filterBytes() uint64 {
 	for _, g := range s.ring.Generations() {
 		n += g.Filter.SizeBytes()
 	}
-	cfg := s.ring.Config()
+	cfg := s.ring.Options()
 	if per, err := filter.EstimateBytes(cfg.Kind, cfg.Capacity, s.ring.PerGenerationFP()); err == nil {
 		n = max(n, per*uint64(cfg.Generations+1))
 	}

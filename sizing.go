@@ -44,7 +44,7 @@ func memTableSize(opts Options) uint64 {
 // checkMemory refuses options whose filters would not fit in the machine's
 // memory (generations+1 generations of every shard at their sized capacity),
 // rather than dying out of memory at the first Observe.
-func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) (need float64, err error) {
+func checkMemory(kind filter.Kind, cfg rotate.Options, opts Options) (need float64, err error) {
 	per, err := rotate.EstimateBytes(cfg)
 	if err != nil {
 		return 0, fmt.Errorf("%w: ExpectedRate %v over Window %v: %w", ErrInvalidOptions, opts.ExpectedRate, opts.Window, err)
@@ -59,9 +59,9 @@ func checkMemory(kind filter.Kind, cfg rotate.Config, opts Options) (need float6
 
 // ringConfig is the ring of generations every shard keeps under opts
 // (defaults filled in), sized for ExpectedRate.
-func ringConfig(kind filter.Kind, opts Options) rotate.Config {
+func ringConfig(kind filter.Kind, opts Options) rotate.Options {
 	span := opts.Window / time.Duration(opts.Generations)
-	return rotate.Config{
+	return rotate.Options{
 		Window:            opts.Window,
 		Generations:       opts.Generations,
 		Kind:              kind,

@@ -26,7 +26,7 @@ const SpoolDir = "spool"
 // rebuilt from the log or the store spools its hashes again). A spool that
 // cannot be made, written or read back (a full disk) leaves its generation
 // unsealed, and logf says so once a generation.
-func fuseSpools(cfg *rotate.Config, fs vfs.FS, dir string, persistent bool, logf func(string, ...any)) error {
+func fuseSpools(cfg *rotate.Options, fs vfs.FS, dir string, persistent bool, logf func(string, ...any)) error {
 	if cfg.Kind != filter.Fuse || !persistent {
 		return nil
 	}

@@ -349,8 +349,8 @@ func (k *kafkaRun) startWorker(ctx context.Context, wg *sync.WaitGroup, errs cha
 	return p, nil
 }
 
-func (k *kafkaRun) consumerConfig(group, in, out, dir string, onReady func(kafka.Ready)) kafka.Config {
-	return kafka.Config{
+func (k *kafkaRun) consumerConfig(group, in, out, dir string, onReady func(kafka.Ready)) kafka.Options {
+	return kafka.Options{
 		Brokers:          k.addrs,
 		Group:            group,
 		Topic:            in,

@@ -196,7 +196,7 @@ func dedupRuns(ctx context.Context, mode string, cfg ServeConfig, setArgs []stri
 		// Sized for the run: the distinct keys redis-benchmark sends in
 		// one window.
 		distinct := float64(min(cfg.Requests, cfg.KeySpace))
-		srv, err := resp.New(resp.Config{
+		srv, err := resp.New(resp.Options{
 			Dir:   dir,
 			Fsync: cfg.Fsync,
 			Engine: dedup.Options{

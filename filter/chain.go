@@ -134,7 +134,7 @@ func EstimateBytes(kind Kind, capacity uint64, fp float64) (uint64, error) {
 		if err := validate(Blocked, capacity, fp); err != nil {
 			return 0, err
 		}
-		return EstimateLaneTableBytes(LaneTableConfig{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
+		return EstimateLaneTableBytes(LaneTableOptions{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
 	}
 	if kind == Fuse {
 		if err := validate(Blocked, capacity, fp); err != nil {

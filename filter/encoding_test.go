@@ -123,7 +123,7 @@ func smallEncodings(t testing.TB) map[string][]byte {
 		}
 		out[fmt.Sprintf("interleaved-%d-keys-overflow-%v", fill, f.(*LaneView).Overflowed())] = b
 	}
-	tb, err := NewLaneTable(LaneTableConfig{Lanes: 5, Capacity: 40, FalsePositiveRate: 0.1})
+	tb, err := NewLaneTable(LaneTableOptions{Lanes: 5, Capacity: 40, FalsePositiveRate: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,8 +77,8 @@ const (
 	maxInterleavedK = 8
 )
 
-// LaneTableConfig shapes a [LaneTable].
-type LaneTableConfig struct {
+// LaneTableOptions shapes a [LaneTable].
+type LaneTableOptions struct {
 	// Lanes is the number of lanes (generations), 1..MaxLanes.
 	Lanes int
 	// Capacity is the number of keys each lane is sized for, >= 1.
@@ -93,7 +93,7 @@ type LaneTableConfig struct {
 	Lines int
 }
 
-func (c *LaneTableConfig) validate() error {
+func (c *LaneTableOptions) validate() error {
 	switch {
 	case c.Lanes < 1 || c.Lanes > MaxLanes:
 		return fmt.Errorf("filter: interleaved Lanes must be in [1, %d], got %d", MaxLanes, c.Lanes)
@@ -108,7 +108,7 @@ func (c *LaneTableConfig) validate() error {
 }
 
 // NewLaneTable returns an empty table for cfg.
-func NewLaneTable(cfg LaneTableConfig) (*LaneTable, error) {
+func NewLaneTable(cfg LaneTableOptions) (*LaneTable, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func NewLaneTable(cfg LaneTableConfig) (*LaneTable, error) {
 
 // EstimateLaneTableBytes returns the table memory NewLaneTable(cfg)
 // allocates.
-func EstimateLaneTableBytes(cfg LaneTableConfig) (uint64, error) {
+func EstimateLaneTableBytes(cfg LaneTableOptions) (uint64, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}

@@ -153,7 +153,7 @@ func buildWindow(b *testing.B) *windowState {
 	}
 
 	for _, lines := range []int{1, 2} {
-		t := mustInterleaved(b, LaneTableConfig{Lanes: gens + 1, Capacity: per, FalsePositiveRate: fp, Lines: lines})
+		t := mustInterleaved(b, LaneTableOptions{Lanes: gens + 1, Capacity: per, FalsePositiveRate: fp, Lines: lines})
 		fill(func(hs []uint64, g int) { t.AddBatch(hs, g) })
 		out := make([]LaneSet, windowBatch)
 		fresh := make([]uint64, 0, windowBatch)
@@ -259,7 +259,7 @@ func buildWindow(b *testing.B) *windowState {
 func BenchmarkInterleavedClearLane(b *testing.B) {
 	for _, lines := range []int{1, 2} {
 		b.Run(fmt.Sprintf("lines=%d", lines), func(b *testing.B) {
-			t := mustInterleaved(b, LaneTableConfig{Lanes: 5, Capacity: 4 << 20, FalsePositiveRate: 0.01, Lines: lines})
+			t := mustInterleaved(b, LaneTableOptions{Lanes: 5, Capacity: 4 << 20, FalsePositiveRate: 0.01, Lines: lines})
 			defer runtime.GC()
 			b.SetBytes(int64(t.SizeBytes()))
 			b.ResetTimer()

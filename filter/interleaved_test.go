@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func mustInterleaved(t testing.TB, cfg LaneTableConfig) *LaneTable {
+func mustInterleaved(t testing.TB, cfg LaneTableOptions) *LaneTable {
 	t.Helper()
 	tb, err := NewLaneTable(cfg)
 	if err != nil {
@@ -24,7 +24,7 @@ func TestInterleavedNoFalseNegatives(t *testing.T) {
 	for _, lanes := range []int{1, 3, 5, 8, 9, 16} {
 		for _, lines := range []int{1, 2} {
 			t.Run(fmt.Sprintf("lanes=%d/lines=%d", lanes, lines), func(t *testing.T) {
-				tb := mustInterleaved(t, LaneTableConfig{Lanes: lanes, Capacity: 5000, FalsePositiveRate: 0.01, Lines: lines})
+				tb := mustInterleaved(t, LaneTableOptions{Lanes: lanes, Capacity: 5000, FalsePositiveRate: 0.01, Lines: lines})
 				next := hashes(uint64(lanes*10+lines), shardHigh16)
 				keys := make([][]uint64, lanes)
 				for l := range lanes {
@@ -112,7 +112,7 @@ func TestInterleavedFPOnTarget(t *testing.T) {
 		{5, 1, 0.01}, {5, 2, 0.01}, {5, 1, 0.001}, {8, 1, 0.01}, {3, 2, 0.01},
 	} {
 		t.Run(fmt.Sprintf("lanes=%d/lines=%d/fp=%g", c.lanes, c.lines, c.fp), func(t *testing.T) {
-			tb := mustInterleaved(t, LaneTableConfig{Lanes: c.lanes, Capacity: 400_000, FalsePositiveRate: c.fp, Lines: c.lines})
+			tb := mustInterleaved(t, LaneTableOptions{Lanes: c.lanes, Capacity: 400_000, FalsePositiveRate: c.fp, Lines: c.lines})
 			next := hashes(7, shardHigh16)
 			hs := make([]uint64, tb.Capacity())
 			for l := range c.lanes {
@@ -144,18 +144,18 @@ func TestInterleavedFPOnTarget(t *testing.T) {
 	}
 }
 
-func TestInterleavedConfigErrors(t *testing.T) {
+func TestInterleavedOptionsErrors(t *testing.T) {
 	for _, c := range []struct {
-		cfg  LaneTableConfig
+		cfg  LaneTableOptions
 		want string
 	}{
-		{LaneTableConfig{Lanes: 0, Capacity: 1, FalsePositiveRate: 0.01}, "Lanes"},
-		{LaneTableConfig{Lanes: 17, Capacity: 1, FalsePositiveRate: 0.01}, "Lanes"},
-		{LaneTableConfig{Lanes: 5, Capacity: 0, FalsePositiveRate: 0.01}, "Capacity"},
-		{LaneTableConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 0}, "FalsePositiveRate"},
-		{LaneTableConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 1}, "FalsePositiveRate"},
-		{LaneTableConfig{Lanes: 5, Capacity: 1, FalsePositiveRate: 0.01, Lines: 3}, "Lines"},
-		{LaneTableConfig{Lanes: 5, Capacity: 1 << 48, FalsePositiveRate: 1e-9}, "limit"},
+		{LaneTableOptions{Lanes: 0, Capacity: 1, FalsePositiveRate: 0.01}, "Lanes"},
+		{LaneTableOptions{Lanes: 17, Capacity: 1, FalsePositiveRate: 0.01}, "Lanes"},
+		{LaneTableOptions{Lanes: 5, Capacity: 0, FalsePositiveRate: 0.01}, "Capacity"},
+		{LaneTableOptions{Lanes: 5, Capacity: 1, FalsePositiveRate: 0}, "FalsePositiveRate"},
+		{LaneTableOptions{Lanes: 5, Capacity: 1, FalsePositiveRate: 1}, "FalsePositiveRate"},
+		{LaneTableOptions{Lanes: 5, Capacity: 1, FalsePositiveRate: 0.01, Lines: 3}, "Lines"},
+		{LaneTableOptions{Lanes: 5, Capacity: 1 << 48, FalsePositiveRate: 1e-9}, "limit"},
 	} {
 		if _, err := NewLaneTable(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.want)
@@ -166,7 +166,7 @@ func TestInterleavedConfigErrors(t *testing.T) {
 // TestInterleavedCorrupt alters and truncates an encoding: every result is
 // an ErrCorrupt, never a panic or a table.
 func TestInterleavedCorrupt(t *testing.T) {
-	tb := mustInterleaved(t, LaneTableConfig{Lanes: 5, Capacity: 300, FalsePositiveRate: 0.01})
+	tb := mustInterleaved(t, LaneTableOptions{Lanes: 5, Capacity: 300, FalsePositiveRate: 0.01})
 	next := hashes(1, allShards)
 	for l := range 5 {
 		for range 200 {
@@ -200,7 +200,7 @@ func TestInterleavedSizes(t *testing.T) {
 	}{
 		{5, 1, 0.01}, {5, 2, 0.01}, {9, 1, 0.01}, {9, 2, 0.01}, {5, 1, 0.001}, {5, 2, 0.001},
 	} {
-		tb := mustInterleaved(t, LaneTableConfig{Lanes: c.lanes, Capacity: 1 << 20, FalsePositiveRate: c.fp, Lines: c.lines})
+		tb := mustInterleaved(t, LaneTableOptions{Lanes: c.lanes, Capacity: 1 << 20, FalsePositiveRate: c.fp, Lines: c.lines})
 		perLane := float64(tb.SizeBytes()) / float64(tb.Capacity())
 		t.Logf("lanes=%d lines=%d fp=%g: k=%d, %.1f bits per key of one lane, %.2f bytes per key of %d generations",
 			c.lanes, c.lines, c.fp, tb.K(), 8*perLane/float64(c.lanes), perLane/float64(c.lanes-1), c.lanes-1)
@@ -215,7 +215,7 @@ func TestLaneViewRoundTrip(t *testing.T) {
 	for _, lanes := range []int{1, 3, 5, 7, 16} {
 		for _, lines := range []int{1, 2} {
 			t.Run(fmt.Sprintf("lanes=%d/lines=%d", lanes, lines), func(t *testing.T) {
-				cfg := LaneTableConfig{Lanes: lanes, Capacity: 3000, FalsePositiveRate: 0.01, Lines: lines}
+				cfg := LaneTableOptions{Lanes: lanes, Capacity: 3000, FalsePositiveRate: 0.01, Lines: lines}
 				tb := mustInterleaved(t, cfg)
 				shared := mustInterleaved(t, cfg)
 				next := hashes(uint64(lanes), shardHigh16)
@@ -279,7 +279,7 @@ func TestLaneViewRoundTrip(t *testing.T) {
 						t.Fatalf("shared lane %d count %d, want %d", l, shared.Count(l), tb.Count((l+lanes-1)%lanes))
 					}
 				}
-				other := mustInterleaved(t, LaneTableConfig{Lanes: lanes, Capacity: 30000, FalsePositiveRate: 0.01, Lines: lines})
+				other := mustInterleaved(t, LaneTableOptions{Lanes: lanes, Capacity: 30000, FalsePositiveRate: 0.01, Lines: lines})
 				if err := views[0].MoveTo(other, 0); err == nil {
 					t.Fatal("moved a lane into a table of another geometry")
 				}

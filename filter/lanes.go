@@ -98,7 +98,7 @@ func NewLaneView(t *LaneTable, l int, overflowFP float64) (*LaneView, error) {
 }
 
 func newLaneFilter(capacity uint64, fp float64) (*LaneView, error) {
-	t, err := NewLaneTable(LaneTableConfig{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
+	t, err := NewLaneTable(LaneTableOptions{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
 	if err != nil {
 		return nil, err
 	}

@@ -16,18 +16,18 @@ import (
 
 // Sentinel errors. Test with [errors.Is].
 var (
-	// ErrInvalidConfig wraps every field of a [Config] that [New] rejects,
+	// ErrInvalidConfig wraps every field of a [Options] that [New] rejects,
 	// and a bad source given to [ParseKeyFrom].
 	ErrInvalidConfig = errors.New("kafka: invalid config")
 	// ErrNoKey is the class of [KeyFunc] errors: the record has no usable
-	// key. Such a record goes to [Config.RejectsTopic].
+	// key. Such a record goes to [Options.RejectsTopic].
 	ErrNoKey = errors.New("kafka: no usable key")
 	// ErrTooLarge is the class of rejects for a record larger than a topic
 	// it would be written to takes (its max.message.bytes). Such a record
-	// goes to [Config.RejectsTopic], or is dropped and counted.
+	// goes to [Options.RejectsTopic], or is dropped and counted.
 	ErrTooLarge = errors.New("kafka: record too large")
 	// ErrFenced is returned by [Consumer.Run] when another member joined
-	// the group with this instance's [Config.InstanceID]: two instances
+	// the group with this instance's [Options.InstanceID]: two instances
 	// share an ID that must be unique.
 	ErrFenced = errors.New("kafka: fenced: another member joined with this instance ID")
 	// ErrTxn wraps a transaction that could not be ended. It ends the
@@ -36,10 +36,10 @@ var (
 	ErrTxn = errors.New("kafka: transaction failed")
 )
 
-// Config configures a [Consumer]. Zero fields select their documented
+// Options configures a [Consumer]. Zero fields select their documented
 // defaults; [New] validates every field and names the bad ones, each error
 // wrapping [ErrInvalidConfig].
-type Config struct {
+type Options struct {
 	// Brokers are the seed brokers, host:port. Required.
 	Brokers []string
 	// Group is the consumer group. Required.
@@ -155,7 +155,7 @@ type Config struct {
 }
 
 // Ready describes how an assigned partition became ready; it is passed
-// to [Config.OnReady].
+// to [Options.OnReady].
 type Ready struct {
 	// Topic and Partition name the partition.
 	Topic     string
@@ -170,7 +170,7 @@ type Ready struct {
 	// Rebuilt reports a state rebuilt from ts-Window (none, or wiped).
 	Rebuilt bool
 	// Imported is the offset of the export imported through
-	// [Config.Handover] (-1 for none); the replay began there. Fallback
+	// [Options.Handover] (-1 for none); the replay began there. Fallback
 	// says why none was imported when one was looked for (a Fallback*
 	// reason; "" otherwise).
 	Imported int64
@@ -179,7 +179,7 @@ type Ready struct {
 	Took time.Duration
 }
 
-// Defaults of [Config]'s fields of the same names.
+// Defaults of [Options]'s fields of the same names.
 const (
 	DefaultMaxTxnRecords        = 10000
 	DefaultMaxTxnTime           = 100 * time.Millisecond
@@ -197,7 +197,7 @@ const (
 )
 
 // withDefaults returns c with every zero field set to its default.
-func (c Config) withDefaults() Config {
+func (c Options) withDefaults() Options {
 	if c.Key == nil {
 		c.Key = RecordKey()
 	}
@@ -260,7 +260,7 @@ func (c Config) withDefaults() Config {
 }
 
 // validate names every bad field; c has its defaults.
-func (c *Config) validate() error {
+func (c *Options) validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))

@@ -23,7 +23,7 @@ import (
 // Create it with [New], run it with [Consumer.Run], and read its counters
 // with [Consumer.Stats], from any goroutine.
 type Consumer struct {
-	cfg    Config
+	cfg    Options
 	engine dedup.Options // cfg.Engine with its defaults
 	tickMs int64         // the span of one observation run, in ms
 	// lookback is how far before ts(C) a rebuild replays: the longest a key
@@ -89,7 +89,7 @@ type Consumer struct {
 	// crash would.
 	testHook func(point string) error
 
-	// Handover (Config.Handover): the next time the loop looks for a
+	// Handover (Options.Handover): the next time the loop looks for a
 	// partition due for export, the uploads running beside the loop, and
 	// the context that ends them when Run returns.
 	nextExportScan time.Time
@@ -162,7 +162,7 @@ type Stats struct {
 	// CommittedRecords counts the input records of committed transactions.
 	CommittedRecords uint64
 	New              uint64 // records of committed transactions written to the output topic
-	Duplicates       uint64 // records of committed transactions dropped (or sent to [Config.DupsTopic]) as duplicates
+	Duplicates       uint64 // records of committed transactions dropped (or sent to [Options.DupsTopic]) as duplicates
 	Rejected         uint64 // records of committed transactions without a usable key
 	Committed        uint64 // transactions committed
 	Aborted          uint64 // transactions aborted
@@ -178,7 +178,7 @@ type PartitionState struct {
 	Partition int32
 	// Ready reports the partition's state current; until then its engine
 	// is being made so: Importing while an export is imported
-	// ([Config.Handover]), then by replay (Replayed counts the records fed
+	// ([Options.Handover]), then by replay (Replayed counts the records fed
 	// so far).
 	Ready     bool
 	Importing bool
@@ -239,7 +239,7 @@ func (c *Consumer) Ready() bool {
 // New fills cfg's zero fields with their defaults, validates it and
 // returns a [Consumer]; [Consumer.Run] starts it. The errors wrap
 // [ErrInvalidConfig], one for each bad field.
-func New(cfg Config) (*Consumer, error) {
+func New(cfg Options) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -314,13 +314,13 @@ func (c *Consumer) fatalErr() error {
 // leaves the group and returns nil. A session that fails (a transaction
 // that cannot end, an engine commit that fails) is closed, its engines
 // dropped as a crash would, and a new one started after
-// [Config.RetryBackoff]; the recovery on assignment (see the package doc)
+// [Options.RetryBackoff]; the recovery on assignment (see the package doc)
 // makes that safe. Run returns an error only for a permanent failure, such
 // as a state directory that cannot be opened.
 //
-// Once ctx is done, Run returns within [Config.ShutdownTimeout] whatever
+// Once ctx is done, Run returns within [Options.ShutdownTimeout] whatever
 // it is doing, and returns [ErrFenced] if another member took this
-// instance's [Config.InstanceID].
+// instance's [Options.InstanceID].
 func (c *Consumer) Run(ctx context.Context) error {
 	endCtx, endCancel := context.WithCancel(context.Background())
 	closeCtx, closeCancel := context.WithCancel(context.Background())

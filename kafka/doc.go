@@ -3,10 +3,10 @@
 // within the window is written to an output topic exactly once, in Kafka
 // transactions that also commit the input offsets (read-process-write).
 //
-// Create a [Consumer] with [New] from a [Config] (brokers, group, input
+// Create a [Consumer] with [New] from a [Options] (brokers, group, input
 // and output topics, a state directory; every other field has a default),
 // run it with [Consumer.Run] until its context is canceled, and read its
-// counters with [Consumer.Stats]. [Config.OnReady] reports how each
+// counters with [Consumer.Stats]. [Options.OnReady] reports how each
 // assigned partition's state was made current ([Ready]). Keys come from a
 // [KeyFunc]: [RecordKey], [HeaderKey], or one of the caller's. The command
 // "dedup kafka" is this package behind flags.
@@ -17,7 +17,7 @@
 // partition only, so producers must partition the input by the dedup key
 // (the record key is the natural choice, and the default). Kafka's consumer
 // group moves partitions between instances (cooperative-sticky balancing,
-// static membership with [Config.InstanceID]); there is no other cluster
+// static membership with [Options.InstanceID]); there is no other cluster
 // protocol.
 //
 // # Exactly once, and why a crash cannot make the engine and Kafka disagree
@@ -35,7 +35,7 @@
 //     path of every transaction, each partition marks the keys of a
 //     committed transaction with [dedup.Engine.Barrier], and the engines
 //     commit through their barriers ([dedup.Engine.CommitThrough]) in
-//     rounds, every [Config.EngineCommitInterval], beside the next
+//     rounds, every [Options.EngineCommitInterval], beside the next
 //     transactions; until then those keys are in flight, and a repeat of
 //     one is reported InFlight and dropped, as it should be.
 //  2. A transaction that aborts (a failed produce, offset commit or EndTxn,
@@ -83,22 +83,22 @@
 // its next End; the consumer ends it between transactions). A transaction
 // the group aborts under it (a rebalance completing while it is open) is
 // read again once the coordinator confirms nothing of it committed.
-// [Config.ShutdownTimeout] bounds [Consumer.Run]'s return once its context
+// [Options.ShutdownTimeout] bounds [Consumer.Run]'s return once its context
 // is done; a static member leaves the group unless
-// [Config.KeepStaticMembership]. A revoked partition's engine is
+// [Options.KeepStaticMembership]. A revoked partition's engine is
 // therefore committed when the callback runs; it is closed. A lost one's
 // staged work was already released (rule 2); it is closed too. An assigned
 // partition is made ready in the offset-adjust callback, which runs after
 // the group's offsets are fetched and before the partition is fetched, and
 // does not stop the other partitions' processing. A transaction spans at
-// most [Config.MaxTxnRecords] records and [Config.MaxTxnTime], well inside
+// most [Options.MaxTxnRecords] records and [Options.MaxTxnTime], well inside
 // the transaction and rebalance timeouts.
 //
 // # Keys
 //
-// [Config.Key] extracts each record's key ([RecordKey] by default,
+// [Options.Key] extracts each record's key ([RecordKey] by default,
 // [HeaderKey], or any [KeyFunc], such as a JSON path in the value). A record
 // without a usable key never blocks its partition: it goes to
-// [Config.RejectsTopic] with the reason in the header [RejectReasonHeader],
+// [Options.RejectsTopic] with the reason in the header [RejectReasonHeader],
 // or is dropped and counted when no rejects topic is set.
 package kafka

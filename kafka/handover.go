@@ -18,7 +18,7 @@ import (
 )
 
 // Fallback reasons: why a partition without current local state was
-// rebuilt by replay although [Config.Handover] is set ([Ready.Fallback],
+// rebuilt by replay although [Options.Handover] is set ([Ready.Fallback],
 // [HandoverStats.Fallbacks]).
 const (
 	FallbackNone         = "none"         // the store holds no export of the partition
@@ -32,7 +32,7 @@ const (
 var FallbackReasons = []string{FallbackNone, FallbackStale, FallbackDamaged, FallbackIncompatible, FallbackError}
 
 // HandoverStats counts the exports and imports of partition state through
-// [Config.Handover]; see [Consumer.HandoverStats].
+// [Options.Handover]; see [Consumer.HandoverStats].
 type HandoverStats struct {
 	Exports        uint64            // exports written
 	ExportFailures uint64            // exports that failed (or ran out of time)

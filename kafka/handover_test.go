@@ -68,7 +68,7 @@ func TestHandoverMove(t *testing.T) {
 			store := openStore(t, url)
 			t0 := time.Now()
 			group := "gh-" + name
-			withHandover := func(dir string) Config {
+			withHandover := func(dir string) Options {
 				cfg := testConfig(t, addrs, group)
 				if dir != "" {
 					cfg.StateDir = dir
@@ -140,7 +140,7 @@ func TestHandoverFallbacks(t *testing.T) {
 	in := genInput("f", 1500, 1000, 0, t0)
 	produce(t, addrs, in.recs)
 
-	run := func(group string, mod func(*Config)) Ready {
+	run := func(group string, mod func(*Options)) Ready {
 		t.Helper()
 		cfg := testConfig(t, addrs, group)
 		cfg.Handover = store
@@ -160,9 +160,9 @@ func TestHandoverFallbacks(t *testing.T) {
 	}
 	// The first run has no export: it rebuilds from nothing (C < 0).
 	run("gf", nil)
-	check := func(name, reason string, mod func(*Config)) {
+	check := func(name, reason string, mod func(*Options)) {
 		t.Helper()
-		r := run("gf", func(cfg *Config) {
+		r := run("gf", func(cfg *Options) {
 			if mod != nil {
 				mod(cfg)
 			}
@@ -176,7 +176,7 @@ func TestHandoverFallbacks(t *testing.T) {
 	if r := run("gf", nil); r.Imported != int64(len(in.recs)) || r.Replayed != 0 {
 		t.Fatalf("intact export: %+v", r)
 	}
-	check("no export", FallbackNone, func(cfg *Config) { cfg.Handover = openStore(t, "mem://") })
+	check("no export", FallbackNone, func(cfg *Options) { cfg.Handover = openStore(t, "mem://") })
 
 	// Damage every stored file: the newest export and the older ones.
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
@@ -199,7 +199,7 @@ func TestHandoverFallbacks(t *testing.T) {
 	if r := run("gf", nil); r.Imported != int64(len(in.recs)) || r.Replayed != 0 {
 		t.Fatalf("export after the damage: %+v", r)
 	}
-	check("another window", FallbackIncompatible, func(cfg *Config) { cfg.Engine.Window = 2 * time.Hour })
+	check("another window", FallbackIncompatible, func(cfg *Options) { cfg.Engine.Window = 2 * time.Hour })
 
 	// Stale: the group's offset set back behind every export.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
@@ -233,7 +233,7 @@ func TestHandoverFallbacks(t *testing.T) {
 func TestHandoverScratchIsPrivate(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
-	c := &Consumer{cfg: Config{StateDir: t.TempDir()}}
+	c := &Consumer{cfg: Options{StateDir: t.TempDir()}}
 	root := filepath.Join(c.cfg.StateDir, handoverDir)
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestHandoverBadCheckpointCounted(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var logs []string
-	c := &Consumer{cfg: Config{
+	c := &Consumer{cfg: Options{
 		StateDir:              t.TempDir(),
 		Handover:              openStore(t, "mem://"),
 		HandoverInterval:      time.Millisecond,

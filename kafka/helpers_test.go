@@ -38,9 +38,9 @@ func newCluster(t *testing.T, partitions int32) *kfake.Cluster {
 	return c
 }
 
-// testConfig is a Config with timeouts short enough for tests.
-func testConfig(t *testing.T, addrs []string, group string) Config {
-	return Config{
+// testConfig is a Options with timeouts short enough for tests.
+func testConfig(t *testing.T, addrs []string, group string) Options {
+	return Options{
 		Brokers:            addrs,
 		Group:              group,
 		Topic:              inTopic,
@@ -89,7 +89,7 @@ type running struct {
 // start runs a consumer with cfg. A cleanup stops it before the test's
 // temporary directories go, also when the test ends early: an engine
 // whose directory is removed under it reports corruption and panics.
-func start(t *testing.T, cfg Config, hook func(string) error) *running {
+func start(t *testing.T, cfg Options, hook func(string) error) *running {
 	t.Helper()
 	r := &running{exited: make(chan struct{})}
 	cfg.OnReady = func(rd Ready) {

@@ -131,7 +131,7 @@ func TestThreeInstancesMoving(t *testing.T) {
 	addrs := c.ListenAddrs()
 	t0 := time.Now()
 	group := "g3"
-	cfgs := make([]Config, 3)
+	cfgs := make([]Options, 3)
 	for i := range cfgs {
 		cfgs[i] = testConfig(t, addrs, group)
 	}
@@ -281,9 +281,9 @@ func TestStateAheadOfGroupIsWiped(t *testing.T) {
 	}
 }
 
-// TestConfigValidation names every bad field.
-func TestConfigValidation(t *testing.T) {
-	_, err := New(Config{Topic: "x", OutTopic: "x", MaxTxnRecords: -1, MaxTxnTime: time.Minute})
+// TestOptionsValidation names every bad field.
+func TestOptionsValidation(t *testing.T) {
+	_, err := New(Options{Topic: "x", OutTopic: "x", MaxTxnRecords: -1, MaxTxnTime: time.Minute})
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err %v, want ErrInvalidConfig", err)
 	}
@@ -292,7 +292,7 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("error does not name %s: %v", field, err)
 		}
 	}
-	cfg := Config{Brokers: []string{"b"}, Group: "g", Topic: "i", OutTopic: "o", StateDir: "d"}
+	cfg := Options{Brokers: []string{"b"}, Group: "g", Topic: "i", OutTopic: "o", StateDir: "d"}
 	cfg.Engine.FalsePositiveRate = 2
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "FalsePositiveRate") {
 		t.Errorf("bad engine option: %v", err)

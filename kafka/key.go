@@ -9,10 +9,10 @@ import (
 
 // Record headers the [Consumer] writes.
 const (
-	// RejectReasonHeader carries, on a record sent to [Config.RejectsTopic],
+	// RejectReasonHeader carries, on a record sent to [Options.RejectsTopic],
 	// why it has no usable key.
 	RejectReasonHeader = "dedup-reject-reason"
-	// VerdictHeader carries, on a record sent to [Config.DupsTopic], the
+	// VerdictHeader carries, on a record sent to [Options.DupsTopic], the
 	// engine's verdict ("duplicate", or "inflight" for a repeat within the
 	// same transaction).
 	VerdictHeader = "dedup-verdict"
@@ -25,7 +25,7 @@ const (
 // partitions run beside the main loop.
 type KeyFunc func(r *kgo.Record) ([]byte, error)
 
-// RecordKey uses the record's key; it is the default [Config.Key].
+// RecordKey uses the record's key; it is the default [Options.Key].
 func RecordKey() KeyFunc {
 	return func(r *kgo.Record) ([]byte, error) {
 		if len(r.Key) == 0 {

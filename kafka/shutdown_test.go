@@ -12,7 +12,7 @@ import (
 
 // runFor starts a consumer with cfg and returns it with a channel that
 // receives Run's error.
-func runFor(t *testing.T, cfg Config) (*Consumer, context.CancelFunc, chan error) {
+func runFor(t *testing.T, cfg Options) (*Consumer, context.CancelFunc, chan error) {
 	t.Helper()
 	c, err := New(cfg)
 	if err != nil {

@@ -32,7 +32,7 @@ func TestAcceptBacksOffWhenOutOfFiles(t *testing.T) {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
-		serveInChild(resp.Config{})
+		serveInChild(resp.Options{})
 	}
 	_, addr := startServerChild(t, "TestAcceptBacksOffWhenOutOfFiles", fdChildEnv+"=32")
 

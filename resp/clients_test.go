@@ -44,7 +44,7 @@ func checkLines(t *testing.T, got []string, want []string) {
 // startForClients serves with a password and --fsync no, so that no
 // background commit turns a key in flight into a duplicate mid-script.
 func startForClients(t *testing.T) string {
-	_, addr := start(t, resp.Config{RequirePass: "pw", Fsync: resp.FsyncNo, Engine: dedup.Options{Window: time.Hour}})
+	_, addr := start(t, resp.Options{RequirePass: "pw", Fsync: resp.FsyncNo, Engine: dedup.Options{Window: time.Hour}})
 	return addr
 }
 

@@ -12,13 +12,13 @@
 //	EXISTS key [key ...]           how many were seen (nothing is marked)
 //	DBSIZE                         keys remembered
 //
-// A key is remembered for the whole window (Config.Engine.Window): an EX
+// A key is remembered for the whole window (Options.Engine.Window): an EX
 // or PX longer than the window is an error, a shorter one holds as "at
 // least". Other SET forms are errors: dedup keys cannot be overwritten or
 // read back.
 //
 // RedisBloom's names, over named tables (each its own engine, its state
-// under Config.Dir/<table>); a name not reserved is created on first write
+// under Options.Dir/<table>); a name not reserved is created on first write
 // with the server's defaults, as RedisBloom does:
 //
 //	BF.RESERVE name error_rate capacity [EXPANSION n] [NONSCALING]
@@ -80,7 +80,7 @@
 // # Durability
 //
 // The engine keeps a key observed New in flight until a commit makes it
-// durable; a crash forgets keys in flight. [Config.Fsync] chooses when
+// durable; a crash forgets keys in flight. [Options.Fsync] chooses when
 // the server commits:
 //
 //   - [FsyncAlways]: the replies to a pipeline that marked keys (SET NX,
@@ -88,11 +88,11 @@
 //     fsynced. Connections that finish a pipeline at the same time share
 //     one commit. A crash loses no key that was answered.
 //   - [FsyncEverySec] (the default): every table commits each second, and
-//     early once [Config.CommitKeys] keys were answered New. A crash loses
+//     early once [Options.CommitKeys] keys were answered New. A crash loses
 //     the keys answered since the last completed commit began: a second's
 //     worth when commits are quick, more under load, since keys are
 //     answered while a commit runs. Their next SET NX is +OK again.
-//   - [FsyncNo]: tables commit at each snapshot (Config.SnapshotInterval)
+//   - [FsyncNo]: tables commit at each snapshot (Options.SnapshotInterval)
 //     and when the engine's bound on keys in flight is reached. A crash
 //     loses the keys answered since.
 //
@@ -108,10 +108,10 @@
 //
 // # Limits
 //
-// A server is safe to expose to its network: [Config.RequirePass] makes
+// A server is safe to expose to its network: [Options.RequirePass] makes
 // every connection AUTH first (compared in constant time), and without it
 // only loopback clients are served (protected mode, as Redis, unless
-// [Config.Unprotected]); MaxClients
+// [Options.Unprotected]); MaxClients
 // bounds the connections, MaxArgSize, MaxArgs and MaxCommandSize bound a
 // request before it is buffered (a request over them, or a malformed one,
 // refused at its first bad byte, is answered an error after the commands

@@ -20,7 +20,7 @@ import (
 
 // listen makes a server of cfg and a loopback listener for it; the caller
 // serves and shuts it down.
-func listen(t *testing.T, cfg resp.Config) (*resp.Server, net.Listener) {
+func listen(t *testing.T, cfg resp.Options) (*resp.Server, net.Listener) {
 	t.Helper()
 	srv, err := resp.New(cfg)
 	if err != nil {
@@ -34,7 +34,7 @@ func listen(t *testing.T, cfg resp.Config) (*resp.Server, net.Listener) {
 }
 
 // start serves cfg on a loopback port and shuts it down with the test.
-func start(t *testing.T, cfg resp.Config) (*resp.Server, string) {
+func start(t *testing.T, cfg resp.Options) (*resp.Server, string) {
 	t.Helper()
 	srv, ln := listen(t, cfg)
 	done := make(chan error, 1)
@@ -86,7 +86,7 @@ func doer(t *testing.T, c *redis.Client) func(args ...any) string {
 // serveInChild is the body of a test binary run as a server child: it
 // serves cfg on a loopback port, prints "addr ADDR" and serves until
 // killed; on a failure it prints "error: ..." and exits 1.
-func serveInChild(cfg resp.Config) {
+func serveInChild(cfg resp.Options) {
 	srv, err := resp.New(cfg)
 	if err != nil {
 		fmt.Println("error:", err)

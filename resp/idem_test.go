@@ -15,7 +15,7 @@ import (
 // go-redis, across a restart, and through redis-cli.
 func TestIdempotencyCommands(t *testing.T) {
 	dir := t.TempDir()
-	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncNo}
+	cfg := resp.Options{Dir: dir, Fsync: resp.FsyncNo}
 	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, Protocol: 2, MaxRetries: -1})

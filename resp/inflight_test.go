@@ -59,7 +59,7 @@ func TestBatchCrossingInFlightBoundAnswersFirstSightingsNew(t *testing.T) {
 	const batches, per = 20, 1000
 	for _, prob := range []bool{false, true} {
 		t.Run(fmt.Sprintf("probabilistic=%v", prob), func(t *testing.T) {
-			srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo,
+			srv, addr := start(t, resp.Options{Fsync: resp.FsyncNo,
 				Engine: dedup.Options{Window: time.Hour, ExpectedRate: 1000, Probabilistic: prob, MaxInFlight: inFlightBound, FalsePositiveRate: 1e-6}})
 			c := client(t, addr)
 			cmd, want := "BF.MADD", any(int64(1))
@@ -108,7 +108,7 @@ func TestBatchCrossingInFlightBoundAnswersFirstSightingsNew(t *testing.T) {
 // new to the next observer once room is made.
 func TestExplicitDoneBoundErrorLeavesNothingInFlight(t *testing.T) {
 	const batches, per = 20, 1000
-	srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo,
+	srv, addr := start(t, resp.Options{Fsync: resp.FsyncNo,
 		Engine: dedup.Options{Window: time.Hour, ExpectedRate: 1000, Probabilistic: true, MaxInFlight: inFlightBound}})
 	c := client(t, addr)
 	if err := c.Do(ctx, "DEDUP.RESERVE", "w", "EXPLICITDONE").Err(); err != nil {

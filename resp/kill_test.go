@@ -28,7 +28,7 @@ func startChild(t *testing.T, dir string) (*exec.Cmd, string) {
 // middle of concurrent pipelined writes forgets no key it answered new.
 func TestKillAlways(t *testing.T) {
 	if dir := os.Getenv(childEnv); dir != "" {
-		serveInChild(resp.Config{Dir: dir, Fsync: resp.FsyncAlways})
+		serveInChild(resp.Options{Dir: dir, Fsync: resp.FsyncAlways})
 		return
 	}
 	dir := t.TempDir()

@@ -27,7 +27,7 @@ const (
 	// included: a 64-bit number and then some.
 	maxHeader = 32
 	// maxHeaderNum bounds the number a header may announce before the
-	// limits of the Config are checked against it.
+	// limits of the Options are checked against it.
 	maxHeaderNum = 1 << 40
 )
 
@@ -37,7 +37,7 @@ type protoError struct{ msg string }
 
 func (e *protoError) Error() string { return "Protocol error: " + e.msg }
 
-// reqLimits are the bounds a request must keep (see [Config]).
+// reqLimits are the bounds a request must keep (see [Options]).
 type reqLimits struct {
 	maxArgSize, maxArgs, maxCommandSize int64
 }

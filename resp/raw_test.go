@@ -43,7 +43,7 @@ func raw(t *testing.T, addr, req string) string {
 // error and its connection closed (ReadAll returns), the commands before
 // it in the same pipeline are answered, and the server serves on.
 func TestProtocolGarbage(t *testing.T) {
-	_, addr := start(t, resp.Config{MaxArgSize: 1000, MaxArgs: 10, MaxCommandSize: 2000})
+	_, addr := start(t, resp.Options{MaxArgSize: 1000, MaxArgs: 10, MaxCommandSize: 2000})
 	healthy, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestProtocolGarbage(t *testing.T) {
 }
 
 func TestMaxClients(t *testing.T) {
-	srv, addr := start(t, resp.Config{MaxClients: 2})
+	srv, addr := start(t, resp.Options{MaxClients: 2})
 	var conns []net.Conn
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
@@ -141,7 +141,7 @@ func TestMaxClients(t *testing.T) {
 func TestManyClients(t *testing.T) {
 	for _, fsync := range []string{resp.FsyncAlways, resp.FsyncEverySec} {
 		t.Run(fsync, func(t *testing.T) {
-			_, addr := start(t, resp.Config{Dir: t.TempDir(), Fsync: fsync})
+			_, addr := start(t, resp.Options{Dir: t.TempDir(), Fsync: fsync})
 			const clients, keys, rounds = 12, 300, 3
 			var mu sync.Mutex
 			wins := map[string]int{}
@@ -224,7 +224,7 @@ func (remoteConn) RemoteAddr() net.Addr {
 // nobody who merely reaches its address can mark keys and drop other
 // people's events.
 func TestProtectedMode(t *testing.T) {
-	serve := func(cfg resp.Config, remote bool) string {
+	serve := func(cfg resp.Options, remote bool) string {
 		t.Helper()
 		srv, ln := listen(t, cfg)
 		addr := ln.Addr().String()
@@ -236,16 +236,16 @@ func TestProtectedMode(t *testing.T) {
 		defer func() { srv.Shutdown(); <-done }()
 		return raw(t, addr, "PING\r\nQUIT\r\n")
 	}
-	if got := serve(resp.Config{}, true); !strings.HasPrefix(got, "-DENIED ") {
+	if got := serve(resp.Options{}, true); !strings.HasPrefix(got, "-DENIED ") {
 		t.Errorf("remote client without a password configured: %q, want -DENIED", got)
 	}
-	if got := serve(resp.Config{}, false); got != "+PONG\r\n+OK\r\n" {
+	if got := serve(resp.Options{}, false); got != "+PONG\r\n+OK\r\n" {
 		t.Errorf("loopback client without a password configured: %q", got)
 	}
-	if got := serve(resp.Config{RequirePass: "pw"}, true); !strings.HasPrefix(got, "-NOAUTH") {
+	if got := serve(resp.Options{RequirePass: "pw"}, true); !strings.HasPrefix(got, "-NOAUTH") {
 		t.Errorf("remote client with a password configured: %q, want -NOAUTH", got)
 	}
-	if got := serve(resp.Config{Unprotected: true}, true); got != "+PONG\r\n+OK\r\n" {
+	if got := serve(resp.Options{Unprotected: true}, true); got != "+PONG\r\n+OK\r\n" {
 		t.Errorf("remote client, unprotected: %q", got)
 	}
 }
@@ -258,7 +258,7 @@ func TestProtectedMode(t *testing.T) {
 // connection, where Redis serves it. Replies now queue (up to
 // MaxReplyBuffer) while the server reads on.
 func TestBigPipelineDoesNotDeadlock(t *testing.T) {
-	_, addr := start(t, resp.Config{})
+	_, addr := start(t, resp.Options{})
 	c := client(t, addr)
 	const calls, size = 8000, 4096 // 32 MiB each way
 	arg := strings.Repeat("x", size)
@@ -282,7 +282,7 @@ func TestBigPipelineDoesNotDeadlock(t *testing.T) {
 // client, and a client that reads nothing for WriteTimeout is cut off, so
 // a pipeline of 64 MiB never read cannot make the server hold 64 MiB.
 func TestReplyBufferBounded(t *testing.T) {
-	srv, addr := start(t, resp.Config{MaxReplyBuffer: 1 << 20, WriteTimeout: time.Second})
+	srv, addr := start(t, resp.Options{MaxReplyBuffer: 1 << 20, WriteTimeout: time.Second})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // RESP3 replies: booleans for BF.*, maps for BF.INFO, DEDUP.STATS and
 // CONFIG GET, nulls, doubles. The same calls with Protocol 2 get RESP2's.
 func TestRESP3GoRedis(t *testing.T) {
-	_, addr := start(t, resp.Config{RequirePass: "pw", Engine: dedup.Options{Window: time.Hour}})
+	_, addr := start(t, resp.Options{RequirePass: "pw", Engine: dedup.Options{Window: time.Hour}})
 	for _, proto := range []int{2, 3} {
 		t.Run(fmt.Sprintf("protocol=%d", proto), func(t *testing.T) {
 			c := client(t, addr, func(o *redis.Options) { o.Protocol, o.Password = proto, "pw" })
@@ -92,7 +92,7 @@ func TestRESP3GoRedis(t *testing.T) {
 // TestHello: HELLO's forms, in raw bytes: RESP3 framing only after HELLO
 // 3, AUTH inside HELLO, and the errors Redis gives.
 func TestHello(t *testing.T) {
-	_, addr := start(t, resp.Config{RequirePass: "pw"})
+	_, addr := start(t, resp.Options{RequirePass: "pw"})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +172,7 @@ func readValue(r *bufio.Reader) (string, error) {
 // TestCommandTable: COMMAND COUNT and COMMAND answer every command the
 // server serves, and each entry's arity is the one it checks.
 func TestCommandTable(t *testing.T) {
-	_, addr := start(t, resp.Config{})
+	_, addr := start(t, resp.Options{})
 	c := client(t, addr)
 	n, err := c.Do(ctx, "COMMAND", "COUNT").Int()
 	if err != nil || n < 30 {

@@ -13,7 +13,7 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-// Durability modes of [Config.Fsync].
+// Durability modes of [Options.Fsync].
 const (
 	// FsyncAlways answers a command that marked keys only after a commit
 	// holding them is fsynced. Commands of concurrent connections share
@@ -23,22 +23,22 @@ const (
 	// FsyncEverySec commits every second: a crash loses at most the keys
 	// acknowledged in the last second or so.
 	FsyncEverySec = "everysec"
-	// FsyncNo commits at each snapshot ([Config.SnapshotInterval]) and
+	// FsyncNo commits at each snapshot ([Options.SnapshotInterval]) and
 	// when too many keys are in flight: a crash loses the keys since.
 	FsyncNo = "no"
 )
 
 // Sentinel errors.
 var (
-	// ErrInvalidConfig wraps every field [Config.Validate] rejects.
+	// ErrInvalidConfig wraps every field [Options.Validate] rejects.
 	ErrInvalidConfig = errors.New("resp: invalid config")
 	// ErrServerClosed is returned by [Server.Serve] after [Server.Shutdown].
 	ErrServerClosed = errors.New("resp: server closed")
 )
 
-// Config configures a [Server]. The zero value of every field selects its
+// Options configures a [Server]. The zero value of every field selects its
 // documented default; [New] validates them all and names the bad one.
-type Config struct {
+type Options struct {
 	// Dir is the state root: each table keeps its state in Dir/<table>
 	// (the plain Redis commands use the table [DefaultTable]). "" keeps
 	// every table in memory, lost on Shutdown. Default "".
@@ -117,7 +117,7 @@ type Config struct {
 }
 
 // WithDefaults fills every zero field with its default and returns c.
-func (c *Config) WithDefaults() *Config {
+func (c *Options) WithDefaults() *Options {
 	c.Fsync = cmp.Or(c.Fsync, FsyncEverySec)
 	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, time.Minute)
 	c.MaxClients = cmp.Or(c.MaxClients, 10000)
@@ -134,7 +134,7 @@ func (c *Config) WithDefaults() *Config {
 }
 
 // Validate reports every invalid field by name.
-func (c *Config) Validate() error {
+func (c *Options) Validate() error {
 	var bad []string
 	switch c.Fsync {
 	case FsyncAlways, FsyncEverySec, FsyncNo:
@@ -183,7 +183,7 @@ func (c *Config) Validate() error {
 // BF.* names over named tables, and DEDUP.* for what Redis cannot say.
 // All methods are safe for concurrent use.
 type Server struct {
-	cfg Config
+	cfg Options
 	def *table
 
 	tmu    sync.RWMutex
@@ -216,7 +216,7 @@ type Server struct {
 }
 
 // New opens the default table and returns a server ready to [Server.Serve].
-func New(cfg Config) (*Server, error) {
+func New(cfg Options) (*Server, error) {
 	cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -233,8 +233,8 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Config returns the server's configuration, defaults filled in.
-func (s *Server) Config() Config { return s.cfg }
+// Options returns the server's configuration, defaults filled in.
+func (s *Server) Options() Options { return s.cfg }
 
 // Serve serves connections from ln until [Server.Shutdown]; it returns
 // [ErrServerClosed] then. ln is closed on return.

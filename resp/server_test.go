@@ -18,7 +18,7 @@ import (
 )
 
 func TestSetNX(t *testing.T) {
-	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
+	_, addr := start(t, resp.Options{Engine: dedup.Options{Window: time.Hour}})
 	c := client(t, addr)
 	for i, tc := range []struct {
 		key  string
@@ -62,7 +62,7 @@ func TestSetNX(t *testing.T) {
 }
 
 func TestSetForms(t *testing.T) {
-	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
+	_, addr := start(t, resp.Options{Engine: dedup.Options{Window: time.Hour}})
 	c := client(t, addr)
 	for _, tc := range []struct {
 		args []any
@@ -134,7 +134,7 @@ func TestSetForms(t *testing.T) {
 func TestPipeline(t *testing.T) {
 	for _, fsync := range []string{resp.FsyncAlways, resp.FsyncEverySec, resp.FsyncNo} {
 		t.Run(fsync, func(t *testing.T) {
-			_, addr := start(t, resp.Config{Dir: t.TempDir(), Fsync: fsync, MaxPendingReplies: 7})
+			_, addr := start(t, resp.Options{Dir: t.TempDir(), Fsync: fsync, MaxPendingReplies: 7})
 			c := client(t, addr)
 			seen := map[string]bool{}
 			for round := range 5 {
@@ -165,7 +165,7 @@ func TestPipeline(t *testing.T) {
 }
 
 func TestBloom(t *testing.T) {
-	_, addr := start(t, resp.Config{Dir: t.TempDir()})
+	_, addr := start(t, resp.Options{Dir: t.TempDir()})
 	c := client(t, addr)
 	do := func(args ...any) any {
 		t.Helper()
@@ -245,7 +245,7 @@ func TestBloom(t *testing.T) {
 // its options come back.
 func TestRestart(t *testing.T) {
 	dir := t.TempDir()
-	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncNo}
+	cfg := resp.Options{Dir: dir, Fsync: resp.FsyncNo}
 	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, Protocol: 2})
@@ -278,7 +278,7 @@ func TestRestart(t *testing.T) {
 }
 
 func TestDedupCommands(t *testing.T) {
-	_, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	_, addr := start(t, resp.Options{Fsync: resp.FsyncNo})
 	c := client(t, addr)
 	do := doer(t, c)
 	for _, tc := range []struct {
@@ -322,7 +322,7 @@ func TestDedupCommands(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	_, addr := start(t, resp.Config{RequirePass: "s3cret"})
+	_, addr := start(t, resp.Options{RequirePass: "s3cret"})
 	anon := client(t, addr)
 	if err := anon.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Errorf("PING without AUTH: %v, want NOAUTH", err)
@@ -350,7 +350,7 @@ func TestAuth(t *testing.T) {
 // options are kept across restarts.
 func TestReserveRefusedLeavesNoTable(t *testing.T) {
 	dir := t.TempDir()
-	_, addr := start(t, resp.Config{Dir: dir})
+	_, addr := start(t, resp.Options{Dir: dir})
 	c := client(t, addr)
 	for _, capacity := range []string{"100", "99999999999999999"} {
 		if err := c.Do(ctx, "BF.RESERVE", "t", "1e-300", capacity).Err(); err == nil {
@@ -374,7 +374,7 @@ func TestReserveRefusedLeavesNoTable(t *testing.T) {
 // while its keys are marked (its retry would drop every event of the batch
 // as a duplicate).
 func TestMultiExec(t *testing.T) {
-	_, addr := start(t, resp.Config{})
+	_, addr := start(t, resp.Options{})
 	c := client(t, addr)
 	var setA, setA2 *redis.BoolCmd
 	var bf *redis.BoolCmd
@@ -414,7 +414,7 @@ func TestMultiExec(t *testing.T) {
 // TestMultiExecBounded: a transaction is held until EXEC, so it is bounded
 // like one command; past the bound it is aborted, one error per command.
 func TestMultiExecBounded(t *testing.T) {
-	_, addr := start(t, resp.Config{MaxCommandSize: 20})
+	_, addr := start(t, resp.Options{MaxCommandSize: 20})
 	got := raw(t, addr, "MULTI\r\nSETNX aaaa 1\r\nSETNX bbbb 1\r\nSETNX cccc 1\r\nEXEC\r\nSETNX aaaa 1\r\nQUIT\r\n")
 	want := "+OK\r\n+QUEUED\r\n+QUEUED\r\n" +
 		"-ERR transaction of more than 30 bytes exceeds max-command-size 20\r\n" +
@@ -428,7 +428,7 @@ func TestMultiExecBounded(t *testing.T) {
 // keys only, while DBSIZE counts the keys in flight too: right after a
 // SETNX the two disagreed.
 func TestKeyspaceCountsInFlight(t *testing.T) {
-	srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	srv, addr := start(t, resp.Options{Fsync: resp.FsyncNo})
 	c := client(t, addr)
 	for _, k := range []string{"a", "b", "c"} {
 		if err := c.SetNX(ctx, k, 1, 0).Err(); err != nil {
@@ -448,7 +448,7 @@ func TestKeyspaceCountsInFlight(t *testing.T) {
 // committed is present, and the verdict counters of INFO and DEDUP.STATS
 // count only the commands that observe.
 func TestExistsMarksNothing(t *testing.T) {
-	srv, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	srv, addr := start(t, resp.Options{Fsync: resp.FsyncNo})
 	c := client(t, addr)
 	do := func(args ...any) string {
 		t.Helper()
@@ -507,7 +507,7 @@ func TestExistsMarksNothing(t *testing.T) {
 // many EXISTS probe it meanwhile, and once its SET NX has answered, every
 // EXISTS reports it.
 func TestExistsConcurrent(t *testing.T) {
-	_, addr := start(t, resp.Config{Fsync: resp.FsyncNo})
+	_, addr := start(t, resp.Options{Fsync: resp.FsyncNo})
 	const keys, setters, probers = 300, 4, 4
 	var wg sync.WaitGroup
 	var newCount atomic.Int64
@@ -583,7 +583,7 @@ func TestExistsConcurrent(t *testing.T) {
 // Duplicate, and the table still waits for DEDUP.DONE.
 func TestExplicitDone(t *testing.T) {
 	dir := t.TempDir()
-	cfg := resp.Config{Dir: dir, Fsync: resp.FsyncEverySec}
+	cfg := resp.Options{Dir: dir, Fsync: resp.FsyncEverySec}
 	srv, ln := listen(t, cfg)
 	go srv.Serve(ln)
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: clientTimeout, WriteTimeout: clientTimeout, MaxRetries: -1, Protocol: 2})
@@ -656,7 +656,7 @@ func TestExplicitDone(t *testing.T) {
 // commit of its keys: the Syncs counter shows one, and OBSERVE alone on
 // an EXPLICITDONE table waits for none.
 func TestDoneAlways(t *testing.T) {
-	srv, addr := start(t, resp.Config{Dir: t.TempDir(), Fsync: resp.FsyncAlways})
+	srv, addr := start(t, resp.Options{Dir: t.TempDir(), Fsync: resp.FsyncAlways})
 	c := client(t, addr)
 	if err := c.Do(ctx, "DEDUP.RESERVE", "w", "EXPLICITDONE").Err(); err != nil {
 		t.Fatal(err)
@@ -681,7 +681,7 @@ func TestDoneAlways(t *testing.T) {
 // TestSetWithoutNXErrorIsComplete: refusing a plain SET once answered a
 // sentence cut off at "a remembered key cannot be".
 func TestSetWithoutNXErrorIsComplete(t *testing.T) {
-	_, addr := start(t, resp.Config{Engine: dedup.Options{Window: time.Hour}})
+	_, addr := start(t, resp.Options{Engine: dedup.Options{Window: time.Hour}})
 	err := client(t, addr).Do(ctx, "SET", "order:44", "1").Err()
 	want := "ERR dedup serves SET key value NX [EX seconds|PX milliseconds] only: without NX a SET would overwrite, and a remembered key cannot be overwritten"
 	if err == nil || err.Error() != want {
@@ -702,7 +702,7 @@ func TestBFInfoAfterReserveReportsPlan(t *testing.T) {
 		logged = append(logged, fmt.Sprintf(format, args...))
 		mu.Unlock()
 	}
-	_, addr := start(t, resp.Config{Dir: t.TempDir(), Engine: dedup.Options{Window: time.Hour, Shards: 8, Generations: 3, Logf: logf}})
+	_, addr := start(t, resp.Options{Dir: t.TempDir(), Engine: dedup.Options{Window: time.Hour, Shards: 8, Generations: 3, Logf: logf}})
 	c := client(t, addr)
 	if err := c.Do(ctx, "BF.RESERVE", "bf:orders", "0.001", 3600000).Err(); err != nil {
 		t.Fatal(err)
@@ -745,11 +745,11 @@ func TestBFInfoAfterReserveReportsPlan(t *testing.T) {
 	check("three items in")
 }
 
-// TestConfigDefaults: WithDefaults gives every zero field of Config its
+// TestOptionsDefaults: WithDefaults gives every zero field of Options its
 // documented default and keeps every field that is set.
-func TestConfigDefaults(t *testing.T) {
-	got := (&resp.Config{}).WithDefaults()
-	want := resp.Config{
+func TestOptionsDefaults(t *testing.T) {
+	got := (&resp.Options{}).WithDefaults()
+	want := resp.Options{
 		Fsync: resp.FsyncEverySec, SnapshotInterval: time.Minute, MaxClients: 10000,
 		CommitKeys: 1 << 16, MaxArgSize: 1 << 20, MaxArgs: 1 << 20, MaxCommandSize: 64 << 20,
 		MaxPendingReplies: 1024, MaxTables: 64, MaxReplyBuffer: 64 << 20, WriteTimeout: 30 * time.Second,
@@ -757,9 +757,9 @@ func TestConfigDefaults(t *testing.T) {
 	want.Engine.WithDefaults()
 	got.Engine.Now, want.Engine.Now = nil, nil // funcs never compare equal
 	if !reflect.DeepEqual(*got, want) {
-		t.Errorf("WithDefaults of a zero Config = %+v\n want %+v", *got, want)
+		t.Errorf("WithDefaults of a zero Options = %+v\n want %+v", *got, want)
 	}
-	set := resp.Config{
+	set := resp.Options{
 		Fsync: resp.FsyncAlways, SnapshotInterval: time.Hour, MaxClients: 3, CommitKeys: 5, MaxArgSize: 7,
 		MaxArgs: 11, MaxCommandSize: 13, MaxPendingReplies: 17, MaxTables: 19, MaxReplyBuffer: 23, WriteTimeout: time.Second,
 	}

@@ -66,7 +66,7 @@ type table struct {
 	closed bool // guarded by mu
 
 	// fresh counts keys answered New since the last commit began; past
-	// Config.CommitKeys it asks the commit loop for an early commit.
+	// Options.CommitKeys it asks the commit loop for an early commit.
 	fresh atomic.Int64
 	kick  func()
 }

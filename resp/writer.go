@@ -21,7 +21,7 @@ var chunks = sync.Pool{New: func() any { b := make([]byte, 0, chunkSize); return
 // full, while it blocks writing its own requests, and both would wait
 // until a timeout. Writes try the socket at once (writeNow, without
 // blocking); what does not fit is queued, in blocks of chunkSize, for a
-// goroutine that writes it as the client reads, up to Config.MaxReplyBuffer
+// goroutine that writes it as the client reads, up to Options.MaxReplyBuffer
 // bytes (those being written included), past which writes block: the
 // server stops reading that connection until its client reads.
 type replyQueue struct {

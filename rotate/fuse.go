@@ -101,7 +101,7 @@ func cachedFuseSplit(fp float64, generations int) (int, float64) {
 	return int(v.([2]float64)[0]), v.([2]float64)[1]
 }
 
-func newFuseState(cfg Config) *fuseState {
+func newFuseState(cfg Options) *fuseState {
 	w, a := cachedFuseSplit(cfg.FalsePositiveRate, cfg.Generations)
 	return &fuseState{width: w, activeFP: a, lateFP: math.Ldexp(1, -w) * fuseLateShare, sealAt: math.MaxInt64}
 }
@@ -118,7 +118,7 @@ func (r *Ring) FuseWidth() (width int, activeFP float64) {
 
 // Spool keeps the hashes of a Fuse ring's newest generation until it is
 // sealed: in memory by default, in a file when the ring's owner gives
-// Config.NewSpool (dedup does when it has a state directory). A Spool is
+// Options.NewSpool (dedup does when it has a state directory). A Spool is
 // used under the ring's lock only.
 type Spool interface {
 	// Append adds h. An error stops the spool: its generation will not be

@@ -44,7 +44,7 @@ func TestFuseFPOnTarget(t *testing.T) {
 			if testing.Short() {
 				probes /= 4
 			}
-			r, err := New(Config{Window: time.Duration(c.gens) * time.Hour, Generations: c.gens, Kind: filter.Fuse, Capacity: perGen, FalsePositiveRate: c.fp})
+			r, err := New(Options{Window: time.Duration(c.gens) * time.Hour, Generations: c.gens, Kind: filter.Fuse, Capacity: perGen, FalsePositiveRate: c.fp})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +91,7 @@ func TestFuseFPOnTarget(t *testing.T) {
 // which has no spool, stays a blocked filter and is never sealed, and a
 // generation the new ring makes is sealed in its turn.
 func TestFuseLateAndRestore(t *testing.T) {
-	cfg := Config{Window: 4 * time.Hour, Generations: 4, Kind: filter.Fuse, Capacity: 4096, FalsePositiveRate: 0.01}
+	cfg := Options{Window: 4 * time.Hour, Generations: 4, Kind: filter.Fuse, Capacity: 4096, FalsePositiveRate: 0.01}
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func TestFuseSpoolErrors(t *testing.T) {
 		failHashes bool
 	}{{"append", 3000, false}, {"append-early", 10, false}, {"hashes", 1 << 30, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{Window: 4 * time.Hour, Generations: 4, Kind: filter.Fuse, Capacity: 4096, FalsePositiveRate: 0.01,
+			cfg := Options{Window: 4 * time.Hour, Generations: 4, Kind: filter.Fuse, Capacity: 4096, FalsePositiveRate: 0.01,
 				NewSpool: func(uint64) (Spool, error) { return &failingSpool{limit: c.limit, failHashes: c.failHashes}, nil }}
 			r, err := New(cfg)
 			if err != nil {
@@ -209,7 +209,7 @@ func TestFuseSpoolErrors(t *testing.T) {
 		})
 	}
 	// A spool that cannot be made leaves the generation blocked, counted.
-	r, err := New(Config{Window: time.Hour, Generations: 4, Kind: filter.Fuse, Capacity: 10, FalsePositiveRate: 0.01,
+	r, err := New(Options{Window: time.Hour, Generations: 4, Kind: filter.Fuse, Capacity: 10, FalsePositiveRate: 0.01,
 		NewSpool: func(uint64) (Spool, error) { return nil, errors.New("no spool") }})
 	if err != nil {
 		t.Fatal(err)

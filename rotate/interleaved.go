@@ -14,7 +14,7 @@ import (
 // later generation.
 //
 // Memory follows the traffic. The first table is sized from
-// Config.Capacity. When a new generation starts, the keys its predecessor
+// Options.Capacity. When a new generation starts, the keys its predecessor
 // holds are the measure of the rate: if the current table's lanes are more
 // than 3x too large for it plus half again of headroom, or too small for
 // it, a new table sized for 1.5x the measure takes the new generations,
@@ -35,7 +35,7 @@ type laneTables struct {
 	minLanes uint64     // smallest capacity a resize asks for
 	// young is the first generation of a fresh ring while it journals
 	// its hashes (see youngStart); youngLimit is the capacity it may grow
-	// to that way (Config.Capacity).
+	// to that way (Options.Capacity).
 	young      *filter.LaneView
 	youngLimit uint64
 }
@@ -46,9 +46,9 @@ type laneTable struct {
 }
 
 // youngStart is the capacity of a fresh ring's first table when
-// Config.Capacity is larger. The first generation keeps a journal of its
+// Options.Capacity is larger. The first generation keeps a journal of its
 // hashes (8 bytes each) while it is the only one: when its lane fills, the
-// table is rebuilt 2x larger from the journal, up to Config.Capacity, and
+// table is rebuilt 2x larger from the journal, up to Options.Capacity, and
 // when the second generation starts, the table is rebuilt once more for
 // 1.5x the keys the first one holds and the journal is dropped. So from
 // the first key on, memory follows the keys actually seen, and a rate
@@ -61,7 +61,7 @@ const laneShare = 1.0 / 32
 // minLaneCapacity bounds the capacity a resize asks for from below.
 const minLaneCapacity = 1024
 
-func newLaneTables(cfg Config) *laneTables {
+func newLaneTables(cfg Options) *laneTables {
 	lanes := cfg.Generations + 1
 	return &laneTables{
 		lanes:      lanes,
@@ -74,13 +74,13 @@ func newLaneTables(cfg Config) *laneTables {
 
 // EstimateBytes returns the filter memory a ring of cfg holds when every
 // generation holds Capacity keys: N+1 filters, or one lane table.
-func EstimateBytes(cfg Config) (uint64, error) {
+func EstimateBytes(cfg Options) (uint64, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}
 	if cfg.Kind == filter.Interleaved {
 		lt := newLaneTables(cfg)
-		return filter.EstimateLaneTableBytes(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: cfg.Capacity, FalsePositiveRate: lt.fp})
+		return filter.EstimateLaneTableBytes(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: cfg.Capacity, FalsePositiveRate: lt.fp})
 	}
 	per, err := filter.EstimateBytes(cfg.Kind, cfg.Capacity, PerGenerationFP(cfg.FalsePositiveRate, cfg.Generations))
 	if err != nil {
@@ -101,7 +101,7 @@ func (lt *laneTables) freeLane(like *filter.LaneTable) (*laneTable, int, error) 
 			}
 		}
 	}
-	t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: like.Capacity(), FalsePositiveRate: like.TargetFP()})
+	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: like.Capacity(), FalsePositiveRate: like.TargetFP()})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -116,7 +116,7 @@ func (lt *laneTables) freeLane(like *filter.LaneTable) (*laneTable, int, error) 
 func (lt *laneTables) newGeneration(capacity, measured uint64) (*filter.LaneView, error) {
 	if lt.current == nil {
 		start := min(capacity, youngStart)
-		t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: start, FalsePositiveRate: lt.fp})
+		t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: start, FalsePositiveRate: lt.fp})
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +142,7 @@ func (lt *laneTables) newGeneration(capacity, measured uint64) (*filter.LaneView
 		// Outgrown by more than 1/16 (less is the overflow filter's job:
 		// a generation's count wobbles), or 3x too large.
 		if have+have/16 < measured || have > 3*want {
-			t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
+			t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
 			if err != nil {
 				return nil, err
 			}
@@ -169,7 +169,7 @@ func (lt *laneTables) growYoung(v *filter.LaneView) bool {
 		lt.stopYoung()
 		return false
 	}
-	t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
+	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
 	if err == nil {
 		err = v.Regrow(t)
 	}
@@ -193,7 +193,7 @@ func (lt *laneTables) settleYoung() error {
 	if have := c.t.Capacity(); have >= want && have <= want+want/2 {
 		return nil
 	}
-	t, err := filter.NewLaneTable(filter.LaneTableConfig{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
+	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
 	if err != nil {
 		return err
 	}

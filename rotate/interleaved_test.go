@@ -11,7 +11,7 @@ import (
 
 func newLaneRing(t testing.TB, gens int, capacity uint64) *Ring {
 	t.Helper()
-	r, err := New(Config{Window: time.Duration(gens) * 10 * time.Second, Generations: gens, Kind: filter.Interleaved, Capacity: capacity, FalsePositiveRate: 0.01})
+	r, err := New(Options{Window: time.Duration(gens) * 10 * time.Second, Generations: gens, Kind: filter.Interleaved, Capacity: capacity, FalsePositiveRate: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestLanesRestore(t *testing.T) {
 	if s, _ := back.LaneTables(); s.Tables != 2 {
 		t.Fatalf("restored ring holds %d tables, want 2", s.Tables)
 	}
-	blocked, err := New(Config{Window: 40 * time.Second, Generations: 4, Kind: filter.Blocked, Capacity: 10, FalsePositiveRate: 0.01})
+	blocked, err := New(Options{Window: 40 * time.Second, Generations: 4, Kind: filter.Blocked, Capacity: 10, FalsePositiveRate: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,13 +261,13 @@ func TestLanesFP(t *testing.T) {
 }
 
 func TestLanesConfig(t *testing.T) {
-	if _, err := New(Config{Window: time.Hour, Generations: 16, Kind: filter.Interleaved, Capacity: 10, FalsePositiveRate: 0.01}); err == nil {
+	if _, err := New(Options{Window: time.Hour, Generations: 16, Kind: filter.Interleaved, Capacity: 10, FalsePositiveRate: 0.01}); err == nil {
 		t.Fatal("16 generations (17 lanes) accepted")
 	}
-	if _, err := New(Config{Window: time.Hour, Generations: 15, Kind: filter.Interleaved, Capacity: 10, FalsePositiveRate: 0.01}); err != nil {
+	if _, err := New(Options{Window: time.Hour, Generations: 15, Kind: filter.Interleaved, Capacity: 10, FalsePositiveRate: 0.01}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := EstimateBytes(Config{Window: time.Hour, Generations: 4, Kind: filter.Interleaved, Capacity: 1 << 20, FalsePositiveRate: 0.01})
+	a, err := EstimateBytes(Options{Window: time.Hour, Generations: 4, Kind: filter.Interleaved, Capacity: 1 << 20, FalsePositiveRate: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestLanesConfig(t *testing.T) {
 // table small and rebuilds it 2x larger from the first generation's
 // journal as that fills, never losing a hash nor exceeding its target;
 // the second generation settles the table (rebuilt for 1.5x the first
-// one's keys unless within 1.5x of that already) and drops the journal; a first generation that reaches Config.Capacity
+// one's keys unless within 1.5x of that already) and drops the journal; a first generation that reaches Options.Capacity
 // stops growing the table and overflows as usual.
 func TestLanesYoung(t *testing.T) {
 	r := newLaneRing(t, 4, 1<<20)
@@ -335,7 +335,7 @@ func TestLanesYoung(t *testing.T) {
 		}
 	}
 
-	// Capped at Config.Capacity: 30k keys into a ring sized for 20k.
+	// Capped at Options.Capacity: 30k keys into a ring sized for 20k.
 	small := newLaneRing(t, 4, 20_000)
 	small.Advance(t0)
 	g, err = small.Active(t0)

@@ -37,10 +37,10 @@ import (
 	"github.com/streamdedup/dedup/filter"
 )
 
-// Config shapes a Ring. Every field is required: the ring has no defaults
+// Options shapes a Ring. Every field is required: the ring has no defaults
 // of its own, its caller (the dedup engine, through dedup.Options) owns
 // them.
-type Config struct {
+type Options struct {
 	// Window is how long a hash is remembered at least.
 	Window time.Duration
 	// Generations is N, the number of generations the window is cut into,
@@ -68,11 +68,11 @@ type Config struct {
 	NewSpool func(id uint64) (Spool, error)
 }
 
-// MaxGenerations is the largest Config.Generations.
+// MaxGenerations is the largest Options.Generations.
 const MaxGenerations = 1024
 
 // validate reports the first bad field by name.
-func (c *Config) validate() error {
+func (c *Options) validate() error {
 	switch {
 	case c.Window <= 0:
 		return fmt.Errorf("rotate: Window must be positive, got %v", c.Window)
@@ -109,7 +109,7 @@ type Generation struct {
 
 // Ring is the ring of live generations, oldest first.
 type Ring struct {
-	cfg    Config
+	cfg    Options
 	span   int64 // nanoseconds
 	window int64 // nanoseconds
 	perGen float64
@@ -132,7 +132,7 @@ type Ring struct {
 }
 
 // New returns an empty ring, or an error naming the first bad field of cfg.
-func New(cfg Config) (*Ring, error) {
+func New(cfg Options) (*Ring, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -160,8 +160,8 @@ func (r *Ring) reset() {
 // Span returns the duration of one generation.
 func (r *Ring) Span() time.Duration { return time.Duration(r.span) }
 
-// Config returns the ring's configuration with defaults filled in.
-func (r *Ring) Config() Config { return r.cfg }
+// Options returns the ring's configuration with defaults filled in.
+func (r *Ring) Options() Options { return r.cfg }
 
 // PerGenerationFP returns the false-positive target of each generation.
 func (r *Ring) PerGenerationFP() float64 { return r.perGen }

@@ -17,7 +17,7 @@ var t0 = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
 
 func newRing(t testing.TB, kind filter.Kind, capacity uint64) *Ring {
 	t.Helper()
-	r, err := New(Config{Window: 80 * time.Second, Generations: 8, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
+	r, err := New(Options{Window: 80 * time.Second, Generations: 8, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +148,8 @@ func TestNoFalseNegatives(t *testing.T) {
 	}
 }
 
-func TestConfigValidation(t *testing.T) {
-	for _, c := range []Config{
+func TestOptionsValidation(t *testing.T) {
+	for _, c := range []Options{
 		{},
 		{Window: time.Second, Generations: -1},
 		{Window: 3, Generations: 8},
@@ -166,7 +166,7 @@ func TestConfigValidation(t *testing.T) {
 func TestRingFP(t *testing.T) {
 	for _, kind := range ringKinds {
 		t.Run(kind.String(), func(t *testing.T) {
-			r, err := New(Config{Window: 80 * time.Second, Generations: 8, Kind: kind, Capacity: 20000, FalsePositiveRate: 0.01})
+			r, err := New(Options{Window: 80 * time.Second, Generations: 8, Kind: kind, Capacity: 20000, FalsePositiveRate: 0.01})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +197,7 @@ func BenchmarkRing(b *testing.B) {
 	for _, kind := range ringKinds {
 		for _, perGen := range []uint64{125_000, 1_250_000} {
 			b.Run(fmt.Sprintf("%s/keys=%d", kind, 8*perGen), func(b *testing.B) {
-				r, err := New(Config{Window: 80 * time.Second, Generations: 8, Kind: kind, Capacity: perGen, FalsePositiveRate: 0.01})
+				r, err := New(Options{Window: 80 * time.Second, Generations: 8, Kind: kind, Capacity: perGen, FalsePositiveRate: 0.01})
 				if err != nil {
 					b.Fatal(err)
 				}

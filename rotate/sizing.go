@@ -15,7 +15,7 @@ import (
 // once the second generation has started (the first is then rebuilt for
 // the keys it holds, plus an eighth, if it is much larger), or
 // when it would outgrow an eighth of the memory a filter sized for
-// Config.Capacity takes (youngBudget): the filter is then rebuilt once more for the rate seen so far,
+// Options.Capacity takes (youngBudget): the filter is then rebuilt once more for the rate seen so far,
 // projected to the end of the generation with half again of headroom, and
 // chains past that. So a ring told the right rate never holds more than it
 // would have allocated up front, and one told 100x holds about what the
@@ -23,7 +23,7 @@ import (
 //
 // Every later generation is sized by sizeFor from the keys the one before
 // it holds (scaled to a whole span if the ring saw only the end of it):
-// half again of the measure, or Config.Capacity if that holds the measure.
+// half again of the measure, or Options.Capacity if that holds the measure.
 // A generation that outgrows its filter chains (the first growth link a
 // quarter of it), so a burst raises memory, not the error rate.
 
@@ -45,7 +45,7 @@ type sizing struct {
 }
 
 // youngBudget is the share of the memory of a filter sized for
-// Config.Capacity that the first generation's journal may take. Small, so
+// Options.Capacity that the first generation's journal may take. Small, so
 // that a ring told about the right rate stops journaling (and replaying
 // the journal into larger filters: 2-3x the journal's keys in inserts)
 // early: at 1/8 the journal holds at most about Capacity/37 keys (a
@@ -70,7 +70,7 @@ func sizeFor(n, capacity uint64) uint64 {
 }
 
 // startYoung notes g as the first generation of a fresh ring, and makes it
-// journal if it starts smaller than Config.Capacity.
+// journal if it starts smaller than Options.Capacity.
 func (r *Ring) startYoung(g *Generation) {
 	from := r.now
 	if start, end := int64(g.ID)*r.span, int64(g.ID+1)*r.span; from <= start || from >= end {
@@ -198,7 +198,7 @@ func (r *Ring) stopYoung() {
 // measuredBefore returns the keys held by the newest live generation
 // older than id, 0 if none: the measure of the rate a generation should be
 // sized for. A fresh ring's first generation, seen only from firstFrom on,
-// is scaled to its whole span (at most to Config.Capacity, or its count).
+// is scaled to its whole span (at most to Options.Capacity, or its count).
 func (r *Ring) measuredBefore(id uint64) uint64 {
 	for i := len(r.gens) - 1; i >= 0; i-- {
 		g := r.gens[i]
@@ -219,7 +219,7 @@ func (r *Ring) measuredBefore(id uint64) uint64 {
 // SizedCapacity returns the keys a new generation's filter is sized for:
 // the capacity the newest generation was made with (the young one's as it
 // grows; a restored one's capacity), or for an Interleaved ring the lanes
-// of its current table; Config.Capacity before any.
+// of its current table; Options.Capacity before any.
 func (r *Ring) SizedCapacity() uint64 {
 	if r.lanes != nil {
 		if r.lanes.current != nil {

@@ -17,7 +17,7 @@ import (
 func fillWindow(t testing.TB, r *Ring, rng *rand.Rand, start time.Time, perGen int) time.Time {
 	t.Helper()
 	span := r.Span()
-	gens := r.Config().Generations + 1
+	gens := r.Options().Generations + 1
 	step := span / time.Duration(perGen)
 	now := start
 	for g := range gens {
@@ -77,7 +77,7 @@ func TestFPOnTarget(t *testing.T) {
 				probes /= 4
 			}
 			W := time.Duration(c.gens) * time.Hour
-			r, err := New(Config{Window: W, Generations: c.gens, Kind: c.kind, Capacity: perGen, FalsePositiveRate: c.fp})
+			r, err := New(Options{Window: W, Generations: c.gens, Kind: c.kind, Capacity: perGen, FalsePositiveRate: c.fp})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,13 +150,13 @@ func (f *feeder) check(now time.Time) {
 	f.t.Helper()
 	j := 0
 	for _, a := range f.added {
-		if now.Sub(a.at) >= f.rings[0].Config().Window {
+		if now.Sub(a.at) >= f.rings[0].Options().Window {
 			continue
 		}
 		for _, r := range f.rings {
 			r.Advance(now)
 			if !r.Contains(a.h) {
-				f.t.Fatalf("%v ring: false negative for a hash added %v before", r.Config().Kind, now.Sub(a.at))
+				f.t.Fatalf("%v ring: false negative for a hash added %v before", r.Options().Kind, now.Sub(a.at))
 			}
 		}
 		f.added[j] = a
@@ -177,7 +177,7 @@ func TestFollowsTraffic(t *testing.T) {
 	for _, kind := range chainedKinds {
 		t.Run(kind.String(), func(t *testing.T) {
 			mk := func(capacity uint64) *Ring {
-				r, err := New(Config{Window: gens * span, Generations: gens, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
+				r, err := New(Options{Window: gens * span, Generations: gens, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -223,7 +223,7 @@ func TestYoungBudget(t *testing.T) {
 		instant bool
 	}{{filter.Blocked, false}, {filter.Bloom, false}, {filter.Blocked, true}, {filter.Bloom, true}} {
 		kind := c.kind
-		r, err := New(Config{Window: 4 * time.Hour, Generations: 4, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
+		r, err := New(Options{Window: 4 * time.Hour, Generations: 4, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +257,7 @@ func TestYoungBudget(t *testing.T) {
 // keys alone.
 func TestPartialFirstGeneration(t *testing.T) {
 	const perGen = 50_000
-	r, err := New(Config{Window: 4 * time.Hour, Generations: 4, Kind: filter.Blocked, Capacity: 100 * perGen, FalsePositiveRate: 0.01})
+	r, err := New(Options{Window: 4 * time.Hour, Generations: 4, Kind: filter.Blocked, Capacity: 100 * perGen, FalsePositiveRate: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestPartialFirstGeneration(t *testing.T) {
 // ring; the ring it came from keeps journaling.
 func TestSnapshotOfYoung(t *testing.T) {
 	for _, kind := range chainedKinds {
-		r, err := New(Config{Window: 4 * time.Hour, Generations: 4, Kind: kind, Capacity: 1 << 20, FalsePositiveRate: 0.01})
+		r, err := New(Options{Window: 4 * time.Hour, Generations: 4, Kind: kind, Capacity: 1 << 20, FalsePositiveRate: 0.01})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +291,7 @@ func TestSnapshotOfYoung(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r2, err := New(r.Config())
+		r2, err := New(r.Options())
 		if err != nil {
 			t.Fatal(err)
 		}

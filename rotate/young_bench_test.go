@@ -28,7 +28,7 @@ func BenchmarkYoungRing(b *testing.B) {
 			maybe := make([]bool, batch)
 			b.ResetTimer()
 			for range b.N {
-				r, err := New(Config{Window: 4 * time.Hour, Generations: 4, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
+				r, err := New(Options{Window: 4 * time.Hour, Generations: 4, Kind: kind, Capacity: capacity, FalsePositiveRate: 0.01})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -188,7 +188,7 @@ func runKafka(e *env, args []string) error {
 	if err != nil {
 		return usageErr(fmt.Errorf("kafka: %w", err))
 	}
-	cfg := kafka.Config{
+	cfg := kafka.Options{
 		Brokers:              strings.Split(c.brokers, ","),
 		Group:                c.group,
 		Topic:                c.topic,

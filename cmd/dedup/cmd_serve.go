@@ -141,7 +141,7 @@ func runServe(e *env, args []string) error {
 			opts.FalsePositiveRate = have.FalsePositiveRate
 		}
 	}
-	cfg := resp.Config{
+	cfg := resp.Options{
 		Dir:              c.state,
 		Engine:           opts,
 		Fsync:            c.fsync,

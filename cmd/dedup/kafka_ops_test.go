@@ -172,7 +172,7 @@ func TestKafkaSystemdUnit(t *testing.T) {
 // TestKafkaHealthEndpoints: /healthz answers while the process runs;
 // /readyz and dedup_kafka_ready say not ready before the group is joined.
 func TestKafkaHealthEndpoints(t *testing.T) {
-	cons, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "in", OutTopic: "out", StateDir: t.TempDir()})
+	cons, err := kafka.New(kafka.Options{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "in", OutTopic: "out", StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
