@@ -119,7 +119,7 @@ func runScale(ctx context.Context, cfg CompareConfig, n int, window time.Duratio
 	row.Name, row.ScaleKeys = t.Name(), n
 	progress = orNop(progress)
 	progress.Stage(fmt.Sprintf("memory at %d keys: %s", n, row.Name), int64(n))
-	st, err := NewStream(StreamConfig{Seed: cfg.Stream.Seed, Rate: rate, DuplicateFraction: 1e-9, Keys: cfg.Stream.Keys, Events: int64(n)})
+	st, err := NewStream(StreamOptions{Seed: cfg.Stream.Seed, Rate: rate, DuplicateFraction: 1e-9, Keys: cfg.Stream.Keys, Events: int64(n)})
 	if err != nil {
 		return row, err
 	}

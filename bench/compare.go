@@ -28,7 +28,7 @@ const (
 type CompareConfig struct {
 	// Stream is the workload. Default 400,000 events at a nominal 50,000/s
 	// (8s of virtual time), 5% duplicates, exponential delay, mean 1s.
-	Stream StreamConfig `json:"stream"`
+	Stream StreamOptions `json:"stream"`
 	// Window is every target's retention. Default 5s (virtual; Redis
 	// expires on its real clock).
 	Window time.Duration `json:"window"`
@@ -399,7 +399,7 @@ func (j ChildJob) openTarget(ctx context.Context, own bool, window time.Duration
 			return nil, nil, probe, nop, fmt.Errorf("bench: compare state dir: %w", err)
 		}
 		clk := NewVirtualClock(simEpoch)
-		t, err := OpenEngine(EngineConfig{
+		t, err := OpenEngine(EngineOptions{
 			Probabilistic:     mode == "probabilistic",
 			Filter:            filter,
 			Window:            window,

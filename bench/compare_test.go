@@ -11,7 +11,7 @@ import (
 
 func tinyCompare(baselines []string) CompareConfig {
 	return CompareConfig{
-		Stream:      StreamConfig{Events: 20000, Rate: 5000},
+		Stream:      StreamOptions{Events: 20000, Rate: 5000},
 		Window:      2 * time.Second,
 		Baselines:   baselines,
 		Dir:         "",

@@ -26,7 +26,7 @@ type FilterCmdConfig struct {
 	Lines int `json:"lines"`
 	// Stream shapes the keys and duplicates. Default 5% duplicates,
 	// exponential delay with mean 1s at 50,000 lines/s, mixed keys.
-	Stream StreamConfig `json:"stream"`
+	Stream StreamOptions `json:"stream"`
 	// Dedup is the dedup binary. Default "dedup" on the PATH.
 	Dedup string `json:"dedup"`
 	// Awk is the awk binary. Default "awk" on the PATH.
@@ -129,7 +129,7 @@ func FilterCmd(ctx context.Context, cfg FilterCmdConfig) (res *FilterCmdResult, 
 
 // writeNDJSON writes the stream as clickstream events, one per line, and
 // returns the file's size and the number of distinct keys.
-func writeNDJSON(name string, sc StreamConfig) (int64, int, error) {
+func writeNDJSON(name string, sc StreamOptions) (int64, int, error) {
 	st, err := NewStream(sc)
 	if err != nil {
 		return 0, 0, err

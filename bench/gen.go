@@ -71,9 +71,9 @@ func (d DelayConfig) String() string {
 	return fmt.Sprintf("exponential, mean %v", d.Mean)
 }
 
-// StreamConfig describes a synthetic clickstream: originals arriving as a
+// StreamOptions describes a synthetic clickstream: originals arriving as a
 // Poisson process, each followed by duplicates after a random delay.
-type StreamConfig struct {
+type StreamOptions struct {
 	// Seed makes the stream deterministic. Default 1.
 	Seed uint64 `json:"seed"`
 	// Rate is the number of arrivals per second of virtual time,
@@ -93,7 +93,7 @@ type StreamConfig struct {
 	Events int64 `json:"events,omitempty"`
 }
 
-func (c *StreamConfig) withDefaults() {
+func (c *StreamOptions) withDefaults() {
 	c.Seed = cmp.Or(c.Seed, 1)
 	c.Rate = cmp.Or(c.Rate, 2000)
 	c.DuplicateFraction = cmp.Or(c.DuplicateFraction, 0.02)
@@ -104,13 +104,13 @@ func (c *StreamConfig) withDefaults() {
 // ensureCompareDefaults fills a zero Rate, DuplicateFraction and mean
 // delay with the stream Compare and FilterCmd run: 50,000 events/s, 5%
 // duplicates after a mean of 1s. withDefaults fills the rest.
-func (c *StreamConfig) ensureCompareDefaults() {
+func (c *StreamOptions) ensureCompareDefaults() {
 	c.Rate = cmp.Or(c.Rate, 50_000)
 	c.DuplicateFraction = cmp.Or(c.DuplicateFraction, 0.05)
 	c.Delay.Mean = cmp.Or(c.Delay.Mean, time.Second)
 }
 
-func (c *StreamConfig) validate() error {
+func (c *StreamOptions) validate() error {
 	var errs []error
 	if !(c.Rate > 0) {
 		errs = append(errs, fmt.Errorf("bench: stream Rate must be positive, got %v", c.Rate))
@@ -144,7 +144,7 @@ func (c *StreamConfig) validate() error {
 
 // DistinctRate is the rate of original (first-time) keys per second: the
 // key insert rate of a dedup store.
-func (c StreamConfig) DistinctRate() float64 { return c.Rate * (1 - c.DuplicateFraction) }
+func (c StreamOptions) DistinctRate() float64 { return c.Rate * (1 - c.DuplicateFraction) }
 
 // Event is one arrival of a Stream, with its ground truth.
 type Event struct {
@@ -165,7 +165,7 @@ type Event struct {
 // Stream generates a deterministic clickstream. It is not safe for
 // concurrent use.
 type Stream struct {
-	cfg     StreamConfig
+	cfg     StreamOptions
 	rng     *rand.Rand
 	next    time.Duration // arrival time of the next original
 	gap     float64       // mean gap between originals, in ns
@@ -184,7 +184,7 @@ type session struct {
 }
 
 // NewStream returns the stream cfg describes.
-func NewStream(cfg StreamConfig) (*Stream, error) {
+func NewStream(cfg StreamOptions) (*Stream, error) {
 	cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -204,7 +204,7 @@ func NewStream(cfg StreamConfig) (*Stream, error) {
 }
 
 // Config returns the stream's configuration with defaults filled in.
-func (s *Stream) Config() StreamConfig { return s.cfg }
+func (s *Stream) Config() StreamOptions { return s.cfg }
 
 func (s *Stream) expGap() time.Duration {
 	return time.Duration(s.rng.ExpFloat64() * s.gap)

@@ -12,12 +12,12 @@ import (
 func TestStreamStatistics(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  StreamConfig
+		cfg  StreamOptions
 		// mean is the expected delay mean.
 		mean time.Duration
 	}{
-		{"exp", StreamConfig{Seed: 3, Rate: 1000, DuplicateFraction: 0.1, Delay: DelayConfig{Mean: 2 * time.Second}, Duration: 10 * time.Minute}, 2 * time.Second},
-		{"bimodal", StreamConfig{Seed: 4, Rate: 1000, DuplicateFraction: 0.1, Delay: DelayConfig{Kind: DelayBimodal, RetryMean: time.Second, ReplayShare: 0.25, ReplayMin: time.Minute, ReplayMax: 3 * time.Minute}, Duration: 30 * time.Minute},
+		{"exp", StreamOptions{Seed: 3, Rate: 1000, DuplicateFraction: 0.1, Delay: DelayConfig{Mean: 2 * time.Second}, Duration: 10 * time.Minute}, 2 * time.Second},
+		{"bimodal", StreamOptions{Seed: 4, Rate: 1000, DuplicateFraction: 0.1, Delay: DelayConfig{Kind: DelayBimodal, RetryMean: time.Second, ReplayShare: 0.25, ReplayMin: time.Minute, ReplayMax: 3 * time.Minute}, Duration: 30 * time.Minute},
 			time.Duration(0.75*float64(time.Second) + 0.25*float64(2*time.Minute))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,7 +81,7 @@ func TestStreamStatistics(t *testing.T) {
 }
 
 func TestStreamDeterministic(t *testing.T) {
-	cfg := StreamConfig{Seed: 9, Rate: 500, DuplicateFraction: 0.2, Events: 20000}
+	cfg := StreamOptions{Seed: 9, Rate: 500, DuplicateFraction: 0.2, Events: 20000}
 	a, _ := NewStream(cfg)
 	b, _ := NewStream(cfg)
 	var x, y Event
@@ -97,7 +97,7 @@ func TestStreamDeterministic(t *testing.T) {
 
 func TestStreamKeyFormats(t *testing.T) {
 	for _, kf := range []string{KeysUUID, KeysComposite} {
-		s, err := NewStream(StreamConfig{Keys: kf, Events: 1000})
+		s, err := NewStream(StreamOptions{Keys: kf, Events: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestStreamKeyFormats(t *testing.T) {
 }
 
 func TestStreamConfigErrors(t *testing.T) {
-	for _, cfg := range []StreamConfig{
+	for _, cfg := range []StreamOptions{
 		{Events: 10, Keys: "ulid"},
 		{Events: 10, DuplicateFraction: 0.99},
 		{Events: 10, Delay: DelayConfig{Kind: "normal"}},

@@ -16,10 +16,10 @@ import (
 type LoadConfig struct {
 	// Engine is the engine under test; ExpectedRate follows each target
 	// rate. Default exact mode, blocked filter, Window 1m, AutoCommit 50ms.
-	Engine EngineConfig `json:"engine"`
+	Engine EngineOptions `json:"engine"`
 	// Stream shapes keys and duplicates; Rate is set per step. Default 5%
 	// duplicates, exponential delay with mean 2s.
-	Stream StreamConfig `json:"stream"`
+	Stream StreamOptions `json:"stream"`
 	// Rates are the target rates (events per second); more than one is a
 	// sweep. Default 50000.
 	Rates []float64 `json:"rates"`

@@ -46,7 +46,7 @@ func offHeapSlice[T any](r *recorded, n int) ([]T, error) {
 
 // record generates the stream twice: once to size the arrays, once to
 // fill them.
-func record(sc StreamConfig, window time.Duration) (_ *recorded, err error) {
+func record(sc StreamOptions, window time.Duration) (_ *recorded, err error) {
 	st, err := NewStream(sc)
 	if err != nil {
 		return nil, err

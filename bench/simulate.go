@@ -71,7 +71,7 @@ type ModelFigures struct {
 type SimConfig struct {
 	// Stream is the workload at full scale. Default: the reference inputs
 	// (2,000 requests/s, 2% duplicates, exponential delay, mean 2m).
-	Stream StreamConfig `json:"stream"`
+	Stream StreamOptions `json:"stream"`
 	// Scale multiplies the request rate for the run; counts and rates are
 	// divided by it when reported, so they read at full scale. Default 0.1.
 	Scale float64 `json:"scale"`
@@ -100,7 +100,7 @@ type SimConfig struct {
 	// Engine is the engine under test; Window and ExpectedRate are set per
 	// run. Default probabilistic mode, blocked filter, FP 1e-4, the
 	// engine's default generations, in memory.
-	Engine EngineConfig `json:"engine"`
+	Engine EngineOptions `json:"engine"`
 	// AlignRetention sets the engine's Window so that its mean retention
 	// (Window plus half a generation span) equals the model's window, which
 	// keeps every key exactly that long. Default true; see SimConfig docs.
@@ -119,7 +119,7 @@ type BimodalConfig struct {
 	// Stream is the workload at full scale. Default: the reference rate and
 	// duplicate share with a bimodal delay (70% retries, mean 5s; 30%
 	// replays uniform in [1h, 6h]).
-	Stream StreamConfig `json:"stream"`
+	Stream StreamOptions `json:"stream"`
 	// Scale multiplies the rate for the run. Default 0.00125 (2.5/s).
 	Scale float64 `json:"scale"`
 	// Windows are the short windows shown failing on replays. Default 5m,
@@ -285,7 +285,7 @@ type SimResult struct {
 type simSpec struct {
 	label  string
 	window time.Duration
-	engine EngineConfig
+	engine EngineOptions
 }
 
 // Simulate runs the window model through the engine on a
@@ -442,7 +442,7 @@ type simState struct {
 
 // simPass streams the workload once through one engine per spec, all on
 // one virtual clock, and tallies each.
-func simPass(ctx context.Context, cfg SimConfig, stream StreamConfig, scale float64, warmup, measure time.Duration,
+func simPass(ctx context.Context, cfg SimConfig, stream StreamOptions, scale float64, warmup, measure time.Duration,
 	specs []simSpec, collect bool, progress Progress) (runs []SimRun, delays []time.Duration, err error) {
 	progress = orNop(progress)
 	stream.Rate *= scale

@@ -30,7 +30,7 @@ func MemorySweep(ctx context.Context, filters []string, fps []float64, keys int,
 	progress.Stage("memory sweep", int64(len(filters)*len(fps)*2*keys))
 	const window = 100 * time.Second
 	var out []SweepPoint
-	sc := StreamConfig{Seed: 7, Rate: float64(keys) / window.Seconds(), DuplicateFraction: 1e-9, Keys: KeysUUID, Events: int64(2 * keys)}
+	sc := StreamOptions{Seed: 7, Rate: float64(keys) / window.Seconds(), DuplicateFraction: 1e-9, Keys: KeysUUID, Events: int64(2 * keys)}
 	for _, f := range filters {
 		for _, fp := range fps {
 			if ctx.Err() != nil {
@@ -54,9 +54,9 @@ func MemorySweep(ctx context.Context, filters []string, fps []float64, keys int,
 	return out, nil
 }
 
-func sweepPoint(sc StreamConfig, filter string, fp float64, keys int, window time.Duration) (p SweepPoint, err error) {
+func sweepPoint(sc StreamOptions, filter string, fp float64, keys int, window time.Duration) (p SweepPoint, err error) {
 	clk := NewVirtualClock(simEpoch)
-	t, err := OpenEngine(EngineConfig{
+	t, err := OpenEngine(EngineOptions{
 		Probabilistic: true, Filter: filter, Window: window, ExpectedRate: sc.Rate,
 		FalsePositiveRate: fp, Shards: 1, ManualCommit: true,
 	}, clk)

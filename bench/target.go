@@ -67,8 +67,8 @@ func (c *VirtualClock) Now() time.Time { return c.base.Add(time.Duration(c.off.L
 // boundaries fall on round offsets.
 var simEpoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// EngineConfig configures the engine as a Target.
-type EngineConfig struct {
+// EngineOptions configures the engine as a Target.
+type EngineOptions struct {
 	// Probabilistic selects probabilistic mode (no exact store).
 	Probabilistic bool `json:"probabilistic"`
 	// Filter is the pre-filter backend: bloom, cuckoo or blocked.
@@ -93,7 +93,7 @@ type EngineConfig struct {
 }
 
 // ModeName returns "exact" or "probabilistic".
-func (c EngineConfig) ModeName() string {
+func (c EngineOptions) ModeName() string {
 	if c.Probabilistic {
 		return "probabilistic"
 	}
@@ -102,14 +102,14 @@ func (c EngineConfig) ModeName() string {
 
 // EngineTarget runs the stream through dedup.Engine.
 type EngineTarget struct {
-	cfg   EngineConfig
+	cfg   EngineOptions
 	eng   *dedup.Engine
 	clock *VirtualClock
 	out   []dedup.Verdict
 }
 
 // OpenEngine opens an engine Target on clock (nil: the real clock).
-func OpenEngine(cfg EngineConfig, clock *VirtualClock) (*EngineTarget, error) {
+func OpenEngine(cfg EngineOptions, clock *VirtualClock) (*EngineTarget, error) {
 	opts := dedup.Options{
 		Dir:               cfg.Dir,
 		Window:            cfg.Window,

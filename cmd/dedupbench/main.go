@@ -199,7 +199,7 @@ func (w *words) Set(s string) error {
 	return nil
 }
 
-func bindStream(fs *flag.FlagSet, s *bench.StreamConfig) {
+func bindStream(fs *flag.FlagSet, s *bench.StreamOptions) {
 	fs.Uint64Var(&s.Seed, "seed", 1, "stream seed")
 	fs.Float64Var(&s.DuplicateFraction, "dup", s.DuplicateFraction, "share of arrivals that are duplicates")
 	fs.StringVar(&s.Delay.Kind, "delay", s.Delay.Kind, "redelivery delay: exp or bimodal")
@@ -220,7 +220,7 @@ func output(c common, stdout io.Writer, v any, text func() error) error {
 
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
-	cfg := bench.SimConfig{Stream: bench.StreamConfig{Rate: 2000, DuplicateFraction: 0.02,
+	cfg := bench.SimConfig{Stream: bench.StreamOptions{Rate: 2000, DuplicateFraction: 0.02,
 		Delay: bench.DelayConfig{Kind: bench.DelayExponential, Mean: 2 * time.Minute}}}
 	var mode string
 	fs := newFlagSet("dedupbench simulate", stderr)
