@@ -39,6 +39,10 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	parts map[tp]*partition
+	// roundMu serialises the loop's work between AllowRebalance and its
+	// next poll (commit rounds, exports) with the group's callbacks, which
+	// may run in that gap, and with the close at the session's end.
+	roundMu sync.Mutex
 	// inputPartitions is the input's partition count last seen: a partition
 	// assigned beyond it was added to the input (see warnGrown).
 	inputPartitions int32
@@ -503,20 +507,32 @@ var errClientClosed = errors.New("kafka: client closed")
 // from a callback.
 const pollWait = 500 * time.Millisecond
 
+// betweenPolls is the loop's work before a poll, under roundMu: a revoke
+// may run beside it (the previous iteration allowed rebalances). done ends
+// the loop with err.
+func (c *Consumer) betweenPolls(ctx context.Context) (done bool, err error) {
+	c.roundMu.Lock()
+	defer c.roundMu.Unlock()
+	if err := c.fatalErr(); err != nil {
+		return true, err
+	}
+	if p := c.commitErr.Load(); p != nil {
+		return true, c.waitCommits()
+	}
+	if ctx.Err() != nil {
+		return true, c.commitRound(true)
+	}
+	c.exportDue()
+	return false, nil
+}
+
 // loop polls, processes and ends a transaction per batch until ctx is done
 // or the session fails.
 func (c *Consumer) loop(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	for {
-		if err := c.fatalErr(); err != nil {
+		if done, err := c.betweenPolls(ctx); done {
 			return err
 		}
-		if p := c.commitErr.Load(); p != nil {
-			return c.waitCommits()
-		}
-		if ctx.Err() != nil {
-			return c.commitRound(true)
-		}
-		c.exportDue()
 		pctx, cancel := context.WithTimeout(ctx, pollWait)
 		fetches := sess.PollRecords(pctx, c.cfg.MaxTxnRecords)
 		cancel()

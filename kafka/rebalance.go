@@ -8,8 +8,8 @@ import (
 )
 
 // onRevoked closes the engines of revoked partitions. Rebalances wait for
-// the loop's AllowRebalance, so their transactions have ended and their
-// engines committed.
+// the loop's AllowRebalance, so their transactions have ended; what the
+// loop does before its next poll waits for them (roundMu).
 func (c *Consumer) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	if len(revoked) > 0 {
 		c.rebalanced.Store(true)
@@ -25,6 +25,8 @@ func (c *Consumer) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 }
 
 func (c *Consumer) closeParts(m map[string][]int32, why string) {
+	c.roundMu.Lock()
+	defer c.roundMu.Unlock()
 	// The keys in flight belong to committed transactions (the loop is
 	// between two): commit them before closing, so that the partition
 	// needs no replay if it comes back.
@@ -73,6 +75,8 @@ func (c *Consumer) closeParts(m map[string][]int32, why string) {
 // closeAll commits the keys of committed transactions and closes every
 // engine, dropping what else is in flight.
 func (c *Consumer) closeAll() {
+	c.roundMu.Lock()
+	defer c.roundMu.Unlock()
 	if err := c.commitRound(true); err != nil {
 		c.logf("kafka: %v", err)
 	}
