@@ -167,6 +167,9 @@ func runKafka(e *env, args []string) error {
 	if c.maxKey < 1 {
 		return usagef("kafka: --max-key %d: must be at least 1", c.maxKey)
 	}
+	if err := checkKafkaNumbers(c); err != nil {
+		return err
+	}
 	start, err := parseStartOffset(c.startOffset)
 	if err != nil {
 		return usageErr(err)
@@ -285,6 +288,24 @@ func runKafka(e *env, args []string) error {
 	st := cons.Stats()
 	kafkaLogf(e, "%s", strings.TrimPrefix(kafkaSummary(st), "dedup kafka: "))
 	return errors.Join(runErr, stopMetrics())
+}
+
+// checkKafkaNumbers refuses a numeric flag set to 0 or less: the kafka
+// package reads a zero field as "use the default", so passing one on
+// would silently replace the operator's explicit value.
+func checkKafkaNumbers(c *kafkaConfig) error {
+	if c.txnRecords < 1 {
+		return usagef("kafka: --txn-records %d: must be at least 1", c.txnRecords)
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"txn-time", c.txnTime}, {"engine-commit-interval", c.commitEvery}, {"session-timeout", c.session}, {"rebalance-timeout", c.rebalance}, {"transaction-timeout", c.txnTimeout}, {"shutdown-timeout", c.shutdown}} {
+		if f.v <= 0 {
+			return usagef("kafka: --%s %v: must be positive", f.name, f.v)
+		}
+	}
+	return nil
 }
 
 // kafkaLogf writes one log line to stderr: the UTC time to the

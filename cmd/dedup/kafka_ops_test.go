@@ -205,3 +205,21 @@ func TestKafkaHealthEndpoints(t *testing.T) {
 		t.Errorf("/metrics has no dedup_kafka_ready 0:\n%s", body)
 	}
 }
+
+// TestKafkaFlagsZeroOrNegative: an explicit 0 or negative number is a
+// usage error naming the flag, not the default in disguise.
+func TestKafkaFlagsZeroOrNegative(t *testing.T) {
+	base := []string{"kafka", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "t", "--out-topic", "o", "--state", t.TempDir()}
+	for _, tc := range [][2]string{
+		{"--txn-records", "0"}, {"--txn-records", "-5"},
+		{"--txn-time", "0s"}, {"--txn-time", "-1s"},
+		{"--engine-commit-interval", "0s"}, {"--session-timeout", "0s"},
+		{"--rebalance-timeout", "-1s"}, {"--transaction-timeout", "0s"},
+		{"--shutdown-timeout", "0s"}, {"--max-key", "0"},
+	} {
+		code, _, stderr := runCmd(t, "", append(append([]string{}, base...), tc[0], tc[1])...)
+		if code != 2 || !strings.Contains(stderr, tc[0]+" ") {
+			t.Errorf("%s %s: exit %d, stderr %q; want exit 2 naming %s", tc[0], tc[1], code, stderr, tc[0])
+		}
+	}
+}
