@@ -419,7 +419,7 @@ var kafkaHandoverDefs = []struct {
 	{"dedup_kafka_handover_exported_bytes_total", "Bytes uploaded by exports (files the store held already excluded).", func(s kafka.HandoverStats) float64 { return float64(s.ExportedBytes) }},
 	{"dedup_kafka_handover_export_seconds_total", "Time spent exporting, backups included.", func(s kafka.HandoverStats) float64 { return s.ExportTime.Seconds() }},
 	{"dedup_kafka_handover_imports_total", "Partitions made ready from an export.", func(s kafka.HandoverStats) float64 { return float64(s.Imports) }},
-	{"dedup_kafka_handover_imported_bytes_total", "Bytes downloaded by imports.", func(s kafka.HandoverStats) float64 { return float64(s.ImportedBytes) }},
+	{"dedup_kafka_handover_imported_bytes_total", "Bytes of the exports imported (installed as a partition's state); a damaged or unusable export's download is not counted.", func(s kafka.HandoverStats) float64 { return float64(s.ImportedBytes) }},
 	{"dedup_kafka_handover_import_seconds_total", "Time spent importing, restores included.", func(s kafka.HandoverStats) float64 { return s.ImportTime.Seconds() }},
 }
 
