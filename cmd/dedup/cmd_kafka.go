@@ -544,6 +544,10 @@ func serveKafkaMetrics(ln net.Listener, reg *prometheus.Registry, c *kafka.Consu
 			}
 		}
 		w.WriteHeader(http.StatusServiceUnavailable)
+		if err := c.BrokerErr(); err != nil {
+			fmt.Fprintf(w, "not ready: cannot reach the brokers: %v\n", err)
+			return
+		}
 		if len(waiting) == 0 {
 			fmt.Fprintln(w, "not ready: joining the group")
 			return

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -172,7 +174,16 @@ func TestKafkaSystemdUnit(t *testing.T) {
 // TestKafkaHealthEndpoints: /healthz answers while the process runs;
 // /readyz and dedup_kafka_ready say not ready before the group is joined.
 func TestKafkaHealthEndpoints(t *testing.T) {
-	cons, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "in", OutTopic: "out", StateDir: t.TempDir()})
+	var mu sync.Mutex
+	var logs []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, fmt.Sprintf(format, args...))
+	}
+	const every = 200 * time.Millisecond
+	cons, err := kafka.New(kafka.Config{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "in", OutTopic: "out", StateDir: t.TempDir(),
+		BrokerCheckInterval: every, ShutdownTimeout: time.Second, RetryBackoff: 10 * time.Millisecond, Logf: logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +214,39 @@ func TestKafkaHealthEndpoints(t *testing.T) {
 	}
 	if _, body := get("/metrics"); !strings.Contains(body, "dedup_kafka_ready 0") {
 		t.Errorf("/metrics has no dedup_kafka_ready 0:\n%s", body)
+	}
+
+	// Running without a reachable broker: /readyz says so with the
+	// error, and the log says so once per check, not once per retry.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- cons.Run(ctx) }()
+	var body string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, body = get("/readyz"); strings.Contains(body, "cannot reach the brokers: ") && strings.Contains(body, "127.0.0.1:1") {
+			break
+		}
+	}
+	time.Sleep(3 * every)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(began)
+	if !strings.Contains(body, "cannot reach the brokers: ") || !strings.Contains(body, "127.0.0.1:1") {
+		t.Errorf("/readyz without a broker: %q, want it to say it cannot reach the brokers, with the error", body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, l := range logs {
+		if strings.Contains(l, "cannot reach any broker") {
+			n++
+		}
+	}
+	if n < 2 || n > int(elapsed/every)+1 {
+		t.Errorf("%d lines saying no broker is reachable in %v (checks every %v): %q", n, elapsed, every, logs)
 	}
 }
 
