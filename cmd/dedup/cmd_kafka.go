@@ -427,7 +427,7 @@ var kafkaFallbacksDesc = prometheus.NewDesc("dedup_kafka_handover_fallbacks_tota
 
 // The per-partition metrics, labeled partition="<topic>-<n>".
 var (
-	kafkaLagDesc      = prometheus.NewDesc("dedup_kafka_partition_lag", "Records behind the last one fetched, from the fetch's high watermark (-1 before the first fetch).", []string{"partition"}, nil)
+	kafkaLagDesc      = prometheus.NewDesc("dedup_kafka_partition_lag", "Records behind the last one fetched, from the fetch's high watermark (absent until the partition's first fetch).", []string{"partition"}, nil)
 	kafkaStateDesc    = prometheus.NewDesc("dedup_kafka_partition_state", "1 for the state the partition is in: ready (consuming), importing (its state from --handover) or replaying (its engine being made current).", []string{"partition", "state"}, nil)
 	kafkaReplayedDesc = prometheus.NewDesc("dedup_kafka_partition_replayed_total", "Records replayed into the partition's engine since it was assigned, output suppressed.", []string{"partition"}, nil)
 	kafkaReadyDesc    = prometheus.NewDesc("dedup_kafka_ready", "1 when the instance is in the group and every partition assigned to it is ready (as /readyz).", nil, nil)
@@ -470,26 +470,7 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(k.descs[i], kind, d.value(st))
 	}
 	for _, p := range k.c.PartitionStates() {
-		name := fmt.Sprintf("%s-%d", p.Topic, p.Partition)
-		ready, importing, replaying := 0.0, 0.0, 1.0
-		switch {
-		case p.Ready:
-			ready, replaying = 1, 0
-		case p.Importing:
-			importing, replaying = 1, 0
-		}
-		ch <- prometheus.MustNewConstMetric(kafkaLagDesc, prometheus.GaugeValue, float64(p.Lag), name)
-		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, ready, name, "ready")
-		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, importing, name, "importing")
-		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, replaying, name, "replaying")
-		ch <- prometheus.MustNewConstMetric(kafkaReplayedDesc, prometheus.CounterValue, float64(p.Replayed), name)
-		ch <- prometheus.MustNewConstMetric(kafkaLeaksDesc, prometheus.GaugeValue, p.Advice.LeaksPerMillion, name)
-		for _, w := range []struct {
-			target string
-			d      time.Duration
-		}{{"100", p.Advice.WindowFor100}, {"10", p.Advice.WindowFor10}, {"1", p.Advice.WindowFor1}} {
-			ch <- prometheus.MustNewConstMetric(kafkaWindowDesc, prometheus.GaugeValue, w.d.Seconds(), name, w.target)
-		}
+		collectPartition(ch, p)
 	}
 	hs := k.c.HandoverStats()
 	for i, d := range kafkaHandoverDefs {
@@ -503,6 +484,33 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(kafkaReadyDesc, prometheus.GaugeValue, ready)
+}
+
+// collectPartition sends the metrics of one partition. Its lag is left
+// out until a fetch has measured it.
+func collectPartition(ch chan<- prometheus.Metric, p kafka.PartitionState) {
+	name := fmt.Sprintf("%s-%d", p.Topic, p.Partition)
+	ready, importing, replaying := 0.0, 0.0, 1.0
+	switch {
+	case p.Ready:
+		ready, replaying = 1, 0
+	case p.Importing:
+		importing, replaying = 1, 0
+	}
+	if p.Lag >= 0 {
+		ch <- prometheus.MustNewConstMetric(kafkaLagDesc, prometheus.GaugeValue, float64(p.Lag), name)
+	}
+	ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, ready, name, "ready")
+	ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, importing, name, "importing")
+	ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, replaying, name, "replaying")
+	ch <- prometheus.MustNewConstMetric(kafkaReplayedDesc, prometheus.CounterValue, float64(p.Replayed), name)
+	ch <- prometheus.MustNewConstMetric(kafkaLeaksDesc, prometheus.GaugeValue, p.Advice.LeaksPerMillion, name)
+	for _, w := range []struct {
+		target string
+		d      time.Duration
+	}{{"100", p.Advice.WindowFor100}, {"10", p.Advice.WindowFor10}, {"1", p.Advice.WindowFor1}} {
+		ch <- prometheus.MustNewConstMetric(kafkaWindowDesc, prometheus.GaugeValue, w.d.Seconds(), name, w.target)
+	}
 }
 
 // listenKafkaMetrics serves c's metrics at /metrics on addr, with the Go

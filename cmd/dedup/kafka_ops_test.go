@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -265,5 +266,28 @@ func TestKafkaFlagsZeroOrNegative(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, tc[0]+" ") {
 			t.Errorf("%s %s: exit %d, stderr %q; want exit 2 naming %s", tc[0], tc[1], code, stderr, tc[0])
 		}
+	}
+}
+
+// TestKafkaMetricsLagBeforeFetch: a partition not fetched yet exports no
+// lag (not -1); a fetched one exports its lag.
+func TestKafkaMetricsLagBeforeFetch(t *testing.T) {
+	lags := func(lag int64) int {
+		ch := make(chan prometheus.Metric, 64)
+		collectPartition(ch, kafka.PartitionState{Topic: "in", Partition: 3, Lag: lag})
+		close(ch)
+		n := 0
+		for m := range ch {
+			if m.Desc() == kafkaLagDesc {
+				n++
+			}
+		}
+		return n
+	}
+	if n := lags(-1); n != 0 {
+		t.Errorf("a partition not fetched yet exports %d lag metrics, want none", n)
+	}
+	if n := lags(7); n != 1 {
+		t.Errorf("a fetched partition exports %d lag metrics, want 1", n)
 	}
 }
