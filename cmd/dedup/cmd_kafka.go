@@ -57,7 +57,7 @@ type kafkaConfig struct {
 }
 
 const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
-       dedup kafka dev-broker [--port 9092] [--partitions N]
+       dedup kafka dev-broker [--port 9092] [--partitions N] [--topics T,...]
 
 Run as a member of Kafka consumer group G: read IN, write the first sighting
 of each key within --window to OUT exactly once, in Kafka transactions that

@@ -291,3 +291,25 @@ func TestKafkaMetricsLagBeforeFetch(t *testing.T) {
 		t.Errorf("a fetched partition exports %d lag metrics, want 1", n)
 	}
 }
+
+// TestKafkaHelpUsageLines: the dev-broker usage line of `dedup kafka
+// --help` is the one `dedup kafka dev-broker --help` starts with, flags
+// and all.
+func TestKafkaHelpUsageLines(t *testing.T) {
+	_, out, errOut := runCmd(t, "", "kafka", "--help")
+	_, dout, derrOut := runCmd(t, "", "kafka", "dev-broker", "--help")
+	first, _, _ := strings.Cut(dout+derrOut, "\n")
+	want := strings.TrimSpace(strings.TrimPrefix(first, "Usage:"))
+	if !strings.HasPrefix(want, "dedup kafka dev-broker [") {
+		t.Fatalf("dev-broker help begins %q", first)
+	}
+	for _, l := range strings.Split(out+errOut, "\n") {
+		if strings.Contains(l, "dedup kafka dev-broker [") {
+			if got := strings.TrimSpace(l); got != want {
+				t.Errorf("dedup kafka --help: %q, want %q", got, want)
+			}
+			return
+		}
+	}
+	t.Errorf("dedup kafka --help has no dev-broker usage line:\n%s", out+errOut)
+}
