@@ -159,12 +159,18 @@ type Store struct {
 }
 
 // Open opens the bucket at url: file:///DIR, s3://BUCKET?..., mem://.
-// On file:// the directories it creates are [exact.PrivateDirMode] unless
+// On file://, DIR must be absolute (file://HOST/... is refused: the
+// host part would be dropped), DIR and its missing parents are created
+// [exact.PrivateDirMode], as the directories the store creates, unless
 // the URL's dir_file_mode says otherwise, and no attribute sidecar files
 // are written (metadata=skip, unless the URL says otherwise): an export
 // needs none, and fileblob would compute an MD5 of every byte for them.
 func Open(ctx context.Context, url string) (*Store, error) {
-	b, err := blob.OpenBucket(ctx, fileOptions(url))
+	u, err := fileOptions(url)
+	if err != nil {
+		return nil, fmt.Errorf("handover: open %q: %w", url, err)
+	}
+	b, err := blob.OpenBucket(ctx, u)
 	if err != nil {
 		return nil, fmt.Errorf("handover: open %q: %w", url, err)
 	}
@@ -172,11 +178,15 @@ func Open(ctx context.Context, url string) (*Store, error) {
 }
 
 // fileOptions adds dir_file_mode=0700 and metadata=skip to a file:// URL
-// that does not set them; other URLs are returned as they are.
-func fileOptions(rawURL string) string {
+// that does not set them, and creates its directory; other URLs are
+// returned as they are. A file:// URL with a host is an error.
+func fileOptions(rawURL string) (string, error) {
 	u, err := neturl.Parse(rawURL)
 	if err != nil || u.Scheme != "file" {
-		return rawURL // blob.OpenBucket reports what is wrong
+		return rawURL, nil // blob.OpenBucket reports what is wrong
+	}
+	if u.Host != "" {
+		return "", fmt.Errorf("a file URL names an absolute directory, file:///ABSOLUTE/DIR (three slashes), not the host %q", u.Host)
 	}
 	q := u.Query()
 	if !q.Has("dir_file_mode") {
@@ -185,8 +195,17 @@ func fileOptions(rawURL string) string {
 	if !q.Has("metadata") {
 		q.Set("metadata", "skip")
 	}
+	mode, err := strconv.ParseUint(q.Get("dir_file_mode"), 0, 32)
+	if err != nil {
+		return "", fmt.Errorf("dir_file_mode %q: %w", q.Get("dir_file_mode"), err)
+	}
+	if u.Path != "" {
+		if err := os.MkdirAll(filepath.FromSlash(u.Path), os.FileMode(mode).Perm()); err != nil {
+			return "", err
+		}
+	}
 	u.RawQuery = q.Encode()
-	return u.String()
+	return u.String(), nil
 }
 
 // privateObject, the BeforeWrite of every object a Store writes, makes

@@ -353,3 +353,28 @@ func TestFileStoreIsPrivate(t *testing.T) {
 		}
 	}
 }
+
+// TestFileStoreURL: file:///DIR creates a missing DIR 0700, and a file
+// URL with a host (file://relative/dir) is an error naming the form.
+func TestFileStoreURL(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "a", "ho")
+	s, err := handover.Open(context.Background(), "file://"+filepath.ToSlash(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != exact.PrivateDirMode {
+			t.Errorf("%s has mode %v, want %v", d, got, exact.PrivateDirMode)
+		}
+	}
+	if _, err := handover.Open(context.Background(), "file://relative/dir"); err == nil || !strings.Contains(err.Error(), "file:///") {
+		t.Errorf("file://relative/dir: %v, want an error naming file:///ABSOLUTE/DIR", err)
+	}
+}

@@ -86,6 +86,11 @@ type Options struct {
 	// MetadataMaxAge bounds how long partitions added to the input go
 	// unnoticed (the group rebalances to assign them). Default 10s.
 	MetadataMaxAge time.Duration
+	// BrokerCheckInterval is how often the consumer checks that it can
+	// reach a broker (a Metadata request, through TLS and SASL). While
+	// it cannot, each check logs the error and [Consumer.BrokerErr]
+	// returns it; the consumer goes on retrying. Default 15s.
+	BrokerCheckInterval time.Duration
 	// Key extracts each record's key. Default [RecordKey]().
 	Key KeyFunc
 	// Engine is the template of every partition's engine options: Window,
@@ -190,6 +195,7 @@ const (
 	DefaultEngineCommitInterval = time.Second
 	DefaultShutdownTimeout      = 5 * time.Second
 	DefaultMetadataMaxAge       = 10 * time.Second
+	DefaultBrokerCheckInterval  = 15 * time.Second
 	DefaultHandoverInterval     = 5 * time.Minute
 	DefaultHandoverRevoke       = 5 * time.Second
 	DefaultHandoverImport       = time.Minute
@@ -227,6 +233,9 @@ func (c Options) withDefaults() Options {
 	}
 	if c.MetadataMaxAge == 0 {
 		c.MetadataMaxAge = DefaultMetadataMaxAge
+	}
+	if c.BrokerCheckInterval == 0 {
+		c.BrokerCheckInterval = DefaultBrokerCheckInterval
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
@@ -335,6 +344,9 @@ func (c *Options) validate() error {
 	}
 	if c.MetadataMaxAge < 0 {
 		bad("MetadataMaxAge", "must not be negative, got %v", c.MetadataMaxAge)
+	}
+	if c.BrokerCheckInterval < 0 {
+		bad("BrokerCheckInterval", "must not be negative, got %v", c.BrokerCheckInterval)
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout", "must not be negative, got %v", c.ShutdownTimeout)

@@ -61,6 +61,9 @@ type Consumer struct {
 	// joined is set while the session has joined the group (its first
 	// assignment came), for Ready.
 	joined atomic.Bool
+	// brokerErr is the error of the last broker check (checkBrokers),
+	// nil when it reached one.
+	brokerErr atomic.Pointer[error]
 
 	// The max.message.bytes of each topic written, read at the start of
 	// each session (readLimits), and the largest record the output and
@@ -382,6 +385,9 @@ func (c *Consumer) session(ctx context.Context) error {
 	}
 	defer adminCl.Close()
 	c.admin, c.adminCl = kadm.NewClient(adminCl), adminCl
+	checkCtx, stopCheck := context.WithCancel(ctx)
+	defer stopCheck()
+	go c.checkBrokers(checkCtx, adminCl)
 	c.checkTopics(ctx)
 	c.readLimits(ctx)
 
@@ -469,6 +475,46 @@ func (c *Consumer) closeSession(ctx context.Context, sess *kgo.GroupTransactSess
 		return
 	}
 	c.logf("kafka: left the group as static member %s", c.cfg.InstanceID)
+}
+
+// checkBrokers checks every BrokerCheckInterval, until ctx is done, that
+// cl reaches a broker: the client's own retries are silent, so without
+// it an unreachable broker or a failing TLS or SASL handshake would show
+// nowhere. Each failed check logs its error and sets brokerErr; the first
+// check after failed ones that succeeds logs that and clears it.
+func (c *Consumer) checkBrokers(ctx context.Context, cl *kgo.Client) {
+	t := time.NewTicker(c.cfg.BrokerCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.BrokerCheckInterval)
+		err := cl.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			c.brokerErr.Store(&err)
+			c.logf("kafka: cannot reach any broker of %s: %v (retrying)", strings.Join(c.cfg.Brokers, ","), err)
+		} else if c.brokerErr.Swap(nil) != nil {
+			c.logf("kafka: brokers reachable again")
+		}
+	}
+}
+
+// BrokerErr returns the error of the last broker check, nil if it
+// reached a broker or none failed yet: while it is not nil, the consumer
+// cannot reach any broker (unreachable, or a TLS or SASL handshake
+// failing) and retries every [Options.BrokerCheckInterval].
+func (c *Consumer) BrokerErr() error {
+	if p := c.brokerErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // checkTopics logs the topics this consumer reads or writes that do not

@@ -39,7 +39,7 @@ type HandoverStats struct {
 	ExportedBytes  uint64            // bytes uploaded (files already stored excluded)
 	ExportTime     time.Duration     // time spent exporting, backups included
 	Imports        uint64            // partitions made ready from an export
-	ImportedBytes  uint64            // bytes downloaded by imports
+	ImportedBytes  uint64            // bytes of the imports installed (not of damaged ones)
 	ImportTime     time.Duration     // time spent importing, restores included
 	Fallbacks      map[string]uint64 // replays instead of an import, by reason
 }
@@ -377,7 +377,6 @@ func (c *Consumer) install(ctx context.Context, pt *partition, m *handover.Manif
 	c.logf("kafka: %s importing the export at offset %d (generation %d, %d bytes)", pt.tp, m.Offset, m.Generation, m.Bytes())
 	began := time.Now()
 	n, err := c.cfg.Handover.Fetch(ctx, m, state)
-	c.handover.importedBytes.Add(uint64(n))
 	if err != nil {
 		return pt, err
 	}
@@ -414,6 +413,7 @@ func (c *Consumer) install(ctx context.Context, pt *partition, m *handover.Manif
 			c.logf("kafka: %s: export fetched and verified in %v, opened in %v", pt.tp, fetched.Round(time.Millisecond), time.Since(opened).Round(time.Millisecond))
 			npt.exported.Store(m.Offset)
 			c.register(npt)
+			c.handover.importedBytes.Add(uint64(n)) // installed imports only
 			return npt, nil
 		}
 		err = fmt.Errorf("%w: export at offset %d restores checkpoint %d (%v)", handover.ErrDamaged, m.Offset, cp.Offset, cpErr)

@@ -1,10 +1,12 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -140,6 +142,7 @@ func TestHandoverFallbacks(t *testing.T) {
 	in := genInput("f", 1500, 1000, 0, t0)
 	produce(t, addrs, in.recs)
 
+	var last HandoverStats // the stats of the last run
 	run := func(group string, mod func(*Options)) Ready {
 		t.Helper()
 		cfg := testConfig(t, addrs, group)
@@ -152,6 +155,7 @@ func TestHandoverFallbacks(t *testing.T) {
 		waitReady(t, r, 1)
 		waitCommitted(t, addrs, group)
 		r.stop(t)
+		last = r.c.HandoverStats()
 		rd := r.readies()
 		if len(rd) != 1 {
 			t.Fatalf("readies %+v", rd)
@@ -171,6 +175,10 @@ func TestHandoverFallbacks(t *testing.T) {
 		if r.Imported != -1 || r.Fallback != reason || r.Replayed != int64(len(in.recs)) {
 			t.Errorf("%s: %+v, want fallback %q replaying all %d records", name, r, reason, len(in.recs))
 		}
+		// A fallback installs nothing: no import, no imported bytes.
+		if last.Imports != 0 || last.ImportedBytes != 0 || last.Fallbacks[reason] != 1 {
+			t.Errorf("%s: handover stats %+v, want one %q fallback and nothing imported", name, last, reason)
+		}
 	}
 	// Sanity: the export is usable as it is.
 	if r := run("gf", nil); r.Imported != int64(len(in.recs)) || r.Replayed != 0 {
@@ -178,20 +186,40 @@ func TestHandoverFallbacks(t *testing.T) {
 	}
 	check("no export", FallbackNone, func(cfg *Options) { cfg.Handover = openStore(t, "mem://") })
 
-	// Damage every stored file: the newest export and the older ones.
+	// Damage every stored file but the largest: the newest export and
+	// the older ones are damaged, and their fetch downloads that one
+	// intact file before it finds the others damaged.
+	var files []string
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || filepath.Base(filepath.Dir(path)) != "files" || filepath.Ext(path) == ".attrs" {
 			return err
 		}
-		b, err := os.ReadFile(path)
-		if err != nil || len(b) == 0 {
-			return err
-		}
-		b[len(b)/2] ^= 0x40
-		return os.WriteFile(path, b, 0o644)
+		files = append(files, path)
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	size := func(path string) int64 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	slices.SortFunc(files, func(a, b string) int { return cmp.Compare(size(b), size(a)) })
+	for _, path := range files[1:] {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			continue
+		}
+		b[len(b)/2] ^= 0x40
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	check("damaged", FallbackDamaged, nil)
 	// The damaged files were dropped from the store, and the run after

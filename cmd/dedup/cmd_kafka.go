@@ -57,7 +57,7 @@ type kafkaConfig struct {
 }
 
 const kafkaHelpHead = `Usage: dedup kafka --brokers HOST:PORT --group G --topic IN --out-topic OUT --state DIR [flags]
-       dedup kafka dev-broker [--port 9092] [--partitions N]
+       dedup kafka dev-broker [--port 9092] [--partitions N] [--topics T,...]
 
 Run as a member of Kafka consumer group G: read IN, write the first sighting
 of each key within --window to OUT exactly once, in Kafka transactions that
@@ -166,6 +166,9 @@ func runKafka(e *env, args []string) error {
 	}
 	if c.maxKey < 1 {
 		return usagef("kafka: --max-key %d: must be at least 1", c.maxKey)
+	}
+	if err := checkKafkaNumbers(c); err != nil {
+		return err
 	}
 	start, err := parseStartOffset(c.startOffset)
 	if err != nil {
@@ -287,6 +290,24 @@ func runKafka(e *env, args []string) error {
 	return errors.Join(runErr, stopMetrics())
 }
 
+// checkKafkaNumbers refuses a numeric flag set to 0 or less: the kafka
+// package reads a zero field as "use the default", so passing one on
+// would silently replace the operator's explicit value.
+func checkKafkaNumbers(c *kafkaConfig) error {
+	if c.txnRecords < 1 {
+		return usagef("kafka: --txn-records %d: must be at least 1", c.txnRecords)
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"txn-time", c.txnTime}, {"engine-commit-interval", c.commitEvery}, {"session-timeout", c.session}, {"rebalance-timeout", c.rebalance}, {"transaction-timeout", c.txnTimeout}, {"shutdown-timeout", c.shutdown}} {
+		if f.v <= 0 {
+			return usagef("kafka: --%s %v: must be positive", f.name, f.v)
+		}
+	}
+	return nil
+}
+
 // kafkaLogf writes one log line to stderr: the UTC time to the
 // millisecond, "dedup kafka:", the message.
 func kafkaLogf(e *env, format string, args ...any) {
@@ -398,7 +419,7 @@ var kafkaHandoverDefs = []struct {
 	{"dedup_kafka_handover_exported_bytes_total", "Bytes uploaded by exports (files the store held already excluded).", func(s kafka.HandoverStats) float64 { return float64(s.ExportedBytes) }},
 	{"dedup_kafka_handover_export_seconds_total", "Time spent exporting, backups included.", func(s kafka.HandoverStats) float64 { return s.ExportTime.Seconds() }},
 	{"dedup_kafka_handover_imports_total", "Partitions made ready from an export.", func(s kafka.HandoverStats) float64 { return float64(s.Imports) }},
-	{"dedup_kafka_handover_imported_bytes_total", "Bytes downloaded by imports.", func(s kafka.HandoverStats) float64 { return float64(s.ImportedBytes) }},
+	{"dedup_kafka_handover_imported_bytes_total", "Bytes of the exports imported (installed as a partition's state); a damaged or unusable export's download is not counted.", func(s kafka.HandoverStats) float64 { return float64(s.ImportedBytes) }},
 	{"dedup_kafka_handover_import_seconds_total", "Time spent importing, restores included.", func(s kafka.HandoverStats) float64 { return s.ImportTime.Seconds() }},
 }
 
@@ -406,7 +427,7 @@ var kafkaFallbacksDesc = prometheus.NewDesc("dedup_kafka_handover_fallbacks_tota
 
 // The per-partition metrics, labeled partition="<topic>-<n>".
 var (
-	kafkaLagDesc      = prometheus.NewDesc("dedup_kafka_partition_lag", "Records behind the last one fetched, from the fetch's high watermark (-1 before the first fetch).", []string{"partition"}, nil)
+	kafkaLagDesc      = prometheus.NewDesc("dedup_kafka_partition_lag", "Records behind the last one fetched, from the fetch's high watermark (absent until the partition's first fetch).", []string{"partition"}, nil)
 	kafkaStateDesc    = prometheus.NewDesc("dedup_kafka_partition_state", "1 for the state the partition is in: ready (consuming), importing (its state from --handover) or replaying (its engine being made current).", []string{"partition", "state"}, nil)
 	kafkaReplayedDesc = prometheus.NewDesc("dedup_kafka_partition_replayed_total", "Records replayed into the partition's engine since it was assigned, output suppressed.", []string{"partition"}, nil)
 	kafkaReadyDesc    = prometheus.NewDesc("dedup_kafka_ready", "1 when the instance is in the group and every partition assigned to it is ready (as /readyz).", nil, nil)
@@ -449,26 +470,7 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(k.descs[i], kind, d.value(st))
 	}
 	for _, p := range k.c.PartitionStates() {
-		name := fmt.Sprintf("%s-%d", p.Topic, p.Partition)
-		ready, importing, replaying := 0.0, 0.0, 1.0
-		switch {
-		case p.Ready:
-			ready, replaying = 1, 0
-		case p.Importing:
-			importing, replaying = 1, 0
-		}
-		ch <- prometheus.MustNewConstMetric(kafkaLagDesc, prometheus.GaugeValue, float64(p.Lag), name)
-		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, ready, name, "ready")
-		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, importing, name, "importing")
-		ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, replaying, name, "replaying")
-		ch <- prometheus.MustNewConstMetric(kafkaReplayedDesc, prometheus.CounterValue, float64(p.Replayed), name)
-		ch <- prometheus.MustNewConstMetric(kafkaLeaksDesc, prometheus.GaugeValue, p.Advice.LeaksPerMillion, name)
-		for _, w := range []struct {
-			target string
-			d      time.Duration
-		}{{"100", p.Advice.WindowFor100}, {"10", p.Advice.WindowFor10}, {"1", p.Advice.WindowFor1}} {
-			ch <- prometheus.MustNewConstMetric(kafkaWindowDesc, prometheus.GaugeValue, w.d.Seconds(), name, w.target)
-		}
+		collectPartition(ch, p)
 	}
 	hs := k.c.HandoverStats()
 	for i, d := range kafkaHandoverDefs {
@@ -482,6 +484,33 @@ func (k *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(kafkaReadyDesc, prometheus.GaugeValue, ready)
+}
+
+// collectPartition sends the metrics of one partition. Its lag is left
+// out until a fetch has measured it.
+func collectPartition(ch chan<- prometheus.Metric, p kafka.PartitionState) {
+	name := fmt.Sprintf("%s-%d", p.Topic, p.Partition)
+	ready, importing, replaying := 0.0, 0.0, 1.0
+	switch {
+	case p.Ready:
+		ready, replaying = 1, 0
+	case p.Importing:
+		importing, replaying = 1, 0
+	}
+	if p.Lag >= 0 {
+		ch <- prometheus.MustNewConstMetric(kafkaLagDesc, prometheus.GaugeValue, float64(p.Lag), name)
+	}
+	ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, ready, name, "ready")
+	ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, importing, name, "importing")
+	ch <- prometheus.MustNewConstMetric(kafkaStateDesc, prometheus.GaugeValue, replaying, name, "replaying")
+	ch <- prometheus.MustNewConstMetric(kafkaReplayedDesc, prometheus.CounterValue, float64(p.Replayed), name)
+	ch <- prometheus.MustNewConstMetric(kafkaLeaksDesc, prometheus.GaugeValue, p.Advice.LeaksPerMillion, name)
+	for _, w := range []struct {
+		target string
+		d      time.Duration
+	}{{"100", p.Advice.WindowFor100}, {"10", p.Advice.WindowFor10}, {"1", p.Advice.WindowFor1}} {
+		ch <- prometheus.MustNewConstMetric(kafkaWindowDesc, prometheus.GaugeValue, w.d.Seconds(), name, w.target)
+	}
 }
 
 // listenKafkaMetrics serves c's metrics at /metrics on addr, with the Go
@@ -523,6 +552,10 @@ func serveKafkaMetrics(ln net.Listener, reg *prometheus.Registry, c *kafka.Consu
 			}
 		}
 		w.WriteHeader(http.StatusServiceUnavailable)
+		if err := c.BrokerErr(); err != nil {
+			fmt.Fprintf(w, "not ready: cannot reach the brokers: %v\n", err)
+			return
+		}
 		if len(waiting) == 0 {
 			fmt.Fprintln(w, "not ready: joining the group")
 			return

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,10 +13,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -172,7 +175,16 @@ func TestKafkaSystemdUnit(t *testing.T) {
 // TestKafkaHealthEndpoints: /healthz answers while the process runs;
 // /readyz and dedup_kafka_ready say not ready before the group is joined.
 func TestKafkaHealthEndpoints(t *testing.T) {
-	cons, err := kafka.New(kafka.Options{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "in", OutTopic: "out", StateDir: t.TempDir()})
+	var mu sync.Mutex
+	var logs []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, fmt.Sprintf(format, args...))
+	}
+	const every = 200 * time.Millisecond
+	cons, err := kafka.New(kafka.Options{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: "in", OutTopic: "out", StateDir: t.TempDir(),
+		BrokerCheckInterval: every, ShutdownTimeout: time.Second, RetryBackoff: 10 * time.Millisecond, Logf: logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,4 +216,100 @@ func TestKafkaHealthEndpoints(t *testing.T) {
 	if _, body := get("/metrics"); !strings.Contains(body, "dedup_kafka_ready 0") {
 		t.Errorf("/metrics has no dedup_kafka_ready 0:\n%s", body)
 	}
+
+	// Running without a reachable broker: /readyz says so with the
+	// error, and the log says so once per check, not once per retry.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- cons.Run(ctx) }()
+	var body string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, body = get("/readyz"); strings.Contains(body, "cannot reach the brokers: ") && strings.Contains(body, "127.0.0.1:1") {
+			break
+		}
+	}
+	time.Sleep(3 * every)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(began)
+	if !strings.Contains(body, "cannot reach the brokers: ") || !strings.Contains(body, "127.0.0.1:1") {
+		t.Errorf("/readyz without a broker: %q, want it to say it cannot reach the brokers, with the error", body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, l := range logs {
+		if strings.Contains(l, "cannot reach any broker") {
+			n++
+		}
+	}
+	if n < 2 || n > int(elapsed/every)+1 {
+		t.Errorf("%d lines saying no broker is reachable in %v (checks every %v): %q", n, elapsed, every, logs)
+	}
+}
+
+// TestKafkaFlagsZeroOrNegative: an explicit 0 or negative number is a
+// usage error naming the flag, not the default in disguise.
+func TestKafkaFlagsZeroOrNegative(t *testing.T) {
+	base := []string{"kafka", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "t", "--out-topic", "o", "--state", t.TempDir()}
+	for _, tc := range [][2]string{
+		{"--txn-records", "0"}, {"--txn-records", "-5"},
+		{"--txn-time", "0s"}, {"--txn-time", "-1s"},
+		{"--engine-commit-interval", "0s"}, {"--session-timeout", "0s"},
+		{"--rebalance-timeout", "-1s"}, {"--transaction-timeout", "0s"},
+		{"--shutdown-timeout", "0s"}, {"--max-key", "0"},
+	} {
+		code, _, stderr := runCmd(t, "", append(append([]string{}, base...), tc[0], tc[1])...)
+		if code != 2 || !strings.Contains(stderr, tc[0]+" ") {
+			t.Errorf("%s %s: exit %d, stderr %q; want exit 2 naming %s", tc[0], tc[1], code, stderr, tc[0])
+		}
+	}
+}
+
+// TestKafkaMetricsLagBeforeFetch: a partition not fetched yet exports no
+// lag (not -1); a fetched one exports its lag.
+func TestKafkaMetricsLagBeforeFetch(t *testing.T) {
+	lags := func(lag int64) int {
+		ch := make(chan prometheus.Metric, 64)
+		collectPartition(ch, kafka.PartitionState{Topic: "in", Partition: 3, Lag: lag})
+		close(ch)
+		n := 0
+		for m := range ch {
+			if m.Desc() == kafkaLagDesc {
+				n++
+			}
+		}
+		return n
+	}
+	if n := lags(-1); n != 0 {
+		t.Errorf("a partition not fetched yet exports %d lag metrics, want none", n)
+	}
+	if n := lags(7); n != 1 {
+		t.Errorf("a fetched partition exports %d lag metrics, want 1", n)
+	}
+}
+
+// TestKafkaHelpUsageLines: the dev-broker usage line of `dedup kafka
+// --help` is the one `dedup kafka dev-broker --help` starts with, flags
+// and all.
+func TestKafkaHelpUsageLines(t *testing.T) {
+	_, out, errOut := runCmd(t, "", "kafka", "--help")
+	_, dout, derrOut := runCmd(t, "", "kafka", "dev-broker", "--help")
+	first, _, _ := strings.Cut(dout+derrOut, "\n")
+	want := strings.TrimSpace(strings.TrimPrefix(first, "Usage:"))
+	if !strings.HasPrefix(want, "dedup kafka dev-broker [") {
+		t.Fatalf("dev-broker help begins %q", first)
+	}
+	for _, l := range strings.Split(out+errOut, "\n") {
+		if strings.Contains(l, "dedup kafka dev-broker [") {
+			if got := strings.TrimSpace(l); got != want {
+				t.Errorf("dedup kafka --help: %q, want %q", got, want)
+			}
+			return
+		}
+	}
+	t.Errorf("dedup kafka --help has no dev-broker usage line:\n%s", out+errOut)
 }
