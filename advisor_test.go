@@ -92,7 +92,13 @@ func TestWindowAdvisor(t *testing.T) {
 				}
 			}
 			within("LeaksPerMillion", adv.LeaksPerMillion, wantLeaks, 0.2)
-			within("DuplicatesPerMillion", adv.DuplicatesPerMillion, wantDups, 0.08)
+			// Over seeds the estimate runs 225-250k against the 230.8k
+			// truth (1 key in 16 sampled: about 830 duplicates, a
+			// standard deviation of about 2%, and a bias of about +2.5%
+			// from keys still inside the window): 12% is over 4 standard
+			// deviations past the bias, a false failure in far fewer than
+			// 1 run in 10,000.
+			within("DuplicatesPerMillion", adv.DuplicatesPerMillion, wantDups, 0.12)
 			if adv.HorizonMatches == 0 || adv.Caught == 0 {
 				t.Errorf("caught %d, horizon matches %d", adv.Caught, adv.HorizonMatches)
 			}
