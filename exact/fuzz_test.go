@@ -152,20 +152,27 @@ func FuzzCommitRecord(f *testing.F) {
 		if r.end {
 			return
 		}
-		b := batchOf(&r)
-		if b.err != nil {
-			t.Fatalf("a decoded record does not make a batch: %v", b.err)
-		}
-		rec := encodeRecord(nil, b)
-		stampRecord(rec, r.seq, r.seg)
-		var r2 record
-		if err := decodeRecord(rec[recHeader:], &r2); err != nil {
-			t.Fatalf("re-encoded record does not decode: %v", err)
-		}
-		if d := sameRecord(&r, &r2); d != "" {
-			t.Fatalf("re-encoded record differs in its %s", d)
-		}
+		checkReencodes(t, &r)
 	})
+}
+
+// checkReencodes fails t unless the decoded record r makes a batch that
+// encodes back to a record decoding the same.
+func checkReencodes(t *testing.T, r *record) {
+	t.Helper()
+	b := batchOf(r)
+	if b.err != nil {
+		t.Fatalf("a decoded record does not make a batch: %v", b.err)
+	}
+	rec := encodeRecord(nil, b)
+	stampRecord(rec, r.seq, r.seg)
+	var r2 record
+	if err := decodeRecord(rec[recHeader:], &r2); err != nil {
+		t.Fatalf("re-encoded record does not decode: %v", err)
+	}
+	if d := sameRecord(r, &r2); d != "" {
+		t.Fatalf("re-encoded record differs in its %s", d)
+	}
 }
 
 // FuzzSegment reads arbitrary bytes as a commit-log segment file: the
@@ -199,19 +206,7 @@ func FuzzSegment(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		err := readRecords(bytes.NewReader(p), int64(len(p)), seg, func(r *record) error {
-			b := batchOf(r)
-			if b.err != nil {
-				t.Fatalf("a decoded record does not make a batch: %v", b.err)
-			}
-			rec := encodeRecord(nil, b)
-			stampRecord(rec, r.seq, r.seg)
-			var r2 record
-			if err := decodeRecord(rec[recHeader:], &r2); err != nil {
-				t.Fatalf("re-encoded record does not decode: %v", err)
-			}
-			if d := sameRecord(r, &r2); d != "" {
-				t.Fatalf("re-encoded record differs in its %s", d)
-			}
+			checkReencodes(t, r)
 			return nil
 		})
 		if err != nil && !errors.Is(err, errTorn) && !errors.Is(err, ErrCorrupt) {
