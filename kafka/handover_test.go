@@ -15,24 +15,11 @@ import (
 
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/exact"
-	"github.com/streamdedup/dedup/handover"
 	"github.com/streamdedup/dedup/handover/handovertest"
 	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// openStore opens a handover store at url, closed when t ends (after the
-// consumers started later, whose cleanups run first).
-func openStore(t *testing.T, url string) *handover.Store {
-	t.Helper()
-	s, err := handover.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // handoverStores are the stores the kafka tests run over: a shared
 // directory and an in-process S3.
@@ -68,7 +55,7 @@ func TestHandoverMove(t *testing.T) {
 			c := kafkatest.NewCluster(t, 2)
 			addrs := c.ListenAddrs()
 			url, _ := mk(t)
-			store := openStore(t, url)
+			store := handovertest.Open(t, url)
 			t0 := time.Now()
 			group := "gh-" + name
 			withHandover := func(dir string) Options {
@@ -138,7 +125,7 @@ func TestHandoverFallbacks(t *testing.T) {
 	c := kafkatest.NewCluster(t, 1)
 	addrs := c.ListenAddrs()
 	dir := t.TempDir()
-	store := openStore(t, "file://"+filepath.ToSlash(dir))
+	store := handovertest.Open(t, "file://"+filepath.ToSlash(dir))
 	t0 := time.Now()
 	in := genInput("f", 1500, 1000, 0, t0)
 	kafkatest.Produce(t, addrs, in.recs...)
@@ -185,7 +172,7 @@ func TestHandoverFallbacks(t *testing.T) {
 	if r := run("gf", nil); r.Imported != int64(len(in.recs)) || r.Replayed != 0 {
 		t.Fatalf("intact export: %+v", r)
 	}
-	check("no export", FallbackNone, func(cfg *Options) { cfg.Handover = openStore(t, "mem://") })
+	check("no export", FallbackNone, func(cfg *Options) { cfg.Handover = handovertest.Open(t, "mem://") })
 
 	// Damage every stored file but the largest: the newest export and
 	// the older ones are damaged, and their fetch downloads that one
@@ -295,7 +282,7 @@ func TestHandoverBadCheckpointCounted(t *testing.T) {
 	var logs []string
 	c := &Consumer{cfg: Options{
 		StateDir:              t.TempDir(),
-		Handover:              openStore(t, "mem://"),
+		Handover:              handovertest.Open(t, "mem://"),
 		HandoverInterval:      time.Millisecond,
 		HandoverRevokeTimeout: time.Second,
 		Logf: func(format string, args ...any) {
