@@ -325,17 +325,10 @@ func (k *kafkaRun) startWorkers(ctx context.Context, wg *sync.WaitGroup, errs ch
 // startWorker starts member i of group; it runs until ctx is done.
 func (k *kafkaRun) startWorker(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, group string, i int, dedupOn bool, in, out string, onReady func(kafka.Ready)) (worker, error) {
 	if dedupOn {
-		c, err := kafka.New(k.consumerConfig(group, in, out, filepath.Join(k.dir, group, strconv.Itoa(i)), onReady))
+		c, err := k.startConsumer(ctx, wg, errs, group, i, in, out, onReady)
 		if err != nil {
 			return nil, err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.Run(ctx); err != nil {
-				errs <- err
-			}
-		}()
 		return dedupWorker{c}, nil
 	}
 	p := &passthrough{}
@@ -347,6 +340,23 @@ func (k *kafkaRun) startWorker(ctx context.Context, wg *sync.WaitGroup, errs cha
 		}
 	}()
 	return p, nil
+}
+
+// startConsumer starts dedup member i of group, its state in its own
+// directory; it runs until ctx is done, and sends Run's error to errs.
+func (k *kafkaRun) startConsumer(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, group string, i int, in, out string, onReady func(kafka.Ready)) (*kafka.Consumer, error) {
+	c, err := kafka.New(k.consumerConfig(group, in, out, filepath.Join(k.dir, group, strconv.Itoa(i)), onReady))
+	if err != nil {
+		return nil, err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := c.Run(ctx); err != nil {
+			errs <- err
+		}
+	}()
+	return c, nil
 }
 
 func (k *kafkaRun) consumerConfig(group, in, out, dir string, onReady func(kafka.Ready)) kafka.Options {
@@ -723,24 +733,13 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 	var mu sync.Mutex
 	var readies []kafka.Ready // of the second member's partitions
 	startOne := func(i int) (*kafka.Consumer, error) {
-		c, err := kafka.New(k.consumerConfig(group, "in", "move-out", filepath.Join(k.dir, group, strconv.Itoa(i)), func(r kafka.Ready) {
+		return k.startConsumer(ctx, &wg, errs, group, i, "in", "move-out", func(r kafka.Ready) {
 			if i > 0 {
 				mu.Lock()
 				readies = append(readies, r)
 				mu.Unlock()
 			}
-		}))
-		if err != nil {
-			return nil, err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.Run(ctx); err != nil {
-				errs <- err
-			}
-		}()
-		return c, nil
+		})
 	}
 	// pause waits a little, or returns why the run must stop.
 	pause := func() error {
