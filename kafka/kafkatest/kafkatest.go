@@ -86,19 +86,37 @@ func ReadCommitted(t testing.TB, addrs []string, topic string) *kgo.Client {
 	)
 }
 
+// firstPoll bounds [ReadAll]'s first poll of a topic that holds records:
+// on a loaded machine the client's first fetch can take longer than idle.
+const firstPoll = 15 * time.Second
+
 // ReadAll reads topic with read_committed from its start until a poll of
 // idle brings nothing, and returns the records and their counts by key
-// (by value for a keyless record).
+// (by value for a keyless record). When the topic holds records, the first
+// poll waits up to 15 seconds for them.
 func ReadAll(t testing.TB, addrs []string, topic string, idle time.Duration) (map[string]int, []*kgo.Record) {
 	t.Helper()
 	cl := ReadCommitted(t, addrs, topic)
 	defer cl.Close()
 	counts := map[string]int{}
 	var all []*kgo.Record
+	wait := idle
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	cancel()
+	if err != nil {
+		t.Fatalf("read %s: %v", topic, err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			wait = max(idle, firstPoll)
+		}
+	})
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), idle)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		fs := cl.PollFetches(ctx)
 		cancel()
+		wait = idle
 		n := 0
 		fs.EachRecord(func(r *kgo.Record) {
 			n++
