@@ -509,6 +509,48 @@ func count(m map[string][]int32) int {
 	return n
 }
 
+// latencyTopics returns the input and output topics of the latency
+// scenario called prefix ("lat", "reb") in one mode: each mode has its own.
+func latencyTopics(prefix string, dedupOn bool) (in, out string) {
+	mode := "pass"
+	if dedupOn {
+		mode = "dedup"
+	}
+	return prefix + "-in-" + mode, prefix + "-out-" + mode
+}
+
+// waitReady waits until ready has been signalled once per input
+// partition, or returns the first error on errs, or ctx's.
+func (k *kafkaRun) waitReady(ctx context.Context, ready <-chan struct{}, errs <-chan error) error {
+	for range k.cfg.Partitions {
+		select {
+		case <-ready:
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// latencyClients returns a read_committed reader of out starting at from,
+// and a producer lingering 1ms; the caller closes both.
+func (k *kafkaRun) latencyClients(out string, from kgo.Offset) (reader, prod *kgo.Client, err error) {
+	reader, err = kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ConsumeTopics(out),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(from),
+		kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: reader: %w", err)
+	}
+	prod, err = kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		reader.Close()
+		return nil, nil, fmt.Errorf("bench: producer: %w", err)
+	}
+	return reader, prod, nil
+}
+
 // latency runs one member while events arrive at LatencyRate stamped with
 // the time they are produced, and returns the median and p99 of the time
 // from that stamp to when a read_committed reader sees the output.
@@ -518,35 +560,20 @@ func (k *kafkaRun) latency(ctx context.Context, dedupOn bool) (p50, p99 time.Dur
 	defer wg.Wait()
 	defer cancel()
 	errs := make(chan error, 2)
-	in, out := "lat-in-pass", "lat-out-pass"
-	if dedupOn {
-		in, out = "lat-in-dedup", "lat-out-dedup"
-	}
+	in, out := latencyTopics("lat", dedupOn)
 	ready := make(chan struct{}, 64)
 	onReady := func(kafka.Ready) { ready <- struct{}{} }
 	k.startWorkers(ctx, &wg, errs, 1, dedupOn, in, out, onReady)
 	if dedupOn {
-		for range k.cfg.Partitions {
-			select {
-			case <-ready:
-			case err := <-errs:
-				return 0, 0, err
-			case <-ctx.Done():
-				return 0, 0, ctx.Err()
-			}
+		if err := k.waitReady(ctx, ready, errs); err != nil {
+			return 0, 0, err
 		}
 	}
-	reader, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ConsumeTopics(out),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
-		kgo.FetchMaxWait(50*time.Millisecond))
+	reader, prod, err := k.latencyClients(out, kgo.NewOffset().AtEnd())
 	if err != nil {
-		return 0, 0, fmt.Errorf("bench: reader: %w", err)
+		return 0, 0, err
 	}
 	defer reader.Close()
-	prod, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(time.Millisecond))
-	if err != nil {
-		return 0, 0, fmt.Errorf("bench: producer: %w", err)
-	}
 	defer prod.Close()
 	total := int(k.cfg.LatencyRate * k.cfg.LatencyFor.Seconds())
 	key := k.groups.Add(1) << 32 // distinct keys per run
@@ -611,10 +638,7 @@ func (k *kafkaRun) rebalanceLatency(ctx context.Context, dedupOn bool) (p50, p99
 	defer wg.Wait()
 	defer cancel()
 	errs := make(chan error, 4)
-	in, out := "reb-in-pass", "reb-out-pass"
-	if dedupOn {
-		in, out = "reb-in-dedup", "reb-out-dedup"
-	}
+	in, out := latencyTopics("reb", dedupOn)
 	group := fmt.Sprintf("bench-%d", k.groups.Add(1))
 	ready := make(chan struct{}, 64)
 	onReady := func(kafka.Ready) {
@@ -629,27 +653,15 @@ func (k *kafkaRun) rebalanceLatency(ctx context.Context, dedupOn bool) (p50, p99
 		return 0, 0, 0, err
 	}
 	if dedupOn {
-		for range k.cfg.Partitions {
-			select {
-			case <-ready:
-			case err := <-errs:
-				return 0, 0, 0, err
-			case <-ctx.Done():
-				return 0, 0, 0, ctx.Err()
-			}
+		if err := k.waitReady(ctx, ready, errs); err != nil {
+			return 0, 0, 0, err
 		}
 	}
-	reader, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ConsumeTopics(out),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(50*time.Millisecond))
+	reader, prod, err := k.latencyClients(out, kgo.NewOffset().AtStart())
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("bench: reader: %w", err)
+		return 0, 0, 0, err
 	}
 	defer reader.Close()
-	prod, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(time.Millisecond))
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("bench: producer: %w", err)
-	}
 	defer prod.Close()
 	span := 3 * k.cfg.LatencyFor
 	total := int(k.cfg.LatencyRate * span.Seconds())
