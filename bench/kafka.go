@@ -470,13 +470,22 @@ func (k *kafkaRun) waitStable(ctx context.Context, ws []worker, errs <-chan erro
 		if time.Now().After(deadline) {
 			return fmt.Errorf("bench: group of %d did not settle in 2 minutes", len(ws))
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-errs:
+		if err := pause(ctx, errs); err != nil {
 			return err
-		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// pause waits 20ms, or returns why the run must stop: ctx's error or the
+// first on errs.
+func pause(ctx context.Context, errs <-chan error) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-errs:
+		return err
+	case <-time.After(20 * time.Millisecond):
+		return nil
 	}
 }
 
@@ -753,24 +762,13 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 			}
 		})
 	}
-	// pause waits a little, or returns why the run must stop.
-	pause := func() error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-errs:
-			return err
-		case <-time.After(20 * time.Millisecond):
-			return nil
-		}
-	}
 	a, err := startOne(0)
 	if err != nil {
 		return KafkaMove{}, err
 	}
 	var last uint64
 	for a.Stats().CommittedRecords < uint64(k.cfg.Events) {
-		if err := pause(); err != nil {
+		if err := pause(ctx, errs); err != nil {
 			return KafkaMove{}, err
 		}
 		n := a.Stats().CommittedRecords
@@ -792,7 +790,7 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 		if time.Now().After(deadline) {
 			return KafkaMove{}, fmt.Errorf("bench: %d of %d moved partitions ready after 5 minutes", n, want)
 		}
-		if err := pause(); err != nil {
+		if err := pause(ctx, errs); err != nil {
 			return KafkaMove{}, err
 		}
 	}
