@@ -418,10 +418,12 @@ func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 		return nil, nil
 	}
 	defer r.Body.Close()
-	if n := r.ContentLength; n > 0 && n <= m.o.MaxRequestBody && n <= 1<<20 {
+	if n := r.ContentLength; n > 0 && n <= m.o.MaxRequestBody && n <= 64<<10 {
 		// The length is known: one read into a buffer of that size, and a
 		// check that nothing follows (a Body that is not net/http's might
-		// hold more).
+		// hold more). Above 64 KiB the buffer grows with what arrives, so
+		// that a client announcing a large body and sending none does not
+		// hold its size in memory.
 		b := make([]byte, n)
 		if _, err := io.ReadFull(r.Body, b); err != nil {
 			if err == io.EOF {
