@@ -15,6 +15,7 @@ import (
 	. "github.com/streamdedup/dedup"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/streamdedup/dedup/internal/hashmix"
 )
 
 var advGenerate = flag.Bool("adversarial.generate", false, "regenerate testdata/adversarial_keys.txt (takes a few seconds)")
@@ -31,7 +32,7 @@ const advKeys = 4000
 // in block 0 (the block is (h>>32)*nblocks>>32).
 func isAdversarial(key []byte) bool {
 	h := xxhash.Sum64(key)
-	return h>>52 == 0 && Mix64(h)>>60 == 0
+	return h>>52 == 0 && hashmix.Splitmix64(h)>>60 == 0
 }
 
 // TestGenerateAdversarialKeys regenerates the crafted keys with

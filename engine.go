@@ -13,6 +13,8 @@ import (
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/rotate"
+
+	"github.com/streamdedup/dedup/internal/hashmix"
 )
 
 // Engine answers, for a stream of keys, whether each was seen within the
@@ -120,22 +122,11 @@ func (e *Engine) hash(key []byte) uint64 {
 // shardIndex picks the shard from a remix of h, so that the shard and the
 // filter positions (taken from h itself) are independent.
 func (e *Engine) shardIndex(h uint64) int {
-	hi, _ := bits.Mul64(mix64(h), uint64(len(e.shards)))
+	hi, _ := bits.Mul64(hashmix.Splitmix64(h), uint64(len(e.shards)))
 	return int(hi)
 }
 
 func (e *Engine) shardOf(h uint64) *shard { return &e.shards[e.shardIndex(h)] }
-
-// mix64 is the splitmix64 finalizer: a bijection whose output bits each
-// depend on all input bits.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
 
 // every runs fn at each tick of interval until Close.
 func (e *Engine) every(interval time.Duration, fn func()) {

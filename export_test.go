@@ -8,9 +8,6 @@ import "github.com/streamdedup/dedup/filter"
 // from memory.
 const RecentSets = recentSets
 
-// Mix64 is the remix of a key's hash that picks its shard.
-var Mix64 = mix64
-
 // EngineOptions returns the options e runs with, defaults filled.
 func EngineOptions(e *Engine) Options { return e.opts }
 

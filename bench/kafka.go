@@ -325,17 +325,10 @@ func (k *kafkaRun) startWorkers(ctx context.Context, wg *sync.WaitGroup, errs ch
 // startWorker starts member i of group; it runs until ctx is done.
 func (k *kafkaRun) startWorker(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, group string, i int, dedupOn bool, in, out string, onReady func(kafka.Ready)) (worker, error) {
 	if dedupOn {
-		c, err := kafka.New(k.consumerConfig(group, in, out, filepath.Join(k.dir, group, strconv.Itoa(i)), onReady))
+		c, err := k.startConsumer(ctx, wg, errs, group, i, in, out, onReady)
 		if err != nil {
 			return nil, err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.Run(ctx); err != nil {
-				errs <- err
-			}
-		}()
 		return dedupWorker{c}, nil
 	}
 	p := &passthrough{}
@@ -347,6 +340,23 @@ func (k *kafkaRun) startWorker(ctx context.Context, wg *sync.WaitGroup, errs cha
 		}
 	}()
 	return p, nil
+}
+
+// startConsumer starts dedup member i of group, its state in its own
+// directory; it runs until ctx is done, and sends Run's error to errs.
+func (k *kafkaRun) startConsumer(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, group string, i int, in, out string, onReady func(kafka.Ready)) (*kafka.Consumer, error) {
+	c, err := kafka.New(k.consumerConfig(group, in, out, filepath.Join(k.dir, group, strconv.Itoa(i)), onReady))
+	if err != nil {
+		return nil, err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := c.Run(ctx); err != nil {
+			errs <- err
+		}
+	}()
+	return c, nil
 }
 
 func (k *kafkaRun) consumerConfig(group, in, out, dir string, onReady func(kafka.Ready)) kafka.Options {
@@ -460,13 +470,22 @@ func (k *kafkaRun) waitStable(ctx context.Context, ws []worker, errs <-chan erro
 		if time.Now().After(deadline) {
 			return fmt.Errorf("bench: group of %d did not settle in 2 minutes", len(ws))
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-errs:
+		if err := pause(ctx, errs); err != nil {
 			return err
-		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// pause waits 20ms, or returns why the run must stop: ctx's error or the
+// first on errs.
+func pause(ctx context.Context, errs <-chan error) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-errs:
+		return err
+	case <-time.After(20 * time.Millisecond):
+		return nil
 	}
 }
 
@@ -499,6 +518,48 @@ func count(m map[string][]int32) int {
 	return n
 }
 
+// latencyTopics returns the input and output topics of the latency
+// scenario called prefix ("lat", "reb") in one mode: each mode has its own.
+func latencyTopics(prefix string, dedupOn bool) (in, out string) {
+	mode := "pass"
+	if dedupOn {
+		mode = "dedup"
+	}
+	return prefix + "-in-" + mode, prefix + "-out-" + mode
+}
+
+// waitReady waits until ready has been signalled once per input
+// partition, or returns the first error on errs, or ctx's.
+func (k *kafkaRun) waitReady(ctx context.Context, ready <-chan struct{}, errs <-chan error) error {
+	for range k.cfg.Partitions {
+		select {
+		case <-ready:
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// latencyClients returns a read_committed reader of out starting at from,
+// and a producer lingering 1ms; the caller closes both.
+func (k *kafkaRun) latencyClients(out string, from kgo.Offset) (reader, prod *kgo.Client, err error) {
+	reader, err = kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ConsumeTopics(out),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(from),
+		kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: reader: %w", err)
+	}
+	prod, err = kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		reader.Close()
+		return nil, nil, fmt.Errorf("bench: producer: %w", err)
+	}
+	return reader, prod, nil
+}
+
 // latency runs one member while events arrive at LatencyRate stamped with
 // the time they are produced, and returns the median and p99 of the time
 // from that stamp to when a read_committed reader sees the output.
@@ -508,35 +569,20 @@ func (k *kafkaRun) latency(ctx context.Context, dedupOn bool) (p50, p99 time.Dur
 	defer wg.Wait()
 	defer cancel()
 	errs := make(chan error, 2)
-	in, out := "lat-in-pass", "lat-out-pass"
-	if dedupOn {
-		in, out = "lat-in-dedup", "lat-out-dedup"
-	}
+	in, out := latencyTopics("lat", dedupOn)
 	ready := make(chan struct{}, 64)
 	onReady := func(kafka.Ready) { ready <- struct{}{} }
 	k.startWorkers(ctx, &wg, errs, 1, dedupOn, in, out, onReady)
 	if dedupOn {
-		for range k.cfg.Partitions {
-			select {
-			case <-ready:
-			case err := <-errs:
-				return 0, 0, err
-			case <-ctx.Done():
-				return 0, 0, ctx.Err()
-			}
+		if err := k.waitReady(ctx, ready, errs); err != nil {
+			return 0, 0, err
 		}
 	}
-	reader, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ConsumeTopics(out),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
-		kgo.FetchMaxWait(50*time.Millisecond))
+	reader, prod, err := k.latencyClients(out, kgo.NewOffset().AtEnd())
 	if err != nil {
-		return 0, 0, fmt.Errorf("bench: reader: %w", err)
+		return 0, 0, err
 	}
 	defer reader.Close()
-	prod, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(time.Millisecond))
-	if err != nil {
-		return 0, 0, fmt.Errorf("bench: producer: %w", err)
-	}
 	defer prod.Close()
 	total := int(k.cfg.LatencyRate * k.cfg.LatencyFor.Seconds())
 	key := k.groups.Add(1) << 32 // distinct keys per run
@@ -601,10 +647,7 @@ func (k *kafkaRun) rebalanceLatency(ctx context.Context, dedupOn bool) (p50, p99
 	defer wg.Wait()
 	defer cancel()
 	errs := make(chan error, 4)
-	in, out := "reb-in-pass", "reb-out-pass"
-	if dedupOn {
-		in, out = "reb-in-dedup", "reb-out-dedup"
-	}
+	in, out := latencyTopics("reb", dedupOn)
 	group := fmt.Sprintf("bench-%d", k.groups.Add(1))
 	ready := make(chan struct{}, 64)
 	onReady := func(kafka.Ready) {
@@ -619,27 +662,15 @@ func (k *kafkaRun) rebalanceLatency(ctx context.Context, dedupOn bool) (p50, p99
 		return 0, 0, 0, err
 	}
 	if dedupOn {
-		for range k.cfg.Partitions {
-			select {
-			case <-ready:
-			case err := <-errs:
-				return 0, 0, 0, err
-			case <-ctx.Done():
-				return 0, 0, 0, ctx.Err()
-			}
+		if err := k.waitReady(ctx, ready, errs); err != nil {
+			return 0, 0, 0, err
 		}
 	}
-	reader, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ConsumeTopics(out),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(50*time.Millisecond))
+	reader, prod, err := k.latencyClients(out, kgo.NewOffset().AtStart())
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("bench: reader: %w", err)
+		return 0, 0, 0, err
 	}
 	defer reader.Close()
-	prod, err := kgo.NewClient(kgo.SeedBrokers(k.addrs...), kgo.ProducerLinger(time.Millisecond))
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("bench: producer: %w", err)
-	}
 	defer prod.Close()
 	span := 3 * k.cfg.LatencyFor
 	total := int(k.cfg.LatencyRate * span.Seconds())
@@ -723,35 +754,13 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 	var mu sync.Mutex
 	var readies []kafka.Ready // of the second member's partitions
 	startOne := func(i int) (*kafka.Consumer, error) {
-		c, err := kafka.New(k.consumerConfig(group, "in", "move-out", filepath.Join(k.dir, group, strconv.Itoa(i)), func(r kafka.Ready) {
+		return k.startConsumer(ctx, &wg, errs, group, i, "in", "move-out", func(r kafka.Ready) {
 			if i > 0 {
 				mu.Lock()
 				readies = append(readies, r)
 				mu.Unlock()
 			}
-		}))
-		if err != nil {
-			return nil, err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.Run(ctx); err != nil {
-				errs <- err
-			}
-		}()
-		return c, nil
-	}
-	// pause waits a little, or returns why the run must stop.
-	pause := func() error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-errs:
-			return err
-		case <-time.After(20 * time.Millisecond):
-			return nil
-		}
+		})
 	}
 	a, err := startOne(0)
 	if err != nil {
@@ -759,7 +768,7 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 	}
 	var last uint64
 	for a.Stats().CommittedRecords < uint64(k.cfg.Events) {
-		if err := pause(); err != nil {
+		if err := pause(ctx, errs); err != nil {
 			return KafkaMove{}, err
 		}
 		n := a.Stats().CommittedRecords
@@ -781,7 +790,7 @@ func (k *kafkaRun) move(ctx context.Context) (KafkaMove, error) {
 		if time.Now().After(deadline) {
 			return KafkaMove{}, fmt.Errorf("bench: %d of %d moved partitions ready after 5 minutes", n, want)
 		}
-		if err := pause(); err != nil {
+		if err := pause(ctx, errs); err != nil {
 			return KafkaMove{}, err
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/internal/cputime"
+
+	"github.com/streamdedup/dedup/internal/hashmix"
 )
 
 // BenchmarkFilter measures each kind at 1M, 10M and 100M keys and 1% and
@@ -19,8 +21,8 @@ import (
 // prefilled to n - min(0.6n, 1M) keys untimed; TestOrAdd then inserts the
 // next b.N keys (so keep b.N+1 <= 600000: run with -benchtime=500000x, and
 // the filter never grows); then it is filled to n untimed and TestMiss
-// probes b.N keys never inserted. Keys are mix64(i), probes
-// mix64(i | 1<<63): distinct by construction. Each op includes one mix64
+// probes b.N keys never inserted. Keys are Splitmix64(i), probes
+// Splitmix64(i | 1<<63): distinct by construction. Each op includes one Splitmix64
 // (~1 ns). Iterations are independent, so the CPU overlaps the cache misses
 // of consecutive ops: these are throughput figures, not single-op latency.
 //
@@ -56,7 +58,7 @@ func benchFilter(b *testing.B, kind Kind, n uint64, fp float64) {
 	budget := min(n*6/10, 1_000_000)
 	next := uint64(0)
 	for ; next < n-budget; next++ {
-		f.Add(mix64(next))
+		f.Add(hashmix.Splitmix64(next))
 	}
 	bytesPerKey := func() float64 { return float64(f.SizeBytes()) / float64(f.Count()) }
 
@@ -68,7 +70,7 @@ func benchFilter(b *testing.B, kind Kind, n uint64, fp float64) {
 		cpu := startCPU()
 		b.ResetTimer()
 		for range b.N {
-			f.TestOrAdd(mix64(next))
+			f.TestOrAdd(hashmix.Splitmix64(next))
 			next++
 		}
 		b.StopTimer()
@@ -77,7 +79,7 @@ func benchFilter(b *testing.B, kind Kind, n uint64, fp float64) {
 	})
 
 	for ; next < n; next++ {
-		f.Add(mix64(next))
+		f.Add(hashmix.Splitmix64(next))
 	}
 	probe := uint64(1) << 63
 	b.Run("TestMiss", func(b *testing.B) {
@@ -86,7 +88,7 @@ func benchFilter(b *testing.B, kind Kind, n uint64, fp float64) {
 		cpu := startCPU()
 		b.ResetTimer()
 		for range b.N {
-			if f.Test(mix64(probe)) {
+			if f.Test(hashmix.Splitmix64(probe)) {
 				pos++
 			}
 			probe++
@@ -122,7 +124,7 @@ func (c cpuClock) report(b *testing.B) {
 
 // BenchmarkRandomRead is the floor the filters sit on: one independent
 // random 8-byte read per op from a table of the given size, with the same
-// key generation (mix64) as BenchmarkFilter, on huge pages where the kernel
+// key generation (Splitmix64) as BenchmarkFilter, on huge pages where the kernel
 // grants them. A blocked filter op costs about one of these; a bloom op k of
 // them (overlapped), a cuckoo op two.
 func BenchmarkRandomRead(b *testing.B) {
@@ -137,7 +139,7 @@ func BenchmarkRandomRead(b *testing.B) {
 			cpu := startCPU()
 			b.ResetTimer()
 			for i := range b.N {
-				hi, _ := bits.Mul64(mix64(uint64(i)), n)
+				hi, _ := bits.Mul64(hashmix.Splitmix64(uint64(i)), n)
 				sum += w[hi]
 			}
 			b.StopTimer()

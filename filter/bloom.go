@@ -6,6 +6,8 @@ import (
 	"math/bits"
 
 	"github.com/bits-and-blooms/bloom/v3"
+
+	"github.com/streamdedup/dedup/internal/hashmix"
 )
 
 // The bloom backend keeps its bits in a bits-and-blooms/bloom/v3
@@ -88,12 +90,7 @@ func bloomBytes(capacity uint64, fp float64) float64 {
 
 // probes returns the double-hashing start and step for h.
 func bloomProbes(h uint64) (a, b uint64) {
-	x := h ^ h>>33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return h, x | 1
+	return h, hashmix.Fmix64(h) | 1
 }
 
 func (f *bloomFilter) test(h uint64) bool {

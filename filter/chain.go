@@ -97,9 +97,9 @@ func New(kind Kind, capacity uint64, fp float64) (Filter, error) {
 	if err := validate(kind, capacity, fp); err != nil {
 		return nil, err
 	}
-	first := firstTarget(kind, fp)
-	if b, limit := linkBytes(kind, capacity, first), linkLimit(kind); b > float64(limit) {
-		return nil, fmt.Errorf("filter: capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, fp, b, kind, limit)
+	first, _, err := firstLink(kind, capacity, fp)
+	if err != nil {
+		return nil, fmt.Errorf("filter: %w", err)
 	}
 	c := &chain{kind: kind}
 	c.schedule(capacity, fp)
@@ -113,6 +113,18 @@ func firstTarget(kind Kind, fp float64) float64 {
 		return linkTarget(fp, tighten, 0)
 	}
 	return fp * (1 - firstShare)
+}
+
+// firstLink returns the target and the table size of link 0 of a chain of
+// kind holding capacity keys at the compound target fp, or an error when
+// that table is over the kind's limit.
+func firstLink(kind Kind, capacity uint64, fp float64) (target, bytes float64, err error) {
+	target = firstTarget(kind, fp)
+	bytes = linkBytes(kind, capacity, target)
+	if limit := linkLimit(kind); bytes > float64(limit) {
+		return 0, 0, fmt.Errorf("capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, fp, bytes, kind, limit)
+	}
+	return target, bytes, nil
 }
 
 // schedule sets the growth links' schedule of a chain whose link 0 holds
@@ -145,9 +157,9 @@ func EstimateBytes(kind Kind, capacity uint64, fp float64) (uint64, error) {
 	if err := validate(kind, capacity, fp); err != nil {
 		return 0, err
 	}
-	b := linkBytes(kind, capacity, firstTarget(kind, fp))
-	if limit := linkLimit(kind); b > float64(limit) {
-		return 0, fmt.Errorf("filter: capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, fp, b, kind, limit)
+	_, b, err := firstLink(kind, capacity, fp)
+	if err != nil {
+		return 0, fmt.Errorf("filter: %w", err)
 	}
 	return uint64(b), nil
 }
@@ -382,9 +394,9 @@ func (c *chain) Regrow(capacity uint64) error {
 		return fmt.Errorf("filter: Regrow: capacity must be in [1, 2^48], got %d", capacity)
 	}
 	fp := c.compoundFP()
-	first := firstTarget(c.kind, fp)
-	if b, limit := linkBytes(c.kind, capacity, first), linkLimit(c.kind); b > float64(limit) {
-		return fmt.Errorf("filter: Regrow: capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, fp, b, c.kind, limit)
+	first, _, err := firstLink(c.kind, capacity, fp)
+	if err != nil {
+		return fmt.Errorf("filter: Regrow: %w", err)
 	}
 	c.schedule(capacity, fp)
 	c.links = []link{newLink(c.kind, capacity, first)}

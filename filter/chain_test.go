@@ -191,3 +191,20 @@ func TestRegrowKeepsFalsePositives(t *testing.T) {
 		}
 	}
 }
+
+// TestOverLimitNamesTheTable: a capacity whose first table is over its
+// kind's limit is refused by New and EstimateBytes with an error giving
+// the size asked and the limit; nothing is allocated.
+func TestOverLimitNamesTheTable(t *testing.T) {
+	for _, kind := range []Kind{Bloom, Cuckoo, Blocked} {
+		const capacity, fp = 1 << 48, 1e-9
+		_, err := New(kind, capacity, fp)
+		if err == nil || !strings.HasPrefix(err.Error(), "filter: capacity 281474976710656 at fp 1e-09 needs ") || !strings.Contains(err.Error(), " table, over its ") {
+			t.Errorf("New(%s, 2^48, 1e-9) = %v, want the over-limit error", kind, err)
+		}
+		_, err2 := EstimateBytes(kind, capacity, fp)
+		if err2 == nil || err == nil || err2.Error() != err.Error() {
+			t.Errorf("EstimateBytes(%s, 2^48, 1e-9) = %v, want New's error %v", kind, err2, err)
+		}
+	}
+}

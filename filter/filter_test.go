@@ -9,17 +9,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-)
 
-// mix64 is the engine's shard remix: the splitmix64 finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+	"github.com/streamdedup/dedup/internal/hashmix"
+)
 
 // shardMode selects which hashes a test feeds a filter: all of them, or only
 // those one shard of 16 receives, as the engine picks shards.
@@ -27,8 +19,8 @@ type shardMode int
 
 const (
 	allShards   shardMode = iota
-	shardMod16            // mix64(h) % 16 == 0 (low bits of the remix)
-	shardHigh16           // high bits of mix64(h) * 16 == 0 (the engine's multiply-shift)
+	shardMod16            // Splitmix64(h) % 16 == 0 (low bits of the remix)
+	shardHigh16           // high bits of Splitmix64(h) * 16 == 0 (the engine's multiply-shift)
 )
 
 func (m shardMode) String() string {
@@ -43,11 +35,11 @@ func hashes(seed uint64, m shardMode) func() uint64 {
 			h := r.Uint64()
 			switch m {
 			case shardMod16:
-				if mix64(h)%16 != 0 {
+				if hashmix.Splitmix64(h)%16 != 0 {
 					continue
 				}
 			case shardHigh16:
-				if hi, _ := bits.Mul64(mix64(h), 16); hi != 0 {
+				if hi, _ := bits.Mul64(hashmix.Splitmix64(h), 16); hi != 0 {
 					continue
 				}
 			}

@@ -10,6 +10,8 @@ import (
 	"github.com/FastFilter/xorfilter"
 	"github.com/cespare/xxhash/v2"
 	"github.com/streamdedup/dedup/internal/prefetch"
+
+	"github.com/streamdedup/dedup/internal/hashmix"
 )
 
 // FuseFilter is a static filter: a binary fuse filter (Graf and Lemire,
@@ -123,17 +125,10 @@ func (f *FuseFilter) dataLen() uint64 {
 	return (f.slots()*uint64(f.width)+7)/8 + fusePad
 }
 
-// The library's hash mixing (xorfilter.go, Apache-2.0): the filter must
-// derive positions and fingerprints from a hash exactly as it built them.
-func fuseMix(h, seed uint64) uint64 {
-	h += seed
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
-}
+// The library's hash mixing (xorfilter.go, Apache-2.0: murmur3's fmix64
+// of the seeded hash): the filter must derive positions and fingerprints
+// from a hash exactly as it built them.
+func fuseMix(h, seed uint64) uint64 { return hashmix.Fmix64(h + seed) }
 
 // positions is the library's getHashFromHash.
 func (f *FuseFilter) positions(hash uint64) (uint64, uint64, uint64) {

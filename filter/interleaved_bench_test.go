@@ -11,6 +11,8 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 
 	"github.com/streamdedup/dedup/internal/cputime"
+
+	"github.com/streamdedup/dedup/internal/hashmix"
 )
 
 // BenchmarkWindow compares, on one full window, the ways a dedup
@@ -63,9 +65,9 @@ func BenchmarkWindow(b *testing.B) {
 				fresh := 0
 				for i := range m {
 					if (v.next+uint64(i))%50 == 0 {
-						hs[i] = mix64((v.next * 7919) % w.window) // a repeat
+						hs[i] = hashmix.Splitmix64((v.next * 7919) % w.window) // a repeat
 					} else {
-						hs[i] = mix64((v.next + uint64(i)) | 1<<62)
+						hs[i] = hashmix.Splitmix64((v.next + uint64(i)) | 1<<62)
 						fresh++
 					}
 				}
@@ -136,12 +138,12 @@ func buildWindow(b *testing.B) *windowState {
 	}
 	per := window / gens
 	w := &windowState{window: window}
-	// key i of the window is mix64(i), timed new keys mix64(i | 1<<62).
+	// key i of the window is Splitmix64(i), timed new keys Splitmix64(i | 1<<62).
 	fill := func(add func(hs []uint64, gen int)) {
 		hs := make([]uint64, 0, windowBatch)
 		for g := range gens {
 			for i := uint64(0); i < per; i++ {
-				hs = append(hs, mix64(uint64(g)*per+i))
+				hs = append(hs, hashmix.Splitmix64(uint64(g)*per+i))
 				if len(hs) == windowBatch {
 					add(hs, g)
 					hs = hs[:0]

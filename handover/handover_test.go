@@ -30,6 +30,19 @@ func stores(t *testing.T) map[string]string {
 	}
 }
 
+// memStore returns an in-memory bucket and a store over it, closed when t
+// ends; a test damages the store's objects through the bucket.
+func memStore(t *testing.T) (*blob.Bucket, *handover.Store) {
+	t.Helper()
+	b, err := blob.OpenBucket(context.Background(), "mem://")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := handover.NewStore(b)
+	t.Cleanup(func() { s.Close() })
+	return b, s
+}
+
 // backup makes an engine state holding keys k0..k(n-1) committed with
 // checkpoint cp and returns a backup of it.
 func backup(t *testing.T, n int, cp string) string {
@@ -67,11 +80,7 @@ func TestExportFetchRestore(t *testing.T) {
 	src := backup(t, 5000, "cp-100")
 	for name, url := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			s, err := handover.Open(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := handovertest.Open(t, url)
 			var h handover.Hasher
 			m, st, err := s.Export(ctx, part, src, handover.Manifest{Offset: 100, Window: time.Hour, Format: "f"}, &h)
 			if err != nil {
@@ -127,11 +136,7 @@ func TestExportFetchRestore(t *testing.T) {
 func TestLatestByOffset(t *testing.T) {
 	ctx := context.Background()
 	src := backup(t, 10, "x")
-	s, err := handover.Open(ctx, "mem://")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := handovertest.Open(t, "mem://")
 	if _, err := s.Latest(ctx, part, 1000, 1); !errors.Is(err, handover.ErrNotFound) {
 		t.Fatalf("empty store: %v", err)
 	}
@@ -163,12 +168,7 @@ func TestDamagedExport(t *testing.T) {
 	src := backup(t, 100, "x")
 	for _, damage := range []string{"flip", "truncate", "delete"} {
 		t.Run(damage, func(t *testing.T) {
-			b, err := blob.OpenBucket(ctx, "mem://")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := handover.NewStore(b)
-			defer s.Close()
+			b, s := memStore(t)
 			m, _, err := s.Export(ctx, part, src, handover.Manifest{Offset: 7}, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -212,12 +212,7 @@ func TestDamagedExport(t *testing.T) {
 // decode is damaged.
 func TestPartialExportInvisible(t *testing.T) {
 	ctx := context.Background()
-	b, err := blob.OpenBucket(ctx, "mem://")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := handover.NewStore(b)
-	defer s.Close()
+	b, s := memStore(t)
 	if err := b.WriteAll(ctx, "g/in/3/files/abc", []byte("half"), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -268,12 +263,7 @@ func TestWritersNeverOverwrite(t *testing.T) {
 // TestPrune keeps the newest exports and their files and drops the rest.
 func TestPrune(t *testing.T) {
 	ctx := context.Background()
-	b, err := blob.OpenBucket(ctx, "mem://")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := handover.NewStore(b)
-	defer s.Close()
+	_, s := memStore(t)
 	s.Keep, s.Grace = 2, 0
 	for i := range 4 {
 		src := backup(t, 10+i, fmt.Sprint(i))
@@ -308,11 +298,7 @@ func TestFileStoreIsPrivate(t *testing.T) {
 	ctx := context.Background()
 	src := backup(t, 100, "cp-1")
 	dir := t.TempDir()
-	s, err := handover.Open(ctx, "file://"+filepath.ToSlash(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := handovertest.Open(t, "file://"+filepath.ToSlash(dir))
 	m, _, err := s.Export(ctx, part, src, handover.Manifest{Offset: 1, Window: time.Hour, Format: "f"}, new(handover.Hasher))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -207,51 +208,21 @@ func (c Options) withDefaults() Options {
 	if c.Key == nil {
 		c.Key = RecordKey()
 	}
-	if c.MaxTxnRecords == 0 {
-		c.MaxTxnRecords = DefaultMaxTxnRecords
-	}
-	if c.MaxTxnTime == 0 {
-		c.MaxTxnTime = DefaultMaxTxnTime
-	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = DefaultSessionTimeout
-	}
-	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = DefaultRebalanceTimeout
-	}
-	if c.TransactionTimeout == 0 {
-		c.TransactionTimeout = DefaultTransactionTimeout
-	}
-	if c.EngineCommitInterval == 0 {
-		c.EngineCommitInterval = DefaultEngineCommitInterval
-	}
-	if c.RetryBackoff == 0 {
-		c.RetryBackoff = DefaultRetryBackoff
-	}
-	if c.ResetOffset == (kgo.Offset{}) {
-		c.ResetOffset = kgo.NewOffset().AtStart()
-	}
-	if c.MetadataMaxAge == 0 {
-		c.MetadataMaxAge = DefaultMetadataMaxAge
-	}
-	if c.BrokerCheckInterval == 0 {
-		c.BrokerCheckInterval = DefaultBrokerCheckInterval
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.HandoverInterval == 0 {
-		c.HandoverInterval = DefaultHandoverInterval
-	}
-	if c.HandoverRevokeTimeout == 0 {
-		c.HandoverRevokeTimeout = DefaultHandoverRevoke
-	}
-	if c.HandoverImportTimeout == 0 {
-		c.HandoverImportTimeout = DefaultHandoverImport
-	}
-	if c.Engine.SnapshotInterval == 0 {
-		c.Engine.SnapshotInterval = defaultSnapshotInterval
-	}
+	c.MaxTxnRecords = cmp.Or(c.MaxTxnRecords, DefaultMaxTxnRecords)
+	c.MaxTxnTime = cmp.Or(c.MaxTxnTime, DefaultMaxTxnTime)
+	c.SessionTimeout = cmp.Or(c.SessionTimeout, DefaultSessionTimeout)
+	c.RebalanceTimeout = cmp.Or(c.RebalanceTimeout, DefaultRebalanceTimeout)
+	c.TransactionTimeout = cmp.Or(c.TransactionTimeout, DefaultTransactionTimeout)
+	c.EngineCommitInterval = cmp.Or(c.EngineCommitInterval, DefaultEngineCommitInterval)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, DefaultRetryBackoff)
+	c.ResetOffset = cmp.Or(c.ResetOffset, kgo.NewOffset().AtStart())
+	c.MetadataMaxAge = cmp.Or(c.MetadataMaxAge, DefaultMetadataMaxAge)
+	c.BrokerCheckInterval = cmp.Or(c.BrokerCheckInterval, DefaultBrokerCheckInterval)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.HandoverInterval = cmp.Or(c.HandoverInterval, DefaultHandoverInterval)
+	c.HandoverRevokeTimeout = cmp.Or(c.HandoverRevokeTimeout, DefaultHandoverRevoke)
+	c.HandoverImportTimeout = cmp.Or(c.HandoverImportTimeout, DefaultHandoverImport)
+	c.Engine.SnapshotInterval = cmp.Or(c.Engine.SnapshotInterval, defaultSnapshotInterval)
 	if c.TransactionalID == "" {
 		if c.InstanceID != "" {
 			c.TransactionalID = "dedup-" + c.Group + "-" + c.InstanceID

@@ -15,23 +15,11 @@ import (
 
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/exact"
-	"github.com/streamdedup/dedup/handover"
 	"github.com/streamdedup/dedup/handover/handovertest"
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// openStore opens a handover store at url, closed when t ends (after the
-// consumers started later, whose cleanups run first).
-func openStore(t *testing.T, url string) *handover.Store {
-	t.Helper()
-	s, err := handover.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // handoverStores are the stores the kafka tests run over: a shared
 // directory and an in-process S3.
@@ -64,10 +52,10 @@ func sumReplayed(rs []Ready) (n int64) {
 func TestHandoverMove(t *testing.T) {
 	for name, mk := range handoverStores(t) {
 		t.Run(name, func(t *testing.T) {
-			c := newCluster(t, 2)
+			c := kafkatest.NewCluster(t, 2)
 			addrs := c.ListenAddrs()
 			url, _ := mk(t)
-			store := openStore(t, url)
+			store := handovertest.Open(t, url)
 			t0 := time.Now()
 			group := "gh-" + name
 			withHandover := func(dir string) Options {
@@ -80,10 +68,10 @@ func TestHandoverMove(t *testing.T) {
 				return cfg
 			}
 			w1 := genInput("h", 2000, 1200, 50, t0)
-			produce(t, addrs, w1.recs)
+			kafkatest.Produce(t, addrs, w1.recs...)
 			dirA := t.TempDir()
 			a := start(t, withHandover(dirA), nil)
-			waitCommitted(t, addrs, group)
+			kafkatest.WaitCommitted(t, addrs, group, nil)
 
 			b := start(t, withHandover(""), nil) // takes one partition from a
 			waitReady(t, b, 1)
@@ -92,8 +80,8 @@ func TestHandoverMove(t *testing.T) {
 				t.Errorf("moved partition: %+v, want it imported at its committed offset with nothing replayed", rb)
 			}
 			w2 := genInput("h", 1000, 1500, 50, t0.Add(3*time.Second)) // repeats and new keys
-			produce(t, addrs, w2.recs)
-			waitCommitted(t, addrs, group)
+			kafkatest.Produce(t, addrs, w2.recs...)
+			kafkatest.WaitCommitted(t, addrs, group, nil)
 			a.stop(t) // exports on revoke
 			b.stop(t)
 			if st := b.c.HandoverStats(); st.Imports != 1 || st.Exports == 0 || st.ExportedBytes == 0 {
@@ -105,8 +93,8 @@ func TestHandoverMove(t *testing.T) {
 			plain.StateDir = dirA
 			p := start(t, plain, nil)
 			w3 := genInput("h", 700, 1900, 50, t0.Add(6*time.Second))
-			produce(t, addrs, w3.recs)
-			waitCommitted(t, addrs, group)
+			kafkatest.Produce(t, addrs, w3.recs...)
+			kafkatest.WaitCommitted(t, addrs, group, nil)
 			p.stop(t)
 
 			// A new machine: it imports the last exports and replays w3 only.
@@ -122,8 +110,8 @@ func TestHandoverMove(t *testing.T) {
 				t.Errorf("new machine replayed %d records, want %d (w3 only)", got, want)
 			}
 			w4 := genInput("h", 1500, 2500, 50, t0.Add(9*time.Second))
-			produce(t, addrs, w4.recs)
-			waitCommitted(t, addrs, group)
+			kafkatest.Produce(t, addrs, w4.recs...)
+			kafkatest.WaitCommitted(t, addrs, group, nil)
 			d.stop(t)
 			checkExactlyOnce(t, addrs, w1, w2, w3, w4)
 		})
@@ -134,13 +122,13 @@ func TestHandoverMove(t *testing.T) {
 // another window is not imported; the partition is rebuilt by replay as
 // without handover, and the reason is reported and counted.
 func TestHandoverFallbacks(t *testing.T) {
-	c := newCluster(t, 1)
+	c := kafkatest.NewCluster(t, 1)
 	addrs := c.ListenAddrs()
 	dir := t.TempDir()
-	store := openStore(t, "file://"+filepath.ToSlash(dir))
+	store := handovertest.Open(t, "file://"+filepath.ToSlash(dir))
 	t0 := time.Now()
 	in := genInput("f", 1500, 1000, 0, t0)
-	produce(t, addrs, in.recs)
+	kafkatest.Produce(t, addrs, in.recs...)
 
 	var last HandoverStats // the stats of the last run
 	run := func(group string, mod func(*Options)) Ready {
@@ -153,7 +141,7 @@ func TestHandoverFallbacks(t *testing.T) {
 		}
 		r := start(t, cfg, nil)
 		waitReady(t, r, 1)
-		waitCommitted(t, addrs, group)
+		kafkatest.WaitCommitted(t, addrs, group, nil)
 		r.stop(t)
 		last = r.c.HandoverStats()
 		rd := r.readies()
@@ -184,7 +172,7 @@ func TestHandoverFallbacks(t *testing.T) {
 	if r := run("gf", nil); r.Imported != int64(len(in.recs)) || r.Replayed != 0 {
 		t.Fatalf("intact export: %+v", r)
 	}
-	check("no export", FallbackNone, func(cfg *Options) { cfg.Handover = openStore(t, "mem://") })
+	check("no export", FallbackNone, func(cfg *Options) { cfg.Handover = handovertest.Open(t, "mem://") })
 
 	// Damage every stored file but the largest: the newest export and
 	// the older ones are damaged, and their fetch downloads that one
@@ -294,7 +282,7 @@ func TestHandoverBadCheckpointCounted(t *testing.T) {
 	var logs []string
 	c := &Consumer{cfg: Options{
 		StateDir:              t.TempDir(),
-		Handover:              openStore(t, "mem://"),
+		Handover:              handovertest.Open(t, "mem://"),
 		HandoverInterval:      time.Millisecond,
 		HandoverRevokeTimeout: time.Second,
 		Logf: func(format string, args ...any) {

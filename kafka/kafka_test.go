@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -20,12 +21,12 @@ import (
 // records; the output holds every distinct key once, the rejects the
 // keyless records, the dups topic the rest.
 func TestOneInstance(t *testing.T) {
-	c := newCluster(t, 3)
+	c := kafkatest.NewCluster(t, 3)
 	addrs := c.ListenAddrs()
 	in := genInput("a", 3000, 1000, 50, time.Now())
-	produce(t, addrs, in.recs)
+	kafkatest.Produce(t, addrs, in.recs...)
 	r := start(t, testConfig(t, addrs, "g1"), nil)
-	waitCommitted(t, addrs, "g1")
+	kafkatest.WaitCommitted(t, addrs, "g1", nil)
 	r.stop(t)
 	checkExactlyOnce(t, addrs, in)
 	st := r.c.Stats()
@@ -44,10 +45,10 @@ func TestOneInstance(t *testing.T) {
 func TestCrashPoints(t *testing.T) {
 	for _, point := range []string{"before-end", "after-end"} {
 		t.Run(point, func(t *testing.T) {
-			c := newCluster(t, 2)
+			c := kafkatest.NewCluster(t, 2)
 			addrs := c.ListenAddrs()
 			in := genInput("c", 3000, 800, 40, time.Now())
-			produce(t, addrs, in.recs)
+			kafkatest.Produce(t, addrs, in.recs...)
 			calls := 0
 			hook := func(p string) error {
 				if p != point {
@@ -62,7 +63,7 @@ func TestCrashPoints(t *testing.T) {
 			cfg := testConfig(t, addrs, "g-"+point)
 			cfg.InstanceID = "i1"
 			r := start(t, cfg, hook)
-			waitCommitted(t, addrs, cfg.Group)
+			kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 			r.stop(t)
 			checkExactlyOnce(t, addrs, in)
 			st := r.c.Stats()
@@ -102,15 +103,15 @@ func TestBrokerFaults(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 2)
+			c := kafkatest.NewCluster(t, 2)
 			addrs := c.ListenAddrs()
 			in := genInput("f", 2000, 600, 40, time.Now())
-			produce(t, addrs, in.recs)
+			kafkatest.Produce(t, addrs, in.recs...)
 			h := c.Fault(tc.fault)
 			cfg := testConfig(t, addrs, "g-"+tc.name)
 			cfg.InstanceID = "i1"
 			r := start(t, cfg, nil)
-			waitCommitted(t, addrs, cfg.Group)
+			kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 			r.stop(t)
 			if h.Hits() == 0 {
 				t.Fatalf("the fault never fired")
@@ -127,7 +128,7 @@ func TestBrokerFaults(t *testing.T) {
 // repeats keys of the earlier ones: an instance that took a partition
 // without rebuilding its state would let those through a second time.
 func TestThreeInstancesMoving(t *testing.T) {
-	c := newCluster(t, 6)
+	c := kafkatest.NewCluster(t, 6)
 	addrs := c.ListenAddrs()
 	t0 := time.Now()
 	group := "g3"
@@ -137,26 +138,26 @@ func TestThreeInstancesMoving(t *testing.T) {
 	}
 	wave := func(n int) *input {
 		in := genInput("m", 1500, 900, 60, t0.Add(time.Duration(n)*2*time.Second))
-		produce(t, addrs, in.recs)
+		kafkatest.Produce(t, addrs, in.recs...)
 		return in
 	}
 	w1 := wave(0)
 	r1 := start(t, cfgs[0], nil)
-	waitCommitted(t, addrs, group)
+	kafkatest.WaitCommitted(t, addrs, group, nil)
 
 	r2 := start(t, cfgs[1], nil)
 	r3 := start(t, cfgs[2], nil)
 	w2 := wave(1)
-	waitCommitted(t, addrs, group)
+	kafkatest.WaitCommitted(t, addrs, group, nil)
 
 	r2.stop(t) // its partitions move to r1 and r3
 	w3 := wave(2)
-	waitCommitted(t, addrs, group)
+	kafkatest.WaitCommitted(t, addrs, group, nil)
 
 	r1.stop(t) // everything moves to r3
 	r2 = start(t, cfgs[1], nil)
 	w4 := wave(3)
-	waitCommitted(t, addrs, group)
+	kafkatest.WaitCommitted(t, addrs, group, nil)
 	r2.stop(t)
 	r3.stop(t)
 
@@ -182,7 +183,7 @@ func TestThreeInstancesMoving(t *testing.T) {
 // within the window stay duplicates and keys older than the window (by the
 // records' timestamps, not the wall clock) are new again.
 func TestRebuildAndRecordTimeWindow(t *testing.T) {
-	c := newCluster(t, 1)
+	c := kafkatest.NewCluster(t, 1)
 	addrs := c.ListenAddrs()
 	t0 := time.Now().Add(-time.Hour)
 	const window = time.Minute
@@ -196,11 +197,11 @@ func TestRebuildAndRecordTimeWindow(t *testing.T) {
 	for i := range 200 {
 		first = append(first, mk(fmt.Sprintf("recent%03d", i), 2*window)) // within the window of it
 	}
-	produce(t, addrs, first)
+	kafkatest.Produce(t, addrs, first...)
 	cfg := testConfig(t, addrs, "gw")
 	cfg.Engine.Window = window
 	r := start(t, cfg, nil)
-	waitCommitted(t, addrs, cfg.Group)
+	kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 	r.stop(t)
 
 	// A new machine: another state directory.
@@ -210,16 +211,16 @@ func TestRebuildAndRecordTimeWindow(t *testing.T) {
 		second = append(second, mk(fmt.Sprintf("old%03d", i), 2*window+window/2))
 		second = append(second, mk(fmt.Sprintf("recent%03d", i), 2*window+window/2))
 	}
-	produce(t, addrs, second)
+	kafkatest.Produce(t, addrs, second...)
 	r = start(t, cfg, nil)
-	waitCommitted(t, addrs, cfg.Group)
+	kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 	r.stop(t)
 
 	rd := r.readies()
 	if len(rd) != 1 || !rd[0].Rebuilt || rd[0].From != 200 || rd[0].Replayed != 200 {
 		t.Errorf("readies %+v, want one rebuilt from offset 200 (the first record within the window of ts(C-1)) replaying 200", rd)
 	}
-	out, _ := readAll(t, addrs, outTopic, time.Second)
+	out, _ := kafkatest.ReadAll(t, addrs, outTopic, time.Second)
 	for i := range 200 {
 		if n := out[fmt.Sprintf("old%03d", i)]; n != 2 {
 			t.Fatalf("key old%03d written %d times, want 2 (its repeat came 2.5 windows later)", i, n)
@@ -234,13 +235,13 @@ func TestRebuildAndRecordTimeWindow(t *testing.T) {
 // run: the local state is then ahead of the group, describes another
 // history, and is wiped; everything is processed again.
 func TestStateAheadOfGroupIsWiped(t *testing.T) {
-	c := newCluster(t, 1)
+	c := kafkatest.NewCluster(t, 1)
 	addrs := c.ListenAddrs()
 	in := genInput("w", 500, 300, 0, time.Now())
-	produce(t, addrs, in.recs)
+	kafkatest.Produce(t, addrs, in.recs...)
 	cfg := testConfig(t, addrs, "gx")
 	r := start(t, cfg, nil)
-	waitCommitted(t, addrs, cfg.Group)
+	kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 	r.stop(t)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
@@ -252,13 +253,13 @@ func TestStateAheadOfGroupIsWiped(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = start(t, cfg, nil)
-	waitCommitted(t, addrs, cfg.Group)
+	kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 	r.stop(t)
 	rd := r.readies()
 	if len(rd) != 1 || !rd[0].Rebuilt || rd[0].Local != 500 || rd[0].Committed != -1 {
 		t.Errorf("readies %+v, want one wiped state (local 500, no committed offset)", rd)
 	}
-	out, _ := readAll(t, addrs, outTopic, time.Second)
+	out, _ := kafkatest.ReadAll(t, addrs, outTopic, time.Second)
 	for k := range in.distinct {
 		if out[k] != 2 {
 			t.Fatalf("key %s written %d times, want 2 (once per group lifetime)", k, out[k])
@@ -273,7 +274,7 @@ func TestStateAheadOfGroupIsWiped(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = start(t, cfg, nil)
-	waitCommitted(t, addrs, cfg.Group)
+	kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 	r.stop(t)
 	rd = r.readies()
 	if len(rd) != 1 || !rd[0].Rebuilt || rd[0].Local != 500 || rd[0].Committed != 100 || rd[0].From != 0 || rd[0].Replayed != 100 {
@@ -332,15 +333,15 @@ func TestCheckpointRoundTrip(t *testing.T) {
 // were decided anew, so the figures added up to more records than there
 // were. New, Duplicates and Rejected now count committed transactions.
 func TestAbortedTransactionCountedOnce(t *testing.T) {
-	c := newCluster(t, 2)
+	c := kafkatest.NewCluster(t, 2)
 	addrs := c.ListenAddrs()
 	in := genInput("n", 2000, 600, 40, time.Now())
-	produce(t, addrs, in.recs)
+	kafkatest.Produce(t, addrs, in.recs...)
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: outTopic, Err: kerr.PolicyViolation, Count: 2})
 	cfg := testConfig(t, addrs, "g-count")
 	cfg.InstanceID = "i1"
 	r := start(t, cfg, nil)
-	waitCommitted(t, addrs, cfg.Group)
+	kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 	r.stop(t)
 	checkExactlyOnce(t, addrs, in)
 	st := r.c.Stats()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -26,7 +27,7 @@ func TestRecordTooLargeNeverBlocks(t *testing.T) {
 			name = "no-rejects-topic"
 		}
 		t.Run(name, func(t *testing.T) {
-			c := newCluster(t, 1)
+			c := kafkatest.NewCluster(t, 1)
 			addrs := c.ListenAddrs()
 			cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ProducerBatchMaxBytes(4<<20))
 			if err != nil {
@@ -54,9 +55,9 @@ func TestRecordTooLargeNeverBlocks(t *testing.T) {
 				cfg.RejectsTopic = ""
 			}
 			r := start(t, cfg, nil)
-			waitCommitted(t, addrs, cfg.Group)
+			kafkatest.WaitCommitted(t, addrs, cfg.Group, nil)
 			r.stop(t)
-			out, outRecs := readAll(t, addrs, outTopic, time.Second)
+			out, outRecs := kafkatest.ReadAll(t, addrs, outTopic, time.Second)
 			for _, k := range []string{"k1", "k2", "k3", "k5"} {
 				if out[k] != 1 {
 					t.Errorf("output holds %s %d times, want 1: %v", k, out[k], out)
@@ -74,7 +75,7 @@ func TestRecordTooLargeNeverBlocks(t *testing.T) {
 			if st.Aborted != 0 || st.Rejected != 1 || st.New != 4 {
 				t.Errorf("stats %+v: want 0 aborted, 1 rejected, 4 new", st)
 			}
-			_, rej := readAll(t, addrs, rejectsTopic, 500*time.Millisecond)
+			_, rej := kafkatest.ReadAll(t, addrs, rejectsTopic, 500*time.Millisecond)
 			if !rejects {
 				if len(rej) != 0 {
 					t.Errorf("rejects topic holds %d records without --rejects-topic", len(rej))

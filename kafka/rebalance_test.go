@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -28,7 +29,7 @@ func startFeeder(t *testing.T, addrs []string, every time.Duration) *feeder {
 		defer close(f.done)
 		for w := 0; ; w++ {
 			in := genInput(fmt.Sprintf("r%d-", w%5), 120, 90, 0, t0.Add(time.Duration(w)*time.Second))
-			produce(t, addrs, in.recs)
+			kafkatest.Produce(t, addrs, in.recs...)
 			f.mu.Lock()
 			f.waves = append(f.waves, in)
 			f.mu.Unlock()
@@ -70,13 +71,13 @@ func waitReady(t *testing.T, r *running, n int) {
 // move are made ready again, and a transaction aborted by a rebalance
 // costs only its own records, read again.
 func TestRebalanceKeepsOwnedPartitions(t *testing.T) {
-	c := newCluster(t, 4)
+	c := kafkatest.NewCluster(t, 4)
 	addrs := c.ListenAddrs()
 	group := "g-keep"
 	a := start(t, testConfig(t, addrs, group), nil)
 	f := startFeeder(t, addrs, 50*time.Millisecond)
 	waitReady(t, a, 4)
-	waitCommitted(t, addrs, group)
+	kafkatest.WaitCommitted(t, addrs, group, nil)
 	if !a.c.Ready() {
 		t.Errorf("a is not Ready with its 4 partitions ready: %+v", a.c.PartitionStates())
 	}
@@ -103,12 +104,12 @@ func TestRebalanceKeepsOwnedPartitions(t *testing.T) {
 	b := start(t, testConfig(t, addrs, group), nil)
 	waitReady(t, b, 2)
 	time.Sleep(500 * time.Millisecond) // transactions after the revoke
-	waitCommitted(t, addrs, group)
+	kafkatest.WaitCommitted(t, addrs, group, nil)
 	b.stop(t) // its partitions go back to a
 	waitReady(t, a, 6)
 	time.Sleep(500 * time.Millisecond)
 	waves := f.end()
-	waitCommitted(t, addrs, group)
+	kafkatest.WaitCommitted(t, addrs, group, nil)
 	a.stop(t)
 	checkExactlyOnce(t, addrs, waves...)
 
@@ -142,7 +143,7 @@ func TestRebalanceKeepsOwnedPartitions(t *testing.T) {
 // preparation of a newly assigned partition (a revoke right behind its
 // assignment) leaves no engine open for it, which no revoke would close.
 func TestCanceledPrepareLeavesNoEngine(t *testing.T) {
-	c := newCluster(t, 1)
+	c := kafkatest.NewCluster(t, 1)
 	addrs := c.ListenAddrs()
 	cons, err := New(testConfig(t, addrs, "gc"))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -67,21 +68,11 @@ func groupMembers(t *testing.T, addrs []string, group string) int {
 // ShutdownTimeout, not when the group gives up on the dead member.
 func TestShutdownWhileJoiningIsBounded(t *testing.T) {
 	t0 := time.Now()
-	c := newCluster(t, 2)
+	c := kafkatest.NewCluster(t, 2)
 	addrs := c.ListenAddrs()
 	group := "g-join"
-	produce(t, addrs, genInput("j", 20, 20, 0, time.Now()).recs)
-	dead, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(inTopic),
-		kgo.InstanceID("dead"), kgo.SessionTimeout(20*time.Second), kgo.RebalanceTimeout(20*time.Second),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	for dead.PollFetches(ctx).NumRecords() == 0 && ctx.Err() == nil {
-	}
-	cancel()
-	dead.Close() // a static member: it stays in the group, as after kill -9
+	kafkatest.Produce(t, addrs, genInput("j", 20, 20, 0, time.Now()).recs...)
+	kafkatest.AbandonStaticMember(t, addrs, group, 20*time.Second)
 	t.Logf("dead member joined and closed at %v", time.Since(t0))
 
 	cfg := testConfig(t, addrs, group)
@@ -113,7 +104,7 @@ func TestStaticMemberLeavesOnShutdown(t *testing.T) {
 			name = "keep"
 		}
 		t.Run(name, func(t *testing.T) {
-			c := newCluster(t, 2)
+			c := kafkatest.NewCluster(t, 2)
 			addrs := c.ListenAddrs()
 			group := "g-static-" + name
 			cfg := testConfig(t, addrs, group)
@@ -121,9 +112,9 @@ func TestStaticMemberLeavesOnShutdown(t *testing.T) {
 			cfg.SessionTimeout = 20 * time.Second
 			cfg.KeepStaticMembership = keep
 			r := start(t, cfg, nil)
-			produce(t, addrs, genInput("s", 50, 40, 0, time.Now()).recs)
+			kafkatest.Produce(t, addrs, genInput("s", 50, 40, 0, time.Now()).recs...)
 			waitReady(t, r, 2)
-			waitCommitted(t, addrs, group)
+			kafkatest.WaitCommitted(t, addrs, group, nil)
 			r.stop(t)
 			want := 0
 			if keep {
@@ -140,13 +131,13 @@ func TestStaticMemberLeavesOnShutdown(t *testing.T) {
 // takes the first one's place; the first one's Run returns ErrFenced
 // instead of rejoining (and fencing the second) over and over.
 func TestFencedInstanceExits(t *testing.T) {
-	c := newCluster(t, 2)
+	c := kafkatest.NewCluster(t, 2)
 	addrs := c.ListenAddrs()
 	group := "g-fenced"
 	cfg := testConfig(t, addrs, group)
 	cfg.InstanceID = "same"
 	a := start(t, cfg, nil)
-	produce(t, addrs, genInput("f", 50, 40, 0, time.Now()).recs)
+	kafkatest.Produce(t, addrs, genInput("f", 50, 40, 0, time.Now()).recs...)
 	waitReady(t, a, 2)
 	cfg2 := testConfig(t, addrs, group)
 	cfg2.InstanceID = "same"

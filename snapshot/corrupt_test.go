@@ -3,9 +3,9 @@ package snapshot
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -40,13 +40,16 @@ func readerOf(t testing.TB, fs vfs.FS, name string) string {
 	return ""
 }
 
-func sortedNames(files map[string][]byte) []string {
-	var names []string
-	for name := range files {
-		names = append(names, name)
+// damageEachGolden calls damage for each golden file, in name order, with
+// its path, the manifest that reads it and its intact bytes; damage writes
+// damaged copies at path, and the intact file is written back after it.
+func damageEachGolden(t *testing.T, fs vfs.FS, files map[string][]byte, damage func(name, path, reader string, orig []byte)) {
+	t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		path := fs.PathJoin(testDir, name)
+		damage(name, path, readerOf(t, fs, name), files[name])
+		writeFile(t, fs, path, files[name])
 	}
-	sort.Strings(names)
-	return names
 }
 
 // expectCorrupt checks that Read of the manifest at path rejects the damage
@@ -77,10 +80,7 @@ func expectCorrupt(t *testing.T, fs vfs.FS, path, what string, verify, inspect b
 // way: each is detected as corruption, never a panic.
 func TestEveryByteFlip(t *testing.T) {
 	fs, files := goldenFS(t)
-	for _, name := range sortedNames(files) {
-		orig := files[name]
-		path := fs.PathJoin(testDir, name)
-		reader := readerOf(t, fs, name)
+	damageEachGolden(t, fs, files, func(name, path, reader string, orig []byte) {
 		_, isManifest := parseManifestName(name)
 		for i := range orig {
 			for x := 1; x < 256; x++ {
@@ -93,26 +93,21 @@ func TestEveryByteFlip(t *testing.T) {
 				expectCorrupt(t, fs, reader, name, x == 0xff, inspect && x == 0xff)
 			}
 		}
-		writeFile(t, fs, path, orig)
-	}
+	})
 }
 
 // TestEveryTruncation cuts every golden file at every length, and appends a
 // byte: each is detected as corruption.
 func TestEveryTruncation(t *testing.T) {
 	fs, files := goldenFS(t)
-	for _, name := range sortedNames(files) {
-		orig := files[name]
-		path := fs.PathJoin(testDir, name)
-		reader := readerOf(t, fs, name)
+	damageEachGolden(t, fs, files, func(name, path, reader string, orig []byte) {
 		for n := 0; n < len(orig); n++ {
 			writeFile(t, fs, path, orig[:n])
 			expectCorrupt(t, fs, reader, name, true, true)
 		}
 		writeFile(t, fs, path, append(slices.Clone(orig), 0))
 		expectCorrupt(t, fs, reader, name, true, true)
-		writeFile(t, fs, path, orig)
-	}
+	})
 	// Without a manifest's segment, the snapshot is corrupt too.
 	if err := fs.Remove(fs.PathJoin(testDir, "segment-000002-3-0.seg")); err != nil {
 		t.Fatal(err)

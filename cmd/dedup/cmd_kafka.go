@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/handover"
 	"github.com/streamdedup/dedup/kafka"
@@ -533,7 +532,6 @@ func listenKafkaMetrics(addr string, c *kafka.Consumer) (stop func() error, err 
 // returned stop.
 func serveKafkaMetrics(ln net.Listener, reg *prometheus.Registry, c *kafka.Consumer) (stop func() error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -562,14 +560,7 @@ func serveKafkaMetrics(ln net.Listener, reg *prometheus.Registry, c *kafka.Consu
 		}
 		fmt.Fprintf(w, "not ready: %s\n", strings.Join(waiting, ", "))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return func() error {
-		if err := srv.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("metrics: %w", err)
-		}
-		return nil
-	}
+	return serveMetricsMux(ln, reg, mux)
 }
 
 // runKafkaDevBroker serves an in-process Kafka-protocol broker until a

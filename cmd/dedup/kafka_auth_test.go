@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -66,12 +67,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(2, "in", "out", "rejects", "dups"),
-				kfake.GroupMinSessionTimeout(time.Second)}, tc.cluster...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := kafkatest.NewCluster(t, 2, tc.cluster...)
 			t.Setenv(kafkaAuthEnv, tc.pass)
 			k := startKafka(t, bin, c.ListenAddrs(), filepath.Join(dir, tc.name), "a", tc.flags...)
 			deadline := time.Now().Add(20 * time.Second)

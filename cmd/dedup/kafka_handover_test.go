@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -92,7 +93,7 @@ func TestKafkaHandoverKill9(t *testing.T) {
 	b := run("b")                          // no state: imports what a exported
 	killOn(t, b, "importing the export", 0)
 	c := run("c") // no state either
-	waitGroupDone(t, addrs, dump)
+	kafkatest.WaitCommitted(t, addrs, "g", dump)
 	// a may have committed every record before its kill, so the group can
 	// be done before c has logged its imports: wait for them.
 	waitLines(t, c, "imported the export", 2)
@@ -103,11 +104,11 @@ func TestKafkaHandoverKill9(t *testing.T) {
 	send(in.recs[2*q : 3*q])
 	killOn(t, c, "exporting at offset", n) // during an export, with records flowing
 	a = run("a")                           // its own state, stale, and the scratch its kill left
-	waitGroupDone(t, addrs, dump)
+	kafkatest.WaitCommitted(t, addrs, "g", dump)
 	a.term(t)
 	d := run("d") // a new machine
 	send(in.recs[3*q:])
-	waitGroupDone(t, addrs, dump)
+	kafkatest.WaitCommitted(t, addrs, "g", dump)
 	d.term(t)
 	checkKafkaOutput(t, addrs, in)
 	if got := strings.Count(d.output(), "ready: committed"); got != 2 || strings.Count(d.output(), "imported the export") != 2 {

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -20,25 +20,8 @@ func TestKafkaSigtermWhileJoining(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
 	addrs := kafkaBroker(t, 2)
-	prod, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	if err := prod.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Value: []byte(`{"event_id":"x"}`)}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	dead, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("in"),
-		kgo.InstanceID("dead"), kgo.SessionTimeout(30*time.Second), kgo.RebalanceTimeout(30*time.Second),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	for dead.PollFetches(ctx).NumRecords() == 0 && ctx.Err() == nil {
-	}
-	cancel()
-	dead.Close() // a static member stays in the group, as after kill -9
+	kafkatest.Produce(t, addrs, &kgo.Record{Topic: "in", Value: []byte(`{"event_id":"x"}`)})
+	kafkatest.AbandonStaticMember(t, addrs, "g", 30*time.Second)
 
 	c := startKafka(t, bin, addrs, dir, "alive", "--shutdown-timeout", "2s")
 	time.Sleep(1500 * time.Millisecond)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,25 +15,14 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/kafka"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // kafkaBroker starts an in-process kfake broker on 127.0.0.1 with the
-// topics the tests use.
+// topics the tests use, and returns its address.
 func kafkaBroker(t *testing.T, partitions int32) []string {
-	t.Helper()
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.SeedTopics(partitions, "in", "out", "rejects", "dups"),
-		kfake.GroupMinSessionTimeout(time.Second),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return kafkatest.NewCluster(t, partitions).ListenAddrs()
 }
 
 // kafkaChild is a `dedup kafka` child process.
@@ -164,128 +152,12 @@ func genKafkaInput(n int, seed uint64) *kafkaInput {
 	return in
 }
 
-// waitGroupDone waits until group g has committed the end of every input
-// partition.
-func waitGroupDone(t *testing.T, addrs []string, children func() string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		ends, err1 := adm.ListEndOffsets(ctx, "in")
-		offs, err2 := adm.FetchOffsets(ctx, "g")
-		cancel()
-		if err1 == nil && err2 == nil {
-			behind := 0
-			ends.Each(func(o kadm.ListedOffset) {
-				if c, ok := offs.Lookup("in", o.Partition); o.Offset > 0 && (!ok || c.At < o.Offset) {
-					behind++
-				}
-			})
-			if behind == 0 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			var desc strings.Builder
-			if gs, err := adm.DescribeGroups(context.Background(), "g"); err == nil {
-				for _, g := range gs {
-					fmt.Fprintf(&desc, "group %s state %s protocol %s\n", g.Group, g.State, g.Protocol)
-					for _, m := range g.Members {
-						ca, _ := m.Assigned.AsConsumer()
-						fmt.Fprintf(&desc, "  member %s instance %v: %v\n", m.MemberID, m.InstanceID, ca)
-					}
-				}
-			}
-			fmt.Fprintf(&desc, "ends %v\ncommitted %v\n", ends, offs)
-			t.Fatalf("the group has not committed the whole input after 90s (%v %v)\n%s\n%s", err1, err2, desc.String(), children())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// readTopic reads topic with read_committed until a poll brings nothing
-// for a second, counting records by the event_id of their value (keyless
-// by their value).
-func readTopic(t *testing.T, addrs []string, topic string) map[string]int {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	counts := map[string]int{}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			k := string(r.Key)
-			if k == "" {
-				k = string(r.Value)
-			}
-			counts[k]++
-		})
-		fs.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("read %s: %v", topic, err)
-			}
-		})
-		if n == 0 {
-			return counts
-		}
-	}
-}
-
 // checkKafkaOutput checks the output topics against in: out holds every
 // distinct key exactly once and nothing else; rejects and dups hold the
 // rest.
 func checkKafkaOutput(t *testing.T, addrs []string, in *kafkaInput) {
 	t.Helper()
-	out := readTopic(t, addrs, "out")
-	bad := 0
-	for k, n := range out {
-		if !in.distinct[k] || n != 1 {
-			if bad < 10 {
-				t.Errorf("out holds %q %d times (in the input: %v)", k, n, in.distinct[k])
-			}
-			bad++
-		}
-	}
-	for k := range in.distinct {
-		if out[k] == 0 {
-			if bad < 10 {
-				t.Errorf("out misses %q", k)
-			}
-			bad++
-		}
-	}
-	if bad > 0 {
-		t.Fatalf("%d keys wrong in out (%d distinct in the input)", bad, len(in.distinct))
-	}
-	if got := sumCounts(readTopic(t, addrs, "rejects")); got != in.rejects {
-		t.Errorf("rejects holds %d records, want %d", got, in.rejects)
-	}
-	if got := sumCounts(readTopic(t, addrs, "dups")); got != in.dups {
-		t.Errorf("dups holds %d records, want %d", got, in.dups)
-	}
-}
-
-func sumCounts(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
+	kafkatest.CheckExactlyOnce(t, addrs, in.distinct, in.rejects, in.dups)
 }
 
 // TestKafkaKill9 runs real `dedup kafka` processes, two at a time, against
@@ -360,7 +232,7 @@ func TestKafkaKill9(t *testing.T) {
 			all = append(all, running[2])
 		}
 	}
-	waitGroupDone(t, addrs, dump)
+	kafkatest.WaitCommitted(t, addrs, "g", dump)
 	for _, c := range running {
 		c.term(t)
 	}
@@ -399,7 +271,7 @@ func TestKafkaKcat(t *testing.T) {
 	}
 
 	c := startKafka(t, bin, addrs, dir, "k", "--key-from", "record-key", "--key", "")
-	waitGroupDone(t, addrs, c.output)
+	kafkatest.WaitCommitted(t, addrs, "g", c.output)
 	c.term(t)
 
 	consume := exec.Command(kcat, "-C", "-b", broker, "-t", "out", "-e", "-q",

@@ -242,7 +242,12 @@ func listenMetrics(addr string, c prometheus.Collector) (stop func() error, err 
 
 // serveRegistry serves reg at /metrics on ln until the returned stop.
 func serveRegistry(ln net.Listener, reg *prometheus.Registry) (stop func() error) {
-	mux := http.NewServeMux()
+	return serveMetricsMux(ln, reg, http.NewServeMux())
+}
+
+// serveMetricsMux serves reg at /metrics on ln, beside the handlers mux
+// has already, until the returned stop.
+func serveMetricsMux(ln net.Listener, reg *prometheus.Registry, mux *http.ServeMux) (stop func() error) {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

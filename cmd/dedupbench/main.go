@@ -8,8 +8,10 @@
 //	dedupbench simulate [flags]   the window model through the engine
 //	dedupbench load [flags]       open-loop load at a rate, or a sweep of rates
 //	dedupbench compare [flags]    engine modes and backends against the baselines
+//	dedupbench serve [flags]      redis-benchmark against redis-server and dedup's RESP server
 //	dedupbench kafka [flags]      dedup on Kafka (in-process broker) against a passthrough
 //	dedupbench filter [flags]     dedup filter against awk's !seen[key]++, peak RSS of each
+//	dedupbench advisor [flags]    the window advisor's estimates beside the truth
 //	dedupbench idem [flags]       dedup proxy against the upstream and a Redis-backed middleware
 //
 // Every subcommand takes --json (machine-readable output); those with charts
@@ -60,38 +62,46 @@ func (c *common) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress bar")
 }
 
+// subcommands are dedupbench's commands, in the order help lists them.
+var subcommands = []struct {
+	name string
+	run  func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}{
+	{"simulate", runSimulate},
+	{"load", runLoad},
+	{"compare", func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return runCompare(ctx, "dedupbench compare", args, stdout, stderr)
+	}},
+	{"serve", runServe},
+	{"kafka", runKafka},
+	{"filter", runFilter},
+	{"advisor", runAdvisor},
+	{"idem", runIdem},
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
+	names := make([]string, len(subcommands))
+	for i, c := range subcommands {
+		if c.name == cmd {
+			return c.run(ctx, args, stdout, stderr)
+		}
+		names[i] = c.name
+	}
 	switch cmd {
 	case "":
 		return runCompare(ctx, "dedupbench", args, stdout, stderr)
-	case "compare":
-		return runCompare(ctx, "dedupbench compare", args, stdout, stderr)
-	case "simulate":
-		return runSimulate(ctx, args, stdout, stderr)
-	case "load":
-		return runLoad(ctx, args, stdout, stderr)
-	case "serve":
-		return runServe(ctx, args, stdout, stderr)
-	case "kafka":
-		return runKafka(ctx, args, stdout, stderr)
-	case "filter":
-		return runFilter(ctx, args, stdout, stderr)
-	case "advisor":
-		return runAdvisor(ctx, args, stdout, stderr)
-	case "idem":
-		return runIdem(ctx, args, stdout, stderr)
 	case childCommand:
 		// Hidden: one target of compare, in a process of its own.
 		return bench.RunChild(ctx, os.Stdin, stdout)
 	case "help":
-		fmt.Fprintln(stdout, "usage: dedupbench [simulate|load|compare|serve|kafka|filter|advisor|idem] [flags]; dedupbench <cmd> -h for flags")
+		fmt.Fprintf(stdout, "usage: dedupbench [%s] [flags]; dedupbench <cmd> -h for flags\n", strings.Join(names, "|"))
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want simulate, load, compare, serve, kafka, filter, advisor or idem)", cmd)
+	return fmt.Errorf("unknown command %q (want %s or %s)", cmd, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
 // childCommand is the hidden subcommand compare starts each target in, so

@@ -1,9 +1,11 @@
 // Package handovertest serves an in-process S3 (gofakes3 over an httptest
 // server) for tests of [github.com/streamdedup/dedup/handover] stores: [S3] returns an s3:// URL that
-// [github.com/streamdedup/dedup/handover.Open] takes.
+// [github.com/streamdedup/dedup/handover.Open] takes, and [Open] opens a
+// store for the length of a test.
 package handovertest
 
 import (
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"net/url"
@@ -11,7 +13,23 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/streamdedup/dedup/handover"
 )
+
+// Open opens the handover store at url (as
+// [github.com/streamdedup/dedup/handover.Open] does), closed when t ends:
+// after the test's deferred calls, and after the cleanups t registers
+// later, such as the stop of a consumer that uses the store.
+func Open(t testing.TB, url string) *handover.Store {
+	t.Helper()
+	s, err := handover.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
 
 // S3 starts an in-process S3 server holding one empty bucket, stopped when
 // t ends, sets the AWS credentials of the test's environment, and returns
