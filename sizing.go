@@ -25,8 +25,9 @@ const (
 // background flush writes them to Pebble as sorted tables) for the
 // workload opts describe: the smaller of a full window's keys at 128 bytes
 // each and a minute of ExpectedRate at 40 bytes each (a key's 16-byte
-// fingerprint, its index entry and its commit-log hash take 32-40 bytes in
-// the table), a power of two within [4 MiB, 64 MiB]. Measured with
+// fingerprint, its index entry and its commit-log hash take about 36 bytes
+// in the table, BenchmarkMemTable in exact/), a power of two within
+// [4 MiB, 64 MiB]. Measured with
 // BenchmarkMemTableSize in exact/ (commits of 5000 random 16-byte keys):
 // 64 MiB spent 10-20% less CPU per key than 16 MiB and 4 MiB, whose
 // flushes are 7 and 30 times as many, but holds up to twice its size while
