@@ -93,7 +93,8 @@ func Open(opts Options) (*Engine, error) {
 // openStore opens the exact store in dir for opts (defaults filled).
 // Without a Dir, the store is in memory: fingerprint tables, no files.
 func openStore(fs vfs.FS, dir string, opts Options) (*exact.Store, error) {
-	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, MemTableSize: memTableSize(opts), InMemory: opts.Dir == ""})
+	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, InMemory: opts.Dir == "",
+		MemTableSize: memTableSize(opts), CacheSize: blockCacheSize(opts)})
 }
 
 // adopt fills the fields of o that a state directory records and o leaves

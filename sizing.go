@@ -23,22 +23,42 @@ const (
 // memTableSize sizes the exact store's memtable (exact.Options.MemTableSize:
 // the store's own table of appends, which takes the latest commits until a
 // background flush writes them to Pebble as sorted tables) for the
-// workload opts describe: 128 bytes per key of a full window (a 16-byte
-// key takes about 36 in the table, its commit-log record 25 more), a power
-// of two within [4 MiB, 64 MiB]. Measured with BenchmarkMemTableSize in
-// exact/ (commits of 5000 random 16-byte keys): 64 MiB spent 10-20% less
-// CPU per key than 16 MiB and 4 MiB, whose flushes are 7 and 30 times as
-// many, but holds up to twice its size while a flush runs and makes Open
-// replay up to 1.9M keys (0.6 s); a state that receives few keys holds and
-// replays only those, whatever the limit.
+// workload opts describe: the smaller of a full window's keys at 128 bytes
+// each and a minute of ExpectedRate at 40 bytes each (a key's 16-byte
+// fingerprint, its index entry and its commit-log hash take about 36 bytes
+// in the table, BenchmarkMemTable in exact/), a power of two within
+// [4 MiB, 64 MiB]. Measured with
+// BenchmarkMemTableSize in exact/ (commits of 5000 random 16-byte keys):
+// 64 MiB spent 10-20% less CPU per key than 16 MiB and 4 MiB, whose
+// flushes are 7 and 30 times as many, but holds up to twice its size while
+// a flush runs and makes Open replay up to 1.9M keys (0.6 s). A table that
+// fills in a minute at the expected rate flushes once a minute, which costs
+// nothing measurable; a burst above the rate flushes more often. A state
+// that receives few keys holds and replays only those, whatever the limit.
 func memTableSize(opts Options) uint64 {
 	keys := opts.ExpectedRate * (opts.Window + opts.Window/time.Duration(opts.Generations)).Seconds()
-	want := keys * 128
+	want := min(keys*128, opts.ExpectedRate*memTableSeconds*40)
 	size := uint64(minMemTable)
 	for size < maxMemTable && float64(size) < want {
 		size *= 2
 	}
 	return size
+}
+
+// memTableSeconds is the traffic, in seconds of ExpectedRate, that
+// memTableSize fits in the memtable.
+const memTableSeconds = 60
+
+// blockCacheSize sizes the exact store's block cache (exact.Options.
+// CacheSize, on top of which Pebble charges its own two memtables, 8 MiB)
+// as large as the memtable, so that both follow ExpectedRate. The cache
+// serves the store's lookups, which the filters send only for duplicates
+// and false positives, a share of the rate: the index blocks of a window's
+// tables take a few MiB, and a data block is hit again only by a key looked
+// up twice, so a cache beyond that holds little that is read again
+// (docs/benchmarks.md, dedup serve against redis-server).
+func blockCacheSize(opts Options) int64 {
+	return int64(memTableSize(opts))
 }
 
 // checkMemory refuses options whose filters would not fit in the machine's

@@ -269,6 +269,9 @@ func (f *filterRun) run() (err error) {
 	if err := f.openOutputs(); err != nil {
 		return err
 	}
+	// Everything is open: what start-up read of the binary need not stay
+	// resident while the lines are read.
+	releaseStartupPages()
 	stopProgress := f.startProgress()
 	err = f.loop(srcs)
 	stopProgress()

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package main
+
+// releaseStartupPages does nothing off Linux (see the Linux version).
+func releaseStartupPages() {}
