@@ -128,12 +128,7 @@ func (e *Engine) initWindow() {
 	w := &e.win
 	o := &e.opts
 	n := o.Generations
-	w.span = int64(o.Window) / int64(n)
-	spans := 1 + n + advHorizonWindows*n // Window + span + the horizon, in spans
-	w.binsPerSpan = max(1, min(8, advMaxBins/spans))
-	w.bin = w.span / int64(w.binsPerSpan)
-	w.nbins = spans * w.binsPerSpan
-	w.j0 = (1 + n) * w.binsPerSpan
+	w.setGeometry(o.Window, n, advHorizonWindows)
 	if o.EventTime {
 		o.Now = e.eventNow
 	}
@@ -161,6 +156,17 @@ func (e *Engine) initWindow() {
 		}
 		e.shards[i].adv = a
 	}
+}
+
+// setGeometry sets the age bins for a window of n generations and a
+// horizon of horizonWindows windows past it.
+func (w *windowState) setGeometry(window time.Duration, n, horizonWindows int) {
+	w.span = int64(window) / int64(n)
+	spans := 1 + n + horizonWindows*n // Window + span + the horizon, in spans
+	w.binsPerSpan = max(1, min(8, advMaxBins/spans))
+	w.bin = w.span / int64(w.binsPerSpan)
+	w.nbins = spans * w.binsPerSpan
+	w.j0 = (1 + n) * w.binsPerSpan
 }
 
 // startEventClock starts the event clock, after a restore, at the start of
