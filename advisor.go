@@ -88,6 +88,11 @@ func (a *shardAdvisor) sync() {
 // generation gen, and raises the engine's level while the shard's
 // horizon is over its share of the budget.
 func (a *shardAdvisor) journal(gen uint64, l int, h uint64) {
+	if a.lastID != gen || a.last == nil {
+		if _, ok := a.cohorts[gen]; !ok {
+			return // a restored generation: its cohort's size is not known
+		}
+	}
 	a.horizon.Add(gen, l, h)
 	for a.horizon.Bytes() > a.win.shardBudget && a.level < rotate.HorizonLevels-1 {
 		a.win.level.CompareAndSwap(int32(a.level), int32(a.level+1))
@@ -217,12 +222,14 @@ type shardAdvisor struct {
 	cohorts        map[uint64]*cohort
 	lastID         uint64
 	last           *cohort
-	horizon        *rotate.Horizon // nil without one
-	foldedN        uint64          // keys of cohorts past the horizon: exposed at every age
-	newsSince      uint64          // New verdicts since the last tick
-	nextTick       int64           // ns
-	probes         uint64          // sampled New keys looked up in the horizon
+	horizon        *rotate.Horizon              // nil without one
+	foldedN        uint64                       // keys of cohorts past the horizon: exposed at every age
+	newsSince      uint64                       // New verdicts since the last tick
+	nextTick       int64                        // ns
+	probes         uint64                       // sampled New keys looked up in the horizon
+	probesAt       [rotate.HorizonLevels]uint32 // since the last tick, by level
 	lastFoldOldest uint64
+	fpCache        []fpEntry // the newest generations' FPRate, oldest first
 }
 
 // cohortOf returns generation gen's cohort, creating it.
@@ -293,20 +300,33 @@ func (e *Engine) noteNew(s *shard, h uint64, now time.Time) {
 		return
 	}
 	a.probes++
+	a.probesAt[l]++
 	ns := now.UnixNano()
-	a.horizon.Probe(h, l, now, func(id uint64, keys int, match bool) {
-		if _, ok := a.cohorts[id]; !ok {
-			return
-		}
-		j := e.win.ageBin(id, ns) - e.win.j0
-		if j < 0 {
-			return // past the last bin, or (never) inside the window
-		}
-		a.leakFP[j] += float64(keys) / (1 << 32)
-		if match {
+	a.horizon.Probe(h, l, now, func(id uint64) {
+		if j := e.win.ageBin(id, ns) - e.win.j0; j >= 0 {
 			e.win.matches[l][j].Add(1)
 		}
 	})
+}
+
+// bookFalseMatches books the false matches expected among the horizon's
+// probes since the last tick, at the cohort ages of now: a probe at level
+// l meets each expired generation's fragments of level l, n of them
+// matching by chance with probability n/2^32.
+func (e *Engine) bookFalseMatches(a *shardAdvisor, now time.Time) {
+	ns := now.UnixNano()
+	a.horizon.Expired(now, func(id uint64, keys func(int) int) {
+		j := e.win.ageBin(id, ns) - e.win.j0
+		if j < 0 {
+			return
+		}
+		for l := a.level; l < len(a.probesAt); l++ {
+			if p := a.probesAt[l]; p > 0 {
+				a.leakFP[j] += float64(p) * float64(keys(l)) / (1 << 32)
+			}
+		}
+	})
+	clear(a.probesAt[:])
 }
 
 // advTick runs at most once per bin of the clock, under the shard's lock:
@@ -326,8 +346,9 @@ func (e *Engine) advTick(s *shard, now time.Time) {
 		// taking it, at g's rate: expected false Duplicates per new key.
 		gens := s.ring.Generations()
 		miss := 1.0
+		a.fpCache = a.fpCache[:copy(a.fpCache, a.fpCache[max(0, len(a.fpCache)-len(gens)):])]
 		for _, g := range gens {
-			fp := g.Filter.FPRate()
+			fp := a.fpRate(g)
 			if c := a.cohorts[g.ID]; c != nil {
 				if j := e.win.ageBin(g.ID, ns); j >= 0 {
 					a.fpExp[j] += float64(a.newsSince) * fp * miss
@@ -339,6 +360,7 @@ func (e *Engine) advTick(s *shard, now time.Time) {
 	a.newsSince = 0
 	if a.horizon != nil {
 		a.sync()
+		e.bookFalseMatches(a, now)
 		a.horizon.Advance(now)
 	}
 	// Fold cohorts whose age is past the last bin.
@@ -352,6 +374,29 @@ func (e *Engine) advTick(s *shard, now time.Time) {
 			}
 		}
 	}
+}
+
+// fpEntry is a generation's filter's FPRate at a count of keys.
+type fpEntry struct {
+	id, count uint64
+	fp        float64
+}
+
+// fpRate is g's filter's FPRate, computed again only when its count of
+// keys has changed: only the newest generation's does.
+func (a *shardAdvisor) fpRate(g *rotate.Generation) float64 {
+	n := g.Filter.Count()
+	for i := range a.fpCache {
+		if c := &a.fpCache[i]; c.id == g.ID {
+			if c.count != n {
+				c.count, c.fp = n, g.Filter.FPRate()
+			}
+			return c.fp
+		}
+	}
+	fp := g.Filter.FPRate()
+	a.fpCache = append(a.fpCache, fpEntry{g.ID, n, fp})
+	return fp
 }
 
 // bytes is the memory the shard's advisor takes.

@@ -39,6 +39,15 @@ type Horizon struct {
 	gens   []horizonGen
 	bytes  uint64 // 4 * the fragments' capacity
 	keys   int
+	// bitmap is a Bloom filter (bmHashes) of the fragments of the
+	// generations [bmFrom, bmTo] (the ones expired and kept when it was
+	// built): most probes of a hash no generation holds end there, with
+	// three bit tests instead of a search per generation. bmOK is false
+	// when it must be rebuilt (Drop).
+	bitmap       []uint64
+	bmShift      uint
+	bmFrom, bmTo uint64
+	bmOK         bool
 }
 
 type horizonGen struct {
@@ -71,6 +80,67 @@ func (hz *Horizon) Add(id uint64, level int, h uint64) {
 	l.sorted = false
 	hz.bytes += 4 * uint64(cap(l.frags)-c)
 	hz.keys++
+	if hz.bmOK && id >= hz.bmFrom && id <= hz.bmTo {
+		hz.setBit(uint32(h)) // a late key of an expired generation
+	}
+}
+
+// bmHashes are the bitmap's three multiplicative hashes of a fragment
+// (the top bits of f times each): about 8 bits a fragment and three bits
+// each leave 3% of the hashes no generation holds to a search.
+var bmHashes = [3]uint32{0x9e3779b1, 0x85ebca6b, 0xc2b2ae35}
+
+func (hz *Horizon) setBit(f uint32) {
+	for _, c := range bmHashes {
+		i := (f * c) >> hz.bmShift
+		hz.bitmap[i/64] |= 1 << (i % 64)
+	}
+}
+
+func (hz *Horizon) hasBit(f uint32) bool {
+	for _, c := range bmHashes {
+		i := (f * c) >> hz.bmShift
+		if hz.bitmap[i/64]&(1<<(i%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// buildBitmap builds the bitmap over the generations gens[from:to], about
+// 8 bits per fragment (a power of two, at least 64).
+func (hz *Horizon) buildBitmap(from, to int) {
+	n := 0
+	for i := from; i < to; i++ {
+		for _, l := range hz.gens[i].levels {
+			n += len(l.frags)
+		}
+	}
+	logBits := uint(6)
+	for logBits < 32 && 1<<logBits < 8*n {
+		logBits++
+	}
+	words := 1 << (logBits - 6)
+	hz.bytes -= 8 * uint64(len(hz.bitmap))
+	if cap(hz.bitmap) >= words && cap(hz.bitmap) <= 4*words {
+		hz.bitmap = hz.bitmap[:words]
+		clear(hz.bitmap)
+	} else {
+		hz.bitmap = make([]uint64, words)
+	}
+	hz.bytes += 8 * uint64(len(hz.bitmap))
+	hz.bmShift = 32 - logBits
+	for i := from; i < to; i++ {
+		for _, l := range hz.gens[i].levels {
+			for _, f := range l.frags {
+				hz.setBit(f)
+			}
+		}
+	}
+	hz.bmFrom, hz.bmTo, hz.bmOK = 0, 0, true
+	if from < to {
+		hz.bmFrom, hz.bmTo = hz.gens[from].id, hz.gens[to-1].id
+	}
 }
 
 // get returns generation id, creating it in order if needed.
@@ -103,6 +173,10 @@ func (hz *Horizon) Advance(now time.Time) {
 	if i > 0 {
 		clear(hz.gens[:i])
 		hz.gens = append(hz.gens[:0], hz.gens[i:]...)
+		if len(hz.gens) == 0 {
+			hz.bytes -= 8 * uint64(len(hz.bitmap))
+			hz.bitmap, hz.bmOK = nil, false
+		}
 	}
 }
 
@@ -116,6 +190,7 @@ func (hz *Horizon) forget(l *horizonLevel) {
 // Drop frees the fragments of every level below level, in every
 // generation held: the sample becomes the hashes of level or more.
 func (hz *Horizon) Drop(level int) {
+	hz.bmOK = false
 	for i := range hz.gens {
 		g := &hz.gens[i]
 		for l := range min(level, len(g.levels)) {
@@ -125,23 +200,26 @@ func (hz *Horizon) Drop(level int) {
 }
 
 // Probe asks every generation already expired from the window at now,
-// and still kept, whether it holds h, of the given level: fn gets each
-// one's id, the number of fragments of that level it holds (its chance of
-// a false match is keys/2^32) and whether it matched.
-func (hz *Horizon) Probe(h uint64, level int, now time.Time, fn func(id uint64, keys int, match bool)) {
-	ns := now.UnixNano()
+// and still kept, whether it holds h, of the given level, and calls fn
+// with the id of each one that does. A generation holding n fragments of
+// that level matches a hash it does not hold with probability n/2^32
+// (Expired reports n).
+func (hz *Horizon) Probe(h uint64, level int, now time.Time, fn func(id uint64)) {
+	from, to := hz.expired(now.UnixNano())
+	if from == to {
+		return
+	}
+	if !hz.bmOK || hz.bmFrom != hz.gens[from].id || hz.bmTo != hz.gens[to-1].id {
+		hz.buildBitmap(from, to)
+	}
 	f := uint32(h)
+	if !hz.hasBit(f) {
+		return
+	}
 	level = min(level, HorizonLevels-1)
-	for i := range hz.gens {
+	for i := from; i < to; i++ {
 		g := &hz.gens[i]
-		if ns < hz.expiry(g.id) {
-			break // live in the window, and so is every later one
-		}
-		if ns >= hz.expiry(g.id)+hz.keep {
-			continue // dropped at the next Advance
-		}
 		if level >= len(g.levels) {
-			fn(g.id, 0, false)
 			continue
 		}
 		l := &g.levels[level]
@@ -149,12 +227,74 @@ func (hz *Horizon) Probe(h uint64, level int, now time.Time, fn func(id uint64, 
 			slices.Sort(l.frags)
 			l.sorted = true
 		}
-		_, ok := slices.BinarySearch(l.frags, f)
-		fn(g.id, len(l.frags), ok)
+		if contains(l.frags, f) {
+			fn(g.id)
+		}
 	}
 }
 
-// Bytes is the memory the fragments take.
+// expired returns the range gens[from:to] of the generations expired
+// from the window at now (ns) and still kept.
+func (hz *Horizon) expired(ns int64) (from, to int) {
+	for to < len(hz.gens) && ns >= hz.expiry(hz.gens[to].id) {
+		if ns >= hz.expiry(hz.gens[to].id)+hz.keep {
+			from = to + 1 // dropped at the next Advance
+		}
+		to++
+	}
+	return from, to
+}
+
+// Expired calls fn with the id of every generation expired from the window
+// at now and still kept, and the number of fragments it holds at each level
+// (keys[l]; levels past the slice's end hold none): a Probe at level l
+// matches one it does not hold with probability keys[l]/2^32.
+func (hz *Horizon) Expired(now time.Time, fn func(id uint64, keys func(level int) int)) {
+	from, to := hz.expired(now.UnixNano())
+	for i := from; i < to; i++ {
+		g := &hz.gens[i]
+		fn(g.id, func(l int) int {
+			l = min(l, HorizonLevels-1)
+			if l >= len(g.levels) {
+				return 0
+			}
+			return len(g.levels[l].frags)
+		})
+	}
+}
+
+// contains reports whether the sorted fragments a hold f. Fragments are
+// uniform over 32 bits, so interpolation finds f's place in a few steps
+// (log log n on average) where a binary search takes log n.
+func contains(a []uint32, f uint32) bool {
+	lo, hi := 0, len(a)-1
+	for steps := 0; lo <= hi && steps < 4; steps++ {
+		x, y := a[lo], a[hi]
+		if f < x || f > y {
+			return false
+		}
+		if x == y {
+			return true // f == x == y
+		}
+		i := lo + int(uint64(f-x)*uint64(hi-lo)/uint64(y-x))
+		switch {
+		case a[i] < f:
+			lo = i + 1
+		case a[i] > f:
+			hi = i - 1
+		default:
+			return true
+		}
+	}
+	if lo > hi {
+		return false
+	}
+	_, ok := slices.BinarySearch(a[lo:hi+1], f)
+	return ok
+}
+
+// Bytes is the memory the fragments and the bitmap over the expired
+// generations take: about 5 bytes a fragment.
 func (hz *Horizon) Bytes() uint64 { return hz.bytes }
 
 // Keys is the number of fragments held.
