@@ -2,6 +2,7 @@ package exact
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -303,46 +304,69 @@ func TestCrashEveryWrite(t *testing.T) {
 	} {
 		w, pct := tc.w, tc.pct
 		t.Run(tc.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(pct), 11))
-			crashes := 0
-			for k := int32(0); ; k++ {
-				mem := newCrashableFS()
-				var index atomic.Int32
-				index.Store(math.MaxInt32)
-				var p progress
-				var mu sync.Mutex
-				var crash *vfs.MemFS
-				var crashDone, crashTrunc, crashTruncReq int
-				inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-					if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && index.Add(-1) == -1 {
-						mu.Lock()
-						crashDone, crashTrunc, crashTruncReq = int(p.done.Load()), int(p.truncated.Load()), int(p.truncReq.Load())
-						crash = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng})
-						mu.Unlock()
-					}
-					return nil
-				})
-				s := mustOpen(t, "db", Options{FS: errorfs.Wrap(mem.FS(), inj), memLimit: w.memLimit})
-				index.Store(k)
-				if err := w.run(s, &p); err != nil {
-					t.Fatalf("k=%d: %v", k, err)
-				}
-				mustClose(t, s)
-				mu.Lock()
-				c := crash
-				mu.Unlock()
-				if c == nil {
-					t.Logf("%d crash points", k)
-					break
-				}
-				crashes++
-				w.verify(t, c, crashDone, crashTrunc, crashTruncReq, fmt.Sprintf("crash at write %d", k))
-			}
+			crashes := crashAtEveryWrite(t, w, pct)
+			t.Logf("%d crash points", crashes)
 			if crashes < 50 {
 				t.Fatalf("only %d crash points: the workload does not flush", crashes)
 			}
 		})
 	}
+}
+
+// crashPoint is the state of a crash at one write: the files as a crash
+// would leave them, and how far the workload had got.
+type crashPoint struct {
+	fs                        *vfs.MemFS
+	done, truncated, truncReq int
+}
+
+// crashAtEveryWrite runs w once and clones the files as a crash would
+// leave them at every write, verifying each clone while the run goes on
+// (a write waits while crashAtEveryWrite verifies the clones before it,
+// so the clones in memory stay few). It returns the number of crash
+// points.
+func crashAtEveryWrite(t *testing.T, w crashWorkload, pct int) int {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(uint64(pct), 11))
+	mem := newCrashableFS()
+	var p progress
+	points := make(chan crashPoint, 4)
+	stop := make(chan struct{})
+	defer close(stop)
+	var mu sync.Mutex // the RNG and the clone order
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind.ReadOrWrite() != errorfs.OpIsWrite {
+			return nil
+		}
+		mu.Lock()
+		c := crashPoint{done: int(p.done.Load()), truncated: int(p.truncated.Load()), truncReq: int(p.truncReq.Load())}
+		c.fs = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng})
+		select {
+		case points <- c:
+		case <-stop:
+		}
+		mu.Unlock()
+		return nil
+	})
+	runErr := make(chan error, 1)
+	go func() {
+		s, err := Open("db", Options{FS: errorfs.Wrap(mem.FS(), inj), memLimit: w.memLimit})
+		if err == nil {
+			err = w.run(s, &p)
+			err = errors.Join(err, s.Close())
+		}
+		runErr <- err
+		close(points)
+	}()
+	k := 0
+	for c := range points {
+		w.verify(t, c.fs, c.done, c.truncated, c.truncReq, fmt.Sprintf("crash at write %d", k))
+		k++
+	}
+	if err := <-runErr; err != nil {
+		t.Fatalf("the workload: %v", err)
+	}
+	return k
 }
 
 // TestCrashDuringReplay crashes Open at its k-th write, for every k, while

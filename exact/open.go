@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Open opens the store in dir, creating dir and the store if missing. A
@@ -41,6 +43,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	existing := false
 	fmv := pebble.FormatNewest
+	if len(ls) > 0 && createInterrupted(ls) {
+		if err := clearInterruptedCreate(fs, dir, ls); err != nil {
+			return nil, err
+		}
+		ls = nil
+	}
 	if len(ls) > 0 {
 		desc, err := pebble.Peek(dir, fs)
 		if err != nil {
@@ -100,6 +108,42 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, errors.Join(err, s.closeDB())
 	}
 	return s, nil
+}
+
+// createInterrupted reports whether a directory's files are only those
+// pebble.Open writes before a new store holds anything (its lock, a
+// manifest, the marker naming it, a temporary file): no commit log, no
+// WAL, no table. A crash while Open created a store leaves such a
+// directory, which Pebble may not open (a marker naming a manifest the
+// crash lost).
+func createInterrupted(names []string) bool {
+	for _, n := range names {
+		if n != "LOCK" && !strings.HasPrefix(n, "MANIFEST-") && !strings.HasPrefix(n, "marker.") &&
+			!strings.HasSuffix(n, ".dbtmp") {
+			return false
+		}
+	}
+	return true
+}
+
+// clearInterruptedCreate removes the files of an interrupted creation
+// (see createInterrupted), holding the directory's lock, so that Open
+// creates the store afresh.
+func clearInterruptedCreate(fs vfs.FS, dir string, names []string) error {
+	lock, err := fs.Lock(fs.PathJoin(dir, "LOCK"))
+	if err != nil {
+		return fmt.Errorf("exact: open %q: %w", dir, err)
+	}
+	for _, n := range names {
+		if n == "LOCK" {
+			continue
+		}
+		if err := fs.Remove(fs.PathJoin(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			err = fmt.Errorf("exact: clear the interrupted creation of %q: %w", dir, err)
+			return errors.Join(err, lock.Close())
+		}
+	}
+	return lock.Close()
 }
 
 // openPebble is pebble.Open with fatal log messages turned into errors.
