@@ -43,7 +43,7 @@ import (
 
 // advHorizonWindows is how many windows past its expiry a cohort's sample
 // is kept.
-const advHorizonWindows = 3
+const advHorizonWindows = 8
 
 // advMaxBins bounds the histogram's bins per shard; with the default 4
 // generations a bin is an eighth of a span.

@@ -68,7 +68,7 @@ func (s *advBenchStream) run(tb testing.TB, e *Engine, from, n uint64, out []Ver
 // -1), a fixed 1-in-16 sample (HorizonSample 16 under an unbounded budget)
 // and the default adaptive sample (every key while the horizon fits 4
 // MiB). At 2,000 keys/s of event time the horizon holds 510,000 keys
-// (Window + span + 3 Windows) and the adaptive sample keeps every one of
+// (Window + span + 8 Windows) and the adaptive sample keeps every one of
 // them, its worst case; at 50,000 keys/s it settles at 1 in 8. Each
 // engine first runs 5 minutes of the stream; the three then take turns in
 // rounds of 64k keys so that each sees the same load. Reported: CPU ns

@@ -68,13 +68,14 @@ func advBound(t *testing.T, d delayDist, p, rate float64, dur, window time.Durat
 }
 
 // budgetSample is the sample the default horizon budget settles at for a
-// stream of rate originals per second and a window of 4 generations: the
-// horizon holds Window + span + 3 Windows of keys, 4 bytes each, plus up
-// to a quarter for the slices' growth.
-func budgetSample(rate float64, window time.Duration) int {
-	keys := rate * 4.25 * window.Seconds()
+// stream of rate originals per second lasting dur and a window of 4
+// generations: the horizon holds Window + span + 8 Windows of keys (all of
+// them in a shorter stream), 4 bytes each and about one of Bloom filter,
+// plus up to a fifth for the slices' growth.
+func budgetSample(rate float64, window, dur time.Duration) int {
+	keys := rate * min((1.25+advHorizonWindows)*window.Seconds(), dur.Seconds())
 	s := 1
-	for 5*keys/float64(s) > defaultHorizonBytes {
+	for 6*keys/float64(s) > defaultHorizonBytes {
 		s *= 2
 	}
 	return s
@@ -85,16 +86,14 @@ func budgetSample(rate float64, window time.Duration) int {
 // 196 originals/s, 1 in 49 duplicated): the Cramér-Rao bound on the
 // relative error of the current window's leaks, windows 2, 3, 5 and 8
 // minutes, at the sample the default budget keeps (every key at this
-// rate). Exponential (mean 2 min) and lognormal (mean 2 min, sigma 1)
-// delays allow 3% to 10%, so within 20% in about 19 runs out of 20; the
-// mixture (80% mean 10 s, 20% mean 10 min) allows 14% to 23%: within 20%
-// in most runs, not nine in ten. A sample of 1 in 16 (the horizon's
-// memory a sixteenth) leaves the mixture at 36% to 75%. A horizon of 8
-// windows instead of 3 narrows the short windows' bound (2 minutes: 23% to
-// 10%), not the long ones', which the 20-minute stream limits. The
-// mixture's bound is 12% or less at every window (within 20% nine runs in
-// ten) from a rate of 800, 19,200 duplicates in 20 minutes, with the
-// budget's sample (1 in 2 at the 5- and 8-minute windows).
+// rate) and the horizon of 8 windows. Exponential (mean 2 min) and
+// lognormal (mean 2 min, sigma 1) delays allow 3% to 10%, so within 20% in
+// about 19 runs out of 20; the mixture (80% mean 10 s, 20% mean 10 min)
+// allows 10% to 18%: within 20% in most runs, nine in ten at the short
+// windows. A sample of 1 in 16 leaves the mixture at 36% to 42%; a horizon
+// of 3 windows at 14% to 23% (the 2-minute window's ends at 8.5 minutes,
+// before the slow hump's mean). The mixture's bound is 11% or less at
+// every window from a rate of 566, some 13,600 duplicates in 20 minutes.
 func TestAdvisorBound(t *testing.T) {
 	const p = 0.02 / 0.98
 	windows := []time.Duration{2 * time.Minute, 3 * time.Minute, 5 * time.Minute, 8 * time.Minute}
@@ -115,7 +114,7 @@ func TestAdvisorBound(t *testing.T) {
 		for _, w := range windows {
 			n := sample
 			if n == 0 {
-				n = budgetSample(rate*0.98, w)
+				n = budgetSample(rate*0.98, w, 20*time.Minute)
 			}
 			samples += fmt.Sprintf(" 1/%d", n)
 			out = append(out, advBound(t, s.dist(w.Seconds()), p, rate*0.98, 20*time.Minute, w, n, horizon))
@@ -148,10 +147,10 @@ func TestAdvisorBound(t *testing.T) {
 		sample, horizon int
 		lo, hi          float64
 	}{
-		{200, 0, advHorizonWindows, 0.12, 0.25},
+		{200, 0, advHorizonWindows, 0.08, 0.20},
 		{200, 16, advHorizonWindows, 0.30, 1},
-		{200, 0, 8, 0.05, 0.25},
-		{800, 0, advHorizonWindows, 0, 0.12},
+		{200, 0, 3, 0.12, 0.25},
+		{566, 0, advHorizonWindows, 0, 0.12},
 	} {
 		b, samples := bounds(mix, c.rate, c.sample, c.horizon)
 		name := fmt.Sprintf("mixture, rate %v, horizon %d windows, samples%s", c.rate, c.horizon, samples)

@@ -32,7 +32,7 @@ type WindowAdvice struct {
 	// duplicate so far: some of them will get one later.
 	Censored uint64
 	// Horizon is the oldest delay measured so far: at most Window + span
-	// + 3 Windows, less until the stream has run that long.
+	// + 8 Windows, less until the stream has run that long.
 	Horizon time.Duration
 	// DuplicatesPerMillion is the duplicates per million events observed,
 	// at any delay: caught, let through, or in the fitted tail.

@@ -125,7 +125,7 @@ func TestWindowAdvisor(t *testing.T) {
 				t.Error("Censored = 0: the keys inside the window are not counted")
 			}
 			if adv.Horizon < 4*time.Minute {
-				t.Errorf("Horizon = %v, want past 4m (W + span + 3W = 4m15s)", adv.Horizon)
+				t.Errorf("Horizon = %v, want past 4m (the stream's 8 minutes, less the bins under 5%% exposed)", adv.Horizon)
 			}
 			// Every leak is at 2 min: a window of 2 min (with its span)
 			// catches them all, one of 1.5 min none.
@@ -170,8 +170,8 @@ func TestHorizonSampleOption(t *testing.T) {
 	}
 }
 
-// TestHorizonAdaptiveSample runs the stream of advisorStream (25,500 keys
-// over the horizon's Window + span + 3 Windows, 102 KB at every key) with
+// TestHorizonAdaptiveSample runs the stream of advisorStream (48,000 keys
+// in its 8 minutes, all of them in the horizon, 190 KB at every key) with
 // a horizon budget of 16 KiB: the sample halves until it fits (1 in 8 or
 // sparser), the horizon stays within its budget, and its matches are
 // exactly the let-through duplicates whose keys are in the final sample,

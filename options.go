@@ -142,13 +142,13 @@ type Options struct {
 
 	// HorizonSample and HorizonBytes size the window advisor's horizon
 	// ([WindowAdvice]): past a generation's expiry, the hashes of a sample
-	// of its keys are kept 3 windows more, 4 bytes each, to count the
+	// of its keys are kept 8 windows more, 4 bytes each, to count the
 	// duplicates the window lets through. The sample starts at 1 key in
 	// HorizonSample (a power of two from 1 to 65536) and halves, by a rule
 	// of the hash alone so that a key kept stays kept until the next
 	// halving, whenever the horizon would take more than HorizonBytes: it
-	// holds every key of Window + Window/Generations + 3 Windows of
-	// traffic (17 windows' spans with 4 generations) while they fit, and
+	// holds every key of Window + Window/Generations + 8 Windows of
+	// traffic (37 spans with 4 generations) while they fit, and
 	// never more than HorizonBytes (plus a slice's growth per shard).
 	// WindowAdvice.Sample says the sample in use. A larger sample narrows
 	// the estimate of delays past the window (the fitted model's second
