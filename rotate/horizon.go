@@ -40,13 +40,17 @@ type Horizon struct {
 	bytes  uint64 // 4 * the fragments' capacity
 	keys   int
 	// bitmap is a Bloom filter (bmHashes) of the fragments of the
-	// generations [bmFrom, bmTo] (the ones expired and kept when it was
+	// generations [bmFrom, bmTo] (expired, and kept or dropped since it was
 	// built): most probes of a hash no generation holds end there, with
-	// three bit tests instead of a search per generation. bmOK is false
-	// when it must be rebuilt (Drop).
+	// three bit tests instead of a search per generation. A generation
+	// that expires is added to it; it is built again, over the generations
+	// kept, when the fragments added since it was built (bmSet) pass 1.5
+	// times those it was sized for (bmCap, 8 bits each), or after a Drop
+	// (bmOK false).
 	bitmap       []uint64
 	bmShift      uint
 	bmFrom, bmTo uint64
+	bmSet, bmCap int
 	bmOK         bool
 }
 
@@ -130,17 +134,23 @@ func (hz *Horizon) buildBitmap(from, to int) {
 	}
 	hz.bytes += 8 * uint64(len(hz.bitmap))
 	hz.bmShift = 32 - logBits
+	hz.bmCap, hz.bmSet = 1<<logBits/8, 0
+	hz.bmFrom, hz.bmTo, hz.bmOK = hz.gens[from].id, hz.gens[from].id, true
+	hz.addToBitmap(from, to)
+}
+
+// addToBitmap sets the bits of the generations gens[from:to] and makes
+// the last of them the bitmap's newest.
+func (hz *Horizon) addToBitmap(from, to int) {
 	for i := from; i < to; i++ {
 		for _, l := range hz.gens[i].levels {
 			for _, f := range l.frags {
 				hz.setBit(f)
 			}
+			hz.bmSet += len(l.frags)
 		}
 	}
-	hz.bmFrom, hz.bmTo, hz.bmOK = 0, 0, true
-	if from < to {
-		hz.bmFrom, hz.bmTo = hz.gens[from].id, hz.gens[to-1].id
-	}
+	hz.bmTo = hz.gens[to-1].id
 }
 
 // get returns generation id, creating it in order if needed.
@@ -209,8 +219,18 @@ func (hz *Horizon) Probe(h uint64, level int, now time.Time, fn func(id uint64))
 	if from == to {
 		return
 	}
-	if !hz.bmOK || hz.bmFrom != hz.gens[from].id || hz.bmTo != hz.gens[to-1].id {
+	switch {
+	case !hz.bmOK || hz.gens[from].id < hz.bmFrom:
 		hz.buildBitmap(from, to)
+	case hz.gens[to-1].id > hz.bmTo:
+		i := to
+		for i > from && hz.gens[i-1].id > hz.bmTo {
+			i--
+		}
+		hz.addToBitmap(i, to)
+		if 2*hz.bmSet > 3*hz.bmCap {
+			hz.buildBitmap(from, to)
+		}
 	}
 	f := uint32(h)
 	if !hz.hasBit(f) {
