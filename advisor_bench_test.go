@@ -12,11 +12,10 @@ import (
 )
 
 // advBenchStream is a stream on event time at rate keys per second: key i
-// arrives at i/rate; 1 in 50 repeats the key 50 before it 25 times over
-// (about 12 s back at 100/s virtual... see next), half of those 10 s back
-// and half 2 minutes back (caught by a 1-minute window, and let through
-// into the horizon). It writes the keys of [from, from+n) into batches of
-// up to 256 at one time each and calls fn with each.
+// arrives at i/rate; 1 in 50 repeats an earlier key, half of those 10 s
+// back and half 2 minutes back (caught by a 1-minute window, and let
+// through into the horizon). run observes the keys of [from, from+n) in
+// batches of up to 256 at one time each, committing after each.
 type advBenchStream struct {
 	rate float64
 	buf  [][]byte
@@ -67,9 +66,9 @@ func (s *advBenchStream) run(tb testing.TB, e *Engine, from, n uint64, out []Ver
 // minute, 4 generations), one goroutine, with no horizon (HorizonSample
 // -1), a fixed 1-in-16 sample (HorizonSample 16 under an unbounded budget)
 // and the default adaptive sample (every key while the horizon fits 4
-// MiB). At 2,000 keys/s of event time the horizon holds 510,000 keys
-// (Window + span + 8 Windows) and the adaptive sample keeps every one of
-// them, its worst case; at 50,000 keys/s it settles at 1 in 8. Each
+// MiB). At 2,000 keys/s of event time the horizon would hold 1.1 million
+// keys (Window + span + 8 Windows) and the adaptive sample keeps 1 in 2;
+// at 50,000 keys/s it settles at 1 in 32. Each
 // engine first runs 5 minutes of the stream; the three then take turns in
 // rounds of 64k keys so that each sees the same load. Reported: CPU ns
 // per key of each (the process's) and the ratios to no horizon.
