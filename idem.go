@@ -420,6 +420,8 @@ func (r record) encode() []byte {
 	return append(b, r.result...)
 }
 
+// decodeRecord reads a record; its result is a part of b (GetRecord's
+// copy, the caller's).
 func decodeRecord(b []byte) (record, error) {
 	var r record
 	if len(b) < recordHeaderSize || b[0] != recordFormat || (b[1] != 1 && b[1] != 2) {
@@ -430,7 +432,7 @@ func decodeRecord(b []byte) (record, error) {
 	copy(r.token[:], b[18:34])
 	r.deadline = int64(binary.BigEndian.Uint64(b[34:42]))
 	if r.completed {
-		r.result = append([]byte(nil), b[recordHeaderSize:]...)
+		r.result = b[recordHeaderSize:]
 	}
 	return r, nil
 }

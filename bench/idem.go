@@ -122,6 +122,19 @@ type idemTarget struct {
 	// take; cpu, if set, the CPU time of the process that keeps them.
 	memory func() (rss, disk uint64, err error)
 	cpu    func() (time.Duration, error)
+	// diag, if set, explains a failed request: the target's process
+	// exited, and how ("" if it runs).
+	diag func() string
+}
+
+// failed wraps err, a failure of t during stage, with t's diagnosis.
+func (t *idemTarget) failed(stage string, err error) error {
+	if t.diag != nil {
+		if d := t.diag(); d != "" {
+			return fmt.Errorf("bench: %s: %s: %w\n%s", t.name, stage, err, d)
+		}
+	}
+	return fmt.Errorf("bench: %s: %s: %w", t.name, stage, err)
 }
 
 // Idem runs the comparison: for each upstream latency, Rounds rounds in
@@ -245,7 +258,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 		// Warm the connections up on keys of their own.
 		var h Histogram
 		if _, err := idemLoad(ctx, t.pool, "warm-", cfg.Clients*4, func(i int) int { return i }, nil, false, &h); err != nil {
-			return fmt.Errorf("bench: %s: warm-up: %w", t.name, err)
+			return t.failed("warm-up", err)
 		}
 		t.warm = true
 	}
@@ -273,7 +286,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	}
 	rate, err := idemLoad(ctx, t.pool, prefix, cfg.Requests, func(i int) int { return i }, p, false, &a.newHist)
 	if err != nil {
-		return fmt.Errorf("bench: %s: new keys: %w", t.name, err)
+		return t.failed("new keys", err)
 	}
 	c1, b1, err := cpu()
 	if err != nil {
@@ -301,7 +314,7 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	}
 	rate, err = idemLoad(ctx, t.pool, prefix, cfg.Replays, func(i int) int { return (i * stride) % cfg.Requests }, p, t.name != "upstream directly", &a.replayHist)
 	if err != nil {
-		return fmt.Errorf("bench: %s: replays: %w", t.name, err)
+		return t.failed("replays", err)
 	}
 	c2, b2, err := cpu()
 	if err != nil {

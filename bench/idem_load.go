@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -58,8 +57,21 @@ func idemLoad(ctx context.Context, pool *idemPool, prefix string, n int, keyOf f
 	}
 	wg.Wait()
 	el := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
-		return 0, err
+	var first error
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if failed > 1 {
+		return 0, fmt.Errorf("%w (and %d more clients failed)", first, failed-1)
+	}
+	if first != nil {
+		return 0, first
 	}
 	if ctx.Err() != nil {
 		return 0, ctx.Err()

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -25,10 +26,13 @@ func startDedupProxy(ctx context.Context, cfg IdemConfig, bin string, up *upstre
 	}
 	cmd := exec.CommandContext(ctx, bin, "proxy", "--listen", "127.0.0.1:0", "--upstream", up.url, "--state", state,
 		"--window", "24h", "--lease", "30s")
+	tail := &tailBuffer{max: 4 << 10}
+	exited := make(chan struct{})
+	var waitErr error
 	stop := func() {
 		if cmd.Process != nil {
 			cmd.Process.Kill()
-			cmd.Wait()
+			<-exited
 		}
 		os.RemoveAll(state)
 	}
@@ -46,16 +50,32 @@ func startDedupProxy(ctx context.Context, cfg IdemConfig, bin string, up *upstre
 	for addr == "" {
 		line, err := r.ReadString('\n')
 		if err != nil {
-			stop()
+			cmd.Process.Kill()
+			cmd.Wait()
+			os.RemoveAll(state)
 			return nil, nil, fmt.Errorf("bench: dedup proxy did not start: %v (%s)", err, line)
 		}
 		if _, rest, ok := strings.Cut(line, "listening on "); ok {
 			addr, _, _ = strings.Cut(rest, " ")
 		}
 	}
-	go io.Copy(io.Discard, r)
+	go func() {
+		// The proxy's stderr is kept (its end) to explain a proxy that
+		// dies during the run.
+		io.Copy(tail, r)
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	pid := cmd.Process.Pid
 	t := &idemTarget{name: "dedup proxy", url: "http://" + addr,
+		diag: func() string {
+			select {
+			case <-exited:
+				return fmt.Sprintf("dedup proxy exited (%v); its stderr ends:\n%s", waitErr, tail.String())
+			case <-time.After(100 * time.Millisecond):
+				return ""
+			}
+		},
 		memory: func() (uint64, uint64, error) {
 			rss, err := procRSS(pid)
 			if err != nil {
@@ -70,6 +90,29 @@ func startDedupProxy(ctx context.Context, cfg IdemConfig, bin string, up *upstre
 		cpu: func() (time.Duration, error) { return procCPU(pid) },
 	}
 	return t, stop, nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
 
 // procCPU reads the CPU time (user and system) a process has used from

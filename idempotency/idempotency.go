@@ -49,6 +49,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log"
 	"math"
@@ -57,6 +58,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -223,14 +225,26 @@ func (o *Options) withDefaults() {
 // DefaultFingerprint is the SHA-256 of the request's method, its request
 // URI (path and query) and body.
 func DefaultFingerprint(r *http.Request, body []byte) []byte {
-	h := sha256.New()
-	io.WriteString(h, r.Method)
-	h.Write([]byte{0})
-	io.WriteString(h, r.URL.RequestURI())
-	h.Write([]byte{0})
-	h.Write(body)
-	return h.Sum(nil)
+	f := fingerprinters.Get().(*fingerprinter)
+	f.h.Reset()
+	f.buf = append(append(append(append(f.buf[:0], r.Method...), 0), r.URL.RequestURI()...), 0)
+	f.h.Write(f.buf)
+	f.h.Write(body)
+	sum := f.h.Sum(nil)
+	if cap(f.buf) <= 4<<10 {
+		fingerprinters.Put(f)
+	}
+	return sum
 }
+
+// fingerprinter is a SHA-256 state and a scratch buffer for
+// DefaultFingerprint, reused through fingerprinters.
+type fingerprinter struct {
+	h   hash.Hash
+	buf []byte
+}
+
+var fingerprinters = sync.Pool{New: func() any { return &fingerprinter{h: sha256.New()} }}
 
 // DefaultStorable stores every status below 500 but 429 (Too Many
 // Requests): a server error or a rate limit is worth trying again.
@@ -246,7 +260,7 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 		return nil, err
 	}
 	opts.withDefaults()
-	m := &middleware{o: opts, methods: map[string]bool{}}
+	m := &middleware{o: opts, methods: map[string]bool{}, header: textproto.CanonicalMIMEHeaderKey(opts.Header)}
 	for _, x := range opts.Methods {
 		m.methods[x] = true
 	}
@@ -265,6 +279,7 @@ type middleware struct {
 	o       Options
 	methods map[string]bool
 	allow   map[string]bool
+	header  string // Options.Header in canonical form
 }
 
 func (m *middleware) report(r *http.Request, o Outcome, n int) {
@@ -279,7 +294,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	values, present := r.Header[textproto.CanonicalMIMEHeaderKey(m.o.Header)]
+	values, present := r.Header[m.header]
 	if !present {
 		if m.o.RequireKey {
 			m.report(r, Rejected, 0)
@@ -403,6 +418,29 @@ func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 		return nil, nil
 	}
 	defer r.Body.Close()
+	if n := r.ContentLength; n > 0 && n <= m.o.MaxRequestBody && n <= 64<<10 {
+		// The length is known: one read into a buffer of that size, and a
+		// check that nothing follows (a Body that is not net/http's might
+		// hold more). Above 64 KiB the buffer grows with what arrives, so
+		// that a client announcing a large body and sending none does not
+		// hold its size in memory.
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		var one [1]byte
+		if k, _ := r.Body.Read(one[:]); k == 0 {
+			return b, nil
+		}
+		if n+1 > m.o.MaxRequestBody {
+			return nil, &http.MaxBytesError{Limit: m.o.MaxRequestBody}
+		}
+		rest, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, m.o.MaxRequestBody-n-1))
+		return append(append(b, one[0]), rest...), err
+	}
 	return io.ReadAll(http.MaxBytesReader(nil, r.Body, m.o.MaxRequestBody))
 }
 
@@ -514,36 +552,63 @@ var errBadStored = errors.New("idempotency: stored response unreadable")
 
 // replay writes the stored response res.
 func (m *middleware) replay(w http.ResponseWriter, res []byte) error {
-	d := decoder{b: res}
 	if len(res) < 2 || res[0] != 'H' || res[1] != '1' {
 		return errBadStored
 	}
-	d.b = d.b[2:]
+	// A first pass checks the stored headers and counts their values; the
+	// second makes them strings, every one a part of one string, in one
+	// slice of values.
+	d := decoder{b: res[2:]}
 	status := d.uvarint()
 	n := d.uvarint()
-	h := w.Header()
+	values := 0
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		k := d.str()
+		d.skip()
 		c := d.uvarint()
 		for j := uint64(0); j < c && d.err == nil; j++ {
-			h.Add(k, d.str())
+			d.skip()
 		}
+		values += int(c)
 	}
-	if d.err != nil || status < 100 || status > 999 {
-		for k := range h {
-			delete(h, k)
-		}
+	if d.err != nil || status < 100 || status > 999 || values > len(res) {
 		return errBadStored
 	}
-	h.Set(ReplayedHeader, "true")
-	h.Set("Content-Length", strconv.Itoa(len(d.b)))
+	body := d.b
+	head := string(res[2 : len(res)-len(body)])
+	vals := make([]string, 0, values+2)
+	d = decoder{s: head}
+	d.uvarint()
+	d.uvarint()
+	h := w.Header()
+	for i := uint64(0); i < n; i++ {
+		k := textproto.CanonicalMIMEHeaderKey(d.str())
+		c := int(d.uvarint())
+		start := len(vals)
+		for j := 0; j < c; j++ {
+			vals = append(vals, d.str())
+		}
+		if len(vals) == start {
+			continue
+		}
+		if old, ok := h[k]; ok {
+			h[k] = append(old, vals[start:]...)
+		} else {
+			h[k] = vals[start:len(vals):len(vals)]
+		}
+	}
+	vals = append(vals, "true", strconv.Itoa(len(body)))
+	h[ReplayedHeader] = vals[len(vals)-2 : len(vals)-1 : len(vals)-1]
+	h["Content-Length"] = vals[len(vals)-1:]
 	w.WriteHeader(int(status))
-	w.Write(d.b)
+	w.Write(body)
 	return nil
 }
 
+// decoder reads a stored response's fields, from b or, once checked, from
+// s (strings then share s's memory).
 type decoder struct {
 	b   []byte
+	s   string
 	err error
 }
 
@@ -551,24 +616,63 @@ func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b)
+	var v uint64
+	var n int
+	if d.b != nil {
+		v, n = binary.Uvarint(d.b)
+	} else {
+		v, n = uvarintString(d.s)
+	}
 	if n <= 0 || v > math.MaxInt32 {
 		d.err = errBadStored
 		return 0
 	}
-	d.b = d.b[n:]
+	if d.b != nil {
+		d.b = d.b[n:]
+	} else {
+		d.s = d.s[n:]
+	}
 	return v
 }
 
-func (d *decoder) str() string {
+// skip steps over a length-prefixed string of b.
+func (d *decoder) skip() {
 	n := d.uvarint()
 	if d.err != nil || n > uint64(len(d.b)) {
 		d.err = errBadStored
+		return
+	}
+	d.b = d.b[n:]
+}
+
+// str returns the next length-prefixed string of s, checked before.
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.s)) {
+		d.err = errBadStored
 		return ""
 	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
+	v := d.s[:n]
+	d.s = d.s[n:]
+	return v
+}
+
+// uvarintString is binary.Uvarint of a string.
+func uvarintString(s string) (uint64, int) {
+	var x uint64
+	var shift uint
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		c := s[i]
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				return 0, -(i + 1)
+			}
+			return x | uint64(c)<<shift, i + 1
+		}
+		x |= uint64(c&0x7f) << shift
+		shift += 7
+	}
+	return 0, 0
 }
 
 // recorder passes the response through to the client and keeps a copy of

@@ -304,12 +304,15 @@ func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b)) }
 // proxyMetrics are the proxy's own metrics.
 type proxyMetrics struct {
 	outcomes *prometheus.CounterVec
-	stored   prometheus.Counter
-	upstream prometheus.Histogram
+	// byOutcome holds the counter of each outcome, resolved once: a
+	// lookup by label per request costs a hash of the label and a lock.
+	byOutcome [outcomeCount]prometheus.Counter
+	stored    prometheus.Counter
+	upstream  prometheus.Histogram
 }
 
 func newProxyMetrics() *proxyMetrics {
-	return &proxyMetrics{
+	m := &proxyMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_proxy_requests_total",
 			Help: "Requests by outcome: executed (sent upstream, response stored), replayed, conflict (409), mismatch (422), released (sent upstream, not stored: 5xx, 429, too large), rejected (400, 413), failed (503), unkeyed (sent upstream without a key).",
@@ -324,10 +327,21 @@ func newProxyMetrics() *proxyMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
 	}
+	for o := idempotency.Unkeyed; int(o) < outcomeCount; o++ {
+		m.byOutcome[o] = m.outcomes.WithLabelValues(o.String())
+	}
+	return m
 }
 
+// outcomeCount bounds the idempotency.Outcome values (they start at 1).
+const outcomeCount = int(idempotency.Failed) + 1
+
 func (m *proxyMetrics) report(_ *http.Request, o idempotency.Outcome, stored int) {
-	m.outcomes.WithLabelValues(o.String()).Inc()
+	if int(o) < outcomeCount && m.byOutcome[o] != nil {
+		m.byOutcome[o].Inc()
+	} else {
+		m.outcomes.WithLabelValues(o.String()).Inc()
+	}
 	if stored > 0 {
 		m.stored.Add(float64(stored))
 	}

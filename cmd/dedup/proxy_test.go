@@ -414,6 +414,7 @@ func TestProxyMetrics(t *testing.T) {
 		`dedup_proxy_requests_total{outcome="mismatch"} 1`,
 		`dedup_proxy_requests_total{outcome="released"} 1`,
 		`dedup_proxy_requests_total{outcome="conflict"} 1`,
+		`dedup_proxy_requests_total{outcome="failed"} 0`, // every outcome from the start
 	} {
 		if !strings.Contains(metrics, want+"\n") {
 			t.Errorf("metrics lack %q", want)
