@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/streamdedup/dedup/rotate"
 )
 
 // WindowAdvice is the window advisor's estimate, in [Stats]: how late
@@ -18,10 +20,9 @@ import (
 // not counted.
 type WindowAdvice struct {
 	// Caught counts the duplicates the window caught whose first sighting
-	// the advisor saw; HorizonMatches the keys of its sample (1 in
-	// [Options.HorizonSample] of the hash space) seen again after the
-	// window had let them go. The estimate rests on Duplicates: Caught +
-	// Late + HorizonSample*HorizonMatches.
+	// the advisor saw; HorizonMatches the keys of its sample (1 in Sample
+	// of the hash space) seen again after the window had let them go. The
+	// estimate rests on Duplicates: Caught + Late + Sample*HorizonMatches.
 	Caught, HorizonMatches, Duplicates uint64
 	// Late counts, under [Options.EventTime], the keys observed again
 	// while in flight, after their first sighting had left the window:
@@ -31,7 +32,7 @@ type WindowAdvice struct {
 	// duplicate so far: some of them will get one later.
 	Censored uint64
 	// Horizon is the oldest delay measured so far: at most Window + span
-	// + 3 Windows, less until the stream has run that long.
+	// + 8 Windows, less until the stream has run that long.
 	Horizon time.Duration
 	// DuplicatesPerMillion is the duplicates per million events observed,
 	// at any delay: caught, let through, or in the fitted tail.
@@ -61,8 +62,13 @@ type WindowAdvice struct {
 	// duplicates per million events through; 0 when not known (no
 	// duplicates yet, or past Horizon without a tail fit).
 	WindowFor100, WindowFor10, WindowFor1 time.Duration
-	// Bytes is the memory the advisor takes, mostly its horizon's sample.
-	Bytes uint64
+	// Sample is the horizon's sample now: it keeps 1 key in Sample, a
+	// power of two that starts at [Options.HorizonSample] and doubles
+	// whenever the horizon would outgrow BudgetBytes; 0 without a horizon.
+	Sample uint64
+	// Bytes is the memory the advisor takes, mostly its horizon's sample,
+	// and BudgetBytes the horizon's budget ([Options.HorizonBytes]).
+	Bytes, BudgetBytes uint64
 }
 
 // advTotals is the advisor's counts summed over shards.
@@ -73,6 +79,10 @@ type advTotals struct {
 	cohorts       map[uint64]*cohort
 	foldedN       uint64
 	bytes         uint64
+	// fpByLevel[l] sums the leakFP of the shards at sample level l; level
+	// is the highest level any shard is at.
+	fpByLevel [rotate.HorizonLevels][]float64
+	level     int
 }
 
 func (e *Engine) newAdvTotals() *advTotals {
@@ -86,9 +96,18 @@ func (t *advTotals) add(a *shardAdvisor) {
 	for j := range t.caught {
 		t.caught[j] += a.caught[j]
 		t.late[j] += a.late[j]
-		t.leaks[j] += a.leaks[j]
 		t.fpExp[j] += a.fpExp[j]
-		t.leakFP[j] += a.leakFP[j]
+	}
+	if a.horizon != nil {
+		t.level = max(t.level, a.level)
+		fp := t.fpByLevel[a.level]
+		if fp == nil {
+			fp = make([]float64, len(t.caught))
+			t.fpByLevel[a.level] = fp
+		}
+		for j, x := range a.leakFP {
+			fp[a.win.j0+j] += x
+		}
 	}
 	for id, c := range a.cohorts {
 		m := t.cohorts[id]
@@ -103,19 +122,53 @@ func (t *advTotals) add(a *shardAdvisor) {
 	t.bytes += a.bytes()
 }
 
+// collect sets leaks and leakFP to the horizon's counts of the sample at
+// the engine's level (matches of the levels from it up; the false matches
+// expected of each shard, scaled as shardAdvisor.sync does), and returns the
+// sample factor, 2^level (0 without a horizon). It adds the engine-wide
+// counts' memory to bytes.
+func (t *advTotals) collect(w *windowState) int {
+	if !w.horizon {
+		return 0
+	}
+	t.level = max(t.level, int(w.level.Load()))
+	for l := range w.matches {
+		t.bytes += 8 * uint64(len(w.matches[l]))
+		if l < t.level {
+			continue
+		}
+		for j := range w.matches[l] {
+			t.leaks[w.j0+j] += w.matches[l][j].Load()
+		}
+	}
+	for l, fp := range t.fpByLevel {
+		if l > t.level {
+			continue // cannot be: t.level is the highest
+		}
+		scale := math.Pow(4, -float64(t.level-l))
+		for j, x := range fp {
+			t.leakFP[j] += x * scale
+		}
+	}
+	return 1 << t.level
+}
+
 // advice turns the totals into the estimate at now, with observed events
 // of which news were New.
 func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) WindowAdvice {
 	w := &e.win
 	var adv WindowAdvice
 	adv.Bytes = t.bytes
+	adv.BudgetBytes = w.budget
+	sampleN := t.collect(w)
+	adv.Sample = uint64(sampleN)
 	nb := w.nbins
 	K := w.binsPerSpan
 	b := float64(w.bin)
 	span := float64(w.span)
 	ns := now.UnixNano()
 	j0 := (e.opts.Generations + 1) * K // first bin past the window: age Window + span
-	sample := float64(w.sample)
+	sample := float64(sampleN)
 	// Exposure: originals times the share of each bin their cohort has
 	// lived through. A cohort still current has seen age/span of its keys
 	// so far; under uniform arrivals its size is n*span/age.
@@ -153,7 +206,7 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 		d[j] = seen - t.fpExp[j] + sample*(float64(t.leaks[j])-t.leakFP[j])
 		v[j] = seen + sample*sample*float64(t.leaks[j])
 	}
-	adv.Duplicates = adv.Caught + adv.Late + uint64(w.sample)*adv.HorizonMatches
+	adv.Duplicates = adv.Caught + adv.Late + adv.Sample*adv.HorizonMatches
 	// The measured range: bins exposed to at least 5% of the originals.
 	jm := 0
 	for jm < nb && expo[jm] > 0 && expo[jm] >= 0.05*expo[0] && (jm < j0 || sample > 0) {

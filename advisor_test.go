@@ -15,6 +15,21 @@ import (
 // and every 10th one 2 minutes later (let through, seen by the horizon).
 // It returns the advice and the truth counted from the verdicts.
 func advisorStream(t *testing.T, o Options) (adv WindowAdvice, events, dups, leaks int) {
+	r := advisorRun(t, o)
+	return r.adv, r.events, r.dups, len(r.leaked)
+}
+
+// streamRun is what advisorRun returns: the engine, its advice, and the
+// truth counted from the verdicts (the duplicates let through, by key).
+type streamRun struct {
+	e            *Engine
+	adv          WindowAdvice
+	events, dups int
+	leaked       []string
+}
+
+// advisorRun is advisorStream, with the engine and the keys let through.
+func advisorRun(t *testing.T, o Options) (r streamRun) {
 	o.Window, o.Generations, o.EventTime = time.Minute, 4, true
 	e := openT(t, o)
 	type ev struct {
@@ -53,11 +68,11 @@ func advisorStream(t *testing.T, o Options) (adv WindowAdvice, events, dups, lea
 				t.Fatal(err)
 			}
 			for j, x := range due {
-				events++
+				r.events++
 				if x.dup {
-					dups++
+					r.dups++
 					if out[j] == New {
-						leaks++
+						r.leaked = append(r.leaked, x.key)
 					}
 				}
 			}
@@ -65,7 +80,8 @@ func advisorStream(t *testing.T, o Options) (adv WindowAdvice, events, dups, lea
 			mustCommit(t, e, "")
 		}
 	}
-	return e.Stats().WindowAdvice, events, dups, leaks
+	r.e, r.adv = e, e.Stats().WindowAdvice
+	return r
 }
 
 // TestWindowAdvisor checks the advice against the truth of a stream with
@@ -109,7 +125,7 @@ func TestWindowAdvisor(t *testing.T) {
 				t.Error("Censored = 0: the keys inside the window are not counted")
 			}
 			if adv.Horizon < 4*time.Minute {
-				t.Errorf("Horizon = %v, want past 4m (W + span + 3W = 4m15s)", adv.Horizon)
+				t.Errorf("Horizon = %v, want past 4m (the stream's 8 minutes, less the bins under 5%% exposed)", adv.Horizon)
 			}
 			// Every leak is at 2 min: a window of 2 min (with its span)
 			// catches them all, one of 1.5 min none.
@@ -123,9 +139,10 @@ func TestWindowAdvisor(t *testing.T) {
 	}
 }
 
-// TestHorizonSampleOption checks Options.HorizonSample: a power of two or
-// -1, 16 by default; -1 keeps no horizon, so nothing past the window is
-// matched, and the duplicates the estimate rests on scale with the sample.
+// TestHorizonSampleOption checks Options.HorizonSample and HorizonBytes:
+// a power of two or -1, 1 by default, and a positive budget, 4 MiB by
+// default; -1 keeps no horizon, so nothing past the window is matched, and
+// the duplicates the estimate rests on scale with the sample.
 func TestHorizonSampleOption(t *testing.T) {
 	for _, h := range []int{3, -2, 1 << 17} {
 		o := Options{HorizonSample: h}
@@ -133,16 +150,60 @@ func TestHorizonSampleOption(t *testing.T) {
 			t.Errorf("HorizonSample %d: %v", h, err)
 		}
 	}
-	if o := (&Options{}).WithDefaults(); o.HorizonSample != 16 {
-		t.Errorf("default HorizonSample %d, want 16", o.HorizonSample)
+	if err := (&Options{HorizonBytes: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "HorizonBytes") {
+		t.Errorf("HorizonBytes -1: %v", err)
+	}
+	if o := (&Options{}).WithDefaults(); o.HorizonSample != 1 || o.HorizonBytes != 4<<20 {
+		t.Errorf("default HorizonSample %d, HorizonBytes %d, want 1 and 4 MiB", o.HorizonSample, o.HorizonBytes)
 	}
 	off, _, _, _ := advisorStream(t, Options{HorizonSample: -1})
 	if off.HorizonMatches != 0 || off.Horizon > time.Minute+15*time.Second {
 		t.Errorf("no horizon: %d matches, horizon %v", off.HorizonMatches, off.Horizon)
 	}
 	all, _, _, leaks := advisorStream(t, Options{HorizonSample: 1})
-	if all.Duplicates != all.Caught+all.Late+all.HorizonMatches || all.HorizonMatches < uint64(leaks)*9/10 {
-		t.Errorf("sample 1: %d matches of %d leaks, %d duplicates", all.HorizonMatches, leaks, all.Duplicates)
+	if all.Sample != 1 || all.Duplicates != all.Caught+all.Late+all.HorizonMatches || all.HorizonMatches < uint64(leaks)*9/10 {
+		t.Errorf("sample 1: 1 in %d, %d matches of %d leaks, %d duplicates", all.Sample, all.HorizonMatches, leaks, all.Duplicates)
+	}
+	fixed, _, _, _ := advisorStream(t, Options{HorizonSample: 16})
+	if fixed.Sample != 16 || fixed.Duplicates != fixed.Caught+fixed.Late+16*fixed.HorizonMatches {
+		t.Errorf("sample 16: 1 in %d, %d matches, %d duplicates", fixed.Sample, fixed.HorizonMatches, fixed.Duplicates)
+	}
+}
+
+// TestHorizonAdaptiveSample runs the stream of advisorStream (48,000 keys
+// in its 8 minutes, all of them in the horizon, 190 KB at every key) with
+// a horizon budget of 16 KiB: the sample halves until it fits (1 in 8 or
+// sparser), the horizon stays within its budget, and its matches are
+// exactly the let-through duplicates whose keys are in the final sample,
+// though most of them were matched while the sample was denser: the
+// levels dropped take their counts with them. The advice still meets the
+// truth.
+func TestHorizonAdaptiveSample(t *testing.T) {
+	const budget = 16 << 10
+	r := advisorRun(t, Options{HorizonBytes: budget})
+	adv := r.adv
+	t.Logf("%+v", adv)
+	if adv.Sample < 8 || adv.BudgetBytes != budget {
+		t.Fatalf("sample 1 in %d under a budget of %d: want 1 in 8 or sparser", adv.Sample, adv.BudgetBytes)
+	}
+	if hb := HorizonBytes(r.e); hb > budget || hb < budget/4 {
+		t.Errorf("horizon takes %d bytes, want within the budget of %d and over a quarter of it", hb, budget)
+	}
+	var want uint64
+	for _, k := range r.leaked {
+		if 1<<SampleLevel(r.e, []byte(k)) >= adv.Sample {
+			want++
+		}
+	}
+	if adv.HorizonMatches != want || want == 0 {
+		t.Errorf("%d horizon matches, want %d: the let-through keys in the final sample (1 in %d) of %d", adv.HorizonMatches, want, adv.Sample, len(r.leaked))
+	}
+	if adv.Duplicates != adv.Caught+adv.Late+adv.Sample*adv.HorizonMatches {
+		t.Errorf("Duplicates %d, want %d + %d + %d*%d", adv.Duplicates, adv.Caught, adv.Late, adv.Sample, adv.HorizonMatches)
+	}
+	wantLeaks := 1e6 * 0.1 / 1.3
+	if math.Abs(adv.LeaksPerMillion-wantLeaks) > 0.2*wantLeaks {
+		t.Errorf("LeaksPerMillion = %.0f, want %.0f within 20%%", adv.LeaksPerMillion, wantLeaks)
 	}
 }
 

@@ -140,19 +140,28 @@ type Options struct {
 	// Default false.
 	EventTime bool
 
-	// HorizonSample sizes the window advisor's horizon ([WindowAdvice]):
-	// past a generation's expiry, the hashes of 1 key in HorizonSample
-	// (a power of two from 1 to 65536) are kept 3 windows more, 4 bytes
-	// each, to count the duplicates the window lets through. That is
-	// 4/HorizonSample bytes per key held over Window + Window/Generations
-	// + 3 Windows: with 4 generations, 17/HorizonSample bytes per key of a
-	// window's traffic (1.06 at 16). A larger sample narrows the estimate
-	// of delays past the window (the fitted model's second hump, say),
-	// which rests on the sampled keys. -1 keeps no horizon: the advice
-	// then rests on the duplicates the window catches and the delay model
-	// fitted to them. Default 16.
+	// HorizonSample and HorizonBytes size the window advisor's horizon
+	// ([WindowAdvice]): past a generation's expiry, the hashes of a sample
+	// of its keys are kept 8 windows more, 4 bytes each, to count the
+	// duplicates the window lets through. The sample starts at 1 key in
+	// HorizonSample (a power of two from 1 to 65536) and halves, by a rule
+	// of the hash alone so that a key kept stays kept until the next
+	// halving, whenever the horizon would take more than HorizonBytes: it
+	// holds every key of Window + Window/Generations + 8 Windows of
+	// traffic (37 spans with 4 generations) while they fit, and
+	// never more than HorizonBytes (plus a slice's growth per shard).
+	// WindowAdvice.Sample says the sample in use. A larger sample narrows
+	// the estimate of delays past the window (the fitted model's second
+	// hump, say), which rests on the sampled keys. HorizonSample -1 keeps
+	// no horizon: the advice then rests on the duplicates the window
+	// catches and the delay model fitted to them. Defaults: HorizonSample
+	// 1 (every key while it fits), HorizonBytes 4 MiB.
 	HorizonSample int
+	HorizonBytes  int64
 }
+
+// defaultHorizonBytes is the default Options.HorizonBytes.
+const defaultHorizonBytes = 4 << 20
 
 // Limits on option values.
 const (
@@ -198,7 +207,10 @@ func (o *Options) WithDefaults() *Options {
 			minDefaultSnapshotInterval), maxDefaultSnapshotInterval)
 	}
 	if o.HorizonSample == 0 {
-		o.HorizonSample = 16
+		o.HorizonSample = 1
+	}
+	if o.HorizonBytes == 0 {
+		o.HorizonBytes = defaultHorizonBytes
 	}
 	if o.Now == nil && !o.EventTime {
 		o.Now = time.Now
@@ -262,6 +274,9 @@ func (o *Options) validate() error {
 	}
 	if h := o.HorizonSample; h != -1 && (h < 1 || h > 1<<16 || h&(h-1) != 0) {
 		bad("HorizonSample", "must be a power of two from 1 to 65536, or -1 for no horizon, got %d", h)
+	}
+	if o.HorizonBytes < 1 {
+		bad("HorizonBytes", "must be positive, got %d", o.HorizonBytes)
 	}
 	return errors.Join(errs...)
 }

@@ -262,8 +262,8 @@ func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 		// Expired before its commit: the advisor's horizon still takes
 		// its sample.
 		for _, en := range run {
-			if s.adv.sampled(en.h) {
-				s.adv.horizon.Add(gen, en.h)
+			if l, ok := s.adv.sampled(en.h); ok {
+				s.adv.journal(gen, l, en.h)
 			}
 		}
 		return nil
@@ -280,8 +280,8 @@ func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 			if sampled(en.h) {
 				s.shadowAdd(en.h, gen)
 			}
-			if s.adv.sampled(en.h) {
-				s.adv.horizon.Add(gen, en.h)
+			if l, ok := s.adv.sampled(en.h); ok {
+				s.adv.journal(gen, l, en.h)
 			}
 		}
 		filter.AddAll(g.Filter, buf[:n])

@@ -64,9 +64,10 @@ type AdvisorConfig struct {
 	Checkpoints int
 	// Probabilistic runs the engines without the exact store.
 	Probabilistic bool
-	// HorizonSample is the engines' Options.HorizonSample. Default 0 (the
-	// engine's).
+	// HorizonSample and HorizonBytes are the engines' Options.HorizonSample
+	// and HorizonBytes. Default 0 (the engine's).
 	HorizonSample int
+	HorizonBytes  int64
 }
 
 func (c *AdvisorConfig) withDefaults() {
@@ -281,7 +282,7 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 	minW := cfg.Windows[0]
 	for i, w := range cfg.Windows {
 		e, err := dedup.Open(dedup.Options{Window: w, Generations: cfg.Generations, EventTime: true,
-			Probabilistic: cfg.Probabilistic, ExpectedRate: cfg.Rate, MaxInFlight: 1 << 24, HorizonSample: cfg.HorizonSample})
+			Probabilistic: cfg.Probabilistic, ExpectedRate: cfg.Rate, MaxInFlight: 1 << 24, HorizonSample: cfg.HorizonSample, HorizonBytes: cfg.HorizonBytes})
 		if err != nil {
 			return nil, err
 		}
@@ -462,6 +463,12 @@ type AdvisorFigure struct {
 // several stream seeds, each run one engine (a seed and a window).
 type AdvisorSpread struct {
 	Delay string `json:"delay"`
+	// HorizonSample and HorizonBytes are the engines' options (0: the
+	// engine's default); SampleMin and SampleMax bound the sample the
+	// runs ended at (WindowAdvice.Sample).
+	HorizonSample        int
+	HorizonBytes         int64
+	SampleMin, SampleMax uint64
 	// Seeds and Runs count the streams and the engine runs.
 	Seeds, Runs int
 	// DuplicatesMin and DuplicatesMax bound WindowAdvice.Duplicates.
@@ -477,11 +484,16 @@ type AdvisorSpread struct {
 	StatedRelErrMedian, Within2SE float64
 }
 
-// SpreadAdvisor summarises advisor checks by delay distribution, in the
-// order the distributions first appear.
+// SpreadAdvisor summarises advisor checks by delay distribution and
+// horizon options, in the order they first appear.
 func SpreadAdvisor(results []*AdvisorResult) []AdvisorSpread {
 	var out []AdvisorSpread
-	index := map[string]int{}
+	type key struct {
+		delay  string
+		sample int
+		bytes  int64
+	}
+	index := map[key]int{}
 	type acc struct {
 		errs    [4][]float64
 		all, se int
@@ -489,11 +501,14 @@ func SpreadAdvisor(results []*AdvisorResult) []AdvisorSpread {
 	}
 	var accs []*acc
 	for _, res := range results {
-		i, ok := index[res.Config.Delay]
+		c := res.Config
+		k := key{c.Delay, c.HorizonSample, c.HorizonBytes}
+		i, ok := index[k]
 		if !ok {
 			i = len(out)
-			index[res.Config.Delay] = i
-			out = append(out, AdvisorSpread{Delay: res.Config.Delay, DuplicatesMin: math.MaxUint64})
+			index[k] = i
+			out = append(out, AdvisorSpread{Delay: c.Delay, HorizonSample: c.HorizonSample, HorizonBytes: c.HorizonBytes,
+				DuplicatesMin: math.MaxUint64, SampleMin: math.MaxUint64})
 			accs = append(accs, &acc{})
 		}
 		s, a := &out[i], accs[i]
@@ -503,6 +518,8 @@ func SpreadAdvisor(results []*AdvisorResult) []AdvisorSpread {
 			s.Runs++
 			s.DuplicatesMin = min(s.DuplicatesMin, adv.Duplicates)
 			s.DuplicatesMax = max(s.DuplicatesMax, adv.Duplicates)
+			s.SampleMin = min(s.SampleMin, adv.Sample)
+			s.SampleMax = max(s.SampleMax, adv.Sample)
 			rel := func(got, want float64) float64 {
 				if !(want > 0) {
 					return 0
@@ -530,7 +547,7 @@ func SpreadAdvisor(results []*AdvisorResult) []AdvisorSpread {
 	for i := range out {
 		s, a := &out[i], accs[i]
 		if s.Runs == 0 {
-			s.DuplicatesMin = 0
+			s.DuplicatesMin, s.SampleMin = 0, 0
 			continue
 		}
 		n := float64(s.Runs)

@@ -114,8 +114,10 @@ func TestAdvisorAccuracy(t *testing.T) {
 // TestAdvisorNoHorizon runs without the horizon (HorizonSample -1): the
 // advice rests on the caught duplicates and the model fitted to them, the
 // leaks still within 20% for exponential delays, and the advisor's memory
-// is less by the horizon's: 4 bytes per sampled key kept over W + W/4 + 3W,
-// within 50%.
+// is less by the horizon's, within 50%: every key kept over W + W/4 + 8W
+// (the default sample, at this rate), 4 bytes each and about 1 of Bloom
+// filter, and its counts of matches, 8 bytes per age bin past the window
+// (256 with 4 generations) per sample level (24) and per shard (16).
 func TestAdvisorNoHorizon(t *testing.T) {
 	cfg := AdvisorConfig{Rate: 50, DuplicateFraction: 0.2, Mean: 30 * time.Second,
 		Windows: []time.Duration{time.Minute}, Duration: 10 * time.Minute, Checkpoints: 1}
@@ -136,9 +138,10 @@ func TestAdvisorNoHorizon(t *testing.T) {
 	if math.Abs(a.LeaksPerMillion/r.ModelLeaksPerMillion-1) > 0.2 {
 		t.Errorf("leaks %.0f, truth %.0f", a.LeaksPerMillion, r.ModelLeaksPerMillion)
 	}
-	keys := float64(with.Events) / cfg.Duration.Seconds() * (1 - cfg.DuplicateFraction) * 4.25 * 60 // keys held over W + W/4 + 3W
-	if d := float64(with.Runs[0].Advice.Bytes) - float64(a.Bytes); math.Abs(d/(keys/4)-1) > 0.5 {
-		t.Errorf("advisor bytes %d without the horizon, %d with: the horizon's %.0f, want %.0f", a.Bytes, with.Runs[0].Advice.Bytes, d, keys/4)
+	keys := float64(with.Events) / cfg.Duration.Seconds() * (1 - cfg.DuplicateFraction) * 9.25 * 60 // keys held over W + W/4 + 8W
+	want := 5*keys + 8*256*(24+16)
+	if d := float64(with.Runs[0].Advice.Bytes) - float64(a.Bytes); math.Abs(d/want-1) > 0.5 {
+		t.Errorf("advisor bytes %d without the horizon, %d with: the horizon's %.0f, want %.0f", a.Bytes, with.Runs[0].Advice.Bytes, d, want)
 	}
 }
 

@@ -5,19 +5,29 @@ import (
 	"time"
 )
 
+// HorizonLevels bounds the sample levels a Horizon distinguishes: a hash
+// of level HorizonLevels-1 or more is kept at level HorizonLevels-1.
+const HorizonLevels = 24
+
 // Horizon keeps a sample of each generation's hashes past the
 // generation's expiry, so that a key seen again after the window has let
 // it go can still be recognised: the duplicates a window lets through
 // (leaks), counted for dedup's window advisor.
 //
-// The caller picks the sample (a fixed share of the hash space) and
-// journals each sampled hash with its generation (Add) while the
-// generation is live. A generation is kept for Keep past its expiry from
-// the window (its end plus Window); Advance drops it after that. Each
-// hash is kept as a 32-bit fragment (its low 32 bits) in a sorted slice:
-// 4 bytes a sampled hash, and a probe of a generation holding n
-// fragments matches a hash it does not hold with probability n/2^32,
-// which Probe reports so that the caller can subtract it.
+// The caller gives each hash a level (a pure function of the hash, at
+// most [HorizonLevels]-1: level l or more is a share 2^-l of the hash
+// space), samples the hashes of level k or more for a k it only ever
+// raises, and journals each sampled hash with its generation and level
+// (Add) while the generation is live. Raising k drops the hashes of the
+// levels below it (Drop), so that every generation held keeps exactly the
+// hashes of level k or more: the same sample as if k had always been the
+// rate. A generation is kept for Keep past its expiry from the window (its
+// end plus Window); Advance drops it after that. Each hash is kept as a
+// 32-bit fragment (its low 32 bits, which the caller keeps independent of
+// its level) in a sorted slice per level: 4 bytes a sampled hash, and a
+// probe of a level holding n fragments matches a hash it does not hold
+// with probability n/2^32, which Probe reports so that the caller can
+// subtract it.
 //
 // Like a Ring, a Horizon takes the clock as an argument and never
 // drops a generation early when the clock steps back. It is not safe for
@@ -27,10 +37,29 @@ type Horizon struct {
 	window int64 // ns
 	keep   int64 // ns
 	gens   []horizonGen
+	bytes  uint64 // 4 * the fragments' capacity
+	keys   int
+	// bitmap is a Bloom filter (bmHashes) of the fragments of the
+	// generations [bmFrom, bmTo] (expired, and kept or dropped since it was
+	// built): most probes of a hash no generation holds end there, with
+	// three bit tests instead of a search per generation. A generation
+	// that expires is added to it; it is built again, over the generations
+	// kept, when the fragments added since it was built (bmSet) pass 1.5
+	// times those it was sized for (bmCap, 8 bits each), or after a Drop
+	// (bmOK false).
+	bitmap       []uint64
+	bmShift      uint
+	bmFrom, bmTo uint64
+	bmSet, bmCap int
+	bmOK         bool
 }
 
 type horizonGen struct {
 	id     uint64
+	levels []horizonLevel // indexed by level, grown as needed
+}
+
+type horizonLevel struct {
 	frags  []uint32
 	sorted bool
 }
@@ -42,11 +71,86 @@ func NewHorizon(window time.Duration, generations int, keep time.Duration) *Hori
 	return &Horizon{span: int64(window) / int64(generations), window: int64(window), keep: int64(keep)}
 }
 
-// Add journals hash h as a key of generation id.
-func (hz *Horizon) Add(id uint64, h uint64) {
+// Add journals hash h, of the given level, as a key of generation id.
+func (hz *Horizon) Add(id uint64, level int, h uint64) {
 	g := hz.get(id)
-	g.frags = append(g.frags, uint32(h))
-	g.sorted = false
+	level = min(level, HorizonLevels-1)
+	if level >= len(g.levels) {
+		g.levels = append(g.levels, make([]horizonLevel, level+1-len(g.levels))...)
+	}
+	l := &g.levels[level]
+	c := cap(l.frags)
+	l.frags = append(l.frags, uint32(h))
+	l.sorted = false
+	hz.bytes += 4 * uint64(cap(l.frags)-c)
+	hz.keys++
+	if hz.bmOK && id >= hz.bmFrom && id <= hz.bmTo {
+		hz.setBit(uint32(h)) // a late key of an expired generation
+	}
+}
+
+// bmHashes are the bitmap's three multiplicative hashes of a fragment
+// (the top bits of f times each): about 8 bits a fragment and three bits
+// each leave 3% of the hashes no generation holds to a search.
+var bmHashes = [3]uint32{0x9e3779b1, 0x85ebca6b, 0xc2b2ae35}
+
+func (hz *Horizon) setBit(f uint32) {
+	for _, c := range bmHashes {
+		i := (f * c) >> hz.bmShift
+		hz.bitmap[i/64] |= 1 << (i % 64)
+	}
+}
+
+func (hz *Horizon) hasBit(f uint32) bool {
+	for _, c := range bmHashes {
+		i := (f * c) >> hz.bmShift
+		if hz.bitmap[i/64]&(1<<(i%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// buildBitmap builds the bitmap over the generations gens[from:to], about
+// 8 bits per fragment (a power of two, at least 64).
+func (hz *Horizon) buildBitmap(from, to int) {
+	n := 0
+	for i := from; i < to; i++ {
+		for _, l := range hz.gens[i].levels {
+			n += len(l.frags)
+		}
+	}
+	logBits := uint(6)
+	for logBits < 32 && 1<<logBits < 8*n {
+		logBits++
+	}
+	words := 1 << (logBits - 6)
+	hz.bytes -= 8 * uint64(len(hz.bitmap))
+	if cap(hz.bitmap) >= words && cap(hz.bitmap) <= 4*words {
+		hz.bitmap = hz.bitmap[:words]
+		clear(hz.bitmap)
+	} else {
+		hz.bitmap = make([]uint64, words)
+	}
+	hz.bytes += 8 * uint64(len(hz.bitmap))
+	hz.bmShift = 32 - logBits
+	hz.bmCap, hz.bmSet = 1<<logBits/8, 0
+	hz.bmFrom, hz.bmTo, hz.bmOK = hz.gens[from].id, hz.gens[from].id, true
+	hz.addToBitmap(from, to)
+}
+
+// addToBitmap sets the bits of the generations gens[from:to] and makes
+// the last of them the bitmap's newest.
+func (hz *Horizon) addToBitmap(from, to int) {
+	for i := from; i < to; i++ {
+		for _, l := range hz.gens[i].levels {
+			for _, f := range l.frags {
+				hz.setBit(f)
+			}
+			hz.bmSet += len(l.frags)
+		}
+	}
+	hz.bmTo = hz.gens[to-1].id
 }
 
 // get returns generation id, creating it in order if needed.
@@ -71,47 +175,150 @@ func (hz *Horizon) Advance(now time.Time) {
 	ns := now.UnixNano()
 	i := 0
 	for i < len(hz.gens) && ns >= hz.expiry(hz.gens[i].id)+hz.keep {
+		for l := range hz.gens[i].levels {
+			hz.forget(&hz.gens[i].levels[l])
+		}
 		i++
 	}
 	if i > 0 {
 		clear(hz.gens[:i])
 		hz.gens = append(hz.gens[:0], hz.gens[i:]...)
+		if len(hz.gens) == 0 {
+			hz.bytes -= 8 * uint64(len(hz.bitmap))
+			hz.bitmap, hz.bmOK = nil, false
+		}
+	}
+}
+
+// forget frees a level's fragments.
+func (hz *Horizon) forget(l *horizonLevel) {
+	hz.bytes -= 4 * uint64(cap(l.frags))
+	hz.keys -= len(l.frags)
+	*l = horizonLevel{}
+}
+
+// Drop frees the fragments of every level below level, in every
+// generation held: the sample becomes the hashes of level or more.
+func (hz *Horizon) Drop(level int) {
+	hz.bmOK = false
+	for i := range hz.gens {
+		g := &hz.gens[i]
+		for l := range min(level, len(g.levels)) {
+			hz.forget(&g.levels[l])
+		}
 	}
 }
 
 // Probe asks every generation already expired from the window at now,
-// and still kept, whether it holds h: fn gets each one's id, the number of
-// fragments it holds (its chance of a false match is keys/2^32) and
-// whether it matched.
-func (hz *Horizon) Probe(h uint64, now time.Time, fn func(id uint64, keys int, match bool)) {
-	ns := now.UnixNano()
+// and still kept, whether it holds h, of the given level, and calls fn
+// with the id of each one that does. A generation holding n fragments of
+// that level matches a hash it does not hold with probability n/2^32
+// (Expired reports n).
+func (hz *Horizon) Probe(h uint64, level int, now time.Time, fn func(id uint64)) {
+	from, to := hz.expired(now.UnixNano())
+	if from == to {
+		return
+	}
+	switch {
+	case !hz.bmOK || hz.gens[from].id < hz.bmFrom:
+		hz.buildBitmap(from, to)
+	case hz.gens[to-1].id > hz.bmTo:
+		i := to
+		for i > from && hz.gens[i-1].id > hz.bmTo {
+			i--
+		}
+		hz.addToBitmap(i, to)
+		if 2*hz.bmSet > 3*hz.bmCap {
+			hz.buildBitmap(from, to)
+		}
+	}
 	f := uint32(h)
-	for i := range hz.gens {
+	if !hz.hasBit(f) {
+		return
+	}
+	level = min(level, HorizonLevels-1)
+	for i := from; i < to; i++ {
 		g := &hz.gens[i]
-		if ns < hz.expiry(g.id) {
-			break // live in the window, and so is every later one
+		if level >= len(g.levels) {
+			continue
 		}
-		if ns >= hz.expiry(g.id)+hz.keep {
-			continue // dropped at the next Advance
+		l := &g.levels[level]
+		if !l.sorted {
+			slices.Sort(l.frags)
+			l.sorted = true
 		}
-		if !g.sorted {
-			slices.Sort(g.frags)
-			g.frags = slices.Clip(g.frags)
-			g.sorted = true
+		if contains(l.frags, f) {
+			fn(g.id)
 		}
-		_, ok := slices.BinarySearch(g.frags, f)
-		fn(g.id, len(g.frags), ok)
 	}
 }
 
-// Bytes is the memory the fragments take.
-func (hz *Horizon) Bytes() uint64 {
-	var n uint64
-	for i := range hz.gens {
-		n += 4 * uint64(cap(hz.gens[i].frags))
+// expired returns the range gens[from:to] of the generations expired
+// from the window at now (ns) and still kept.
+func (hz *Horizon) expired(ns int64) (from, to int) {
+	for to < len(hz.gens) && ns >= hz.expiry(hz.gens[to].id) {
+		if ns >= hz.expiry(hz.gens[to].id)+hz.keep {
+			from = to + 1 // dropped at the next Advance
+		}
+		to++
 	}
-	return n
+	return from, to
 }
+
+// Expired calls fn with the id of every generation expired from the window
+// at now and still kept, and the number of fragments it holds at each level
+// (keys[l]; levels past the slice's end hold none): a Probe at level l
+// matches one it does not hold with probability keys[l]/2^32.
+func (hz *Horizon) Expired(now time.Time, fn func(id uint64, keys func(level int) int)) {
+	from, to := hz.expired(now.UnixNano())
+	for i := from; i < to; i++ {
+		g := &hz.gens[i]
+		fn(g.id, func(l int) int {
+			l = min(l, HorizonLevels-1)
+			if l >= len(g.levels) {
+				return 0
+			}
+			return len(g.levels[l].frags)
+		})
+	}
+}
+
+// contains reports whether the sorted fragments a hold f. Fragments are
+// uniform over 32 bits, so interpolation finds f's place in a few steps
+// (log log n on average) where a binary search takes log n.
+func contains(a []uint32, f uint32) bool {
+	lo, hi := 0, len(a)-1
+	for steps := 0; lo <= hi && steps < 4; steps++ {
+		x, y := a[lo], a[hi]
+		if f < x || f > y {
+			return false
+		}
+		if x == y {
+			return true // f == x == y
+		}
+		i := lo + int(uint64(f-x)*uint64(hi-lo)/uint64(y-x))
+		switch {
+		case a[i] < f:
+			lo = i + 1
+		case a[i] > f:
+			hi = i - 1
+		default:
+			return true
+		}
+	}
+	if lo > hi {
+		return false
+	}
+	_, ok := slices.BinarySearch(a[lo:hi+1], f)
+	return ok
+}
+
+// Bytes is the memory the fragments and the bitmap over the expired
+// generations take: about 5 bytes a fragment.
+func (hz *Horizon) Bytes() uint64 { return hz.bytes }
+
+// Keys is the number of fragments held.
+func (hz *Horizon) Keys() int { return hz.keys }
 
 // Len returns the number of generations held, live or expired.
 func (hz *Horizon) Len() int { return len(hz.gens) }

@@ -27,6 +27,8 @@ type windowAdviceJSON struct {
 	DelayP99Seconds               float64 `json:"delay_p99_seconds"`
 	Model                         string  `json:"model"`
 	Bytes                         uint64  `json:"bytes"`
+	HorizonSample                 uint64  `json:"horizon_sample"`
+	HorizonBudgetBytes            uint64  `json:"horizon_budget_bytes"`
 }
 
 // adviceJSON converts a; the windows and delays are 0 when not known.
@@ -38,7 +40,7 @@ func adviceJSON(a dedup.WindowAdvice) *windowAdviceJSON {
 		WindowFor1PerMillionSeconds: a.WindowFor1.Seconds(), HorizonSeconds: a.Horizon.Seconds(),
 		Duplicates: a.Duplicates, Caught: a.Caught, HorizonMatches: a.HorizonMatches, Censored: a.Censored,
 		DelayP50Seconds: a.DelayP50.Seconds(), DelayP90Seconds: a.DelayP90.Seconds(), DelayP99Seconds: a.DelayP99.Seconds(),
-		Model: a.Model, Bytes: a.Bytes,
+		Model: a.Model, Bytes: a.Bytes, HorizonSample: a.Sample, HorizonBudgetBytes: a.BudgetBytes,
 	}
 }
 
@@ -61,8 +63,12 @@ func printAdvice(w io.Writer, a dedup.WindowAdvice, pad int) {
 	line("window leaks", "%.0f per million events (±%.0f%%; %.0f of them past the %v measured, from the model)",
 		a.LeaksPerMillion, 100*a.LeaksRelErr, a.TailLeaksPerMillion, a.Horizon.Round(time.Second))
 	line("window for", "100/M %s, 10/M %s, 1/M %s", d(a.WindowFor100), d(a.WindowFor10), d(a.WindowFor1))
-	line("dup delays", "p50 %s, p90 %s, p99 %s; %d caught, %d past the window in the horizon's sample, %d keys still in the window without one",
-		d(a.DelayP50), d(a.DelayP90), d(a.DelayP99), a.Caught, a.HorizonMatches, a.Censored)
+	sample := "no horizon"
+	if a.Sample > 0 {
+		sample = fmt.Sprintf("1 key in %d", a.Sample)
+	}
+	line("dup delays", "p50 %s, p90 %s, p99 %s; %d caught, %d past the window in the horizon's sample (%s), %d keys still in the window without one",
+		d(a.DelayP50), d(a.DelayP90), d(a.DelayP99), a.Caught, a.HorizonMatches, sample, a.Censored)
 	line("dup model", "%s", a.Model)
 }
 

@@ -84,7 +84,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, u engineUsage) {
 	fs.IntVar(&f.generations, "generations", d.Generations, u.generations)
 	fs.IntVar(&f.shards, "shards", d.Shards, u.shards)
 	if !u.check {
-		fs.IntVar(&f.horizon, "horizon-sample", d.HorizonSample, "window advisor: keep 1 key in `N` (a power of two) for 3 windows past the window, 4 bytes each, to count the duplicates it lets through; -1 keeps none (see docs/window.md)")
+		fs.IntVar(&f.horizon, "horizon-sample", d.HorizonSample, "window advisor: keep at most 1 key in `N` (a power of two) for 8 windows past the window, 4 bytes each, to count the duplicates it lets through, halving the sample to stay within 4 MiB; -1 keeps none (see docs/window.md)")
 	}
 }
 

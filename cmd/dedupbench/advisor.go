@@ -22,6 +22,7 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var cfg bench.AdvisorConfig
 	var delays, csvPath string
 	var seeds int
+	samples := []int{0}
 	cfg.Windows = []time.Duration{2 * time.Minute, 3 * time.Minute, 5 * time.Minute, 8 * time.Minute}
 	fs := newFlagSet("dedupbench advisor", stderr)
 	c.bind(fs)
@@ -36,7 +37,8 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "stream seed")
 	fs.IntVar(&seeds, "seeds", 1, "run `N` streams per distribution, seeds --seed to --seed+N-1, and print the spread of the advice's errors over them")
 	fs.BoolVar(&cfg.Probabilistic, "probabilistic", false, "engines without the exact store")
-	fs.IntVar(&cfg.HorizonSample, "horizon-sample", 16, "the engines' HorizonSample: keep 1 key in `N` past the window; -1 none")
+	fs.Var((*intList)(&samples), "horizon-sample", "the engines' HorizonSample: keep at most 1 key in `N` past the window, halving the sample to stay within --horizon-bytes; -1 none; 0 the engine's default (1); comma-separated: each runs on the same streams")
+	fs.Int64Var(&cfg.HorizonBytes, "horizon-bytes", 0, "the engines' HorizonBytes: the horizon's memory budget in bytes; 0 the engine's default (4 MiB)")
 	fs.StringVar(&csvPath, "csv", "", "write estimated against true leaks per window, one row per distribution and window, to `FILE`")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -53,16 +55,19 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		c1.Delay = strings.TrimSpace(d)
 		for k := range seeds {
 			c1.Seed = cfg.Seed + uint64(k)
-			if !c.quiet {
-				fmt.Fprintf(stderr, "dedupbench advisor: %s delays, seed %d, %d windows, %v of virtual time\n", c1.Delay, c1.Seed, len(cfg.Windows), cfg.Duration)
-			}
-			res, err := bench.Advisor(ctx, c1)
-			if err != nil {
-				return err
-			}
-			results = append(results, res)
-			if k == 0 {
-				first = append(first, res)
+			for v, hs := range samples {
+				c1.HorizonSample = hs
+				if !c.quiet {
+					fmt.Fprintf(stderr, "dedupbench advisor: %s delays, seed %d, horizon sample %d, %d windows, %v of virtual time\n", c1.Delay, c1.Seed, hs, len(cfg.Windows), cfg.Duration)
+				}
+				res, err := bench.Advisor(ctx, c1)
+				if err != nil {
+					return err
+				}
+				results = append(results, res)
+				if k == 0 && v == 0 {
+					first = append(first, res)
+				}
 			}
 		}
 	}
@@ -74,7 +79,7 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := c.charts(stderr, func(dir string) ([]string, error) { return bench.PlotAdvisor(first, dir) }); err != nil {
 		return err
 	}
-	if seeds == 1 {
+	if seeds == 1 && len(samples) == 1 {
 		return output(c, stdout, results, func() error { return writeAdvisorText(stdout, results) })
 	}
 	spread := bench.SpreadAdvisor(results)
@@ -88,14 +93,21 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // relative error over the runs and the share within 20%.
 func writeAdvisorSpread(w io.Writer, spread []bench.AdvisorSpread) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "delay\tseeds\truns\tdups\tfigure\terror min\tmax\trms\twithin 20%\t")
+	fmt.Fprintln(tw, "delay\tsample\tseeds\truns\tdups\tfigure\terror min\tmax\trms\twithin 20%\t")
 	for _, s := range spread {
+		sample := fmt.Sprintf("1/%d", s.SampleMin)
+		if s.SampleMax != s.SampleMin {
+			sample += fmt.Sprintf("-1/%d", s.SampleMax)
+		}
+		if s.SampleMax == 0 {
+			sample = "none"
+		}
 		for _, f := range s.Figures {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\t%s\t%+.0f%%\t%+.0f%%\t%.0f%%\t%.0f%%\t\n", s.Delay, s.Seeds, s.Runs,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d-%d\t%s\t%+.0f%%\t%+.0f%%\t%.0f%%\t%.0f%%\t\n", s.Delay, sample, s.Seeds, s.Runs,
 				s.DuplicatesMin, s.DuplicatesMax, f.Name, 100*f.Min, 100*f.Max, 100*f.RMS, 100*f.Within20)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\tevery figure\t\t\t\t%.0f%%\t\n", s.Delay, s.Seeds, s.Runs, s.DuplicatesMin, s.DuplicatesMax, 100*s.AllWithin20)
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d-%d\tleaks within 2 stated SE (median ±%.0f%%)\t\t\t\t%.0f%%\t\n", s.Delay, s.Seeds, s.Runs,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d-%d\tevery figure\t\t\t\t%.0f%%\t\n", s.Delay, sample, s.Seeds, s.Runs, s.DuplicatesMin, s.DuplicatesMax, 100*s.AllWithin20)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d-%d\tleaks within 2 stated SE (median ±%.0f%%)\t\t\t\t%.0f%%\t\n", s.Delay, sample, s.Seeds, s.Runs,
 			s.DuplicatesMin, s.DuplicatesMax, 100*s.StatedRelErrMedian, 100*s.Within2SE)
 	}
 	return tw.Flush()
@@ -147,4 +159,20 @@ func writeAdvisorCSV(path string, results []*bench.AdvisorResult) error {
 		return err
 	}
 	return f.Close()
+}
+
+// intList is a comma-separated list of integers.
+type intList []int
+
+func (l *intList) String() string { return fmt.Sprint([]int(*l)) }
+func (l *intList) Set(s string) error {
+	*l = nil
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", f)
+		}
+		*l = append(*l, v)
+	}
+	return nil
 }

@@ -1,0 +1,85 @@
+package rotate
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestHorizonContains checks the interpolation search against a map on
+// uniform fragments and on clustered ones (where interpolation guesses
+// badly and the binary search finishes).
+func TestHorizonContains(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, gen := range []func() uint32{
+		rng.Uint32,
+		func() uint32 { return rng.Uint32N(64) },
+		func() uint32 { return []uint32{0, 1, 1 << 31, ^uint32(0)}[rng.IntN(4)] },
+		func() uint32 { return uint32(rng.ExpFloat64() * 1000) },
+	} {
+		for _, n := range []int{0, 1, 2, 3, 10, 1000} {
+			a := make([]uint32, n)
+			in := map[uint32]bool{}
+			for i := range a {
+				a[i] = gen()
+				in[a[i]] = true
+			}
+			slices.Sort(a)
+			for range 2000 {
+				f := gen()
+				if contains(a, f) != in[f] {
+					t.Fatalf("n %d: contains(%d) = %v, want %v", n, f, !in[f], in[f])
+				}
+			}
+			for _, f := range a {
+				if !contains(a, f) {
+					t.Fatalf("n %d: %d held, not found", n, f)
+				}
+			}
+		}
+	}
+}
+
+// TestHorizonDrop checks that Drop frees the levels below its argument in
+// every generation, keeps the others matching, and that Bytes and Keys
+// follow.
+func TestHorizonDrop(t *testing.T) {
+	hz := NewHorizon(time.Minute, 4, 3*time.Minute)
+	for id := uint64(1); id <= 3; id++ {
+		for l := range 4 {
+			for k := range 100 {
+				hz.Add(id, l, uint64(id<<40|uint64(l)<<20|uint64(k)))
+			}
+		}
+	}
+	if hz.Keys() != 1200 || hz.Bytes() < 4800 {
+		t.Fatalf("keys %d, bytes %d", hz.Keys(), hz.Bytes())
+	}
+	hz.Drop(2)
+	if hz.Keys() != 600 || hz.Bytes() < 2400 || hz.Bytes() > 4800 {
+		t.Fatalf("after Drop(2): keys %d, bytes %d", hz.Keys(), hz.Bytes())
+	}
+	// Generation 1 expires from the window at 2*15s + 1m.
+	now := time.Unix(0, int64(2*15*time.Second+time.Minute))
+	for l := range 4 {
+		var matched bool
+		hz.Probe(1<<40|uint64(l)<<20|7, l, now, func(id uint64) { matched = matched || id == 1 })
+		keys := -1
+		hz.Expired(now, func(id uint64, n func(int) int) {
+			if id == 1 {
+				keys = n(l)
+			}
+		})
+		if want := map[bool]int{true: 100, false: 0}[l >= 2]; keys != want {
+			t.Errorf("level %d: %d fragments after Drop(2), want %d", l, keys, want)
+		}
+		if matched != (l >= 2) {
+			t.Errorf("level %d: match %v after Drop(2)", l, matched)
+		}
+	}
+	hz.Advance(now.Add(10 * time.Minute))
+	if hz.Keys() != 0 || hz.Bytes() != 0 || hz.Len() != 0 {
+		t.Errorf("after Advance past the keep: keys %d, bytes %d, generations %d", hz.Keys(), hz.Bytes(), hz.Len())
+	}
+}
