@@ -146,14 +146,16 @@ type CompareRow struct {
 	DiskPerKey float64 `json:"disk_per_key"`
 	// StoreLookups counts exact-store lookups (engine, exact mode).
 	StoreLookups uint64 `json:"store_lookups"`
-	// InFlightBytes and CacheBytes are the memory the engine reports for
-	// its in-flight sets and its cache of recently committed keys (see
-	// dedup.Stats); EngineBytesPerKey is its own count of what it holds,
-	// filters, in-flight sets and cache, per key (engine rows only): what
+	// InFlightBytes, CacheBytes and AdvisorBytes are the memory the engine
+	// reports for its in-flight sets, its cache of recently committed keys
+	// and its window advisor (see dedup.Stats); EngineBytesPerKey is its own
+	// count of what it holds, filters, in-flight sets, cache and advisor,
+	// per key (engine rows only): what
 	// the process's RSS holds besides the Go runtime, GC headroom and, in
 	// exact mode, Pebble's memtable and block cache.
 	InFlightBytes     uint64  `json:"inflight_bytes,omitempty"`
 	CacheBytes        uint64  `json:"cache_bytes,omitempty"`
+	AdvisorBytes      uint64  `json:"advisor_bytes,omitempty"`
 	EngineBytesPerKey float64 `json:"engine_bytes_per_key,omitempty"`
 	// SpeedRatio is EventsPerSec over the reference row's; RSSRatio is
 	// RSSPerKey over the reference's.
@@ -544,11 +546,11 @@ func usage(t Target, row *CompareRow, probe memProbe) error {
 		return err
 	}
 	row.Keys, row.FilterBytes, row.DiskBytes, row.StoreLookups = u.Keys, u.FilterBytes, u.Disk, u.StoreLookups
-	row.InFlightBytes, row.CacheBytes = u.InFlightBytes, u.CacheBytes
+	row.InFlightBytes, row.CacheBytes, row.AdvisorBytes = u.InFlightBytes, u.CacheBytes, u.AdvisorBytes
 	if row.Keys > 0 {
 		row.DiskPerKey = float64(row.DiskBytes) / float64(row.Keys)
 		if _, ok := t.(*EngineTarget); ok {
-			row.EngineBytesPerKey = float64(row.FilterBytes+row.InFlightBytes+row.CacheBytes) / float64(row.Keys)
+			row.EngineBytesPerKey = float64(row.FilterBytes+row.InFlightBytes+row.CacheBytes+row.AdvisorBytes) / float64(row.Keys)
 		}
 	}
 	return probe.fill(row)

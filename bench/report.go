@@ -138,7 +138,7 @@ func (r *CompareResult) WriteText(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w, "RSS/key = growth of the resident set of the process holding the keys (the target alone in a child process; redis-server's own) from before the target opened to the end, per key held; peak/key = the largest resident set during the run, less the same start, per key.")
-	fmt.Fprintln(w, "engine/key = the engine's own count (Stats): filters + in-flight sets + cache of recent commits, per key held; the RSS adds the Go runtime, GC headroom and, in exact mode, Pebble's memtable and cache.")
+	fmt.Fprintln(w, "engine/key = the engine's own count (Stats): filters + in-flight sets + cache of recent commits + the window advisor's sample, per key held; the RSS adds the Go runtime, GC headroom and, in exact mode, Pebble's memtable and cache.")
 	if len(r.Sweep) > 0 {
 		fmt.Fprintln(w, "\nFilter memory per key against the false-positive target (probabilistic engine, one window filled, fresh keys probed):")
 		rows = rows[:0]

@@ -43,8 +43,9 @@ type Usage struct {
 	// StoreLookups counts exact-store lookups (engine only).
 	StoreLookups uint64
 	// InFlightBytes and CacheBytes are the engine's in-flight sets and
-	// cache of recently committed keys (see dedup.Stats), in RAM.
-	InFlightBytes, CacheBytes uint64
+	// cache of recently committed keys (see dedup.Stats), in RAM;
+	// AdvisorBytes the window advisor's sample (dedup.WindowAdvice.Bytes).
+	InFlightBytes, CacheBytes, AdvisorBytes uint64
 }
 
 // VirtualClock is a settable clock for Options.Now. Its zero value reads
@@ -204,6 +205,7 @@ func (t *EngineTarget) Usage() (Usage, error) {
 		StoreLookups:  st.StoreLookups,
 		InFlightBytes: st.InFlightBytes,
 		CacheBytes:    st.CacheBytes,
+		AdvisorBytes:  st.WindowAdvice.Bytes,
 	}
 	if t.cfg.Dir != "" {
 		// Stats.DiskBytes comes from Pebble's metrics; the directory's
