@@ -31,6 +31,7 @@ type engineFlags struct {
 	generations   int
 	shards        int
 	horizon       int
+	horizonBytes  byteSize
 }
 
 // engineUsage is the help text of each engine flag; a `NAME` between
@@ -84,7 +85,9 @@ func (f *engineFlags) register(fs *flag.FlagSet, u engineUsage) {
 	fs.IntVar(&f.generations, "generations", d.Generations, u.generations)
 	fs.IntVar(&f.shards, "shards", d.Shards, u.shards)
 	if !u.check {
-		fs.IntVar(&f.horizon, "horizon-sample", d.HorizonSample, "window advisor: keep at most 1 key in `N` (a power of two) for 8 windows past the window, 4 bytes each, to count the duplicates it lets through, halving the sample to stay within 4 MiB; -1 keeps none (see docs/window.md)")
+		fs.IntVar(&f.horizon, "horizon-sample", d.HorizonSample, "window advisor: keep at most 1 key in `N` (a power of two) for 8 windows past the window, 4 bytes each, to count the duplicates it lets through, halving the sample to stay within --horizon-bytes; -1 keeps none (see docs/window.md)")
+		f.horizonBytes = byteSize(d.HorizonBytes)
+		fs.Var(&f.horizonBytes, "horizon-bytes", "window advisor: the memory its horizon's sample may take, `SIZE` (bytes, or with KiB, MiB, GiB)")
 	}
 }
 
@@ -99,11 +102,12 @@ var optionFlags = map[string]string{
 	"Shards":            "--shards",
 	"MaxKeySize":        "--max-key",
 	"HorizonSample":     "--horizon-sample",
+	"HorizonBytes":      "--horizon-bytes",
 }
 
 // optionWord matches the name of an option in a reason Options.Validate
 // gives ("with Filter fuse at FalsePositiveRate 1e-09", "needs a Dir").
-var optionWord = regexp.MustCompile(`\b(a Dir|Dir|Window|ExpectedRate|FalsePositiveRate|Filter|Generations|Shards|MaxKeySize|HorizonSample)\b`)
+var optionWord = regexp.MustCompile(`\b(a Dir|Dir|Window|ExpectedRate|FalsePositiveRate|Filter|Generations|Shards|MaxKeySize|HorizonSample|HorizonBytes)\b`)
 
 // flagWords rewrites the option names in why into the flags that set
 // them: a user of the command never sees Options.
@@ -187,5 +191,6 @@ func (f *engineFlags) options(dir string) dedup.Options {
 		Generations:       f.generations,
 		Shards:            f.shards,
 		HorizonSample:     f.horizon,
+		HorizonBytes:      int64(f.horizonBytes),
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -283,6 +284,8 @@ func TestExplicitBadValues(t *testing.T) {
 		{[]string{"--rate", "-5"}, "--rate"},
 		{[]string{"--window", "0"}, "--window"},
 		{[]string{"--max-key", "0"}, "--max-key"},
+		{[]string{"--horizon-bytes", "0"}, "horizon-bytes"},
+		{[]string{"--horizon-bytes", "1TB"}, "horizon-bytes"},
 		{[]string{"--format", "lines", "--field", "0"}, "--field"},
 		{[]string{"--format", "lines", "--field", "-1"}, "--field"},
 	} {
@@ -559,5 +562,28 @@ func TestStatsJSONNames(t *testing.T) {
 	walk("", v)
 	if m, ok := v.(map[string]any); !ok || m["options"].(map[string]any)["window_seconds"] != 3600.0 {
 		t.Errorf("options.window_seconds: %v", v)
+	}
+}
+
+// TestHorizonBytesFlag: --horizon-bytes sets Options.HorizonBytes, and
+// without it the engine's default holds.
+func TestHorizonBytesFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, engineDefaults.HorizonBytes},
+		{[]string{"--horizon-bytes", "64KiB"}, 64 << 10},
+		{[]string{"--horizon-bytes", "1000"}, 1000},
+	} {
+		var f engineFlags
+		fs := flag.NewFlagSet("filter", flag.ContinueOnError)
+		f.register(fs, tuneUsage)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := f.options("").HorizonBytes; got != tc.want {
+			t.Errorf("%v: HorizonBytes %d, want %d", tc.args, got, tc.want)
+		}
 	}
 }
