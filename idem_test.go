@@ -13,18 +13,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	. "github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/testclock"
 )
 
-// fakeClock is a settable clock for Options.Now.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock(t time.Time) *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(t.UnixNano())
-	return c
-}
-func (c *fakeClock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) Add(d time.Duration) { c.ns.Add(int64(d)) }
 func mustBegin(t testing.TB, e *Engine, key, fp string, lease time.Duration, want ClaimState) Claim {
 	t.Helper()
 	c, err := e.Begin(context.Background(), []byte(key), []byte(fp), lease)
@@ -76,7 +67,7 @@ func TestBeginConcurrentOneNew(t *testing.T) {
 }
 
 func TestClaimLifecycle(t *testing.T) {
-	clk := newFakeClock(t0)
+	clk := testclock.New(t0)
 	e := openT(t, Options{Now: clk.Now, Window: time.Hour})
 	ctx := context.Background()
 	c := mustBegin(t, e, "order-1", "body-a", time.Minute, ClaimNew)
@@ -107,21 +98,21 @@ func TestClaimLifecycle(t *testing.T) {
 	mustBegin(t, e, "order-2", "", time.Minute, ClaimNew)
 
 	// The result leaves with the window.
-	clk.Add(time.Hour + time.Hour/4 + time.Second)
+	clk.Advance(time.Hour + time.Hour/4 + time.Second)
 	mustBegin(t, e, "order-1", "body-b", time.Minute, ClaimNew)
 }
 
 func TestLeaseExpiryLetsKeyRunAgain(t *testing.T) {
-	clk := newFakeClock(t0)
+	clk := testclock.New(t0)
 	e := openT(t, Options{Now: clk.Now})
 	ctx := context.Background()
 	first := mustBegin(t, e, "k", "f", 10*time.Second, ClaimNew)
-	clk.Add(9 * time.Second)
+	clk.Advance(9 * time.Second)
 	c := mustBegin(t, e, "k", "f", 10*time.Second, ClaimInProgress)
 	if c.LeaseLeft != time.Second {
 		t.Fatalf("LeaseLeft %v, want 1s", c.LeaseLeft)
 	}
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	second := mustBegin(t, e, "k", "f", 10*time.Second, ClaimNew)
 	if second.Token == first.Token {
 		t.Fatal("the second claim has the first one's token")
@@ -217,7 +208,7 @@ func TestAwaitKeyWakesOnComplete(t *testing.T) {
 }
 
 func TestLookupDoesNotClaim(t *testing.T) {
-	clk := newFakeClock(t0)
+	clk := testclock.New(t0)
 	e := openT(t, Options{Now: clk.Now})
 	ctx := context.Background()
 	look := func(fp string, want ClaimState) Claim {
@@ -233,7 +224,7 @@ func TestLookupDoesNotClaim(t *testing.T) {
 	c := mustBegin(t, e, "k", "f", time.Second, ClaimNew)
 	look("f", ClaimInProgress)
 	look("g", ClaimMismatch)
-	clk.Add(time.Second)
+	clk.Advance(time.Second)
 	look("f", ClaimAbsent) // the lease passed
 	c = mustBegin(t, e, "k", "f", time.Second, ClaimNew)
 	if err := e.Complete(ctx, []byte("k"), c.Token, []byte("r")); err != nil {
