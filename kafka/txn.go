@@ -48,7 +48,11 @@ func (c *Consumer) end(sess *kgo.GroupTransactSession, commit bool) error {
 			c.logf("kafka: transaction aborted by the group (a rebalance); its %d records are read again", c.txnRecords)
 			return nil
 		}
-		if errors.Is(err, kerr.FencedInstanceID) {
+		// With an InstanceID the transactional ID is the instance's own, so
+		// a producer fenced by a newer one means another process runs with
+		// this InstanceID: rejoining would take the instance back from it
+		// and the two would fence each other in turn.
+		if errors.Is(err, kerr.FencedInstanceID) || (c.cfg.InstanceID != "" && errors.Is(err, kerr.ProducerFenced)) {
 			return c.fenced(err)
 		}
 		if err != nil {
