@@ -6,8 +6,8 @@
 //
 // Four runs, each a Config in and a Result out, with a WriteText report
 // ([Serve] and [Kafka] drive the servers the same way; [Kafka] is in
-// kafka.go, its passthrough baseline in kafkapass.go, its report and
-// [PlotKafka] in kafkareport.go):
+// kafka.go, its latency runs in kafkalatency.go, its passthrough baseline
+// in kafkapass.go, its report and [PlotKafka] in kafkareport.go):
 //
 //   - [Simulate] (simulate.go): the window model ([Reference]) on
 //     a virtual clock: keys held, memory, duplicates leaked per window, and
