@@ -124,15 +124,7 @@ func buildFuseWindow(b *testing.B) *fuseWindowBench {
 	W := time.Duration(gens) * time.Hour
 	span := time.Hour
 	w := &fuseWindowBench{window: window}
-	// timedKey is key i of the timed stream: 2% repeat window keys.
-	timedKey := func(k []byte, i uint64) bool {
-		if i%50 == 0 {
-			windowKey(k, (i*7919)%window)
-			return false
-		}
-		windowKey(k, i|1<<62)
-		return true
-	}
+	timedKey := timedWindowKey(window)
 	build := func(kind, dir string) (*Engine, func(from uint64, n int) int) {
 		clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		e, err := Open(Options{Dir: dir, Filter: kind, Probabilistic: true, Window: W, Generations: int(gens),
@@ -140,48 +132,11 @@ func buildFuseWindow(b *testing.B) *fuseWindowBench {
 		if err != nil {
 			b.Fatal(err)
 		}
-		// observe runs keys [from, from+n) through ObserveBatch on two
-		// goroutines, then commits; it returns the Duplicates of fresh
-		// keys (false positives).
 		observe := func(from uint64, n int, timed bool) int {
-			var wg sync.WaitGroup
-			var fps atomic.Int64
-			for g := range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					buf := make([]byte, 16*batch)
-					keys := make([][]byte, batch)
-					fresh := make([]bool, batch)
-					out := make([]Verdict, batch)
-					for lo := g * batch; lo < n; lo += 2 * batch {
-						m := min(batch, n-lo)
-						for j := range m {
-							keys[j] = buf[16*j : 16*j+16]
-							if timed {
-								fresh[j] = timedKey(keys[j], from+uint64(lo+j))
-							} else {
-								windowKey(keys[j], from+uint64(lo+j))
-								fresh[j] = true
-							}
-						}
-						if err := e.ObserveBatch(keys[:m], out); err != nil {
-							b.Error(err)
-							return
-						}
-						for j, v := range out[:m] {
-							if fresh[j] && v == Duplicate {
-								fps.Add(1)
-							}
-						}
-					}
-				}()
+			if timed {
+				return observeSpread(b, e, from, n, batch, timedKey)
 			}
-			wg.Wait()
-			if err := e.Commit(nil); err != nil {
-				b.Fatal(err)
-			}
-			return int(fps.Load())
+			return observeSpread(b, e, from, n, batch, freshWindowKey)
 		}
 		for g := range gens {
 			for lo := uint64(0); lo < per; lo += 1 << 20 {

@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,6 +111,65 @@ func windowKey(k []byte, i uint64) {
 	binary.LittleEndian.PutUint64(k[8:], i)
 }
 
+// observeSpread runs keys [from, from+n), each written by key, through
+// e.ObserveBatch in batches of batch keys on two goroutines, then commits.
+// It returns how many of the keys key reported fresh got Duplicate: false
+// positives.
+func observeSpread(b *testing.B, e *Engine, from uint64, n, batch int, key func(k []byte, i uint64) (fresh bool)) int {
+	var wg sync.WaitGroup
+	var fps atomic.Int64
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 16*batch)
+			keys := make([][]byte, batch)
+			fresh := make([]bool, batch)
+			out := make([]Verdict, batch)
+			for lo := g * batch; lo < n; lo += 2 * batch {
+				m := min(batch, n-lo)
+				for j := range m {
+					keys[j] = buf[16*j : 16*j+16]
+					fresh[j] = key(keys[j], from+uint64(lo+j))
+				}
+				if err := e.ObserveBatch(keys[:m], out); err != nil {
+					b.Error(err)
+					return
+				}
+				for j, v := range out[:m] {
+					if fresh[j] && v == Duplicate {
+						fps.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := e.Commit(nil); err != nil {
+		b.Fatal(err)
+	}
+	return int(fps.Load())
+}
+
+// timedWindowKey returns the key writer of the timed stream over a window
+// of window keys: 2% repeat window keys, the others are fresh.
+func timedWindowKey(window uint64) func(k []byte, i uint64) (fresh bool) {
+	return func(k []byte, i uint64) bool {
+		if i%50 == 0 {
+			windowKey(k, (i*7919)%window)
+			return false
+		}
+		windowKey(k, i|1<<62)
+		return true
+	}
+}
+
+// freshWindowKey is windowKey for a stream of keys never seen before.
+func freshWindowKey(k []byte, i uint64) bool {
+	windowKey(k, i)
+	return true
+}
+
 func observeWindow(b *testing.B) *windowBench {
 	observeWindowOnce.Do(func() { observeWindowOnce.w = buildObserveWindow(b) })
 	return observeWindowOnce.w
@@ -132,14 +192,7 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	W := 4 * time.Hour
 	span := W / gens
 	w := &windowBench{window: window}
-	// timedKey is key i of the timed stream: 2% repeat window keys.
-	timedKey := func(k []byte, i uint64) {
-		if i%50 == 0 {
-			windowKey(k, (i*7919)%window)
-		} else {
-			windowKey(k, i|1<<62)
-		}
-	}
+	timedKey := timedWindowKey(window)
 	for _, kind := range []string{"blocked", "interleaved"} {
 		clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		e, err := Open(Options{Filter: kind, Probabilistic: true, Window: W, Generations: gens,
@@ -149,44 +202,15 @@ func buildObserveWindow(b *testing.B) *windowBench {
 		}
 		// Not closed: the engines outlive the first call of the benchmark
 		// (they are built once per process), and hold no files.
-		// observe runs keys [from, from+n) of gen through ObserveBatch on
-		// two goroutines, then commits.
-		observe := func(from uint64, n int, key func(k []byte, i uint64)) {
-			var wg sync.WaitGroup
-			for g := range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					buf := make([]byte, 16*batch)
-					keys := make([][]byte, batch)
-					out := make([]Verdict, batch)
-					for lo := g * batch; lo < n; lo += 2 * batch {
-						m := min(batch, n-lo)
-						for j := range m {
-							keys[j] = buf[16*j : 16*j+16]
-							key(keys[j], from+uint64(lo+j))
-						}
-						if err := e.ObserveBatch(keys[:m], out); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			if err := e.Commit(nil); err != nil {
-				b.Fatal(err)
-			}
-		}
 		for g := range uint64(gens) {
 			for lo := uint64(0); lo < per; lo += 1 << 20 {
-				observe(g*per+lo, int(min(1<<20, per-lo)), windowKey)
+				observeSpread(b, e, g*per+lo, int(min(1<<20, per-lo)), batch, freshWindowKey)
 			}
 			clk.Advance(span)
 		}
 		w.variants = append(w.variants, &windowVariant{
 			name:  kind,
-			run:   func(from uint64, n int) { observe(from, n, timedKey) },
+			run:   func(from uint64, n int) { observeSpread(b, e, from, n, batch, timedKey) },
 			bytes: func() uint64 { return e.Stats().FilterBytes },
 		})
 	}

@@ -15,9 +15,7 @@ import (
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 )
 
 // KafkaHandoverConfig configures the handover scenario: a partition of
@@ -246,18 +244,11 @@ func (r *KafkaHandoverResult) WriteText(w io.Writer) error {
 // partition's records, by replay and by handover: kafka_handover, as SVG
 // and PNG in dir.
 func PlotKafkaHandover(r *KafkaHandoverResult, dir string) ([]string, error) {
-	p := plot.New()
-	p.Title.Text = "dedup on Kafka: time to ready after a partition move"
-	p.X.Label.Text = "records in the partition"
-	p.Y.Label.Text = "seconds"
 	var rep, ho plotter.XYs
 	for _, x := range r.Rows {
 		rep = append(rep, plotter.XY{X: float64(x.Records), Y: x.Replay.Seconds()})
 		ho = append(ho, plotter.XY{X: float64(x.Records), Y: x.Handover.Seconds()})
 	}
-	if err := plotutil.AddLinePoints(p, "replay", rep, "handover (import)", ho); err != nil {
-		return nil, fmt.Errorf("bench: plot kafka handover: %w", err)
-	}
-	p.Legend.Top, p.Legend.Left = true, true
-	return savePlot(p, dir, "kafka_handover")
+	return plotLines(dir, "kafka_handover", "dedup on Kafka: time to ready after a partition move",
+		"records in the partition", "seconds", "replay", rep, "handover (import)", ho)
 }

@@ -6,9 +6,7 @@ import (
 	"strconv"
 
 	"github.com/streamdedup/dedup/internal/humanize"
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 )
 
 // WriteText writes the scenario's tables.
@@ -37,18 +35,11 @@ func (r *KafkaResult) WriteText(w io.Writer) error {
 // PlotKafka draws events per second against the group size for the
 // passthrough and dedup: kafka_throughput, as SVG and PNG in dir.
 func PlotKafka(r *KafkaResult, dir string) ([]string, error) {
-	p := plot.New()
-	p.Title.Text = "dedup on Kafka (kfake): events/s vs instances"
-	p.X.Label.Text = "instances"
-	p.Y.Label.Text = "events/s"
 	var pass, dd plotter.XYs
 	for _, x := range r.Rows {
 		pass = append(pass, plotter.XY{X: float64(x.Instances), Y: x.Passthrough})
 		dd = append(dd, plotter.XY{X: float64(x.Instances), Y: x.Dedup})
 	}
-	if err := plotutil.AddLinePoints(p, "passthrough", pass, "dedup", dd); err != nil {
-		return nil, fmt.Errorf("bench: plot kafka: %w", err)
-	}
-	p.Legend.Top, p.Legend.Left = true, true
-	return savePlot(p, dir, "kafka_throughput")
+	return plotLines(dir, "kafka_throughput", "dedup on Kafka (kfake): events/s vs instances",
+		"instances", "events/s", "passthrough", pass, "dedup", dd)
 }

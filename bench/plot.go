@@ -426,6 +426,19 @@ func savePlot(p *plot.Plot, dir, name string, caption ...string) ([]string, erro
 	return Figure{Panels: []*plot.Plot{p}, Caption: caption, Width: 7 * vg.Inch}.Save(dir, name)
 }
 
+// plotLines draws the series (a name, then its plotter.XYs, for each) as
+// lines with points under title and the axis labels, the legend top
+// left, and saves the chart as name in dir (savePlot).
+func plotLines(dir, name, title, xLabel, yLabel string, series ...any) ([]string, error) {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, xLabel, yLabel
+	if err := plotutil.AddLinePoints(p, series...); err != nil {
+		return nil, fmt.Errorf("bench: plot %s: %w", name, err)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	return savePlot(p, dir, name)
+}
+
 // PlotLoad draws achieved throughput and batch latency against the target
 // rate: load_throughput and load_latency, as SVG and PNG in dir.
 func PlotLoad(r *LoadResult, dir string) ([]string, error) {

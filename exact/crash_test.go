@@ -41,22 +41,7 @@ func verifyCrashed(t *testing.T, fs vfs.FS, o Options, minDone, total, per int) 
 		t.Fatalf("reopen after crash: %v", err)
 	}
 	defer mustClose(t, s)
-	cp, err := s.Checkpoint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := -1
-	if cp != nil {
-		if _, err := fmt.Sscanf(string(cp), "cp-%d", &last); err != nil {
-			t.Fatalf("checkpoint %q: %v", cp, err)
-		}
-	}
-	if last < minDone-1 {
-		t.Fatalf("checkpoint %q after crash, but batch %d had committed", cp, minDone-1)
-	}
-	if s.CommitSeq() != uint64(last+1) {
-		t.Fatalf("CommitSeq %d with checkpoint %q", s.CommitSeq(), cp)
-	}
+	last, cp := committedThrough(t, s, minDone, "")
 	for i := 0; i < total; i++ {
 		want := i <= last
 		for k := i * per; k < i*per+per; k++ {
@@ -483,4 +468,32 @@ func TestStalledCommitWokenByBackgroundFailure(t *testing.T) {
 	}
 	close(release)
 	_ = s.Close()
+}
+
+// committedThrough returns the last batch a reopened store's checkpoint
+// "cp-N" names (-1 for none) and the checkpoint, failing t (what names the
+// run) if the checkpoint cannot be read, names a batch before minDone-1
+// (one whose commit had returned) or disagrees with CommitSeq.
+func committedThrough(t *testing.T, s *Store, minDone int, what string) (last int, cp []byte) {
+	t.Helper()
+	if what != "" {
+		what += ": "
+	}
+	cp, err := s.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last = -1
+	if cp != nil {
+		if _, err := fmt.Sscanf(string(cp), "cp-%d", &last); err != nil {
+			t.Fatalf("%scheckpoint %q: %v", what, cp, err)
+		}
+	}
+	if last < minDone-1 {
+		t.Fatalf("%scheckpoint %q after crash, but batch %d had committed", what, cp, minDone-1)
+	}
+	if s.CommitSeq() != uint64(last+1) {
+		t.Fatalf("%sCommitSeq %d with checkpoint %q", what, s.CommitSeq(), cp)
+	}
+	return last, cp
 }

@@ -180,22 +180,7 @@ func (w crashWorkload) verify(t *testing.T, fs vfs.FS, minDone, minTrunc, maxTru
 	if err != nil {
 		t.Fatalf("%s: reopen after crash: %v", what, err)
 	}
-	cp, err := s.Checkpoint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := -1
-	if cp != nil {
-		if _, err := fmt.Sscanf(string(cp), "cp-%d", &last); err != nil {
-			t.Fatalf("%s: checkpoint %q: %v", what, cp, err)
-		}
-	}
-	if last < minDone-1 {
-		t.Fatalf("%s: checkpoint %q after crash, but batch %d had committed", what, cp, minDone-1)
-	}
-	if s.CommitSeq() != uint64(last+1) {
-		t.Fatalf("%s: CommitSeq %d with checkpoint %q", what, s.CommitSeq(), cp)
-	}
+	last, cp := committedThrough(t, s, minDone, what)
 	floor := w.floorThrough(last)
 	if s.DroppedBefore() != floor {
 		t.Fatalf("%s: DroppedBefore %d, want %d (checkpoint %q)", what, s.DroppedBefore(), floor, cp)

@@ -61,12 +61,7 @@ func putRecordKey(dst []byte, gen uint64, fp Fingerprint) {
 }
 
 // genPrefix returns tagKey|gen: the first key of generation gen.
-func genPrefix(gen uint64) []byte {
-	b := make([]byte, 9)
-	b[0] = tagKey
-	binary.BigEndian.PutUint64(b[1:], gen)
-	return b
-}
+func genPrefix(gen uint64) []byte { return tagGen(tagKey, gen) }
 
 // keysEnd is the upper bound (exclusive) of the format-1 key range.
 var keysEnd = []byte{tagKey + 1}
@@ -77,7 +72,8 @@ var flushKeysEnd = []byte{tagFlushKey + 1}
 // filtersEnd is the upper bound (exclusive) of the filter range.
 var filtersEnd = []byte{tagFilter + 1}
 
-// tagGen returns tag|gen.
+// tagGen returns tag|gen (gen as 8 big-endian bytes): the first key of
+// gen's range under tag, or, under tagLog, the key of a log entry.
 func tagGen(tag byte, gen uint64) []byte {
 	b := make([]byte, 9)
 	b[0] = tag
@@ -128,12 +124,7 @@ func putKey(dst []byte, gen uint64, key []byte) {
 }
 
 // logKey returns tagLog|seq.
-func logKey(seq uint64) []byte {
-	b := make([]byte, 9)
-	b[0] = tagLog
-	binary.BigEndian.PutUint64(b[1:], seq)
-	return b
-}
+func logKey(seq uint64) []byte { return tagGen(tagLog, seq) }
 
 var logEnd = []byte{tagLog + 1}
 

@@ -35,59 +35,49 @@ func wantRecord(t *testing.T, s *Store, fp Fingerprint, gen uint64, val []byte) 
 }
 
 func TestRecordsNewestGenerationWins(t *testing.T) {
-	for _, m := range modes {
-		for _, fsName := range []string{"disk", "mem"} {
-			t.Run(m.name+"/"+fsName, func(t *testing.T) {
-				o := Options{memLimit: m.memLimit}
-				dir := t.TempDir()
-				if fsName == "mem" {
-					o.FS = vfs.NewMem()
-					dir = "store"
-				}
-				s := mustOpen(t, dir, o)
-				a, b := s.Fingerprint([]byte("a")), s.Fingerprint([]byte("b"))
-				if a == b {
-					t.Fatal("two keys, one fingerprint")
-				}
-				wantRecord(t, s, a, 0, nil)
-				if err := s.DeleteRecord(3, a); err != nil {
-					t.Fatalf("DeleteRecord of an absent record: %v", err)
-				}
-				must(t, s.PutRecord(3, a, []byte("a3")))
-				must(t, s.PutRecord(5, a, []byte("a5")))
-				must(t, s.PutRecord(4, a, []byte("a4")))
-				must(t, s.PutRecord(4, b, []byte{}))
-				wantRecord(t, s, a, 5, []byte("a5"))
-				wantRecord(t, s, b, 4, []byte{})
-				must(t, s.PutRecord(5, a, []byte("a5'")))
-				wantRecord(t, s, a, 5, []byte("a5'"))
-				must(t, s.DeleteRecord(5, a))
-				wantRecord(t, s, a, 4, []byte("a4"))
-				// Keys and records of one batch commit together.
-				bt := s.NewBatch()
-				bt.Add(4, []byte("a"), 1)
-				bt.PutRecord(6, a, []byte("a6"))
-				bt.DeleteRecord(4, b)
-				if _, err := bt.Commit(); err != nil {
-					t.Fatal(err)
-				}
-				wantRecord(t, s, a, 6, []byte("a6"))
-				wantRecord(t, s, b, 0, nil)
-				mustClose(t, s)
-				s = mustOpen(t, dir, o)
-				defer mustClose(t, s)
-				if s.Fingerprint([]byte("a")) != a {
-					t.Fatal("the fingerprint of a key changed across Open")
-				}
-				wantRecord(t, s, a, 6, []byte("a6"))
-				wantRecord(t, s, b, 0, nil)
-				must(t, s.DeleteRecord(6, a))
-				wantRecord(t, s, a, 4, []byte("a4"))
-				must(t, s.DeleteRecord(4, a))
-				wantRecord(t, s, a, 3, []byte("a3"))
-			})
+	forEachStoreMode(t, func(t *testing.T, dir string, o Options) {
+		s := mustOpen(t, dir, o)
+		a, b := s.Fingerprint([]byte("a")), s.Fingerprint([]byte("b"))
+		if a == b {
+			t.Fatal("two keys, one fingerprint")
 		}
-	}
+		wantRecord(t, s, a, 0, nil)
+		if err := s.DeleteRecord(3, a); err != nil {
+			t.Fatalf("DeleteRecord of an absent record: %v", err)
+		}
+		must(t, s.PutRecord(3, a, []byte("a3")))
+		must(t, s.PutRecord(5, a, []byte("a5")))
+		must(t, s.PutRecord(4, a, []byte("a4")))
+		must(t, s.PutRecord(4, b, []byte{}))
+		wantRecord(t, s, a, 5, []byte("a5"))
+		wantRecord(t, s, b, 4, []byte{})
+		must(t, s.PutRecord(5, a, []byte("a5'")))
+		wantRecord(t, s, a, 5, []byte("a5'"))
+		must(t, s.DeleteRecord(5, a))
+		wantRecord(t, s, a, 4, []byte("a4"))
+		// Keys and records of one batch commit together.
+		bt := s.NewBatch()
+		bt.Add(4, []byte("a"), 1)
+		bt.PutRecord(6, a, []byte("a6"))
+		bt.DeleteRecord(4, b)
+		if _, err := bt.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		wantRecord(t, s, a, 6, []byte("a6"))
+		wantRecord(t, s, b, 0, nil)
+		mustClose(t, s)
+		s = mustOpen(t, dir, o)
+		defer mustClose(t, s)
+		if s.Fingerprint([]byte("a")) != a {
+			t.Fatal("the fingerprint of a key changed across Open")
+		}
+		wantRecord(t, s, a, 6, []byte("a6"))
+		wantRecord(t, s, b, 0, nil)
+		must(t, s.DeleteRecord(6, a))
+		wantRecord(t, s, a, 4, []byte("a4"))
+		must(t, s.DeleteRecord(4, a))
+		wantRecord(t, s, a, 3, []byte("a3"))
+	})
 }
 
 // TestRecordsAcrossFlushes puts and deletes records while flushes move

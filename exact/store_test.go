@@ -25,6 +25,25 @@ var modes = []struct {
 	{"flushed", 1},
 }
 
+// forEachStoreMode runs f in a subtest for each of the modes, on disk
+// and on a vfs.NewMem file system: o is the mode's Options and dir the
+// store's directory on that file system.
+func forEachStoreMode(t *testing.T, f func(t *testing.T, dir string, o Options)) {
+	for _, m := range modes {
+		for _, fsName := range []string{"disk", "mem"} {
+			t.Run(m.name+"/"+fsName, func(t *testing.T) {
+				o := Options{memLimit: m.memLimit}
+				dir := t.TempDir()
+				if fsName == "mem" {
+					o.FS = vfs.NewMem()
+					dir = "store"
+				}
+				f(t, dir, o)
+			})
+		}
+	}
+}
+
 func keyOf(i int) []byte { return []byte(fmt.Sprintf("key-%08d", i)) }
 
 func hashOf(i int) uint64 { return uint64(i)*0x9e3779b97f4a7c15 + 1 }
@@ -61,71 +80,61 @@ func commitRange(t testing.TB, s *Store, gen uint64, from, to int, cp []byte) ui
 }
 
 func TestRoundTrip(t *testing.T) {
-	for _, m := range modes {
-		for _, fsName := range []string{"disk", "mem"} {
-			t.Run(m.name+"/"+fsName, func(t *testing.T) {
-				o := Options{memLimit: m.memLimit}
-				dir := t.TempDir()
-				if fsName == "mem" {
-					o.FS = vfs.NewMem()
-					dir = "store"
-				}
-				s := mustOpen(t, dir, o)
-				if cp, err := s.Checkpoint(); err != nil || cp != nil {
-					t.Fatalf("Checkpoint of new store = %q, %v; want nil", cp, err)
-				}
-				if err := s.SetMeta("seed", []byte{1, 2, 3}); err != nil {
-					t.Fatal(err)
-				}
-				seq1 := commitRange(t, s, 7, 0, 100, []byte("cp1"))
-				seq2 := commitRange(t, s, 8, 100, 200, nil)
-				if seq1 != 1 || seq2 != 2 || s.CommitSeq() != 2 {
-					t.Fatalf("seqs %d %d CommitSeq %d, want 1 2 2", seq1, seq2, s.CommitSeq())
-				}
-				check := func(s *Store) {
-					t.Helper()
-					for i := 0; i < 200; i++ {
-						gen := uint64(7 + i/100)
-						if ok, err := s.Has(gen, keyOf(i)); err != nil || !ok {
-							t.Fatalf("Has(%d, %s) = %v, %v", gen, keyOf(i), ok, err)
-						}
-						if ok, err := s.Has(gen+1, keyOf(i)); err != nil || ok {
-							t.Fatalf("Has(%d, %s) in wrong gen = %v, %v", gen+1, keyOf(i), ok, err)
-						}
-					}
-					if ok, _ := s.Has(7, []byte("absent")); ok {
-						t.Fatal("absent key found")
-					}
-					if cp, err := s.Checkpoint(); err != nil || string(cp) != "cp1" {
-						t.Fatalf("Checkpoint = %q, %v; want cp1", cp, err)
-					}
-					if v, ok, err := s.GetMeta("seed"); err != nil || !ok || !bytes.Equal(v, []byte{1, 2, 3}) {
-						t.Fatalf("GetMeta = %v %v %v", v, ok, err)
-					}
-					if _, ok, err := s.GetMeta("nope"); err != nil || ok {
-						t.Fatalf("GetMeta(nope) = %v %v", ok, err)
-					}
-				}
-				check(s)
-				mustClose(t, s)
-				s = mustOpen(t, dir, o)
-				defer mustClose(t, s)
-				check(s)
-				if s.CommitSeq() != 2 {
-					t.Fatalf("CommitSeq after reopen = %d", s.CommitSeq())
-				}
-				if seq := commitRange(t, s, 8, 200, 201, []byte("cp3")); seq != 3 {
-					t.Fatalf("seq after reopen = %d, want 3", seq)
-				}
-				if cp, _ := s.Checkpoint(); string(cp) != "cp3" {
-					t.Fatalf("Checkpoint = %q", cp)
-				}
-				if s.DiskUsage() == 0 {
-					t.Fatal("DiskUsage = 0")
-				}
-			})
+	forEachStoreMode(t, func(t *testing.T, dir string, o Options) {
+		s := mustOpen(t, dir, o)
+		if cp, err := s.Checkpoint(); err != nil || cp != nil {
+			t.Fatalf("Checkpoint of new store = %q, %v; want nil", cp, err)
 		}
-	}
+		if err := s.SetMeta("seed", []byte{1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+		seq1 := commitRange(t, s, 7, 0, 100, []byte("cp1"))
+		seq2 := commitRange(t, s, 8, 100, 200, nil)
+		if seq1 != 1 || seq2 != 2 || s.CommitSeq() != 2 {
+			t.Fatalf("seqs %d %d CommitSeq %d, want 1 2 2", seq1, seq2, s.CommitSeq())
+		}
+		check := func(s *Store) {
+			t.Helper()
+			for i := 0; i < 200; i++ {
+				gen := uint64(7 + i/100)
+				if ok, err := s.Has(gen, keyOf(i)); err != nil || !ok {
+					t.Fatalf("Has(%d, %s) = %v, %v", gen, keyOf(i), ok, err)
+				}
+				if ok, err := s.Has(gen+1, keyOf(i)); err != nil || ok {
+					t.Fatalf("Has(%d, %s) in wrong gen = %v, %v", gen+1, keyOf(i), ok, err)
+				}
+			}
+			if ok, _ := s.Has(7, []byte("absent")); ok {
+				t.Fatal("absent key found")
+			}
+			if cp, err := s.Checkpoint(); err != nil || string(cp) != "cp1" {
+				t.Fatalf("Checkpoint = %q, %v; want cp1", cp, err)
+			}
+			if v, ok, err := s.GetMeta("seed"); err != nil || !ok || !bytes.Equal(v, []byte{1, 2, 3}) {
+				t.Fatalf("GetMeta = %v %v %v", v, ok, err)
+			}
+			if _, ok, err := s.GetMeta("nope"); err != nil || ok {
+				t.Fatalf("GetMeta(nope) = %v %v", ok, err)
+			}
+		}
+		check(s)
+		mustClose(t, s)
+		s = mustOpen(t, dir, o)
+		defer mustClose(t, s)
+		check(s)
+		if s.CommitSeq() != 2 {
+			t.Fatalf("CommitSeq after reopen = %d", s.CommitSeq())
+		}
+		if seq := commitRange(t, s, 8, 200, 201, []byte("cp3")); seq != 3 {
+			t.Fatalf("seq after reopen = %d, want 3", seq)
+		}
+		if cp, _ := s.Checkpoint(); string(cp) != "cp3" {
+			t.Fatalf("Checkpoint = %q", cp)
+		}
+		if s.DiskUsage() == 0 {
+			t.Fatal("DiskUsage = 0")
+		}
+	})
 }
 
 func TestDropGenerationsBefore(t *testing.T) {

@@ -120,8 +120,9 @@ func firstTarget(kind Kind, fp float64) float64 {
 // that table is over the kind's limit.
 func firstLink(kind Kind, capacity uint64, fp float64) (target, bytes float64, err error) {
 	target = firstTarget(kind, fp)
-	bytes = linkBytes(kind, capacity, target)
-	if limit := linkLimit(kind); bytes > float64(limit) {
+	k := linkKinds[kind]
+	bytes = k.bytes(capacity, target)
+	if limit := k.limit; bytes > float64(limit) {
 		return 0, 0, fmt.Errorf("capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, fp, bytes, kind, limit)
 	}
 	return target, bytes, nil
@@ -197,42 +198,26 @@ func linkCapacity(base uint64, i int) uint64 {
 	return c
 }
 
+// linkKinds holds what a chain needs of each kind it links: make a link
+// for a capacity and target, the table size of one (as a float: absurd
+// requests must not overflow), and the largest table New accepts
+// (maxLinkBytes, or less where the backend's indexing caps it).
+var linkKinds = map[Kind]struct {
+	make  func(capacity uint64, fp float64) link
+	bytes func(capacity uint64, fp float64) float64
+	limit uint64
+}{
+	Bloom:   {func(n uint64, fp float64) link { return newBloom(n, fp) }, bloomBytes, maxLinkBytes},
+	Cuckoo:  {func(n uint64, fp float64) link { return newCuckoo(n, fp) }, cuckooBytes, maxCuckooSlots},
+	Blocked: {func(n uint64, fp float64) link { return newBlocked(n, fp) }, blockedBytes, maxBlocks * blockBytes},
+}
+
 func newLink(kind Kind, capacity uint64, fp float64) link {
-	switch kind {
-	case Bloom:
-		return newBloom(capacity, fp)
-	case Cuckoo:
-		return newCuckoo(capacity, fp)
-	case Blocked:
-		return newBlocked(capacity, fp)
+	k, ok := linkKinds[kind]
+	if !ok {
+		panic("filter: unknown kind " + kind.String())
 	}
-	panic("filter: unknown kind " + kind.String())
-}
-
-// linkBytes returns the table size of a link (as a float: absurd requests
-// must not overflow).
-func linkBytes(kind Kind, capacity uint64, fp float64) float64 {
-	switch kind {
-	case Bloom:
-		return bloomBytes(capacity, fp)
-	case Cuckoo:
-		return cuckooBytes(capacity, fp)
-	case Blocked:
-		return blockedBytes(capacity, fp)
-	}
-	return 0
-}
-
-// linkLimit returns the largest table New accepts for a kind: maxLinkBytes,
-// or less where the backend's indexing caps it.
-func linkLimit(kind Kind) uint64 {
-	switch kind {
-	case Cuckoo:
-		return maxCuckooSlots
-	case Blocked:
-		return maxBlocks * blockBytes
-	}
-	return maxLinkBytes
+	return k.make(capacity, fp)
 }
 
 // chainLink chains a new link and returns it.

@@ -22,7 +22,7 @@ func TestGrowthSchedule(t *testing.T) {
 			if got := c.links[0].fpRate(); got != 0 {
 				t.Fatalf("empty link 0 estimates %g", got)
 			}
-			if b, want := float64(c.links[0].sizeBytes()), linkBytes(kind, capacity, wantFirst); math.Abs(b-want) > 64 {
+			if b, want := float64(c.links[0].sizeBytes()), linkKinds[kind].bytes(capacity, wantFirst); math.Abs(b-want) > 64 {
 				t.Fatalf("link 0 has %g bytes, %g for %d keys at %g", b, want, capacity, wantFirst)
 			}
 			next := hashes(uint64(kind), allShards)

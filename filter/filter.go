@@ -97,19 +97,14 @@ const (
 // among them: its filters are [LaneView]s, not chains.
 var Kinds = []Kind{Bloom, Cuckoo, Blocked}
 
+// kindNames are the backends' names, as String returns them and
+// ParseKind accepts them.
+var kindNames = [...]string{Bloom: "bloom", Cuckoo: "cuckoo", Blocked: "blocked", Interleaved: "interleaved", Fuse: "fuse"}
+
 // String returns the backend's name as accepted by ParseKind.
 func (k Kind) String() string {
-	switch k {
-	case Bloom:
-		return "bloom"
-	case Cuckoo:
-		return "cuckoo"
-	case Blocked:
-		return "blocked"
-	case Interleaved:
-		return "interleaved"
-	case Fuse:
-		return "fuse"
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -117,9 +112,9 @@ func (k Kind) String() string {
 // ParseKind returns the Kind named s ("bloom", "cuckoo", "blocked",
 // "interleaved" or "fuse").
 func ParseKind(s string) (Kind, error) {
-	for _, k := range append(Kinds[:len(Kinds):len(Kinds)], Interleaved, Fuse) {
-		if k.String() == s {
-			return k, nil
+	for k, name := range kindNames {
+		if name != "" && name == s {
+			return Kind(k), nil
 		}
 	}
 	return 0, fmt.Errorf("filter: unknown kind %q (want bloom, cuckoo, blocked, interleaved or fuse)", s)

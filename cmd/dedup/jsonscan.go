@@ -361,10 +361,10 @@ func (s *jsonScanner) strRest(d []byte, i int) (next int, escaped bool) {
 			if i >= len(d) {
 				return s.fail(i, "unexpected end of line in a string"), escaped
 			}
-			switch d[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			switch {
+			case jsonEscapes[d[i]] != 0:
 				i++
-			case 'u':
+			case d[i] == 'u':
 				if len(d)-i < 5 || !isHex(d[i+1]) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) {
 					return s.fail(i, "invalid \\u escape"), escaped
 				}
@@ -422,6 +422,11 @@ func (s *jsonScanner) number(d []byte, i int) int {
 	return i
 }
 
+// jsonEscapes maps the byte after a backslash in a JSON string to the
+// byte it stands for; 0 for u (four hex digits follow) and for bytes
+// that are not escapes.
+var jsonEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
 // unquoteJSON decodes the escapes of a string body already validated by
 // str. Invalid surrogates become U+FFFD, as in encoding/json.
 func unquoteJSON(b []byte) ([]byte, bool) {
@@ -436,20 +441,10 @@ func unquoteJSON(b []byte) ([]byte, bool) {
 		if i+1 >= len(b) {
 			return nil, false
 		}
-		switch b[i+1] {
-		case '"', '\\', '/':
-			out = append(out, b[i+1])
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
+		switch e := b[i+1]; {
+		case jsonEscapes[e] != 0:
+			out = append(out, jsonEscapes[e])
+		case e == 'u':
 			r, ok := hex4(b[i+2:])
 			if !ok {
 				return nil, false
