@@ -156,4 +156,16 @@
 //     delays, leaks per million and the window for a target
 //   - advisor_fit.go: the advisor's delay model, fitted to the censored
 //     histogram (exponential, lognormal, two exponentials)
+//
+// # Words
+//
+// Across the module one word names one thing. Options configure what a
+// package opens, builds or runs ([Options], [PoolOptions],
+// exact.Options, kafka.Options, resp.Options, bench.StreamOptions): zero
+// fields take their defaults. Config describes one run of a program: a benchmark's input
+// (bench.CompareConfig, bench.KafkaConfig, ...) or a command's parsed
+// flags. Seal is what Filter fuse does to a generation that takes no more
+// keys: its blocked filter becomes a static fuse filter; nothing else is
+// sealed. The environment variables the commands, benchmarks and tests
+// define are named DEDUP_*.
 package dedup

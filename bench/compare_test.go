@@ -125,7 +125,7 @@ func TestLoadFalseDropsAreNotMissedDuplicates(t *testing.T) {
 	cfg := LoadConfig{Rates: []float64{40000}, Duration: 1500 * time.Millisecond, Dir: t.TempDir(), Interval: 500 * time.Millisecond}
 	cfg.Engine.Probabilistic, cfg.Engine.FalsePositiveRate = true, 0.2
 	cfg.Stream.DuplicateFraction = 0.5
-	cfg.Stream.Delay = DelayConfig{Kind: DelayExponential, Mean: 400 * time.Millisecond}
+	cfg.Stream.Delay = DelayOptions{Kind: DelayExponential, Mean: 400 * time.Millisecond}
 	res, err := Load(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)

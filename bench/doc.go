@@ -26,7 +26,7 @@
 // What they run on:
 //
 //   - [Stream] (gen.go): a synthetic clickstream, originals as a Poisson
-//     process and duplicates after a random delay ([DelayConfig]).
+//     process and duplicates after a random delay ([DelayOptions]).
 //   - [Target] (target.go): a layer under test. [EngineTarget] is this
 //     engine on a [VirtualClock]; the baselines are [MapTarget],
 //     [BloomTarget], [PebbleTarget] (baselines.go) and [RedisTarget]

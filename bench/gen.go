@@ -26,7 +26,7 @@ const (
 // Delay distributions a Stream can draw redelivery delays from.
 const (
 	// DelayExponential draws every delay from an exponential distribution
-	// with mean DelayConfig.Mean: the window model's ([Reference]).
+	// with mean DelayOptions.Mean: the window model's ([Reference]).
 	DelayExponential = "exp"
 	// DelayBimodal draws an immediate retry (exponential with mean
 	// RetryMean) or, with probability ReplayShare, a replay hours later
@@ -34,9 +34,9 @@ const (
 	DelayBimodal = "bimodal"
 )
 
-// DelayConfig is the distribution of the delay between an original event
+// DelayOptions is the distribution of the delay between an original event
 // and each of its duplicates.
-type DelayConfig struct {
+type DelayOptions struct {
 	// Kind is DelayExponential or DelayBimodal. Default DelayExponential.
 	Kind string `json:"kind"`
 	// Mean is the exponential mean. Default 2m (the reference's).
@@ -53,7 +53,7 @@ type DelayConfig struct {
 	ReplayMax time.Duration `json:"replay_max,omitempty"`
 }
 
-func (d *DelayConfig) withDefaults() {
+func (d *DelayOptions) withDefaults() {
 	d.Kind = cmp.Or(d.Kind, DelayExponential)
 	d.Mean = cmp.Or(d.Mean, 2*time.Minute)
 	d.RetryMean = cmp.Or(d.RetryMean, 5*time.Second)
@@ -63,7 +63,7 @@ func (d *DelayConfig) withDefaults() {
 }
 
 // String describes the distribution in a few words.
-func (d DelayConfig) String() string {
+func (d DelayOptions) String() string {
 	if d.Kind == DelayBimodal {
 		return fmt.Sprintf("bimodal: %.0f%% retries exp(mean %v), %.0f%% replays U[%v, %v]",
 			100*(1-d.ReplayShare), d.RetryMean, 100*d.ReplayShare, d.ReplayMin, d.ReplayMax)
@@ -83,7 +83,7 @@ type StreamOptions struct {
 	// Default 0.02.
 	DuplicateFraction float64 `json:"duplicate_fraction"`
 	// Delay is the redelivery-delay distribution.
-	Delay DelayConfig `json:"delay"`
+	Delay DelayOptions `json:"delay"`
 	// Keys is KeysUUID, KeysComposite or KeysMixed. Default KeysMixed.
 	Keys string `json:"keys"`
 	// Duration ends the stream at this virtual time (0: no limit).

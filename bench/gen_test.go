@@ -16,8 +16,8 @@ func TestStreamStatistics(t *testing.T) {
 		// mean is the expected delay mean.
 		mean time.Duration
 	}{
-		{"exp", StreamOptions{Seed: 3, Rate: 1000, DuplicateFraction: 0.1, Delay: DelayConfig{Mean: 2 * time.Second}, Duration: 10 * time.Minute}, 2 * time.Second},
-		{"bimodal", StreamOptions{Seed: 4, Rate: 1000, DuplicateFraction: 0.1, Delay: DelayConfig{Kind: DelayBimodal, RetryMean: time.Second, ReplayShare: 0.25, ReplayMin: time.Minute, ReplayMax: 3 * time.Minute}, Duration: 30 * time.Minute},
+		{"exp", StreamOptions{Seed: 3, Rate: 1000, DuplicateFraction: 0.1, Delay: DelayOptions{Mean: 2 * time.Second}, Duration: 10 * time.Minute}, 2 * time.Second},
+		{"bimodal", StreamOptions{Seed: 4, Rate: 1000, DuplicateFraction: 0.1, Delay: DelayOptions{Kind: DelayBimodal, RetryMean: time.Second, ReplayShare: 0.25, ReplayMin: time.Minute, ReplayMax: 3 * time.Minute}, Duration: 30 * time.Minute},
 			time.Duration(0.75*float64(time.Second) + 0.25*float64(2*time.Minute))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,7 +121,7 @@ func TestStreamConfigErrors(t *testing.T) {
 	for _, cfg := range []StreamOptions{
 		{Events: 10, Keys: "ulid"},
 		{Events: 10, DuplicateFraction: 0.99},
-		{Events: 10, Delay: DelayConfig{Kind: "normal"}},
+		{Events: 10, Delay: DelayOptions{Kind: "normal"}},
 		{},
 	} {
 		if _, err := NewStream(cfg); err == nil {

@@ -54,7 +54,7 @@ func TestSimulateBimodal(t *testing.T) {
 	cfg := SimConfig{Scale: 0.01, Measure: 20 * time.Minute}
 	cfg.Bimodal.Scale = 0.0005
 	cfg.Bimodal.Measure = 2 * time.Hour
-	cfg.Bimodal.Stream.Delay = DelayConfig{Kind: DelayBimodal, RetryMean: 5 * time.Second, ReplayShare: 0.3, ReplayMin: 30 * time.Minute, ReplayMax: 2 * time.Hour}
+	cfg.Bimodal.Stream.Delay = DelayOptions{Kind: DelayBimodal, RetryMean: 5 * time.Second, ReplayShare: 0.3, ReplayMin: 30 * time.Minute, ReplayMax: 2 * time.Hour}
 	res, err := Simulate(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)

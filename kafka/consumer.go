@@ -155,7 +155,7 @@ type partition struct {
 
 // New fills cfg's zero fields with their defaults, validates it and
 // returns a [Consumer]; [Consumer.Run] starts it. The errors wrap
-// [ErrInvalidConfig], one for each bad field.
+// [ErrInvalidOptions], one for each bad field.
 func New(cfg Options) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

@@ -285,8 +285,8 @@ func TestStateAheadOfGroupIsWiped(t *testing.T) {
 // TestOptionsValidation names every bad field.
 func TestOptionsValidation(t *testing.T) {
 	_, err := New(Options{Topic: "x", OutTopic: "x", MaxTxnRecords: -1, MaxTxnTime: time.Minute})
-	if !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("err %v, want ErrInvalidConfig", err)
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("err %v, want ErrInvalidOptions", err)
 	}
 	for _, field := range []string{"Brokers", "Group", "OutTopic", "StateDir", "MaxTxnRecords", "MaxTxnTime"} {
 		if !strings.Contains(err.Error(), field) {

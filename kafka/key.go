@@ -52,7 +52,7 @@ func HeaderKey(name string) KeyFunc {
 
 // ParseKeyFrom parses the command's --key-from: "record-key" for
 // [RecordKey], or "header:NAME" for [HeaderKey](NAME). Any other source is
-// an error wrapping [ErrInvalidConfig].
+// an error wrapping [ErrInvalidOptions].
 func ParseKeyFrom(s string) (KeyFunc, error) {
 	switch {
 	case s == "record-key":
@@ -60,5 +60,5 @@ func ParseKeyFrom(s string) (KeyFunc, error) {
 	case strings.HasPrefix(s, "header:") && len(s) > len("header:"):
 		return HeaderKey(s[len("header:"):]), nil
 	}
-	return nil, fmt.Errorf("%w: key source must be record-key or header:NAME, got %q", ErrInvalidConfig, s)
+	return nil, fmt.Errorf("%w: key source must be record-key or header:NAME, got %q", ErrInvalidOptions, s)
 }

@@ -30,8 +30,8 @@ const (
 
 // Sentinel errors.
 var (
-	// ErrInvalidConfig wraps every field [Options.Validate] rejects.
-	ErrInvalidConfig = errors.New("resp: invalid config")
+	// ErrInvalidOptions wraps every field [Options.Validate] rejects.
+	ErrInvalidOptions = errors.New("resp: invalid options")
 	// ErrServerClosed is returned by [Server.Serve] after [Server.Shutdown].
 	ErrServerClosed = errors.New("resp: server closed")
 )
@@ -173,7 +173,7 @@ func (c *Options) Validate() error {
 		return nil
 	}
 	if len(bad) > 0 {
-		err = errors.Join(fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(bad, "; ")), err)
+		err = errors.Join(fmt.Errorf("%w: %s", ErrInvalidOptions, strings.Join(bad, "; ")), err)
 	}
 	return err
 }

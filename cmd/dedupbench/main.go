@@ -231,7 +231,7 @@ func output(c common, stdout io.Writer, v any, text func() error) error {
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	cfg := bench.SimConfig{Stream: bench.StreamOptions{Rate: 2000, DuplicateFraction: 0.02,
-		Delay: bench.DelayConfig{Kind: bench.DelayExponential, Mean: 2 * time.Minute}}}
+		Delay: bench.DelayOptions{Kind: bench.DelayExponential, Mean: 2 * time.Minute}}}
 	var mode string
 	fs := newFlagSet("dedupbench simulate", stderr)
 	c.bind(fs)
@@ -276,7 +276,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var mode string
 	var series bool
 	cfg.Stream.DuplicateFraction = 0.05
-	cfg.Stream.Delay = bench.DelayConfig{Kind: bench.DelayExponential, Mean: 2 * time.Second}
+	cfg.Stream.Delay = bench.DelayOptions{Kind: bench.DelayExponential, Mean: 2 * time.Second}
 	cfg.Rates = []float64{50000}
 	fs := newFlagSet("dedupbench load", stderr)
 	c.bind(fs)
@@ -313,7 +313,7 @@ func runCompare(ctx context.Context, name string, args []string, stdout, stderr 
 	var c common
 	var cfg bench.CompareConfig
 	cfg.Stream.DuplicateFraction = 0.05
-	cfg.Stream.Delay = bench.DelayConfig{Kind: bench.DelayExponential, Mean: time.Second}
+	cfg.Stream.Delay = bench.DelayOptions{Kind: bench.DelayExponential, Mean: time.Second}
 	cfg.Modes = []string{"exact", "probabilistic"}
 	cfg.Filters = []string{"bloom", "cuckoo", "blocked"}
 	cfg.Baselines = []string{bench.BaselineRedis, bench.BaselinePebble, bench.BaselineMap, bench.BaselineBloom}

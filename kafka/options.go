@@ -17,9 +17,9 @@ import (
 
 // Sentinel errors. Test with [errors.Is].
 var (
-	// ErrInvalidConfig wraps every field of a [Options] that [New] rejects,
+	// ErrInvalidOptions wraps every field of a [Options] that [New] rejects,
 	// and a bad source given to [ParseKeyFrom].
-	ErrInvalidConfig = errors.New("kafka: invalid config")
+	ErrInvalidOptions = errors.New("kafka: invalid options")
 	// ErrNoKey is the class of [KeyFunc] errors: the record has no usable
 	// key. Such a record goes to [Options.RejectsTopic].
 	ErrNoKey = errors.New("kafka: no usable key")
@@ -39,7 +39,7 @@ var (
 
 // Options configures a [Consumer]. Zero fields select their documented
 // defaults; [New] validates every field and names the bad ones, each error
-// wrapping [ErrInvalidConfig].
+// wrapping [ErrInvalidOptions].
 type Options struct {
 	// Brokers are the seed brokers, host:port. Required.
 	Brokers []string
@@ -243,7 +243,7 @@ func (c Options) withDefaults() Options {
 func (c *Options) validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+		errs = append(errs, fmt.Errorf("%w: %s %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...)))
 	}
 	if len(c.Brokers) == 0 {
 		bad("Brokers", "must name at least one broker")
@@ -286,7 +286,7 @@ func (c *Options) validate() error {
 		eo.Dir = filepath.Join(c.StateDir, c.Topic+"-0")
 	}
 	if err := eo.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: Engine: %w", ErrInvalidConfig, err))
+		errs = append(errs, fmt.Errorf("%w: Engine: %w", ErrInvalidOptions, err))
 	}
 	if c.MaxTxnRecords < 1 {
 		bad("MaxTxnRecords", "must be at least 1, got %d", c.MaxTxnRecords)
