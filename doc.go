@@ -137,8 +137,9 @@
 //   - shard.go: a shard's filters and in-flight sets
 //   - inflight.go: the set of keys in flight
 //   - recent.go: the compact copy of recently committed keys
-//   - observe.go: the [Verdict], Observe, ObserveBatch and Forget
-//   - peek.go: Peek, and the store lookup behind a filter hit
+//   - observe.go: the [Verdict], Observe, ObserveBatch and Forget, and
+//     the store lookup behind a filter hit
+//   - peek.go: Peek
 //   - done.go: Done and DoneBatch (ExplicitDone)
 //   - pool.go: [Pool], the worker pool that owns the watermark and commits
 //   - idem.go: idempotency keys with stored results ([Engine.Begin],

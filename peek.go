@@ -1,10 +1,5 @@
 package dedup
 
-import (
-	"github.com/streamdedup/dedup/exact"
-	"github.com/streamdedup/dedup/rotate"
-)
-
 // Peek returns the verdict [Engine.Observe] would return for key now,
 // without observing it: a key Peek calls [New] stays unknown (the next
 // Observe of it is New, and no Peek ever makes a key [InFlight]), and
@@ -50,38 +45,4 @@ func (e *Engine) Peek(key []byte) (Verdict, error) {
 	}
 	s.falsePositives++
 	return New, nil
-}
-
-// committed reports whether key (hash h), which some live filter of s may
-// hold, was committed into a live generation (exact mode): the cache of
-// recent commits answers, or the store, generation by generation from the
-// newest. The shard's lock is held.
-func (e *Engine) committed(s *shard, h uint64, key []byte) (bool, error) {
-	found, _, err := e.committedIn(s, h, key)
-	return found, err
-}
-
-// committedIn is committed, and the generation the store found key in (0
-// when a cache of recent commits answered).
-func (e *Engine) committedIn(s *shard, h uint64, key []byte) (found bool, gen uint64, err error) {
-	if s.recentlyCommitted(h, key) {
-		return true, 0, nil
-	}
-	var fp exact.Fingerprint
-	hashed := false
-	s.ring.Lookup(h, func(g *rotate.Generation) bool {
-		s.lookups++
-		if !hashed {
-			fp, hashed = e.store.Fingerprint(key), true
-		}
-		found, err = e.store.HasFingerprint(g.ID, fp)
-		if found {
-			gen = g.ID
-		}
-		return err == nil && !found
-	})
-	if err != nil {
-		return false, 0, wrap(err, "store lookup")
-	}
-	return found, gen, nil
 }
