@@ -104,6 +104,13 @@ func (p privateFS) MkdirAll(dir string, _ os.FileMode) error {
 	return nil
 }
 
+// MkdirPrivate creates dir and its missing parents on the operating
+// system's file system with PrivateDirMode, whatever the umask; an
+// existing directory keeps its mode.
+func MkdirPrivate(dir string) error {
+	return privateFS{vfs.Default}.MkdirAll(dir, PrivateDirMode)
+}
+
 // Unwrap returns the file system privateFS wraps.
 func (p privateFS) Unwrap() vfs.FS { return p.FS }
 
