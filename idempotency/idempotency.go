@@ -258,7 +258,7 @@ func (m *middleware) readBody(r *http.Request) ([]byte, error) {
 // run runs the key's first request, then stores its response or releases
 // the key.
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, key []byte, tok dedup.Token) {
-	rec := &recorder{w: w, max: m.o.MaxBody}
+	rec := &recorder{w: w, m: m, max: m.o.MaxBody}
 	ctx := context.WithoutCancel(r.Context())
 	finished := false
 	defer func() {
@@ -275,8 +275,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	next.ServeHTTP(rec, r)
 	finished = true
 	if !rec.wrote {
-		rec.status = http.StatusOK
-		rec.header = w.Header().Clone()
+		rec.start(http.StatusOK, w.Header())
 	}
 	if rec.over || rec.hijacked || !m.o.Storable(rec.status) {
 		if err := m.o.Store.Release(ctx, key, tok); err != nil {
@@ -285,7 +284,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.report(r, Released, 0)
 		return
 	}
-	res := m.encode(rec)
+	res := rec.res
 	if err := m.o.Store.Complete(ctx, key, tok, res); err != nil {
 		m.o.ErrorLog("idempotency: store the response of %q: %v", key, err)
 		if err := m.o.Store.Release(ctx, key, tok); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {

@@ -2,37 +2,59 @@ package idempotency
 
 import (
 	"bufio"
-	"bytes"
 	"net"
 	"net/http"
 	"strconv"
 )
 
 // recorder passes the response through to the client and keeps a copy of
-// it, up to max body bytes. Of a response of known length it holds back
-// the last byte until the response is stored or the key released (end), so
-// that a client never holds a whole response whose key a crash could leave
-// in progress.
+// it, up to max body bytes, as the stored response is written: the status
+// and headers at WriteHeader, then the body as it comes. Of a response of
+// known length it holds back the last byte until the response is stored
+// or the key released (end), so that a client never holds a whole
+// response whose key a crash could leave in progress.
 type recorder struct {
 	w        http.ResponseWriter
+	m        *middleware
 	max      int
 	wrote    bool
 	status   int
-	header   http.Header
-	body     bytes.Buffer
+	res      []byte // the stored response so far (nil once over)
+	bodyLen  int    // body bytes in res
 	over     bool
 	hijacked bool
 	length   int64 // the Content-Length header's value, -1 if none
 	sent     int64 // body bytes passed on
-	held     []byte
+	held     bool  // last is held back
+	last     [1]byte
 }
 
 // end sends the byte held back, if any.
 func (rw *recorder) end() {
-	if len(rw.held) > 0 {
-		rw.w.Write(rw.held)
-		rw.held = nil
+	if rw.held {
+		rw.w.Write(rw.last[:])
+		rw.held = false
 	}
+}
+
+// start records the status and the headers h of the response: the head
+// of the stored response, in a buffer sized for the body too when its
+// length is known.
+func (rw *recorder) start(code int, h http.Header) {
+	rw.status = code
+	rw.length = -1
+	if cl := h["Content-Length"]; len(cl) == 1 {
+		if n, err := strconv.ParseInt(cl[0], 10, 64); err == nil && n > 0 {
+			rw.length = n
+		}
+	}
+	size := headSize(h)
+	if rw.length > 0 && rw.length <= int64(rw.max) {
+		size += int(rw.length)
+	} else {
+		size += 512
+	}
+	rw.res = rw.m.appendHead(make([]byte, 0, size), code, h)
 }
 
 func (rw *recorder) Header() http.Header { return rw.w.Header() }
@@ -40,12 +62,7 @@ func (rw *recorder) Header() http.Header { return rw.w.Header() }
 func (rw *recorder) WriteHeader(code int) {
 	if !rw.wrote && code >= 200 {
 		rw.wrote = true
-		rw.status = code
-		rw.header = rw.w.Header().Clone()
-		rw.length = -1
-		if n, err := strconv.ParseInt(rw.header.Get("Content-Length"), 10, 64); err == nil && n > 0 {
-			rw.length = n
-		}
+		rw.start(code, rw.w.Header())
 	}
 	if code == http.StatusSwitchingProtocols {
 		rw.hijacked = true
@@ -58,14 +75,15 @@ func (rw *recorder) Write(p []byte) (int, error) {
 		rw.WriteHeader(http.StatusOK)
 	}
 	if !rw.over {
-		if rw.body.Len()+len(p) > rw.max {
+		if rw.bodyLen+len(p) > rw.max {
 			rw.over = true
-			rw.body = bytes.Buffer{}
+			rw.res = nil
 		} else {
-			rw.body.Write(p)
+			rw.res = append(rw.res, p...)
+			rw.bodyLen += len(p)
 		}
 	}
-	if rw.length > 0 && rw.held == nil && len(p) > 0 && rw.sent+int64(len(p)) >= rw.length {
+	if rw.length > 0 && !rw.held && len(p) > 0 && rw.sent+int64(len(p)) >= rw.length {
 		// The last byte of the response: held back until end.
 		last := len(p) - 1
 		n, err := rw.w.Write(p[:last])
@@ -73,7 +91,7 @@ func (rw *recorder) Write(p []byte) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		rw.held = []byte{p[last]}
+		rw.last[0], rw.held = p[last], true
 		return len(p), nil
 	}
 	n, err := rw.w.Write(p)

@@ -43,19 +43,21 @@ func (m *middleware) replayable(h http.Header, name string) bool {
 //	header count             uvarint
 //	per header: name, value count, values (each a uvarint length, then bytes)
 //	body                     the rest
-func (m *middleware) encode(rec *recorder) []byte {
-	b := make([]byte, 0, 64+rec.body.Len())
+//
+// appendHead appends the status and the replayable headers of h to b; the
+// body follows them.
+func (m *middleware) appendHead(b []byte, status int, h http.Header) []byte {
 	b = append(b, 'H', '1')
-	b = binary.AppendUvarint(b, uint64(rec.status))
+	b = binary.AppendUvarint(b, uint64(status))
 	n := 0
-	for k := range rec.header {
-		if m.replayable(rec.header, k) {
+	for k := range h {
+		if m.replayable(h, k) {
 			n++
 		}
 	}
 	b = binary.AppendUvarint(b, uint64(n))
-	for k, vs := range rec.header {
-		if !m.replayable(rec.header, k) {
+	for k, vs := range h {
+		if !m.replayable(h, k) {
 			continue
 		}
 		b = appendString(b, k)
@@ -64,7 +66,19 @@ func (m *middleware) encode(rec *recorder) []byte {
 			b = appendString(b, v)
 		}
 	}
-	return append(b, rec.body.Bytes()...)
+	return b
+}
+
+// headSize bounds the bytes appendHead appends for h.
+func headSize(h http.Header) int {
+	n := 2 + 2*binary.MaxVarintLen32
+	for k, vs := range h {
+		n += 2*binary.MaxVarintLen32 + len(k)
+		for _, v := range vs {
+			n += binary.MaxVarintLen32 + len(v)
+		}
+	}
+	return n
 }
 
 func appendString(b []byte, s string) []byte {
