@@ -436,15 +436,15 @@ func (p *inflightSet) genOf(h uint64, key []byte, exactMode bool) (uint64, bool)
 	}
 }
 
-// noteInFlight attributes an InFlight answer of key (hash h) at now to the
-// cohort of the generation its first sighting went into, under EventTime
-// only: a replay answers each event once, where a worker pool tries an
-// InFlight event again until it is Duplicate (counted then). The shard's
-// lock is held.
-func (e *Engine) noteInFlight(s *shard, h uint64, key []byte, now int64) {
-	if !e.opts.EventTime {
-		return
-	}
+// noteUncommitted attributes a duplicate of a key not yet committed (hash
+// h), answered at now, to the cohort of the generation its first sighting
+// went into. decide calls it for every Duplicate of a Done key, and for
+// InFlight without ExplicitDone, where that answer is final (one loop
+// observes, processes and commits: a key repeated before its commit is a
+// duplicate, as `dedup filter` and RESP clients take it). Under
+// ExplicitDone a worker tries an InFlight event again until it is
+// Duplicate, counted then. The shard's lock is held.
+func (e *Engine) noteUncommitted(s *shard, h uint64, key []byte, now int64) {
 	gen, ok := s.undone.genOf(h, key, e.exactMode)
 	if !ok {
 		gen, ok = s.inflight.genOf(h, key, e.exactMode)
@@ -457,10 +457,9 @@ func (e *Engine) noteInFlight(s *shard, h uint64, key []byte, now int64) {
 	if !ok {
 		return
 	}
-	c := s.adv.cohorts[gen]
-	if c == nil {
-		return
-	}
+	// The cohort may not exist yet: a repeat within the batch that
+	// first observed the key comes before the batch's news are counted.
+	c := s.adv.cohortOf(gen)
 	if j := e.win.ageBin(gen, now); j >= 0 {
 		s.adv.caught[j]++
 		c.dups++

@@ -17,9 +17,32 @@ import (
 // has a smaller relative error.
 func advBound(t *testing.T, d delayDist, p, rate float64, dur, window time.Duration, sample, horizon int) float64 {
 	t.Helper()
+	h, _ := expectedHistogram(d, p, rate, dur, window, sample, horizon)
+	fit := delayFit{fam: d.fam, dist: d, p: p}
+	switch d.fam {
+	case famExponential:
+		fit.x = []float64{math.Log(d.a)}
+	case famLognormal:
+		fit.x = []float64{d.a, math.Log(d.b)}
+	case famTwoExp:
+		fit.x = []float64{math.Log(d.w / (1 - d.w)), math.Log(d.a), math.Log(d.b)}
+	}
+	fit.setCov(h)
+	if fit.cov == nil {
+		t.Fatalf("%v: information not invertible", d)
+	}
+	return fit.relErr(func(p float64, d delayDist) float64 { return p * d.leakShare(1, 4) })
+}
+
+// expectedHistogram is the advisor's histogram at the end of a stream of
+// originals at rate per second lasting dur, with the engine's geometry
+// (window, 4 generations, 1 key in sample kept horizon windows past the
+// window), each bin's count its expectation under d and p; j0 is the
+// first bin past the window.
+func expectedHistogram(d delayDist, p, rate float64, dur, window time.Duration, sample, horizon int) (h *histogram, j0 int) {
 	var w windowState
 	w.setGeometry(window, 4, horizon)
-	K, b, j0 := w.binsPerSpan, float64(w.bin), w.j0
+	K, b := w.binsPerSpan, float64(w.bin)
 	// Exposure at the stream's end: cohort g, rate*span originals, has
 	// lived dur - g*span.
 	expo := make([]float64, w.nbins)
@@ -41,30 +64,17 @@ func advBound(t *testing.T, d delayDist, p, rate float64, dur, window time.Durat
 	for jm < w.nbins && expo[jm] >= 0.05*expo[0] {
 		jm++
 	}
-	h := &histogram{width: b / float64(window), k: K, w: make([]float64, jm), y: make([]float64, jm)}
+	h = &histogram{width: b / float64(window), k: K, w: make([]float64, jm), y: make([]float64, jm)}
 	for j := range jm {
 		h.w[j] = expo[j]
-		if j >= j0 {
+		if j >= w.j0 {
 			h.w[j] /= float64(sample)
 		}
 	}
 	for j, m := range h.masses(d) {
 		h.y[j] = p * h.w[j] * m
 	}
-	fit := delayFit{fam: d.fam, dist: d, p: p}
-	switch d.fam {
-	case famExponential:
-		fit.x = []float64{math.Log(d.a)}
-	case famLognormal:
-		fit.x = []float64{d.a, math.Log(d.b)}
-	case famTwoExp:
-		fit.x = []float64{math.Log(d.w / (1 - d.w)), math.Log(d.a), math.Log(d.b)}
-	}
-	fit.setCov(h)
-	if fit.cov == nil {
-		t.Fatalf("%v: information not invertible", d)
-	}
-	return fit.relErr(func(p float64, d delayDist) float64 { return p * d.leakShare(1, 4) })
+	return h, w.j0
 }
 
 // budgetSample is the sample the default horizon budget settles at for a

@@ -195,7 +195,9 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	for j := range expo {
 		expo[j] += float64(t.foldedN)
 	}
-	// D: duplicates per bin, false matches subtracted; V their variance.
+	// D: duplicates per bin, false matches subtracted (the measured
+	// estimate when no model fits; the fit keeps them as a background);
+	// V their variance.
 	d := make([]float64, nb)
 	v := make([]float64, nb)
 	for j := range nb {
@@ -220,11 +222,13 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	gens := float64(e.opts.Generations)
 	window := float64(e.opts.Window)
 	// The delay model, fitted to every bin measured; ages in windows.
-	h := &histogram{width: b / window, k: K, w: make([]float64, jm), y: make([]float64, jm)}
+	h := &histogram{width: b / window, k: K, w: make([]float64, jm), y: make([]float64, jm), g: make([]float64, jm)}
 	for j := range jm {
-		h.w[j], h.y[j] = expo[j], max(d[j], 0)
+		h.w[j] = expo[j]
+		h.y[j] = float64(t.caught[j]+t.late[j]) + sample*float64(t.leaks[j])
+		h.g[j] = t.fpExp[j] + sample*t.leakFP[j]
 		if j >= j0 {
-			h.w[j], h.y[j] = h.w[j]/sample, h.y[j]/sample
+			h.w[j], h.y[j], h.g[j] = h.w[j]/sample, h.y[j]/sample, h.g[j]/sample
 		}
 	}
 	if m, ok := fitDelays(h); ok {

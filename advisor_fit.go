@@ -153,13 +153,17 @@ func (d delayDist) plausible(h *histogram) bool {
 // histogram is the advisor's age histogram as the fit sees it: bin j
 // covers cohort ages [j, j+1)*width (in windows), a span is k bins; w[j]
 // is its exposure (originals, divided by the sample factor where the
-// counts are the horizon's sample) and y[j] its count.
+// counts are the horizon's sample), y[j] its count and g[j] the false
+// matches expected among them (nil: none). A bin's count is Poisson of
+// mean p w[j] mass[j] + g[j]: the false matches are a known background,
+// not subtracted, so a few of them at ages no delay reaches read as the
+// noise they are, not as a tail.
 type histogram struct {
-	width float64
-	k     int
-	w, y  []float64
-	hs    []float64 // scratch: H at the bin edges from -k
-	ms    []float64 // scratch: the bins' masses
+	width   float64
+	k       int
+	w, y, g []float64
+	hs      []float64 // scratch: H at the bin edges from -k
+	ms      []float64 // scratch: the bins' masses
 }
 
 // span is a generation's span in windows.
@@ -205,12 +209,25 @@ type delayFit struct {
 	cov   *mat.SymDense // nil when the information is not invertible
 }
 
+// mu is bin j's expected count under p and the bin's mass m.
+func (h *histogram) mu(j int, p, m float64) float64 {
+	mu := p * h.w[j] * m
+	if h.g != nil {
+		mu += h.g[j]
+	}
+	return mu
+}
+
 // logLik is the Poisson log-likelihood of the histogram under p and d,
 // without the terms that do not depend on them.
 func (h *histogram) logLik(p float64, d delayDist) float64 {
+	return h.logLikMasses(p, h.masses(d))
+}
+
+func (h *histogram) logLikMasses(p float64, ms []float64) float64 {
 	ll := 0.0
-	for j, m := range h.masses(d) {
-		mu := p * h.w[j] * m
+	for j, m := range ms {
+		mu := h.mu(j, p, m)
 		if h.y[j] > 0 {
 			ll += h.y[j] * math.Log(max(mu, 1e-300))
 		}
@@ -221,24 +238,54 @@ func (h *histogram) logLik(p float64, d delayDist) float64 {
 
 // profile is the log-likelihood with p at its maximum for d, and that p.
 func (h *histogram) profile(d delayDist) (ll, p float64) {
-	var y, wm float64
+	var y, a float64
 	ms := h.masses(d)
 	for j, m := range ms {
 		y += h.y[j]
-		wm += h.w[j] * m
+		a += h.w[j] * m
 	}
-	if !(wm > 0) || !(y > 0) {
+	if !(a > 0) || !(y > 0) {
 		return math.Inf(-1), 0
 	}
-	p = y / wm
-	for j, m := range ms {
-		mu := p * h.w[j] * m
-		if h.y[j] > 0 {
-			ll += h.y[j] * math.Log(max(mu, 1e-300))
-		}
-		ll -= mu
+	// Without false matches the maximum is y/a; with them it is below.
+	p = y / a
+	if h.g != nil {
+		p = h.maxP(ms, p, a)
 	}
-	return ll, p
+	return h.logLikMasses(p, ms), p
+}
+
+// maxP is the p that maximises the log-likelihood with the false matches
+// g, the root of the score s(p) = sum y a/(p a + g) - sum a (a = w mass).
+// s is decreasing and convex in p, and s(y/a) <= 0: Newton's first step
+// from hi lands at or below the root and the next ones climb to it.
+func (h *histogram) maxP(ms []float64, hi, sumA float64) float64 {
+	p := hi
+	for range 60 {
+		var s, ds float64
+		for j, m := range ms {
+			a := h.w[j] * m
+			if h.y[j] == 0 || a == 0 {
+				continue
+			}
+			den := p*a + h.g[j]
+			s += h.y[j] * a / den
+			ds -= h.y[j] * a * a / (den * den)
+		}
+		s -= sumA
+		if !(ds < 0) {
+			break
+		}
+		next := p - s/ds
+		if next <= 0 {
+			next = p / 16 // the root is near zero: the false matches explain the counts
+		}
+		if math.Abs(next-p) <= 1e-10*p {
+			return next
+		}
+		p = next
+	}
+	return p
 }
 
 // fitFamily fits family f to the bins from each start, keeping the best.
@@ -354,7 +401,7 @@ func (m *delayFit) fits(h *histogram) bool {
 	}
 	for j, ms := range h.masses(m.dist) {
 		o += h.y[j]
-		e += m.p * h.w[j] * ms
+		e += h.mu(j, m.p, ms)
 		if e >= 10 {
 			flush()
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/testclock"
 )
 
 // advisorStream runs, on event time, originals at 100/s for 8 minutes;
@@ -176,8 +177,11 @@ func TestHorizonSampleOption(t *testing.T) {
 // sparser), the horizon stays within its budget, and its matches are
 // exactly the let-through duplicates whose keys are in the final sample,
 // though most of them were matched while the sample was denser: the
-// levels dropped take their counts with them. The advice still meets the
-// truth.
+// levels dropped take their counts with them. The advice meets the truth
+// of its sample: which let-through keys fall in a 1-in-32 sample is luck
+// (about 115 of them, ±10%), so the truth is scaled by the sample's own
+// share of them, and what remains is the estimator's error, +3.5% to
+// +3.9% over 300 runs (the bound is 10%).
 func TestHorizonAdaptiveSample(t *testing.T) {
 	const budget = 16 << 10
 	r := advisorRun(t, Options{HorizonBytes: budget})
@@ -201,9 +205,10 @@ func TestHorizonAdaptiveSample(t *testing.T) {
 	if adv.Duplicates != adv.Caught+adv.Late+adv.Sample*adv.HorizonMatches {
 		t.Errorf("Duplicates %d, want %d + %d + %d*%d", adv.Duplicates, adv.Caught, adv.Late, adv.Sample, adv.HorizonMatches)
 	}
-	wantLeaks := 1e6 * 0.1 / 1.3
-	if math.Abs(adv.LeaksPerMillion-wantLeaks) > 0.2*wantLeaks {
-		t.Errorf("LeaksPerMillion = %.0f, want %.0f within 20%%", adv.LeaksPerMillion, wantLeaks)
+	// The sample's own share of the let-through keys scales the truth.
+	wantLeaks := 1e6 * 0.1 / 1.3 * float64(want*adv.Sample) / float64(len(r.leaked))
+	if math.Abs(adv.LeaksPerMillion-wantLeaks) > 0.1*wantLeaks {
+		t.Errorf("LeaksPerMillion = %.0f, want %.0f within 10%%", adv.LeaksPerMillion, wantLeaks)
 	}
 }
 
@@ -243,5 +248,63 @@ func TestAdvisorAttributesToStoreGeneration(t *testing.T) {
 	t.Logf("%+v", adv)
 	if adv.Caught == 0 || adv.DelayP99 == 0 || adv.DelayP99 > 5*time.Second+15*time.Second {
 		t.Errorf("DelayP99 = %v over %d caught, want within 5s + a span (15s)", adv.DelayP99, adv.Caught)
+	}
+}
+
+// A duplicate answered before its key's commit counts as caught, once per
+// event: InFlight is final for one loop (no ExplicitDone); under
+// ExplicitDone the worker's retry, Duplicate once the owner is Done,
+// counts, not the InFlight before it. Duplicates of committed keys count
+// as ever. Caught is then the duplicates sent, exactly.
+func TestAdvisorCountsUncommittedDuplicates(t *testing.T) {
+	for _, explicit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ExplicitDone=%v", explicit), func(t *testing.T) {
+			clock := testclock.New(t0)
+			e := openT(t, Options{Window: time.Minute, Generations: 4, ExplicitDone: explicit, Now: clock.Now})
+			observe := func(k []byte, want Verdict) {
+				t.Helper()
+				if v, err := e.Observe(k); err != nil || v != want {
+					t.Fatalf("Observe(%s) = %v, %v; want %v", k, v, err, want)
+				}
+			}
+			key := func(i int) []byte { return []byte(fmt.Sprintf("key-%d", i)) }
+			sent := 0
+			if !explicit { // a repeat within the batch that opens a generation
+				out := make([]Verdict, 2)
+				if err := e.ObserveBatch([][]byte{[]byte("first"), []byte("first")}, out); err != nil || out[0] != New || out[1] != InFlight {
+					t.Fatalf("ObserveBatch = %v, %v", out, err)
+				}
+				sent++
+			}
+			for i := range 3000 {
+				clock.Advance(10 * time.Millisecond)
+				observe(key(i), New)
+				if i%4 == 0 { // a duplicate before the commit
+					observe(key(i), InFlight)
+					if explicit {
+						if err := e.Done(key(i)); err != nil {
+							t.Fatal(err)
+						}
+						observe(key(i), Duplicate) // the retry
+					}
+					sent++
+				}
+				if explicit && i%4 != 0 {
+					if err := e.Done(key(i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if i%7 == 0 && i >= 300 { // a duplicate of a committed key
+					observe(key(i-300), Duplicate)
+					sent++
+				}
+				if i%100 == 99 {
+					mustCommit(t, e, "")
+				}
+			}
+			if got := e.Stats().WindowAdvice.Caught; got != uint64(sent) {
+				t.Errorf("Caught = %d, want the %d duplicates sent", got, sent)
+			}
+		})
 	}
 }

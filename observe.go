@@ -342,6 +342,7 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 	if done {
 		s.observed++
 		s.dups++
+		e.noteUncommitted(s, h, key, a.now.UnixNano())
 		return Duplicate, nil
 	}
 	if inFlight {
@@ -351,7 +352,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 			return New, nil
 		}
 		s.inflightHits++
-		e.noteInFlight(s, h, key, a.now.UnixNano())
+		if !e.opts.ExplicitDone {
+			e.noteUncommitted(s, h, key, a.now.UnixNano())
+		}
 		return InFlight, nil
 	}
 	if maybe {
