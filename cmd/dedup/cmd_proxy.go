@@ -261,13 +261,17 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.H
 }
 
 // upstreamTransport is http.DefaultTransport keeping enough idle
-// connections to the one upstream for every concurrent request: with the
-// default two, a burst of concurrent requests opens (and closes) a
-// connection for most of them.
+// connections to the one upstream for every concurrent request (with the
+// default two, a burst of concurrent requests opens and closes a
+// connection for most of them), and passing the client's Accept-Encoding
+// on as it is: it neither asks the upstream for gzip on its own nor
+// decompresses, so the client gets (and a replay repeats) the encoding it
+// asked for, with its Content-Length.
 func upstreamTransport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 1024
+	t.DisableCompression = true
 	return inMemoryBodies{t}
 }
 
