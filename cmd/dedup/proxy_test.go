@@ -485,3 +485,28 @@ func TestProxyPassesAcceptEncoding(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, log)
 	}
 }
+
+// TestProxyLogsUpstreamFailures: a keyed request to an upstream that
+// refuses connections gets 502 (its key released: the retry is sent
+// upstream again), and stderr says why, once for a burst of them.
+func TestProxyLogsUpstreamFailures(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	url, stop := runProxyInProcess(t, "--upstream", dead, "--state", t.TempDir())
+	for range 5 {
+		if r := post(t, url, "order-1", "{}"); r.status != http.StatusBadGateway {
+			t.Fatalf("status %d, want 502", r.status)
+		}
+	}
+	code, stderr := stop()
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if n := strings.Count(stderr, "upstream POST / failed, answered 502"); n != 1 || !strings.Contains(stderr, "connection refused") {
+		t.Errorf("stderr has %d failure lines, want 1 naming the refused connection:\n%s", n, stderr)
+	}
+}
