@@ -120,15 +120,23 @@ func (p privateFS) Unwrap() vfs.FS { return p.FS }
 // known to hold a store (or nothing): a directory it refuses keeps every
 // mode. Symbolic links are not followed.
 func MakePrivate(dir string) error {
+	// The store is open: Pebble may delete an obsolete file (a manifest,
+	// an OPTIONS file) between the listing and its chmod.
+	gone := func(err error) error {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
 	err := filepath.WalkDir(dir, func(path string, d iofs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			return gone(err)
 		}
 		switch {
 		case d.IsDir():
-			return os.Chmod(path, PrivateDirMode)
+			return gone(os.Chmod(path, PrivateDirMode))
 		case d.Type().IsRegular():
-			return os.Chmod(path, PrivateFileMode)
+			return gone(os.Chmod(path, PrivateFileMode))
 		}
 		return nil
 	})
