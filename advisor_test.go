@@ -177,8 +177,11 @@ func TestHorizonSampleOption(t *testing.T) {
 // sparser), the horizon stays within its budget, and its matches are
 // exactly the let-through duplicates whose keys are in the final sample,
 // though most of them were matched while the sample was denser: the
-// levels dropped take their counts with them. The advice still meets the
-// truth.
+// levels dropped take their counts with them. The advice meets the truth
+// of its sample: which let-through keys fall in a 1-in-32 sample is luck
+// (about 115 of them, ±10%), so the truth is scaled by the sample's own
+// share of them, and what remains is the estimator's error, +3.5% to
+// +3.9% over 300 runs (the bound is 10%).
 func TestHorizonAdaptiveSample(t *testing.T) {
 	const budget = 16 << 10
 	r := advisorRun(t, Options{HorizonBytes: budget})
@@ -202,9 +205,10 @@ func TestHorizonAdaptiveSample(t *testing.T) {
 	if adv.Duplicates != adv.Caught+adv.Late+adv.Sample*adv.HorizonMatches {
 		t.Errorf("Duplicates %d, want %d + %d + %d*%d", adv.Duplicates, adv.Caught, adv.Late, adv.Sample, adv.HorizonMatches)
 	}
-	wantLeaks := 1e6 * 0.1 / 1.3
-	if math.Abs(adv.LeaksPerMillion-wantLeaks) > 0.2*wantLeaks {
-		t.Errorf("LeaksPerMillion = %.0f, want %.0f within 20%%", adv.LeaksPerMillion, wantLeaks)
+	// The sample's own share of the let-through keys scales the truth.
+	wantLeaks := 1e6 * 0.1 / 1.3 * float64(want*adv.Sample) / float64(len(r.leaked))
+	if math.Abs(adv.LeaksPerMillion-wantLeaks) > 0.1*wantLeaks {
+		t.Errorf("LeaksPerMillion = %.0f, want %.0f within 10%%", adv.LeaksPerMillion, wantLeaks)
 	}
 }
 

@@ -205,10 +205,19 @@ func (e *Engine) snapshotStale() bool {
 	e.snapMu.Lock()
 	last := e.lastSnapSeq
 	e.snapMu.Unlock()
+	return e.coveredSeq() != last
+}
+
+// coveredSeq is the store's commit sequence that a snapshot taken now
+// covers: the last commit of keys, or a later commit of records
+// (idempotency claims and results, which no filter holds). Under the
+// commit gate no commit of keys runs, so every one through it is in the
+// filters.
+func (e *Engine) coveredSeq() uint64 {
 	e.cpMu.Lock()
 	seq := e.commitSeq
 	e.cpMu.Unlock()
-	return seq != last
+	return max(seq, e.store.CommitSeq())
 }
 
 // usable returns ErrNotOpen for an Engine that Open did not make (a zero

@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -96,5 +97,62 @@ func TestStateIsPrivate(t *testing.T) {
 			}
 			checkPrivate(t, o.Dir)
 		})
+	}
+}
+
+// TestForeignDirectoryKeepsModes: Open of a directory that is not a state
+// (a script, a subdirectory) refuses it and changes no mode in it, and a
+// state directory's existing parent keeps its mode.
+func TestForeignDirectoryKeepsModes(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	root := t.TempDir()
+	foreign := filepath.Join(root, "home")
+	modes := map[string]fs.FileMode{foreign: 0o755, filepath.Join(foreign, "sub"): 0o755,
+		filepath.Join(foreign, "run.sh"): 0o755, filepath.Join(foreign, "sub", "notes.txt"): 0o644}
+	for path, mode := range modes {
+		if mode == 0o755 && filepath.Ext(path) == "" {
+			if err := os.MkdirAll(path, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for path, mode := range modes {
+		if filepath.Ext(path) != "" {
+			if err := os.WriteFile(path, []byte("#!/bin/sh\n"), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, prob := range []bool{false, true} {
+		if _, err := Open(Options{Dir: foreign, Probabilistic: prob}); !errors.Is(err, ErrNotOurs) {
+			t.Fatalf("Open(%s, Probabilistic=%v) = %v, want ErrNotOurs", foreign, prob, err)
+		}
+	}
+	for path, mode := range modes {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v after a refused Open, was %v", path, fi.Mode().Perm(), mode)
+		}
+	}
+	// A new state under an existing directory: the parent keeps 0755.
+	e := openT(t, Options{Dir: filepath.Join(root, "parent", "state")})
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(root, "parent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e = openT(t, Options{Dir: filepath.Join(root, "parent", "state")})
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]fs.FileMode{filepath.Join(root, "parent"): 0o755, filepath.Join(root, "parent", "state"): 0o700} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want mode %v", path, fi.Mode().Perm(), err, want)
+		}
 	}
 }

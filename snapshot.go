@@ -58,9 +58,7 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 	// The commit gate holds commits off while the filters are captured, so
 	// the snapshot holds exactly the commits through seq.
 	e.commitGate.Lock()
-	e.cpMu.Lock()
-	seq := e.commitSeq
-	e.cpMu.Unlock()
+	seq := e.coveredSeq()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()

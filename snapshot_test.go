@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -435,3 +436,34 @@ type pathPrefix string
 func (p pathPrefix) String() string { return fmt.Sprintf("(PathPrefix %q)", string(p)) }
 
 func (p pathPrefix) Evaluate(op errorfs.Op) bool { return strings.HasPrefix(op.Path, string(p)) }
+
+// TestCloseSnapshotsAfterRecordsOnly: a state whose commits are only
+// idempotency records (dedup proxy's) gets its snapshot at Close like any
+// other, and the next Open restores it instead of rebuilding the filters
+// from the store (and logging a rebuild that reads like damage).
+func TestCloseSnapshotsAfterRecordsOnly(t *testing.T) {
+	dir := t.TempDir()
+	var logs []string
+	o := Options{Dir: dir, Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }}
+	e := openT(t, o)
+	ctx := context.Background()
+	c, err := e.Begin(ctx, []byte("order-1"), []byte("fp"), time.Minute)
+	if err != nil || c.State != ClaimNew {
+		t.Fatalf("Begin = %+v, %v", c, err)
+	}
+	if err := e.Complete(ctx, []byte("order-1"), c.Token, []byte("charge ch_1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = openT(t, o)
+	defer e.Close()
+	if got := e.Stats().RestoredFrom; got != RestoredSnapshot {
+		t.Errorf("RestoredFrom = %q, want %q; log %q", got, RestoredSnapshot, logs)
+	}
+	c, err = e.Begin(ctx, []byte("order-1"), []byte("fp"), time.Minute)
+	if err != nil || c.State != ClaimCompleted || string(c.Result) != "charge ch_1" {
+		t.Errorf("Begin after the reopen = %+v, %v; want the stored result", c, err)
+	}
+}

@@ -115,15 +115,16 @@ func TestLoadTiny(t *testing.T) {
 	}
 }
 
-// TestLoadFalseDropsAreNotMissedDuplicates runs a young probabilistic
-// engine at a loose false-positive target: originals are dropped, and their
-// copies, arriving after the first generation's filter has grown, pass. A
-// copy whose original was dropped is the event's first delivery, so passing
-// it is not a missed duplicate; the engine never misses one whose original
-// went through.
+// TestLoadFalseDropsAreNotMissedDuplicates runs a probabilistic engine at
+// a loose false-positive target, sized for far fewer keys than come (so
+// its filters are full and chained however few events a slow machine
+// offers): originals are dropped, and their copies pass. A copy whose
+// original was dropped is the event's first delivery, so passing it is not
+// a missed duplicate; the engine never misses one whose original went
+// through.
 func TestLoadFalseDropsAreNotMissedDuplicates(t *testing.T) {
 	cfg := LoadConfig{Rates: []float64{40000}, Duration: 1500 * time.Millisecond, Dir: t.TempDir(), Interval: 500 * time.Millisecond}
-	cfg.Engine.Probabilistic, cfg.Engine.FalsePositiveRate = true, 0.2
+	cfg.Engine.Probabilistic, cfg.Engine.FalsePositiveRate, cfg.Engine.ExpectedRate = true, 0.2, 2
 	cfg.Stream.DuplicateFraction = 0.5
 	cfg.Stream.Delay = DelayOptions{Kind: DelayExponential, Mean: 400 * time.Millisecond}
 	res, err := Load(context.Background(), cfg, nil)

@@ -14,8 +14,9 @@ import (
 // times a stream of the target rate gives them, whether or not the engine
 // kept up, so latency includes queueing behind a slow batch.
 type LoadConfig struct {
-	// Engine is the engine under test; ExpectedRate follows each target
-	// rate. Default exact mode, blocked filter, Window 1m, AutoCommit 50ms.
+	// Engine is the engine under test; ExpectedRate, left 0, follows each
+	// target rate. Default exact mode, blocked filter, Window 1m,
+	// AutoCommit 50ms.
 	Engine EngineOptions `json:"engine"`
 	// Stream shapes keys and duplicates; Rate is set per step. Default 5%
 	// duplicates, exponential delay with mean 2s.
@@ -148,7 +149,9 @@ func loadStep(ctx context.Context, cfg LoadConfig, rate float64, progress Progre
 	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
 	ec := cfg.Engine
 	ec.Dir = dir
-	ec.ExpectedRate = sc.DistinctRate()
+	if ec.ExpectedRate == 0 {
+		ec.ExpectedRate = sc.DistinctRate()
+	}
 	t, err := OpenEngine(ec, nil)
 	if err != nil {
 		return step, err

@@ -32,11 +32,6 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := fs.MkdirAll(dir, PrivateDirMode); err != nil {
 		return nil, fmt.Errorf("exact: create %q: %w", dir, err)
 	}
-	if _, ok := fs.(privateFS); ok {
-		if err := MakePrivate(dir); err != nil {
-			return nil, err
-		}
-	}
 	ls, err := fs.List(dir)
 	if err != nil {
 		return nil, fmt.Errorf("exact: list %q: %w", dir, err)
@@ -88,6 +83,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.active = &memTable{limit: s.memLimit}
 	if err := s.init(existing); err != nil {
 		return nil, errors.Join(err, s.closeDB())
+	}
+	// The directory holds this program's store: make what is in it
+	// private (a state written before, or copied in).
+	if _, ok := fs.(privateFS); ok {
+		if err := MakePrivate(dir); err != nil {
+			return nil, errors.Join(err, s.closeDB())
+		}
 	}
 	if err := s.upgrade(); err != nil {
 		return nil, errors.Join(err, s.closeDB())

@@ -16,8 +16,9 @@ import (
 // user running the engine alone. On the operating system's file system
 // (vfs.Default) directories are 0700 and files 0600 whatever the umask:
 // PrivateFS sets the mode of every file and directory it creates, and Open
-// sets the modes of everything already in the directory (a state written
-// before, or copied in by a restore).
+// sets the modes of everything already in a directory that holds a store
+// (a state written before, or copied in by a restore). A directory Open
+// refuses (ErrNotOurs) is left as it was.
 
 // Private modes of state directories and their files.
 const (
@@ -76,13 +77,38 @@ func (p privateFS) Lock(name string) (io.Closer, error) {
 	return c, nil
 }
 
-// MkdirAll creates dir and its missing parents with PrivateDirMode, and
-// sets dir's mode to it.
+// MkdirAll creates dir and its missing parents with PrivateDirMode and
+// sets the mode of each directory it creates to it, whatever the umask.
+// A directory that exists keeps its mode: it may be the user's (a state
+// directory's parent, or a directory that Open then refuses as not a
+// state); Open makes a state directory private once it knows it is one.
 func (p privateFS) MkdirAll(dir string, _ os.FileMode) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || !errors.Is(err, iofs.ErrNotExist) {
+			break
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
 	if err := p.FS.MkdirAll(dir, PrivateDirMode); err != nil {
 		return err
 	}
-	return os.Chmod(dir, PrivateDirMode)
+	for _, d := range created {
+		if err := os.Chmod(d, PrivateDirMode); err != nil {
+			return fmt.Errorf("exact: make %q private: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// MkdirPrivate creates dir and its missing parents on the operating
+// system's file system with PrivateDirMode, whatever the umask; an
+// existing directory keeps its mode.
+func MkdirPrivate(dir string) error {
+	return privateFS{vfs.Default}.MkdirAll(dir, PrivateDirMode)
 }
 
 // Unwrap returns the file system privateFS wraps.
@@ -90,17 +116,27 @@ func (p privateFS) Unwrap() vfs.FS { return p.FS }
 
 // MakePrivate sets the modes of dir, a state directory on the operating
 // system's file system, and of everything in it: PrivateDirMode for
-// directories, PrivateFileMode for files.
+// directories, PrivateFileMode for files. Open calls it only once dir is
+// known to hold a store (or nothing): a directory it refuses keeps every
+// mode. Symbolic links are not followed.
 func MakePrivate(dir string) error {
+	// The store is open: Pebble may delete an obsolete file (a manifest,
+	// an OPTIONS file) between the listing and its chmod.
+	gone := func(err error) error {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
 	err := filepath.WalkDir(dir, func(path string, d iofs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			return gone(err)
 		}
 		switch {
 		case d.IsDir():
-			return os.Chmod(path, PrivateDirMode)
+			return gone(os.Chmod(path, PrivateDirMode))
 		case d.Type().IsRegular():
-			return os.Chmod(path, PrivateFileMode)
+			return gone(os.Chmod(path, PrivateFileMode))
 		}
 		return nil
 	})

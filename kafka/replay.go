@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/exact"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -256,7 +257,7 @@ func (c *Consumer) open(t tp) (*partition, error) {
 	if pt != nil {
 		return pt, nil
 	}
-	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
+	if err := exact.MkdirPrivate(c.cfg.StateDir); err != nil {
 		return nil, c.permanent(fmt.Errorf("kafka: state directory: %w", err))
 	}
 	pt, err := c.openState(t)

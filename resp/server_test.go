@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -769,5 +770,36 @@ func TestOptionsDefaults(t *testing.T) {
 	got.Engine.Now, set.Engine.Now = nil, nil
 	if !reflect.DeepEqual(*got, set) {
 		t.Errorf("WithDefaults changed set fields: %+v\n want %+v", *got, set)
+	}
+}
+
+// TestStateIsPrivate: under a umask that lets everyone read, the server's
+// state directory, a table's directory and its table.json are 0700 and
+// 0600; the directory's existing parent keeps its mode.
+func TestStateIsPrivate(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	parent := t.TempDir()
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "state")
+	_, addr := start(t, resp.Options{Dir: dir})
+	c := client(t, addr)
+	if err := c.Do(ctx, "BF.RESERVE", "bf:users", "0.001", 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "BF.ADD", "bf:users", "a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]os.FileMode{parent: 0o755, dir: 0o700,
+		filepath.Join(dir, "bf:users"): 0o700, filepath.Join(dir, "bf:users", "table.json"): 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", path, fi.Mode().Perm(), want)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/exact"
 )
 
 // DefaultTable is the table behind the plain Redis commands (SET NX,
@@ -176,7 +177,7 @@ func (s *Server) writeTableOptions(name string, opts TableOptions) error {
 		return nil
 	}
 	dir := filepath.Join(s.cfg.Dir, name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := exact.MkdirPrivate(dir); err != nil {
 		return fmt.Errorf("resp: table %q: %w", name, err)
 	}
 	b, err := json.MarshalIndent(opts, "", "  ")
@@ -194,7 +195,7 @@ func (s *Server) writeTableOptions(name string, opts TableOptions) error {
 }
 
 func writeSync(path string, b []byte) error {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, exact.PrivateFileMode)
 	if err != nil {
 		return err
 	}

@@ -54,9 +54,17 @@ func printAdvice(w io.Writer, a dedup.WindowAdvice, pad int) {
 		line("window advice", "no duplicate measured yet (the advisor counts from Open, on the traffic it observes)")
 		return
 	}
+	if a.Model == "" {
+		line("window advice", "%d duplicates caught, %d past the window; no estimate yet (it needs the stream to run "+
+			"two generations' spans: half the window with 4 generations)", a.Caught, a.HorizonMatches)
+		return
+	}
 	d := func(x time.Duration) string {
-		if x == 0 {
+		switch {
+		case x == 0:
 			return "not known"
+		case x < 10*time.Second:
+			return x.Round(10 * time.Millisecond).String()
 		}
 		return x.Round(time.Second).String()
 	}

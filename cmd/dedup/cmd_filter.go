@@ -103,6 +103,9 @@ func runFilter(e *env, args []string) error {
 	if err := c.validate(); err != nil {
 		return usageErr(err)
 	}
+	if err := c.checkSameFiles(e.stdin, e.stdout); err != nil {
+		return usageErr(err)
+	}
 	if c.metrics != "" {
 		if err := checkAddr("--metrics", c.metrics); err != nil {
 			return err
@@ -158,10 +161,62 @@ func (c *filterConfig) validate() error {
 			return fmt.Errorf("%s and %s name the same file %s", prev, o[0], o[1])
 		}
 		outs[abs] = o[0]
-		for _, in := range c.inputs {
-			if ain, err := filepath.Abs(in); err == nil && in != "-" && ain == abs {
-				return fmt.Errorf("%s %s is also an input", o[0], o[1])
+	}
+	return nil
+}
+
+// checkSameFiles refuses an output that is an input or another output by
+// the file's identity, whatever the names (a hard link, a symbolic link,
+// stdin redirected from it, stdout appended to it): writing it would
+// truncate, or feed, what is still to be read.
+func (c *filterConfig) checkSameFiles(stdin io.Reader, stdout io.Writer) error {
+	type file struct {
+		what string
+		fi   os.FileInfo
+	}
+	stat := func(v any) os.FileInfo {
+		if f, ok := v.(interface{ Stat() (os.FileInfo, error) }); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				return fi
 			}
+		}
+		return nil
+	}
+	var ins []file
+	for _, in := range c.inputs {
+		if in == "-" {
+			if fi := stat(stdin); fi != nil {
+				ins = append(ins, file{"stdin", fi})
+			}
+		} else if fi, err := os.Stat(in); err == nil {
+			ins = append(ins, file{"input " + in, fi})
+		}
+	}
+	var outs []file
+	for _, o := range [][2]string{{"--out", c.out}, {"--dups", c.dups}, {"--rejects", c.rejects}} {
+		var fi os.FileInfo
+		switch o[1] {
+		case "":
+			continue
+		case "-":
+			fi = stat(stdout)
+		default:
+			fi, _ = os.Stat(o[1]) // none yet: a new file
+		}
+		if fi == nil {
+			continue
+		}
+		what := o[0] + " " + o[1]
+		if o[1] == "-" {
+			what = o[0] + " (stdout)"
+		}
+		for _, f := range append(ins, outs...) {
+			if os.SameFile(fi, f.fi) {
+				return fmt.Errorf("%s is the same file as %s", what, f.what)
+			}
+		}
+		if o[1] != "-" { // stdout for two outputs interleaves them, as asked
+			outs = append(outs, file{what, fi})
 		}
 	}
 	return nil

@@ -188,7 +188,7 @@ func runProxy(e *env, args []string) error {
 	if err != nil {
 		return errors.Join(usageErr(err), ln.Close(), eng.Close())
 	}
-	handler := mw(newUpstreamProxy(up, c.lease, pm))
+	handler := mw(newUpstreamProxy(up, c.lease, pm, &upstreamErrors{logf: mwOpts.ErrorLog}))
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
 		reg, err := newRegistry(newCollector(eng, nil), pm)
@@ -230,7 +230,7 @@ func runProxy(e *env, args []string) error {
 // newUpstreamProxy forwards requests to up. The upstream call does not
 // follow the client: a client that hangs up does not cut a write short
 // whose response is to be stored; lease bounds it instead.
-func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.Handler {
+func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics, errs *upstreamErrors) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(up)
@@ -241,6 +241,7 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.H
 			if errors.Is(err, context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
 			}
+			errs.log(r, status, err)
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(status)
 			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", "Upstream unavailable", status)
@@ -261,13 +262,17 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics) http.H
 }
 
 // upstreamTransport is http.DefaultTransport keeping enough idle
-// connections to the one upstream for every concurrent request: with the
-// default two, a burst of concurrent requests opens (and closes) a
-// connection for most of them.
+// connections to the one upstream for every concurrent request (with the
+// default two, a burst of concurrent requests opens and closes a
+// connection for most of them), and passing the client's Accept-Encoding
+// on as it is: it neither asks the upstream for gzip on its own nor
+// decompresses, so the client gets (and a replay repeats) the encoding it
+// asked for, with its Content-Length.
 func upstreamTransport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 1024
+	t.DisableCompression = true
 	return inMemoryBodies{t}
 }
 
@@ -290,6 +295,33 @@ func (t inMemoryBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	return t.RoundTripper.RoundTrip(r)
+}
+
+// upstreamErrors logs the upstream calls that failed (the client got 502
+// or 504): the first at once, then at most one a second with the count of
+// those not logged, so that an upstream that is down says why without
+// flooding stderr.
+type upstreamErrors struct {
+	logf    func(format string, args ...any)
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (u *upstreamErrors) log(r *http.Request, status int, err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	now := time.Now()
+	if now.Sub(u.last) < time.Second {
+		u.skipped++
+		return
+	}
+	more := ""
+	if u.skipped > 0 {
+		more = fmt.Sprintf(" (and %d more failed calls since the last line)", u.skipped)
+	}
+	u.last, u.skipped = now, 0
+	u.logf("upstream %s %s failed, answered %d: %v%s", r.Method, r.URL.Path, status, err, more)
 }
 
 // copyBuffers lends ReverseProxy the buffers it copies response bodies

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -288,5 +290,62 @@ func TestMistypedKeyFloodsStderr(t *testing.T) {
 	code, _, stderr = runCmd(t, "", "filter", "--key", "idd", "--out", filepath.Join(dir, "out2"), "--rejects", rej, in)
 	if got := strings.Count(readFile(t, rej), "\n"); code != exitBad || got != n || strings.Count(stderr, "\n") != 1 {
 		t.Errorf("--rejects: exit %d, %d lines in the file, want %d; stderr:\n%s", code, got, n, stderr)
+	}
+}
+
+// TestOutputIsAnInput: an output that is an input by the file's identity
+// (a hard link, a symbolic link, stdin redirected from it, stdout appended
+// to it) is refused with exit 2 before anything is opened for writing, and
+// the input keeps its bytes.
+func TestOutputIsAnInput(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "h.ndjson")
+	const body = "{\"id\":1}\n{\"id\":1}\n{\"id\":2}\n"
+	if err := os.WriteFile(in, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hard, sym := filepath.Join(dir, "h2.ndjson"), filepath.Join(dir, "h3.ndjson")
+	if err := os.Link(in, hard); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(in, sym); err != nil {
+		t.Fatal(err)
+	}
+	open := func(flag int) *os.File {
+		f, err := os.OpenFile(in, flag, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	for _, tc := range []struct {
+		name   string
+		stdin  io.Reader
+		stdout io.Writer
+		args   []string
+	}{
+		{"hard link", nil, nil, []string{"--in", in, "--out", hard}},
+		{"symbolic link", nil, nil, []string{"--in", in, "--out", sym}},
+		{"dups", nil, nil, []string{in, "--dups", hard}},
+		{"rejects", nil, nil, []string{in, "--rejects", sym}},
+		{"stdin", open(os.O_RDONLY), nil, []string{"--out", in}},
+		{"stdout", nil, open(os.O_WRONLY | os.O_APPEND), []string{in}},
+	} {
+		var errb, out bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb}
+		if tc.stdin != nil {
+			e.stdin = tc.stdin
+		}
+		if tc.stdout != nil {
+			e.stdout = tc.stdout
+		}
+		code := run(e, append([]string{"filter", "--key", "id"}, tc.args...))
+		if code != 2 || !strings.Contains(errb.String(), "is the same file as") {
+			t.Errorf("%s: exit %d, stderr %q; want 2, the same file", tc.name, code, errb.String())
+		}
+		if b, err := os.ReadFile(in); err != nil || string(b) != body {
+			t.Fatalf("%s: input now %q, %v", tc.name, b, err)
+		}
 	}
 }

@@ -444,3 +444,69 @@ func metricValue(t *testing.T, metrics, name string) float64 {
 	t.Fatalf("no %s in the metrics:\n%s", name, metrics)
 	return 0
 }
+
+// TestProxyPassesAcceptEncoding: the proxy forwards the client's
+// Accept-Encoding as it is, and adds none: a client that asks for no
+// compression gets (and has stored) the upstream's plain response.
+func TestProxyPassesAcceptEncoding(t *testing.T) {
+	seen := make(chan []string, 2)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Values("Accept-Encoding")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "plain")
+	}))
+	defer up.Close()
+	url, stop := runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir())
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	for _, ae := range []string{"", "br"} {
+		req, err := http.NewRequest("POST", url+"/charges", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "ae-"+ae)
+		if ae != "" {
+			req.Header.Set("Accept-Encoding", ae)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		got := <-seen
+		if (ae == "" && len(got) != 0) || (ae != "" && (len(got) != 1 || got[0] != ae)) {
+			t.Fatalf("client's Accept-Encoding %q: the upstream saw %q", ae, got)
+		}
+		if res.StatusCode != 201 || string(b) != "plain" {
+			t.Fatalf("Accept-Encoding %q: %d %q", ae, res.StatusCode, b)
+		}
+	}
+	if code, log := stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+}
+
+// TestProxyLogsUpstreamFailures: a keyed request to an upstream that
+// refuses connections gets 502 (its key released: the retry is sent
+// upstream again), and stderr says why, once for a burst of them.
+func TestProxyLogsUpstreamFailures(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	url, stop := runProxyInProcess(t, "--upstream", dead, "--state", t.TempDir())
+	for range 5 {
+		if r := post(t, url, "order-1", "{}"); r.status != http.StatusBadGateway {
+			t.Fatalf("status %d, want 502", r.status)
+		}
+	}
+	code, stderr := stop()
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if n := strings.Count(stderr, "upstream POST / failed, answered 502"); n != 1 || !strings.Contains(stderr, "connection refused") {
+		t.Errorf("stderr has %d failure lines, want 1 naming the refused connection:\n%s", n, stderr)
+	}
+}
