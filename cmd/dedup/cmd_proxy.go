@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -188,7 +189,7 @@ func runProxy(e *env, args []string) error {
 	if err != nil {
 		return errors.Join(usageErr(err), ln.Close(), eng.Close())
 	}
-	handler := mw(newUpstreamProxy(up, c.lease, pm, &upstreamErrors{logf: mwOpts.ErrorLog}))
+	handler := mw(newUpstreamProxy(up, c.lease, keyedBy(methods, c.header), pm, &upstreamErrors{logf: mwOpts.ErrorLog}))
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
 		reg, err := newRegistry(newCollector(eng, nil), pm)
@@ -227,10 +228,28 @@ func runProxy(e *env, args []string) error {
 	return errors.Join(serveErr, stopMetrics(), eng.Close())
 }
 
-// newUpstreamProxy forwards requests to up. The upstream call does not
-// follow the client: a client that hangs up does not cut a write short
-// whose response is to be stored; lease bounds it instead.
-func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics, errs *upstreamErrors) http.Handler {
+// keyedBy reports whether a request the middleware passes on carries a key
+// of header with one of methods: the middleware passes such a request on
+// only once it has claimed the key, so its response is to be stored.
+func keyedBy(methods []string, header string) func(*http.Request) bool {
+	set := map[string]bool{}
+	for _, m := range methods {
+		set[m] = true
+	}
+	header = textproto.CanonicalMIMEHeaderKey(header)
+	return func(r *http.Request) bool {
+		_, ok := r.Header[header]
+		return ok && set[r.Method]
+	}
+}
+
+// newUpstreamProxy forwards requests to up. The call of a keyed request
+// does not follow the client: a client that hangs up does not cut a write
+// short whose response is to be stored; lease bounds it instead. Every
+// other request (a GET, a POST without a key) is a plain proxied call: it
+// ends when its client hangs up, and it has no time limit, so event
+// streams and downloads go on as long as the upstream sends.
+func newUpstreamProxy(up *url.URL, lease time.Duration, keyed func(*http.Request) bool, pm *proxyMetrics, errs *upstreamErrors) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(up)
@@ -253,10 +272,13 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, pm *proxyMetrics, errs *
 		BufferPool: copyBuffers{},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lease)
-		defer cancel()
+		if keyed(r) {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lease)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		start := time.Now()
-		rp.ServeHTTP(w, r.WithContext(ctx))
+		rp.ServeHTTP(w, r)
 		pm.upstream.Observe(time.Since(start).Seconds())
 	})
 }

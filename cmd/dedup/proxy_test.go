@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -508,5 +510,78 @@ func TestProxyLogsUpstreamFailures(t *testing.T) {
 	}
 	if n := strings.Count(stderr, "upstream POST / failed, answered 502"); n != 1 || !strings.Contains(stderr, "connection refused") {
 		t.Errorf("stderr has %d failure lines, want 1 naming the refused connection:\n%s", n, stderr)
+	}
+}
+
+// TestProxyUnkeyedRequestsFollowTheClient: only a keyed request (one the
+// proxy stores the response of) outlives its client and is bounded by
+// --lease; a GET, or a POST without a key, is a plain proxied call: an
+// event stream or a slow answer longer than the lease reaches the client
+// whole, and a client that hangs up ends the upstream call.
+func TestProxyUnkeyedRequestsFollowTheClient(t *testing.T) {
+	const parts = 6
+	ended := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			select {
+			case <-r.Context().Done():
+				ended <- r.Context().Err()
+			case <-time.After(10 * time.Second):
+				ended <- errors.New("the upstream call outlived its client by 10s")
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < parts; i++ {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}))
+	defer up.Close()
+	url, stop := runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir(), "--lease", "250ms")
+	var want strings.Builder
+	for i := 0; i < parts; i++ {
+		fmt.Fprintf(&want, "data: %d\n\n", i)
+	}
+	for _, method := range []string{"GET", "POST"} {
+		req, err := http.NewRequest(method, url+"/events", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || err != nil || string(b) != want.String() {
+			t.Errorf("unkeyed %s of a %d ms stream through --lease 250ms: %d %q, %v", method, parts*100, res.StatusCode, b, err)
+		}
+	}
+	if code, log := stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+
+	// Under a lease longer than the upstream waits, only the client's
+	// hang-up can end the call.
+	url, stop = runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir(), "--lease", "1m")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/hang", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+	}()
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		res.Body.Close()
+	}
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Errorf("a GET whose client hung up: the upstream call ended with %v, want context.Canceled", err)
+	}
+	if code, log := stop(); code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
 	}
 }
