@@ -134,6 +134,11 @@ func runProxy(e *env, args []string) error {
 			return usagef("proxy: --%s must be positive, got %v", d.name, d.v)
 		}
 	}
+	if c.header == "" {
+		// The middleware reads an empty Header as its default; an
+		// explicit --header '' is a mistake, not a request for it.
+		return usagef("proxy: --header must name a header, got %q", c.header)
+	}
 	if c.wait < 0 {
 		return usagef("proxy: --wait must not be negative, got %v", c.wait)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -335,10 +336,21 @@ func TestProxyFlagErrors(t *testing.T) {
 		{[]string{"--upstream", "http://h", "--state", "x", "--lease", "0s"}, "--lease must be positive"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--max-body", "1MB"}, "want a positive number of bytes"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--header", "Bad Name"}, "Header must be a header name"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--header", ""}, "--header must name a header"},
 	} {
 		var stderr strings.Builder
-		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr}
-		if code := run(e, append([]string{"proxy"}, c.args...)); code != exitBad || !strings.Contains(stderr.String(), c.want) {
+		// A proxy that starts in spite of the bad flag stops at once.
+		sigs := make(chan os.Signal, 1)
+		sigs <- syscall.SIGTERM
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, sigs: sigs}
+		args := []string{"proxy", "--listen", "127.0.0.1:0"}
+		for _, a := range c.args {
+			if a == "x" {
+				a = t.TempDir() // no state left behind
+			}
+			args = append(args, a)
+		}
+		if code := run(e, args); code != exitBad || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, %q; want exit 2 naming %q", c.args, code, stderr.String(), c.want)
 		}
 	}
