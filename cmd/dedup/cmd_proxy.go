@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -56,7 +57,8 @@ const proxyHelpTail = `
 A key's claim is on disk (fsynced) before its request goes upstream: after
 a crash of the proxy (kill -9), a retry within --lease gets 409, never a
 second upstream call; after the lease it goes upstream again. Set --lease
-above the upstream's slowest write: the upstream call is cut off there.
+above the upstream's slowest write: a keyed request's upstream call is
+cut off there (other requests, GET event streams too, have no limit).
 SIGTERM or SIGINT: stop accepting, let the requests in flight finish (up to
 --drain), then exit; a request still unfinished keeps its claim until its
 lease ends.
@@ -74,7 +76,7 @@ func newProxyFlags(e *env) (*flag.FlagSet, *proxyConfig) {
 	fs.StringVar(&c.state, "state", "", "state `DIR` holding the keys and stored responses (required)")
 	fs.DurationVar(&c.window, "window", 24*time.Hour, "keep a key and its response for `DURATION`")
 	fs.Float64Var(&c.rate, "rate", engineDefaults.ExpectedRate, "expected distinct keys per second, `N` (filter sizing)")
-	fs.DurationVar(&c.lease, "lease", 30*time.Second, "a key stays in progress for `DURATION` at most if the proxy dies during its request; the upstream call's time limit")
+	fs.DurationVar(&c.lease, "lease", 30*time.Second, "a key stays in progress for `DURATION` at most if the proxy dies during its request; the time limit of a keyed request's upstream call")
 	fs.DurationVar(&c.wait, "wait", 0, "a repeat of a key in progress waits up to `DURATION` for the response instead of getting 409")
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a request of --methods without a key (default: send it upstream as is)")
 	fs.Var(&c.maxBody, "max-body", "store responses of at most `SIZE` (bytes, or with KiB, MiB); a larger one is sent, not stored")
@@ -275,6 +277,9 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, keyed func(*http.Request
 		// they come.
 		Transport:  upstreamTransport(),
 		BufferPool: copyBuffers{},
+		// A call cut off mid-response (at the lease, or by the upstream)
+		// is told on stderr as the proxy's other failures are.
+		ErrorLog: log.New(logfWriter(errs.logf), "", 0),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if keyed(r) {
@@ -349,6 +354,14 @@ func (u *upstreamErrors) log(r *http.Request, status int, err error) {
 	}
 	u.last, u.skipped = now, 0
 	u.logf("upstream %s %s failed, answered %d: %v%s", r.Method, r.URL.Path, status, err, more)
+}
+
+// logfWriter writes each line given to it through a printf-like function.
+type logfWriter func(format string, args ...any)
+
+func (f logfWriter) Write(p []byte) (int, error) {
+	f("%s", strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
 
 // copyBuffers lends ReverseProxy the buffers it copies response bodies

@@ -525,12 +525,12 @@ func TestProxyLogsUpstreamFailures(t *testing.T) {
 	}
 }
 
-// TestProxyUnkeyedRequestsFollowTheClient: only a keyed request (one the
+// TestProxyLeaseBoundsOnlyKeyedCalls: only a keyed request (one the
 // proxy stores the response of) outlives its client and is bounded by
 // --lease; a GET, or a POST without a key, is a plain proxied call: an
 // event stream or a slow answer longer than the lease reaches the client
 // whole, and a client that hangs up ends the upstream call.
-func TestProxyUnkeyedRequestsFollowTheClient(t *testing.T) {
+func TestProxyLeaseBoundsOnlyKeyedCalls(t *testing.T) {
 	const parts = 6
 	ended := make(chan error, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -571,8 +571,17 @@ func TestProxyUnkeyedRequestsFollowTheClient(t *testing.T) {
 			t.Errorf("unkeyed %s of a %d ms stream through --lease 250ms: %d %q, %v", method, parts*100, res.StatusCode, b, err)
 		}
 	}
-	if code, log := stop(); code != 0 {
+	// A keyed request's call stops at the lease: the response is cut
+	// short (the key released), and stderr says why, as the proxy.
+	if r, err := postErr(url+"/events", "ev-1", ""); err == nil && r.body == want.String() {
+		t.Errorf("keyed POST of a %d ms stream through --lease 250ms: whole", parts*100)
+	}
+	code, log := stop()
+	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, log)
+	}
+	if !strings.Contains(log, "dedup proxy: ") || !strings.Contains(log, "context deadline exceeded") {
+		t.Errorf("stderr does not name the cut upstream call:\n%s", log)
 	}
 
 	// Under a lease longer than the upstream waits, only the client's
