@@ -12,7 +12,8 @@
 //     with [Options.RequireKey], gets 400.
 //   - A key that is empty, longer than [Options.MaxKeyLength], or holds
 //     anything but visible ASCII (0x21-0x7e): 400.
-//   - A request body over [Options.MaxRequestBody]: 413.
+//   - A keyed request whose body is over [Options.MaxRequestBody]: 413 (the
+//     body of a request without a key is not read).
 //   - The key's first request: the handler runs. Its response (status,
 //     headers, body) is stored when the handler returns, unless its status
 //     is not storable (5xx and 429 by default, [Options.Storable]), its body
@@ -24,13 +25,15 @@
 //     holds a whole response gets it replayed on a retry.
 //   - While the first request runs: 409 with Retry-After, or, with
 //     [Options.Wait], the stored response as soon as the first request
-//     ends within that time.
+//     ends within that time. If the first request's key is released
+//     instead, one waiting request claims the key and runs.
 //   - The key with another request (by [Options.Fingerprint]: method, path
 //     and body by default): 422. The fingerprint is checked before a stored
 //     response is returned.
 //   - The key of a completed request: its stored status, headers and body,
 //     with the header Idempotent-Replayed: true. Hop-by-hop headers and Date
-//     are not replayed ([Options.ReplayHeaders] gives an allow-list instead).
+//     are not replayed ([Options.ReplayHeaders] gives an allow-list instead),
+//     nor are trailers: they are not stored.
 //   - A store that fails: 503.
 //
 // Errors are application/problem+json (RFC 9457). Requests of other methods
