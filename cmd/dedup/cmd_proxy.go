@@ -184,7 +184,7 @@ func runProxy(e *env, args []string) error {
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return listenErr(c.listen, err)
+		return listenErr("proxy", c.listen, err)
 	}
 	eng, err := dedup.Open(opts)
 	if err != nil {

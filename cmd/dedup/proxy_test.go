@@ -606,3 +606,20 @@ func TestProxyLeaseBoundsOnlyKeyedCalls(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, log)
 	}
 }
+
+// TestProxyListenErrorNamesProxy: an address already in use fails the
+// proxy with an error naming its command and flag.
+func TestProxyListenErrorNamesProxy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var stderr strings.Builder
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr}
+	code := run(e, []string{"proxy", "--listen", ln.Addr().String(), "--upstream", "http://h", "--state", t.TempDir()})
+	want := fmt.Sprintf("dedup: proxy: --listen %q: ", ln.Addr().String())
+	if code == 0 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "address already in use") {
+		t.Fatalf("exit %d, stderr %q; want an error starting %q", code, stderr.String(), want)
+	}
+}
