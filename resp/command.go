@@ -183,7 +183,7 @@ func (s *Server) dispatch(c *conn, args [][]byte) {
 		}
 		if t == nil && cmd.table == tableExisting {
 			c.WriteError("ERR not found: no table " + quote(args[1]) +
-				" (BF.RESERVE or DEDUP.RESERVE creates one, and so does a first BF.ADD or DEDUP.OBSERVE)")
+				" (BF.RESERVE or DEDUP.RESERVE creates one, and so does a first BF.ADD, DEDUP.OBSERVE or DEDUP.BEGIN)")
 			return
 		}
 	}

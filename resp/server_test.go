@@ -294,7 +294,7 @@ func TestDedupCommands(t *testing.T) {
 		{[]any{"DEDUP.OBSERVE", "jobs", "a", "b", "c"}, "[duplicate duplicate new]"},
 		{[]any{"DEDUP.FORGET", "jobs", "a"}, "0"},
 		{[]any{"DEDUP.CHECKPOINT", "jobs"}, "cp-1"},
-		{[]any{"DEDUP.STATS", "nope"}, "error: ERR not found: no table 'nope' (BF.RESERVE or DEDUP.RESERVE creates one, and so does a first BF.ADD or DEDUP.OBSERVE)"},
+		{[]any{"DEDUP.STATS", "nope"}, "error: ERR not found: no table 'nope' (BF.RESERVE or DEDUP.RESERVE creates one, and so does a first BF.ADD, DEDUP.OBSERVE or DEDUP.BEGIN)"},
 		{[]any{"DEDUP.OBSERVE", "jobs"}, "error: ERR wrong number of arguments for 'dedup.observe' command"},
 	} {
 		if got := do(tc.args...); got != tc.want {
