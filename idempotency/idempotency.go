@@ -34,7 +34,8 @@
 //     with the header Idempotent-Replayed: true. Hop-by-hop headers and Date
 //     are not replayed ([Options.ReplayHeaders] gives an allow-list instead),
 //     nor are trailers: they are not stored.
-//   - A store that fails: 503.
+//   - A store that fails: 503 with Retry-After; a key (with its
+//     [Options.Scope]) longer than the store holds: 500.
 //
 // Errors are application/problem+json (RFC 9457). Requests of other methods
 // pass through. The guarantee across crashes is the store's: with
@@ -146,6 +147,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return // the client is gone
 		}
 		m.report(r, Failed, 0)
+		if errors.Is(err, dedup.ErrKeyTooLarge) {
+			// No retry can pass: the server's Scope or MaxKeyLength makes
+			// keys the store does not hold.
+			m.o.ErrorLog("idempotency: begin a key of %d bytes: %v", len(key), err)
+			problem(w, http.StatusInternalServerError, "Idempotency key too large for the store", "The request did not run: the key with its scope is longer than the store holds.")
+			return
+		}
 		m.o.ErrorLog("idempotency: begin %q: %v", key, err)
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "Idempotency store unavailable", "The request did not run; try it again later.")

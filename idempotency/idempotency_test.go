@@ -386,6 +386,34 @@ func TestStoreFailureAnswers503(t *testing.T) {
 	}
 }
 
+// TestKeyOverTheStoreLimitIs500: a key the store refuses as too large (a
+// long Scope, a MaxKeyLength above the store's MaxKeySize) fails no matter
+// how often it is retried: 500 without Retry-After, not the 503 of a store
+// that is down; nothing runs.
+func TestKeyOverTheStoreLimitIs500(t *testing.T) {
+	var runs atomic.Int32
+	var logged atomic.Int32
+	for _, o := range []idempotency.Options{
+		{Scope: func(*http.Request) string { return strings.Repeat("s", 5000) }},
+		{MaxKeyLength: 5000},
+	} {
+		o.ErrorLog = func(string, ...any) { logged.Add(1) }
+		srv := serve(t, o, counting(&runs, 200))
+		key := "k"
+		if o.MaxKeyLength > 0 {
+			key = strings.Repeat("k", 4500)
+		}
+		r := do(t, srv, "POST", "/", key, "")
+		if r.status != http.StatusInternalServerError || r.header.Get("Retry-After") != "" || runs.Load() != 0 {
+			t.Errorf("scope %v, key of %d bytes: %d, Retry-After %q, %d runs; want 500 without Retry-After, no run",
+				o.Scope != nil, len(key), r.status, r.header.Get("Retry-After"), runs.Load())
+		}
+	}
+	if logged.Load() != 2 {
+		t.Errorf("%d lines logged, want 2", logged.Load())
+	}
+}
+
 // slowComplete is an engine whose Complete waits for a signal.
 type slowComplete struct {
 	*dedup.Engine

@@ -36,7 +36,8 @@ const (
 	Mismatch
 	// Rejected: a bad or missing key, or a request body too large: 400 or 413.
 	Rejected
-	// Failed: the store failed: 503.
+	// Failed: the store failed (503), or refused the key as too large
+	// (500).
 	Failed
 )
 
