@@ -178,12 +178,14 @@ func Idem(ctx context.Context, cfg IdemConfig, p Progress) (*IdemResult, error) 
 	}
 	defer stopProxy()
 	targets = append(targets, proxy)
-	rt, stopRedis, err := startRedisMiddleware(ctx, cfg, up)
-	switch {
-	case errors.Is(err, ErrNoRedis):
-	case err != nil:
-		return nil, err
-	default:
+	for _, durable := range []bool{false, true} {
+		rt, stopRedis, err := startRedisMiddleware(ctx, cfg, up, durable)
+		if errors.Is(err, ErrNoRedis) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 		defer stopRedis()
 		targets = append(targets, rt)
 	}
