@@ -122,8 +122,10 @@ type segment struct {
 	// base is the size the file had before this use (reused files).
 	base int64
 	// zeroed is the end of the zeros written ahead of the records (see
-	// zeroAhead); written under Store.logMu.
-	zeroed atomic.Int64
+	// zeroAhead); written under Store.logMu, as noZeros, set once a write
+	// of zeros failed.
+	zeroed  atomic.Int64
+	noZeros bool
 	// synced counts the bytes known to be durable.
 	synced atomic.Int64
 
@@ -178,9 +180,7 @@ var zeros = make([]byte, zeroChunk)
 func (g *segment) append(rec []byte) (end, grown int64, err error) {
 	size0 := g.size()
 	off := g.written.Load()
-	if err := g.zeroAhead(off + int64(len(rec))); err != nil {
-		return 0, 0, err
-	}
+	g.zeroAhead(off + int64(len(rec)))
 	if _, err := g.f.WriteAt(rec, off); err != nil {
 		return 0, 0, fmt.Errorf("exact: write commit log %q: %w", g.path, err)
 	}
@@ -189,23 +189,26 @@ func (g *segment) append(rec []byte) (end, grown int64, err error) {
 }
 
 // zeroAhead extends the file with zeros so that it reaches at least half a
-// chunk past end, the end of the records about to be written.
-func (g *segment) zeroAhead(end int64) error {
+// chunk past end, the end of the records about to be written. The zeros
+// only make fsyncs cheaper: once a write of them fails (a disk with less
+// than a chunk free), the segment appends its records without them, and
+// only a failed write of a record fails a commit.
+func (g *segment) zeroAhead(end int64) {
 	from := max(g.base, g.zeroed.Load())
-	if end+zeroChunk/2 <= from {
-		return nil
+	if g.noZeros || end+zeroChunk/2 <= from {
+		return
 	}
 	from = max(from, g.written.Load())
 	to := (end + zeroChunk/2 + zeroChunk - 1) / zeroChunk * zeroChunk
 	for off := from; off < to; {
 		n, err := g.f.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off)
-		if err != nil {
-			return fmt.Errorf("exact: extend commit log %q: %w", g.path, err)
-		}
 		off += int64(n)
+		g.zeroed.Store(max(g.zeroed.Load(), off))
+		if err != nil {
+			g.noZeros = true
+			return
+		}
 	}
-	g.zeroed.Store(to)
-	return nil
 }
 
 // size is the size of the segment's file.

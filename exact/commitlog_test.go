@@ -340,3 +340,35 @@ func TestOpenReusesSegment(t *testing.T) {
 		t.Fatalf("commit log files %v, segment base %d: want only %s, over the previous run's (%d bytes or more)", segs, s.seg.base, segName(s.seg.num), zeroChunk)
 	}
 }
+
+// TestZerosAreOptional: a segment whose zeros cannot be written (a disk
+// with less than a chunk free) goes on appending its records: no commit
+// fails, and every one is there after a reopen.
+func TestZerosAreOptional(t *testing.T) {
+	mem := vfs.NewMem()
+	var refused atomic.Int64
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileWriteAt && strings.Contains(op.Path, segPrefix) && op.Offset == zeroChunk {
+			refused.Add(1)
+			return errors.New("no space left on device")
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(mem, inj)
+	s := mustOpen(t, "db", Options{FS: fs})
+	const n, per = 40, 2000 // about 2 MiB of log records: past the refused chunk
+	for i := range n {
+		commitRange(t, s, 1, i*per, (i+1)*per, nil)
+	}
+	if refused.Load() == 0 || !s.seg.noZeros || s.seg.written.Load() <= zeroChunk {
+		t.Fatalf("refused %d writes, noZeros %v, %d bytes written: the test did not reach the refused chunk", refused.Load(), s.seg.noZeros, s.seg.written.Load())
+	}
+	mustClose(t, s)
+	s = mustOpen(t, "db", Options{FS: mem})
+	defer mustClose(t, s)
+	for _, i := range []int{0, n*per/2 + 1, n*per - 1} {
+		if ok, err := s.Has(1, keyOf(i)); err != nil || !ok {
+			t.Fatalf("key %d after the reopen: %v, %v", i, ok, err)
+		}
+	}
+}
