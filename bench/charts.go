@@ -138,6 +138,9 @@ func PlotIdem(r *IdemResult, dir string) ([]string, error) {
 			humanize.Count(float64(c.Requests)), humanize.Count(float64(c.Replays)), c.Rounds, c.Clients, latency, c.BodySize),
 		"Targets: the upstream called directly (dashed line = 1x), through dedup proxy, and through a Go reverse proxy keeping keys in redis-server (SET NX PX lock, stored response).",
 	}
+	if c.UpstreamWorkers > 0 {
+		caption[0] += fmt.Sprintf(" The upstream serves %d requests at a time.", c.UpstreamWorkers)
+	}
 	if r.Machine != nil {
 		caption = append(caption, r.Machine.String())
 	}

@@ -37,6 +37,12 @@ type IdemConfig struct {
 	// payment call), 0 for an upstream that does no work at all. Default
 	// 5ms and 0.
 	UpstreamLatencies []time.Duration
+	// UpstreamWorkers is how many requests the upstream serves at a
+	// time, the others waiting their turn: the shape of an API whose
+	// throughput its workers bound (gunicorn or puma workers, a database
+	// pool). 0: as many as come, so that the clients' concurrency and each
+	// request's latency set the rate.
+	UpstreamWorkers int
 	// Rounds is how many times every target is measured per section, the
 	// targets taking turns in a rotating order; rates are the median
 	// round's. Default 3.
@@ -172,12 +178,14 @@ func Idem(ctx context.Context, cfg IdemConfig, p Progress) (*IdemResult, error) 
 	}
 	defer stopProxy()
 	targets = append(targets, proxy)
-	rt, stopRedis, err := startRedisMiddleware(ctx, cfg, up)
-	switch {
-	case errors.Is(err, ErrNoRedis):
-	case err != nil:
-		return nil, err
-	default:
+	for _, durable := range []bool{false, true} {
+		rt, stopRedis, err := startRedisMiddleware(ctx, cfg, up, durable)
+		if errors.Is(err, ErrNoRedis) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 		defer stopRedis()
 		targets = append(targets, rt)
 	}
@@ -222,7 +230,15 @@ func startUpstream(cfg IdemConfig) (*upstream, error) {
 	}
 	u := &upstream{url: "http://" + ln.Addr().String()}
 	pad := strings.Repeat("x", max(0, cfg.BodySize-64))
+	var workers chan struct{}
+	if cfg.UpstreamWorkers > 0 {
+		workers = make(chan struct{}, cfg.UpstreamWorkers)
+	}
 	u.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if workers != nil {
+			workers <- struct{}{}
+			defer func() { <-workers }()
+		}
 		u.calls.Add(1)
 		io.Copy(io.Discard, r.Body)
 		if d := time.Duration(u.latency.Load()); d > 0 {

@@ -14,7 +14,9 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/redis/go-redis/v9"
+	"github.com/streamdedup/dedup/internal/diskuse"
 )
 
 // startRedisMiddleware runs the usual Redis build of the pattern in front
@@ -22,9 +24,15 @@ import (
 // NX PX (the lock, holding the request's fingerprint), stores the response
 // with SET PX (the TTL) once the upstream answers, answers a repeat from
 // GET, and deletes the key when the upstream fails. redis-server runs
-// without persistence.
-func startRedisMiddleware(ctx context.Context, cfg IdemConfig, up *upstream) (*idemTarget, func(), error) {
-	rs, err := StartRedis(ctx)
+// without persistence, as the pattern is usually deployed, or with durable
+// set: an append-only file fsynced before every reply (appendfsync
+// always), durable as dedup's claims and results are.
+func startRedisMiddleware(ctx context.Context, cfg IdemConfig, up *upstream, durable bool) (*idemTarget, func(), error) {
+	name, extra := "redis middleware", []string(nil)
+	if durable {
+		name, extra = "redis middleware, fsync always", []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	rs, err := StartRedis(ctx, extra...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -44,10 +52,14 @@ func startRedisMiddleware(ctx context.Context, cfg IdemConfig, up *upstream) (*i
 	srv := &http.Server{Handler: redisIdempotency(rc, rp, 30*time.Second, 24*time.Hour)}
 	go srv.Serve(ln)
 	pid := rs.cmd.Process.Pid
-	t := &idemTarget{name: "redis middleware", url: "http://" + ln.Addr().String(),
+	t := &idemTarget{name: name, url: "http://" + ln.Addr().String(),
 		memory: func() (uint64, uint64, error) {
 			_, rss, err := infoMemory(ctx, rc)
-			return rss, 0, err
+			if err != nil || !durable {
+				return rss, 0, err
+			}
+			disk, err := diskuse.Bytes(vfs.Default, rs.dir)
+			return rss, disk, err
 		},
 		cpu: func() (time.Duration, error) { return procCPU(pid) },
 	}

@@ -11,8 +11,12 @@ import (
 
 // WriteText writes the comparison tables, one per upstream latency.
 func (r *IdemResult) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "idempotency keys: %d new keys then %d replays per target and round, %d rounds (targets in turn), %d clients, %d-byte responses\n",
-		r.Config.Requests, r.Config.Replays, r.Config.Rounds, r.Config.Clients, r.Config.BodySize)
+	workers := "any number of requests at a time"
+	if n := r.Config.UpstreamWorkers; n > 0 {
+		workers = fmt.Sprintf("%d requests at a time", n)
+	}
+	fmt.Fprintf(w, "idempotency keys: %d new keys then %d replays per target and round, %d rounds (targets in turn), %d clients, %d-byte responses; the upstream serves %s\n",
+		r.Config.Requests, r.Config.Replays, r.Config.Rounds, r.Config.Clients, r.Config.BodySize, workers)
 	if r.Machine != nil {
 		fmt.Fprintln(w, r.Machine.String())
 	}

@@ -25,9 +25,11 @@ type RedisServer struct {
 	dir  string
 }
 
-// StartRedis starts redis-server on a free loopback port. It returns
-// ErrNoRedis when the binary is not on PATH.
-func StartRedis(ctx context.Context) (*RedisServer, error) {
+// StartRedis starts redis-server on a free loopback port, with extra
+// configuration arguments after its own (later ones win: "--appendonly",
+// "yes" turns persistence on). It returns ErrNoRedis when the binary is not
+// on PATH.
+func StartRedis(ctx context.Context, extra ...string) (*RedisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNoRedis
@@ -42,8 +44,9 @@ func StartRedis(ctx context.Context) (*RedisServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: redis dir: %w", err)
 	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning"}, extra...)
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench: start redis-server: %w", err)

@@ -41,7 +41,7 @@ func BenchmarkCommit(b *testing.B) {
 		{"keys", false},
 		{"logonly", true},
 	} {
-		for _, batch := range []int{10_000, 100_000} {
+		for _, batch := range []int{1, 10_000, 100_000} {
 			b.Run(fmt.Sprintf("%s/keys=%d", m.name, batch), func(b *testing.B) {
 				s := mustOpen(b, b.TempDir(), Options{LogOnly: m.logs})
 				defer mustClose(b, s)
@@ -76,7 +76,7 @@ func BenchmarkCommit(b *testing.B) {
 // BenchmarkPebbleRaw is the baseline: a plain Pebble batch of Sets with
 // default options, synced.
 func BenchmarkPebbleRaw(b *testing.B) {
-	for _, batch := range []int{10_000, 100_000} {
+	for _, batch := range []int{1, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("keys=%d", batch), func(b *testing.B) {
 			db, err := pebble.Open(b.TempDir(), &pebble.Options{Logger: quietLogger{}})
 			if err != nil {

@@ -121,6 +121,11 @@ type segment struct {
 	written atomic.Int64
 	// base is the size the file had before this use (reused files).
 	base int64
+	// zeroed is the end of the zeros written ahead of the records (see
+	// zeroAhead); written under Store.logMu, as noZeros, set once a write
+	// of zeros failed.
+	zeroed  atomic.Int64
+	noZeros bool
 	// synced counts the bytes known to be durable.
 	synced atomic.Int64
 
@@ -156,18 +161,58 @@ func createSegment(fs vfs.FS, dir string, num uint64, prev *segment, reuse strin
 	return &segment{num: num, path: path, dir: dir, fs: fs, f: f, prev: prev, base: base}, nil
 }
 
-// append writes rec at the end of the segment and returns the offset just
-// past it and the growth of the file. The caller holds Store.logMu.
+// zeroChunk is how far ahead of its records a segment's file is extended
+// with zeros. An fsync of records written into blocks that an earlier
+// fsync made durable changes no file-system metadata (as in a reused
+// segment); appending records would grow the file and make every fsync a
+// journal commit: measured 1.5-2x the time and 1.3-1.7x the CPU of an
+// overwrite on this machine's ext4. So a file is grown a chunk at a time,
+// half a chunk before the records reach its end: one fsync per chunk
+// carries the zeros and the new size, the others overwrite. Replay stops
+// at the zeros (a record header of length 0 is torn).
+const zeroChunk = 1 << 20
+
+// zeros is what a segment is extended with.
+var zeros = make([]byte, zeroChunk)
+
+// append writes rec after the segment's records and returns the offset
+// just past it and the growth of the file. The caller holds Store.logMu.
 func (g *segment) append(rec []byte) (end, grown int64, err error) {
-	if _, err := g.f.Write(rec); err != nil {
+	size0 := g.size()
+	off := g.written.Load()
+	g.zeroAhead(off + int64(len(rec)))
+	if _, err := g.f.WriteAt(rec, off); err != nil {
 		return 0, 0, fmt.Errorf("exact: write commit log %q: %w", g.path, err)
 	}
 	end = g.written.Add(int64(len(rec)))
-	return end, max(0, end-max(g.base, end-int64(len(rec)))), nil
+	return end, g.size() - size0, nil
+}
+
+// zeroAhead extends the file with zeros so that it reaches at least half a
+// chunk past end, the end of the records about to be written. The zeros
+// only make fsyncs cheaper: once a write of them fails (a disk with less
+// than a chunk free), the segment appends its records without them, and
+// only a failed write of a record fails a commit.
+func (g *segment) zeroAhead(end int64) {
+	from := max(g.base, g.zeroed.Load())
+	if g.noZeros || end+zeroChunk/2 <= from {
+		return
+	}
+	from = max(from, g.written.Load())
+	to := (end + zeroChunk/2 + zeroChunk - 1) / zeroChunk * zeroChunk
+	for off := from; off < to; {
+		n, err := g.f.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off)
+		off += int64(n)
+		g.zeroed.Store(max(g.zeroed.Load(), off))
+		if err != nil {
+			g.noZeros = true
+			return
+		}
+	}
 }
 
 // size is the size of the segment's file.
-func (g *segment) size() int64 { return max(g.base, g.written.Load()) }
+func (g *segment) size() int64 { return max(g.base, g.zeroed.Load(), g.written.Load()) }
 
 // syncThrough makes the bytes before off durable, and every earlier
 // segment with them.

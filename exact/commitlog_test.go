@@ -274,3 +274,101 @@ func TestSegmentNumberNeverReissued(t *testing.T) {
 		}
 	}
 }
+
+// TestSegmentGrowsAhead: a new segment's file is extended with zeros half
+// a chunk or more ahead of its records, a chunk at a time, so that its
+// fsyncs overwrite allocated blocks; the records read back whole, ending
+// at the zeros, and the growth append reports adds up to the file's size.
+func TestSegmentGrowsAhead(t *testing.T) {
+	fs := vfs.NewMem()
+	if err := fs.MkdirAll("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g, err := createSegment(fs, "d", 1, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grownSum int64
+	var want []uint64
+	rec := testRecord(1, 1)
+	n := uint64(3*zeroChunk/len(rec) + 7)
+	for seq := uint64(1); seq <= n; seq++ {
+		end, grown, err := g.append(testRecord(seq, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, seq)
+		grownSum += grown
+		fi, err := fs.Stat(g.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() < end+zeroChunk/2 || fi.Size()%zeroChunk != 0 {
+			t.Fatalf("after %d records ending at %d the file is %d bytes: want a multiple of %d at least half of it ahead", seq, end, fi.Size(), zeroChunk)
+		}
+		if grownSum != fi.Size() {
+			t.Fatalf("growth reported %d, file %d bytes", grownSum, fi.Size())
+		}
+	}
+	got, err := readSeqs(t, fs, g.path, 1)
+	if !errors.Is(err, errTorn) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("read back %d records (%v), want %d ending torn", len(got), err, len(want))
+	}
+}
+
+// TestOpenReusesSegment: the first segment of an Open reuses the one the
+// last run left (replayed, flushed and retired), not a new file.
+func TestOpenReusesSegment(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, Options{})
+	commitRange(t, s, 1, 0, 100, nil)
+	mustClose(t, s)
+	s = mustOpen(t, dir, Options{})
+	defer mustClose(t, s)
+	commitRange(t, s, 1, 100, 200, nil)
+	ls, err := s.fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var segs []string
+	for _, name := range ls {
+		if strings.HasPrefix(name, segPrefix) {
+			segs = append(segs, name)
+		}
+	}
+	if len(segs) != 1 || segs[0] != segName(s.seg.num) || s.seg.base < zeroChunk {
+		t.Fatalf("commit log files %v, segment base %d: want only %s, over the previous run's (%d bytes or more)", segs, s.seg.base, segName(s.seg.num), zeroChunk)
+	}
+}
+
+// TestZerosAreOptional: a segment whose zeros cannot be written (a disk
+// with less than a chunk free) goes on appending its records: no commit
+// fails, and every one is there after a reopen.
+func TestZerosAreOptional(t *testing.T) {
+	mem := vfs.NewMem()
+	var refused atomic.Int64
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileWriteAt && strings.Contains(op.Path, segPrefix) && op.Offset == zeroChunk {
+			refused.Add(1)
+			return errors.New("no space left on device")
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(mem, inj)
+	s := mustOpen(t, "db", Options{FS: fs})
+	const n, per = 40, 2000 // about 2 MiB of log records: past the refused chunk
+	for i := range n {
+		commitRange(t, s, 1, i*per, (i+1)*per, nil)
+	}
+	if refused.Load() == 0 || !s.seg.noZeros || s.seg.written.Load() <= zeroChunk {
+		t.Fatalf("refused %d writes, noZeros %v, %d bytes written: the test did not reach the refused chunk", refused.Load(), s.seg.noZeros, s.seg.written.Load())
+	}
+	mustClose(t, s)
+	s = mustOpen(t, "db", Options{FS: mem})
+	defer mustClose(t, s)
+	for _, i := range []int{0, n*per/2 + 1, n*per - 1} {
+		if ok, err := s.Has(1, keyOf(i)); err != nil || !ok {
+			t.Fatalf("key %d after the reopen: %v, %v", i, ok, err)
+		}
+	}
+}

@@ -57,8 +57,10 @@
 //     number, checkpoint and drop floor of its last commit, synced through
 //     Pebble; then the segment is retired (flush.go). Commits stall while
 //     more than two frozen memtables wait.
-//  4. A retired segment is renamed and reused by a later one: an fsync
-//     that overwrites allocated blocks changes no file-system metadata.
+//  4. A retired segment is renamed and reused by a later one (the first
+//     segment of an Open reuses the last one replayed), and a segment
+//     grows with zeros a MiB ahead of its records: an fsync that
+//     overwrites allocated blocks changes no file-system metadata.
 //  5. Open replays the segments past the last flushed commit (a torn record
 //     ends the log) and flushes them.
 //

@@ -373,8 +373,23 @@ func (s *Store) replay() (err error) {
 			return err
 		}
 	}
-	for _, num := range nums {
-		if err := s.fs.Remove(s.fs.PathJoin(s.dir, segName(num))); err != nil {
+	// The replayed segments are in Pebble now: the last is kept for reuse
+	// (the first segment of this Open overwrites it), the others removed.
+	for i, num := range nums {
+		path := s.fs.PathJoin(s.dir, segName(num))
+		if i == len(nums)-1 && len(s.recycled) < maxRecycled && !s.upgraded {
+			fi, err := s.fs.Stat(path)
+			if err == nil {
+				free := s.fs.PathJoin(s.dir, freeName(num))
+				if err = s.fs.Rename(path, free); err == nil {
+					s.recycled = append(s.recycled, free)
+					s.logBytes.Add(fi.Size())
+					continue
+				}
+			}
+			return fmt.Errorf("exact: retire commit log: %w", err)
+		}
+		if err := s.fs.Remove(path); err != nil {
 			return fmt.Errorf("exact: remove commit log: %w", err)
 		}
 	}
@@ -393,7 +408,12 @@ func (s *Store) replay() (err error) {
 	if err := s.newEpoch(highest); err != nil {
 		return err
 	}
-	seg, err := createSegment(s.fs, s.dir, s.segNum, nil, "")
+	// The first segment reuses a retired one, as later ones do.
+	var reuse string
+	if n := len(s.recycled); n > 0 {
+		reuse, s.recycled = s.recycled[n-1], s.recycled[:n-1]
+	}
+	seg, err := createSegment(s.fs, s.dir, s.segNum, nil, reuse)
 	if err != nil {
 		return err
 	}

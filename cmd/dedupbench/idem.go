@@ -23,6 +23,7 @@ func runIdem(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	latencies := durations{5 * time.Millisecond, 0}
 	fs.Var(&latencies, "upstream-latency", "the upstream's service times per request, a comma-separated list, each compared in a table of its own (0: no work)")
 	fs.IntVar(&cfg.BodySize, "body", 256, "bytes of the upstream's response body")
+	fs.IntVar(&cfg.UpstreamWorkers, "upstream-workers", 0, "requests the upstream serves at a time, the others queued (an API bound by its workers or database pool); 0: any number")
 	fs.StringVar(&cfg.DedupBin, "dedup", "", "the dedup binary (default: go build it)")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
 	if err := parse(fs, args); err != nil {
@@ -32,6 +33,9 @@ func runIdem(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if d < 0 {
 			return fmt.Errorf("--upstream-latency must not be negative, got %v", d)
 		}
+	}
+	if cfg.UpstreamWorkers < 0 {
+		return fmt.Errorf("--upstream-workers must not be negative, got %d", cfg.UpstreamWorkers)
 	}
 	if len(latencies) == 0 {
 		return fmt.Errorf("--upstream-latency needs at least one duration")

@@ -105,6 +105,8 @@ func TestBadArguments(t *testing.T) {
 		{"compare", "--scale-keys", "0", "--events", "100", "--no-sweep"},
 		{"load", "--rate", "abc"},
 		{"filter", "--lines", "-5"},
+		{"idem", "--upstream-latency", "-5ms"},
+		{"idem", "--upstream-workers", "-1"},
 	} {
 		var out, errb bytes.Buffer
 		if err := run(context.Background(), args, &out, &errb); err == nil {
