@@ -34,10 +34,11 @@ const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
 Serve dedup over the Redis protocol (RESP2, and RESP3 after HELLO 3): any
 Redis client deduplicates unchanged with SET key value NX [EX s], SETNX and
 EXISTS, RedisBloom's BF.RESERVE/ADD/MADD/INSERT/EXISTS/MEXISTS/INFO/CARD
-over named tables, and
+over named tables,
 DEDUP.RESERVE/OBSERVE/FORGET/DONE/COMMIT/CHECKPOINT/STATS for verdicts,
 checkpoints and worker pools (DEDUP.RESERVE table EXPLICITDONE: keys stay
-in flight until DEDUP.DONE).
+in flight until DEDUP.DONE), and DEDUP.BEGIN/COMPLETE/RELEASE/GET for
+idempotency keys with stored results (docs/idempotency.md).
 
 Flags:
 `
