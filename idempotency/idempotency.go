@@ -32,8 +32,8 @@
 //     response is returned.
 //   - The key of a completed request: its stored status, headers and body,
 //     with the header Idempotent-Replayed: true. Hop-by-hop headers and Date
-//     are not replayed ([Options.ReplayHeaders] gives an allow-list instead),
-//     nor are trailers: they are not stored.
+//     are not replayed ([Options.ReplayHeaders] gives an allow-list instead).
+//     Trailers are stored and replayed as trailers.
 //   - A store that fails: 503 with Retry-After; a key (with its
 //     [Options.Scope]) longer than the store holds: 500.
 //
@@ -295,7 +295,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		m.report(r, Released, 0)
 		return
 	}
-	res := rec.res
+	res := m.appendTrailers(rec.res, w.Header())
 	if err := m.o.Store.Complete(ctx, key, tok, res); err != nil {
 		m.o.ErrorLog("idempotency: store the response of %q: %v", key, err)
 		if err := m.o.Store.Release(ctx, key, tok); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {

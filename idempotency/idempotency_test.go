@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -450,5 +451,43 @@ func TestWholeResponseOnlyAfterStored(t *testing.T) {
 		if r := <-got; r.body != body {
 			t.Fatalf("%d bytes: got %d", size, len(r.body))
 		}
+	}
+}
+
+// TestTrailersReplayed: the trailers of the first response (declared in
+// Trailer, or set with http.TrailerPrefix after the body) are stored and
+// sent again, as trailers, with the replay.
+func TestTrailersReplayed(t *testing.T) {
+	var runs atomic.Int32
+	srv := serve(t, idempotency.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Trailer", "X-Checksum")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "payload")
+		w.Header().Set("X-Checksum", "c0ffee")
+		w.Header().Set(http.TrailerPrefix+"X-Late", "late")
+	}))
+	want := http.Header{"X-Checksum": {"c0ffee"}, "X-Late": {"late"}}
+	for i := 0; i < 2; i++ {
+		req, err := http.NewRequest("POST", srv.URL+"/", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "with-trailers")
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(res.Body) // trailers arrive with the end of the body
+		res.Body.Close()
+		if err != nil || res.StatusCode != 201 || string(b) != "payload" || !reflect.DeepEqual(res.Trailer, want) {
+			t.Errorf("request %d: %d %q %v, trailers %v; want 201 %q, trailers %v", i+1, res.StatusCode, b, err, res.Trailer, "payload", want)
+		}
+		if i == 1 && res.Header.Get(idempotency.ReplayedHeader) != "true" {
+			t.Errorf("the second request was not replayed: %v", res.Header)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Errorf("%d runs", runs.Load())
 	}
 }

@@ -90,7 +90,8 @@ type Options struct {
 	// Storable reports whether a response with status is stored. Default:
 	// every status below 500 but 429.
 	Storable func(status int) bool
-	// ReplayHeaders, if not nil, lists the only response headers replayed.
+	// ReplayHeaders, if not nil, lists the only response headers (and
+	// trailers) replayed.
 	// Default nil: every header but the hop-by-hop ones and Date.
 	ReplayHeaders []string
 	// Report, if set, is called once per request with its outcome and, for

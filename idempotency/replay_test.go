@@ -66,6 +66,8 @@ func FuzzReplay(f *testing.F) {
 	m := &middleware{}
 	f.Add(storedOf(m, 201, http.Header{"A": {"1", "2"}, "B": {""}}, "xyz"), "k", "v", "body")
 	f.Add([]byte("H1\x80"), "", "", "")
+	f.Add(m.appendTrailers(storedOf(m, 200, http.Header{"A": {"1"}}, "xyz"), http.Header{"Trailer": {"T"}, "T": {"v"}}), "", "", "")
+	f.Add([]byte("H2\xc8\x01\x00\x00\x00\x00\x00"), "", "", "")
 	f.Fuzz(func(t *testing.T, raw []byte, k, v, body string) {
 		w := httptest.NewRecorder()
 		if err := m.replay(w, raw); err == nil && (w.Code < 100 || w.Code > 999) {

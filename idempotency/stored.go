@@ -38,11 +38,13 @@ func (m *middleware) replayable(h http.Header, name string) bool {
 
 // A stored response:
 //
-//	"H1"                     format
+//	"H1"                     format ("H2": with trailers)
 //	status                   uvarint
 //	header count             uvarint
 //	per header: name, value count, values (each a uvarint length, then bytes)
-//	body                     the rest
+//	body                     the rest ("H1"), or up to the trailers ("H2")
+//	"H2" only: trailer count, per trailer as per header, then the length
+//	of the trailers (count included), 4 bytes big-endian
 //
 // appendHead appends the status and the replayable headers of h to b; the
 // body follows them.
@@ -69,6 +71,41 @@ func (m *middleware) appendHead(b []byte, status int, h http.Header) []byte {
 	return b
 }
 
+// appendTrailers appends to the stored response res the trailers the
+// handler left in h (the keys Trailer declared, and those set with
+// http.TrailerPrefix; with Options.ReplayHeaders, those it lists), making
+// it "H2"; res is unchanged without trailers.
+func (m *middleware) appendTrailers(res []byte, h http.Header) []byte {
+	var names []string // keys of h
+	kept := func(name string) bool { return m.allow == nil || m.allow[name] }
+	for _, v := range h["Trailer"] {
+		for _, f := range strings.Split(v, ",") {
+			if k := textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(f)); len(h[k]) > 0 && kept(k) {
+				names = append(names, k)
+			}
+		}
+	}
+	for k := range h {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok && len(h[k]) > 0 && kept(textproto.CanonicalMIMEHeaderKey(name)) {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 || len(res) < 2 {
+		return res
+	}
+	res[1] = '2'
+	start := len(res)
+	res = binary.AppendUvarint(res, uint64(len(names)))
+	for _, k := range names {
+		res = appendString(res, textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(k, http.TrailerPrefix)))
+		res = binary.AppendUvarint(res, uint64(len(h[k])))
+		for _, v := range h[k] {
+			res = appendString(res, v)
+		}
+	}
+	return binary.BigEndian.AppendUint32(res, uint32(len(res)-start))
+}
+
 // headSize bounds the bytes appendHead appends for h.
 func headSize(h http.Header) int {
 	n := 2 + 2*binary.MaxVarintLen32
@@ -90,8 +127,15 @@ var errBadStored = errors.New("idempotency: stored response unreadable")
 
 // replay writes the stored response res.
 func (m *middleware) replay(w http.ResponseWriter, res []byte) error {
-	if len(res) < 2 || res[0] != 'H' || res[1] != '1' {
+	if len(res) < 2 || res[0] != 'H' || (res[1] != '1' && res[1] != '2') {
 		return errBadStored
+	}
+	var trailers http.Header
+	if res[1] == '2' {
+		var err error
+		if res, trailers, err = splitTrailers(res); err != nil {
+			return err
+		}
 	}
 	// A first pass checks the stored headers and counts their values; the
 	// second makes them strings, every one a part of one string, in one
@@ -136,10 +180,56 @@ func (m *middleware) replay(w http.ResponseWriter, res []byte) error {
 	}
 	vals = append(vals, "true", strconv.Itoa(len(body)))
 	h[ReplayedHeader] = vals[len(vals)-2 : len(vals)-1 : len(vals)-1]
-	h["Content-Length"] = vals[len(vals)-1:]
+	if trailers == nil {
+		h["Content-Length"] = vals[len(vals)-1:]
+	} else {
+		// Declared before the header is written, the trailers make the
+		// response chunked; their values, set after the body, go last.
+		for k := range trailers {
+			h["Trailer"] = append(h["Trailer"], k)
+		}
+	}
 	w.WriteHeader(int(status))
 	w.Write(body)
+	for k, vs := range trailers {
+		h[k] = vs
+	}
 	return nil
+}
+
+// splitTrailers cuts the trailers off the end of the "H2" stored response
+// res, returning the rest and the trailers.
+func splitTrailers(res []byte) ([]byte, http.Header, error) {
+	if len(res) < 6 {
+		return nil, nil, errBadStored
+	}
+	n := binary.BigEndian.Uint32(res[len(res)-4:])
+	if uint64(n) > uint64(len(res)-6) {
+		return nil, nil, errBadStored
+	}
+	end := len(res) - 4
+	d := decoder{b: res[end-int(n) : end]}
+	count := d.uvarint()
+	if count > uint64(n) {
+		return nil, nil, errBadStored
+	}
+	trailers := make(http.Header, count)
+	for i := uint64(0); i < count && d.err == nil; i++ {
+		k := d.bytes()
+		c := d.uvarint()
+		if c > uint64(n) {
+			return nil, nil, errBadStored
+		}
+		vs := make([]string, 0, c)
+		for j := uint64(0); j < c && d.err == nil; j++ {
+			vs = append(vs, string(d.bytes()))
+		}
+		trailers[textproto.CanonicalMIMEHeaderKey(string(k))] = vs
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, nil, errBadStored
+	}
+	return res[:end-int(n)], trailers, nil
 }
 
 // decoder reads a stored response's fields, from b or, once checked, from
@@ -181,6 +271,18 @@ func (d *decoder) skip() {
 		return
 	}
 	d.b = d.b[n:]
+}
+
+// bytes returns the next length-prefixed string of b.
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = errBadStored
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
 }
 
 // str returns the next length-prefixed string of s, checked before.
