@@ -363,11 +363,14 @@ func TestRequestBodyLimit(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	_, err := idempotency.New(idempotency.Options{Header: "Bad Header", Lease: -1, MaxBody: -1})
+	_, err := idempotency.New(idempotency.Options{Header: "Bad Header", Lease: -1, MaxBody: -1, Methods: []string{"post", "PATCH", "PURGE"}})
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, want := range []string{"Store is required", "Header", "Lease", "MaxBody"} {
+	if strings.Contains(err.Error(), `"PURGE"`) || strings.Contains(err.Error(), `"PATCH"`) {
+		t.Errorf("error %q names a method spelt right", err)
+	}
+	for _, want := range []string{"Store is required", "Header", "Lease", "MaxBody", `Methods holds "post"`, `"POST"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

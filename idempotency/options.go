@@ -103,6 +103,18 @@ type Options struct {
 	ErrorLog func(format string, args ...any)
 }
 
+// standardMethod returns the method of RFC 9110 (and PATCH) that m spells
+// in any case, or "".
+func standardMethod(m string) string {
+	for _, std := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace} {
+		if strings.EqualFold(m, std) {
+			return std
+		}
+	}
+	return ""
+}
+
 // Validate reports every bad field of o by name.
 func (o *Options) Validate() error {
 	var errs []error
@@ -115,6 +127,9 @@ func (o *Options) Validate() error {
 	for _, m := range o.Methods {
 		if !validToken(m) {
 			errs = append(errs, fmt.Errorf("idempotency: Methods holds %q, not a method", m))
+		} else if std := standardMethod(m); std != "" && std != m {
+			// Methods are case-sensitive: "post" would never match.
+			errs = append(errs, fmt.Errorf("idempotency: Methods holds %q, which no request has: methods are case-sensitive, did you mean %q?", m, std))
 		}
 	}
 	if o.MaxKeyLength < 0 {
