@@ -523,7 +523,7 @@ func listenKafkaMetrics(addr string, c *kafka.Consumer) (stop func() error, err 
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, listenErr("kafka", "metrics", addr, err)
 	}
 	return serveKafkaMetrics(ln, reg, c), nil
 }

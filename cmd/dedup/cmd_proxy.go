@@ -184,7 +184,7 @@ func runProxy(e *env, args []string) error {
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return listenErr("proxy", c.listen, err)
+		return listenErr("proxy", "listen", c.listen, err)
 	}
 	eng, err := dedup.Open(opts)
 	if err != nil {
@@ -205,7 +205,7 @@ func runProxy(e *env, args []string) error {
 		}
 		mln, err := net.Listen("tcp", c.metrics)
 		if err != nil {
-			return errors.Join(fmt.Errorf("metrics: %w", err), ln.Close(), eng.Close())
+			return errors.Join(listenErr("proxy", "metrics", c.metrics, err), ln.Close(), eng.Close())
 		}
 		stopMetrics = serveRegistry(mln, reg)
 	}

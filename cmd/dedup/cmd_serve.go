@@ -163,7 +163,7 @@ func runServe(e *env, args []string) error {
 	// creating) the state.
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return listenErr("serve", c.listen, err)
+		return listenErr("serve", "listen", c.listen, err)
 	}
 	srv, err := resp.New(cfg)
 	if err != nil {
@@ -175,7 +175,7 @@ func runServe(e *env, args []string) error {
 	}
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
-		if stopMetrics, err = listenMetrics(c.metrics, newServeCollector(srv)); err != nil {
+		if stopMetrics, err = listenMetrics("serve", c.metrics, newServeCollector(srv)); err != nil {
 			return errors.Join(err, ln.Close(), srv.Shutdown())
 		}
 	}
@@ -288,12 +288,12 @@ func (c *serveCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// listenErr names cmd and --listen in a failure to listen on addr. An address
+// listenErr names cmd and its --flag in a failure to listen on addr. An address
 // that is not this machine's (a host name that does not resolve, an IP of
 // another host) is bad usage, exit 2, as a malformed one is; a port in use
 // or refused is a failure of the run, exit 1.
-func listenErr(cmd, addr string, err error) error {
-	err = fmt.Errorf("%s: --listen %q: %w", cmd, addr, err)
+func listenErr(cmd, flag, addr string, err error) error {
+	err = fmt.Errorf("%s: --%s %q: %w", cmd, flag, addr, err)
 	var dns *net.DNSError
 	var ae *net.AddrError
 	if errors.As(err, &dns) || errors.As(err, &ae) || errors.Is(err, syscall.EADDRNOTAVAIL) {

@@ -75,7 +75,11 @@ func positionals(fs *flag.FlagSet, args []string, n int, want string) ([]string,
 		return nil, err
 	}
 	if len(pos) != n {
-		return nil, usagef("%s: want %s, got %d arguments%s", strings.TrimPrefix(fs.Name(), "dedup "), want, len(pos), helpHint(fs))
+		got := fmt.Sprintf("%d arguments", len(pos))
+		if len(pos) == 1 {
+			got = fmt.Sprintf("1 argument (%q)", pos[0])
+		}
+		return nil, usagef("%s: want %s, got %s%s", strings.TrimPrefix(fs.Name(), "dedup "), want, got, helpHint(fs))
 	}
 	return pos, nil
 }

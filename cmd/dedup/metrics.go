@@ -228,14 +228,14 @@ func (f *filterRun) serveMetrics() (stop func() error, err error) {
 
 // listenMetrics serves the metrics of c, with the Go runtime's and the
 // process's, at /metrics on addr until the returned stop.
-func listenMetrics(addr string, c prometheus.Collector) (stop func() error, err error) {
+func listenMetrics(cmd, addr string, c prometheus.Collector) (stop func() error, err error) {
 	reg, err := newRegistry(c)
 	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, listenErr(cmd, "metrics", addr, err)
 	}
 	return serveRegistry(ln, reg), nil
 }

@@ -619,11 +619,21 @@ func TestProxyListenErrorNamesProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var stderr strings.Builder
-	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr}
-	code := run(e, []string{"proxy", "--listen", ln.Addr().String(), "--upstream", "http://h", "--state", t.TempDir()})
-	want := fmt.Sprintf("dedup: proxy: --listen %q: ", ln.Addr().String())
-	if code == 0 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "address already in use") {
-		t.Fatalf("exit %d, stderr %q; want an error starting %q", code, stderr.String(), want)
+	busy := ln.Addr().String()
+	for _, tc := range []struct{ flag, listen, metrics string }{
+		{"listen", busy, ""},
+		{"metrics", "127.0.0.1:0", busy},
+	} {
+		var stderr strings.Builder
+		e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr}
+		args := []string{"proxy", "--listen", tc.listen, "--upstream", "http://h", "--state", t.TempDir()}
+		if tc.metrics != "" {
+			args = append(args, "--metrics", tc.metrics)
+		}
+		code := run(e, args)
+		want := fmt.Sprintf("dedup: proxy: --%s %q: ", tc.flag, busy)
+		if code == 0 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "address already in use") {
+			t.Fatalf("exit %d, stderr %q; want an error starting %q", code, stderr.String(), want)
+		}
 	}
 }
