@@ -83,3 +83,16 @@ func HorizonBytes(e *Engine) uint64 {
 	}
 	return n
 }
+
+// ClaimsHeld is the number of claims of this process the engine keeps in
+// memory.
+func ClaimsHeld(e *Engine) int {
+	n := 0
+	for i := range e.idem.shards {
+		s := &e.idem.shards[i]
+		s.mu.Lock()
+		n += len(s.owners)
+		s.mu.Unlock()
+	}
+	return n
+}

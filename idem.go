@@ -194,7 +194,7 @@ func (e *Engine) Begin(ctx context.Context, key, fingerprint []byte, lease time.
 	if err := recs.PutRecord(gen, id, nr.encode()); err != nil {
 		return Claim{}, wrap(err, "begin: write record")
 	}
-	t.own(id, &owner{token: tok, digest: digest, deadline: nr.deadline, gen: gen, done: make(chan struct{})})
+	t.own(id, &owner{token: tok, digest: digest, deadline: nr.deadline, gen: gen, done: make(chan struct{})}, now.UnixNano())
 	return Claim{State: ClaimNew, Token: tok, Expires: e.timing.Expiry(gen)}, nil
 }
 
@@ -449,9 +449,18 @@ type idemShard struct {
 	// busy holds the keys a Begin, Complete or Release is reading or
 	// writing; the channel closes when it is done.
 	busy map[recordID]chan struct{}
-	// owners holds the claims made by this process and not yet ended.
-	owners map[recordID]*owner
+	// owners holds the claims made by this process and not yet ended,
+	// but for those whose lease passed, which own drops once the map
+	// reaches sweepAt entries: a claim its caller abandoned (never
+	// completed nor released, and its key never claimed again) does not
+	// stay in memory for good.
+	owners  map[recordID]*owner
+	sweepAt int
 }
+
+// minSweep is the size of a shard's owners below which expired claims
+// are left for their key's next Begin to replace.
+const minSweep = 64
 
 // owner is a claim made in this process; done closes when it ends.
 type owner struct {
@@ -495,19 +504,34 @@ func (t *idemTable) acquire(ctx context.Context, id recordID) (release func(), e
 	}, nil
 }
 
-// own records a claim made in this process, ending the one it replaces (a
-// claim whose lease passed).
-func (t *idemTable) own(id recordID, o *owner) {
+// own records a claim made in this process at now (Unix ns), ending the
+// one it replaces (a claim whose lease passed). When the shard's claims
+// have doubled since the last sweep, those whose lease passed are ended
+// and dropped too (their keys are read from the store if their owners
+// call again): amortised, a constant cost per claim.
+func (t *idemTable) own(id recordID, o *owner, now int64) {
 	s := t.shard(id)
+	var ended []*owner
 	s.mu.Lock()
 	if s.owners == nil {
 		s.owners = make(map[recordID]*owner)
 	}
-	old := s.owners[id]
+	if old := s.owners[id]; old != nil {
+		ended = append(ended, old)
+	}
 	s.owners[id] = o
+	if len(s.owners) >= max(s.sweepAt, minSweep) {
+		for k, x := range s.owners {
+			if x.deadline < now {
+				delete(s.owners, k)
+				ended = append(ended, x)
+			}
+		}
+		s.sweepAt = 2 * len(s.owners)
+	}
 	s.mu.Unlock()
-	if old != nil {
-		close(old.done)
+	for _, x := range ended {
+		close(x.done)
 	}
 }
 

@@ -128,6 +128,52 @@ func TestLeaseExpiryLetsKeyRunAgain(t *testing.T) {
 	}
 }
 
+// TestAbandonedClaimsLeaveMemory: claims their callers never end (a
+// worker that died without Complete or Release, on keys that never come
+// back) leave the engine's memory once their lease passed and new claims
+// come, instead of staying for good; a late Complete of one still stores
+// its result (from the record on disk).
+func TestAbandonedClaimsLeaveMemory(t *testing.T) {
+	clk := testclock.New(t0)
+	e := openT(t, Options{Now: clk.Now})
+	ctx := context.Background()
+	const n = 10_000 // past minSweep claims in every shard
+	var first Claim
+	for i := range n {
+		c := mustBegin(t, e, fmt.Sprintf("abandoned-%d", i), "f", time.Second, ClaimNew)
+		if i == 0 {
+			first = c
+		}
+	}
+	// A repeat waiting for an abandoned claim wakes when it is dropped.
+	woke := make(chan error, 1)
+	go func() {
+		_, err := e.AwaitKey(ctx, []byte("abandoned-1"))
+		woke <- err
+	}()
+	clk.Advance(2 * time.Second)
+	for i := range n {
+		mustBegin(t, e, fmt.Sprintf("live-%d", i), "f", time.Hour, ClaimNew)
+	}
+	if held := ClaimsHeld(e); held > n+n/2 {
+		t.Fatalf("%d claims held in memory after %d abandoned and %d live", held, n, n)
+	}
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitKey of a dropped claim still waits")
+	}
+	if err := e.Complete(ctx, []byte("abandoned-0"), first.Token, []byte("late")); err != nil {
+		t.Fatalf("late Complete of an abandoned claim: %v", err)
+	}
+	if got := mustBegin(t, e, "abandoned-0", "f", time.Second, ClaimCompleted); string(got.Result) != "late" {
+		t.Fatalf("Result %q", got.Result)
+	}
+}
+
 func TestClaimsSurviveReopen(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
