@@ -121,9 +121,10 @@ type segment struct {
 	written atomic.Int64
 	// base is the size the file had before this use (reused files).
 	base int64
-	// zeroed is the end of the zeros written ahead of the records (see
-	// zeroAhead); written under Store.logMu, as noZeros, set once a write
-	// of zeros failed.
+	// chunk is the size of the chunks of zeros the file grows by (see
+	// zeroAhead), 0 for none; zeroed is the end of the zeros written,
+	// under Store.logMu, as noZeros, set once a write of zeros failed.
+	chunk   int64
 	zeroed  atomic.Int64
 	noZeros bool
 	// synced counts the bytes known to be durable.
@@ -140,9 +141,11 @@ type segment struct {
 }
 
 // createSegment creates segment num in dir, reusing the file at path reuse
-// (a retired segment, renamed) unless reuse is "". The directory entry is
-// made durable before the segment's first fsync completes.
-func createSegment(fs vfs.FS, dir string, num uint64, prev *segment, reuse string) (*segment, error) {
+// (a retired segment, renamed) unless reuse is "", growing by chunks of
+// zeros of chunk bytes (0: none; none either for a file that is not the
+// operating system's, in memory). The directory entry is made durable
+// before the segment's first fsync completes.
+func createSegment(fs vfs.FS, dir string, num uint64, prev *segment, reuse string, chunk int64) (*segment, error) {
 	path := fs.PathJoin(dir, segName(num))
 	var f vfs.File
 	var base int64
@@ -158,11 +161,14 @@ func createSegment(fs vfs.FS, dir string, num uint64, prev *segment, reuse strin
 	if err != nil {
 		return nil, fmt.Errorf("exact: create commit log %q: %w", path, err)
 	}
-	return &segment{num: num, path: path, dir: dir, fs: fs, f: f, prev: prev, base: base}, nil
+	if f.Fd() == vfs.InvalidFd {
+		chunk = 0 // no journal to spare, and a memory file grows byte by byte
+	}
+	return &segment{num: num, path: path, dir: dir, fs: fs, f: f, prev: prev, base: base, chunk: min(chunk, int64(len(zeros)))}, nil
 }
 
-// zeroChunk is how far ahead of its records a segment's file is extended
-// with zeros. An fsync of records written into blocks that an earlier
+// maxZeroChunk is the largest chunk of zeros a segment's file grows by,
+// ahead of its records (segChunk sizes it to the memtable). An fsync of records written into blocks that an earlier
 // fsync made durable changes no file-system metadata (as in a reused
 // segment); appending records would grow the file and make every fsync a
 // journal commit: measured 1.5-2x the time and 1.3-1.7x the CPU of an
@@ -170,10 +176,18 @@ func createSegment(fs vfs.FS, dir string, num uint64, prev *segment, reuse strin
 // half a chunk before the records reach its end: one fsync per chunk
 // carries the zeros and the new size, the others overwrite. Replay stops
 // at the zeros (a record header of length 0 is torn).
-const zeroChunk = 1 << 20
+const maxZeroChunk = 1 << 20
 
 // zeros is what a segment is extended with.
-var zeros = make([]byte, zeroChunk)
+var zeros = make([]byte, maxZeroChunk)
+
+// segChunk is the chunk of zeros of the segments of a store whose
+// memtables flush at memLimit bytes: a quarter of that (a segment's records
+// take about as many bytes as its memtable), between 4 KiB and
+// maxZeroChunk, so that small memtables do not write a MiB per segment.
+func segChunk(memLimit int) int64 {
+	return min(max(int64(memLimit)/4, 4<<10), maxZeroChunk)
+}
 
 // append writes rec after the segment's records and returns the offset
 // just past it and the growth of the file. The caller holds Store.logMu.
@@ -194,12 +208,13 @@ func (g *segment) append(rec []byte) (end, grown int64, err error) {
 // than a chunk free), the segment appends its records without them, and
 // only a failed write of a record fails a commit.
 func (g *segment) zeroAhead(end int64) {
+	c := g.chunk
 	from := max(g.base, g.zeroed.Load())
-	if g.noZeros || end+zeroChunk/2 <= from {
+	if c == 0 || g.noZeros || end+c/2 <= from {
 		return
 	}
 	from = max(from, g.written.Load())
-	to := (end + zeroChunk/2 + zeroChunk - 1) / zeroChunk * zeroChunk
+	to := (end + c/2 + c - 1) / c * c
 	for off := from; off < to; {
 		n, err := g.f.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off)
 		off += int64(n)

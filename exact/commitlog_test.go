@@ -65,7 +65,7 @@ func TestReusedSegment(t *testing.T) {
 	if err := fs.MkdirAll("d", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	g1, err := createSegment(fs, "d", 1, nil, "")
+	g1, err := createSegment(fs, "d", 1, nil, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestReusedSegment(t *testing.T) {
 	if err := fs.Rename(g1.path, "d/"+freeName(1)); err != nil {
 		t.Fatal(err)
 	}
-	g2, err := createSegment(fs, "d", 2, nil, "d/"+freeName(1))
+	g2, err := createSegment(fs, "d", 2, nil, "d/"+freeName(1), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestSegmentSyncsPrevious(t *testing.T) {
 	if err := syncDir(mem, ""); err != nil {
 		t.Fatal(err)
 	}
-	g1, err := createSegment(mem, "d", 1, nil, "")
+	g1, err := createSegment(mem, "d", 1, nil, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestSegmentSyncsPrevious(t *testing.T) {
 	if _, _, err := g1.append(endRecord(1)); err != nil {
 		t.Fatal(err)
 	}
-	g2, err := createSegment(mem, "d", 2, g1, "")
+	g2, err := createSegment(mem, "d", 2, g1, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,14 +280,13 @@ func TestSegmentNumberNeverReissued(t *testing.T) {
 // fsyncs overwrite allocated blocks; the records read back whole, ending
 // at the zeros, and the growth append reports adds up to the file's size.
 func TestSegmentGrowsAhead(t *testing.T) {
-	fs := vfs.NewMem()
-	if err := fs.MkdirAll("d", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	g, err := createSegment(fs, "d", 1, nil, "")
+	fs, dir := vfs.Default, t.TempDir()
+	const zeroChunk = maxZeroChunk
+	g, err := createSegment(fs, dir, 1, nil, "", zeroChunk)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer g.f.Close()
 	var grownSum int64
 	var want []uint64
 	rec := testRecord(1, 1)
@@ -314,6 +313,12 @@ func TestSegmentGrowsAhead(t *testing.T) {
 	if !errors.Is(err, errTorn) || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("read back %d records (%v), want %d ending torn", len(got), err, len(want))
 	}
+	// A file in memory has no journal to spare: no zeros.
+	mem := vfs.NewMem()
+	m, err := createSegment(mem, "", 2, nil, "", zeroChunk)
+	if err != nil || m.chunk != 0 {
+		t.Fatalf("a segment in memory grows by chunks of %d (%v)", m.chunk, err)
+	}
 }
 
 // TestOpenReusesSegment: the first segment of an Open reuses the one the
@@ -336,8 +341,8 @@ func TestOpenReusesSegment(t *testing.T) {
 			segs = append(segs, name)
 		}
 	}
-	if len(segs) != 1 || segs[0] != segName(s.seg.num) || s.seg.base < zeroChunk {
-		t.Fatalf("commit log files %v, segment base %d: want only %s, over the previous run's (%d bytes or more)", segs, s.seg.base, segName(s.seg.num), zeroChunk)
+	if len(segs) != 1 || segs[0] != segName(s.seg.num) || s.seg.base < maxZeroChunk {
+		t.Fatalf("commit log files %v, segment base %d: want only %s, over the previous run's (%d bytes or more)", segs, s.seg.base, segName(s.seg.num), maxZeroChunk)
 	}
 }
 
@@ -345,26 +350,25 @@ func TestOpenReusesSegment(t *testing.T) {
 // with less than a chunk free) goes on appending its records: no commit
 // fails, and every one is there after a reopen.
 func TestZerosAreOptional(t *testing.T) {
-	mem := vfs.NewMem()
 	var refused atomic.Int64
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind == errorfs.OpFileWriteAt && strings.Contains(op.Path, segPrefix) && op.Offset == zeroChunk {
+		if op.Kind == errorfs.OpFileWriteAt && strings.Contains(op.Path, segPrefix) && op.Offset == maxZeroChunk {
 			refused.Add(1)
 			return errors.New("no space left on device")
 		}
 		return nil
 	})
-	fs := errorfs.Wrap(mem, inj)
-	s := mustOpen(t, "db", Options{FS: fs})
+	dir := t.TempDir()
+	s := mustOpen(t, dir, Options{FS: errorfs.Wrap(vfs.Default, inj)})
 	const n, per = 40, 2000 // about 2 MiB of log records: past the refused chunk
 	for i := range n {
 		commitRange(t, s, 1, i*per, (i+1)*per, nil)
 	}
-	if refused.Load() == 0 || !s.seg.noZeros || s.seg.written.Load() <= zeroChunk {
+	if refused.Load() == 0 || !s.seg.noZeros || s.seg.written.Load() <= maxZeroChunk {
 		t.Fatalf("refused %d writes, noZeros %v, %d bytes written: the test did not reach the refused chunk", refused.Load(), s.seg.noZeros, s.seg.written.Load())
 	}
 	mustClose(t, s)
-	s = mustOpen(t, "db", Options{FS: mem})
+	s = mustOpen(t, dir, Options{})
 	defer mustClose(t, s)
 	for _, i := range []int{0, n*per/2 + 1, n*per - 1} {
 		if ok, err := s.Has(1, keyOf(i)); err != nil || !ok {

@@ -44,7 +44,7 @@ func (s *Store) freezeLocked() error {
 	if n := len(s.recycled); n > 0 {
 		reuse, s.recycled = s.recycled[n-1], s.recycled[:n-1]
 	}
-	seg, err := createSegment(s.fs, s.dir, s.segNum+1, s.seg, reuse)
+	seg, err := createSegment(s.fs, s.dir, s.segNum+1, s.seg, reuse, segChunk(s.memLimit))
 	if err != nil {
 		return s.fail(err)
 	}

@@ -413,7 +413,7 @@ func (s *Store) replay() (err error) {
 	if n := len(s.recycled); n > 0 {
 		reuse, s.recycled = s.recycled[n-1], s.recycled[:n-1]
 	}
-	seg, err := createSegment(s.fs, s.dir, s.segNum, nil, reuse)
+	seg, err := createSegment(s.fs, s.dir, s.segNum, nil, reuse, segChunk(s.memLimit))
 	if err != nil {
 		return err
 	}
