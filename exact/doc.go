@@ -59,7 +59,8 @@
 //     more than two frozen memtables wait.
 //  4. A retired segment is renamed and reused by a later one (the first
 //     segment of an Open reuses the last one replayed), and a segment
-//     grows with zeros a MiB ahead of its records: an fsync that
+//     grows with zeros ahead of its records (chunks of a quarter of the
+//     memtable's size, at most a MiB): an fsync that
 //     overwrites allocated blocks changes no file-system metadata.
 //  5. Open replays the segments past the last flushed commit (a torn record
 //     ends the log) and flushes them.
