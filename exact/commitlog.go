@@ -168,14 +168,15 @@ func createSegment(fs vfs.FS, dir string, num uint64, prev *segment, reuse strin
 }
 
 // maxZeroChunk is the largest chunk of zeros a segment's file grows by,
-// ahead of its records (segChunk sizes it to the memtable). An fsync of records written into blocks that an earlier
-// fsync made durable changes no file-system metadata (as in a reused
-// segment); appending records would grow the file and make every fsync a
-// journal commit: measured 1.5-2x the time and 1.3-1.7x the CPU of an
-// overwrite on this machine's ext4. So a file is grown a chunk at a time,
-// half a chunk before the records reach its end: one fsync per chunk
-// carries the zeros and the new size, the others overwrite. Replay stops
-// at the zeros (a record header of length 0 is torn).
+// ahead of its records (segChunk sizes it to the memtable). An fsync of
+// records written into blocks that an earlier fsync made durable changes
+// no file-system metadata (as in a reused segment); appending records
+// would grow the file and make every fsync a journal commit: measured
+// 1.5-2x the time and 1.3-1.7x the CPU of an overwrite on this machine's
+// ext4. So a file is grown a chunk at a time, half a chunk before the
+// records reach its end: one fsync per chunk carries the zeros and the new
+// size, the others overwrite. Replay stops at the zeros (a record header
+// of length 0 is torn).
 const maxZeroChunk = 1 << 20
 
 // zeros is what a segment is extended with.
