@@ -161,13 +161,22 @@ func (e *Engine) Begin(ctx context.Context, key, fingerprint []byte, lease time.
 			return Claim{State: ClaimInProgress, LeaseLeft: left, Expires: e.timing.Expiry(o.gen)}, nil
 		}
 	}
+	recs := e.records()
+	// A completed record is final until its generation leaves the window:
+	// it answers (a replay) without taking the key.
+	if gen, val, ok, err := recs.GetRecord(id); err == nil && ok {
+		if now := e.opts.Now(); gen >= e.timing.OldestLive(now) {
+			if r, err := decodeRecord(val); err == nil && r.completed {
+				return r.claim(digest, now, e.timing.Expiry(gen)), nil
+			}
+		}
+	}
 	release, err := t.acquire(ctx, id)
 	if err != nil {
 		return Claim{}, err
 	}
 	defer release()
 
-	recs := e.records()
 	now := e.opts.Now()
 	gen, val, ok, err := recs.GetRecord(id)
 	if err != nil {

@@ -61,6 +61,24 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "replays/s")
 	})
+	b.Run("replay-one-key", func(b *testing.B) {
+		// A retry storm: every request repeats the same stored key.
+		srv := setup(b)
+		srv.ServeHTTP(httptest.NewRecorder(), req("storm"))
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				w := httptest.NewRecorder()
+				srv.ServeHTTP(w, req("storm"))
+				if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "replays/s")
+	})
 	b.Run("new", func(b *testing.B) {
 		srv := setup(b)
 		var n atomic.Int64
