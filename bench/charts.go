@@ -136,7 +136,7 @@ func PlotIdem(r *IdemResult, dir string) ([]string, error) {
 	caption := []string{
 		fmt.Sprintf("dedupbench idem: %s requests with new keys then %s replays of them per target and round, %d rounds with the targets in turn (median round), %d keep-alive clients, upstream %v per request, %d-byte responses.",
 			humanize.Count(float64(c.Requests)), humanize.Count(float64(c.Replays)), c.Rounds, c.Clients, latency, c.BodySize),
-		"Targets: the upstream called directly (dashed line = 1x), through dedup proxy, and through a Go reverse proxy keeping keys in redis-server (SET NX PX lock, stored response) without persistence and with appendfsync always.",
+		"Targets: the upstream called directly (dashed line = 1x), through dedup proxy, through a Go reverse proxy keeping keys in redis-server (SET NX PX lock, stored response) without persistence and with appendfsync always, through the same middleware on a Go map in a process of its own (no durability), and net/http answering every request with a replay built on the spot (replays only: the floor of net/http).",
 	}
 	if c.UpstreamWorkers > 0 {
 		caption[0] += fmt.Sprintf(" The upstream serves %d requests at a time.", c.UpstreamWorkers)

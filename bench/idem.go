@@ -56,6 +56,15 @@ type IdemConfig struct {
 	// Dir is the parent of the temporary state directories. Default the
 	// system's temporary directory.
 	Dir string
+	// TargetCmd, if set, is the command line of a process that serves
+	// one target of its own, named by the flags it gets added: dedupbench's
+	// hidden idem-target subcommand ([ServeIdemMemory],
+	// [ServeIdemConstant]). Two targets run that way: the same middleware
+	// as the Redis build on a Go map, the pattern with no durability and
+	// no store to ask; and net/http answering every request with a
+	// constant replay, the floor of any replay on net/http. Nil: neither
+	// is measured.
+	TargetCmd []string
 }
 
 func (c *IdemConfig) defaults() {
@@ -124,6 +133,9 @@ type idemTarget struct {
 	url  string
 	pool *idemPool
 	warm bool
+	// replayOnly targets answer every request as a replay and get only
+	// the replays.
+	replayOnly bool
 	// memory, if set, returns the bytes (resident, on disk) the results
 	// take; cpu, if set, the CPU time of the process that keeps them.
 	memory func() (rss, disk uint64, err error)
@@ -189,6 +201,20 @@ func Idem(ctx context.Context, cfg IdemConfig, p Progress) (*IdemResult, error) 
 		defer stopRedis()
 		targets = append(targets, rt)
 	}
+	if len(cfg.TargetCmd) > 0 {
+		mt, stopMem, err := startOwnTarget(ctx, cfg, memoryTarget, "--kind", "memory", "--upstream", up.url)
+		if err != nil {
+			return nil, err
+		}
+		defer stopMem()
+		ct, stopConst, err := startOwnTarget(ctx, cfg, constantTarget, "--kind", "constant", "--body", fmt.Sprint(cfg.BodySize))
+		if err != nil {
+			return nil, err
+		}
+		defer stopConst()
+		ct.replayOnly = true
+		targets = append(targets, mt, ct)
+	}
 	for _, t := range targets {
 		if t.pool, err = newIdemPool(t.url, cfg.Clients); err != nil {
 			return nil, err
@@ -229,7 +255,7 @@ func startUpstream(cfg IdemConfig) (*upstream, error) {
 		return nil, fmt.Errorf("bench: upstream: %w", err)
 	}
 	u := &upstream{url: "http://" + ln.Addr().String()}
-	pad := strings.Repeat("x", max(0, cfg.BodySize-64))
+	pad := chargePad(cfg.BodySize)
 	var workers chan struct{}
 	if cfg.UpstreamWorkers > 0 {
 		workers = make(chan struct{}, cfg.UpstreamWorkers)
@@ -244,17 +270,26 @@ func startUpstream(cfg IdemConfig) (*upstream, error) {
 		if d := time.Duration(u.latency.Load()); d > 0 {
 			time.Sleep(d)
 		}
-		key := r.Header.Get("Idempotency-Key")
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Location", "/charges/"+key)
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"id":%q,"status":"succeeded","pad":%q}`, key, pad)
+		writeCharge(w, r, pad)
 	})}
 	go u.srv.Serve(ln)
 	return u, nil
 }
 
 func (u *upstream) close() { u.srv.Close() }
+
+// chargePad is the padding that makes a charge's JSON body size bytes.
+func chargePad(size int) string { return strings.Repeat("x", max(0, size-64)) }
+
+// writeCharge answers r as the upstream does: 201, the charge as JSON
+// padded with pad, its Location.
+func writeCharge(w http.ResponseWriter, r *http.Request, pad string) {
+	key := r.Header.Get("Idempotency-Key")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/charges/"+key)
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"id":%q,"status":"succeeded","pad":%q}`, key, pad)
+}
 
 // idemAcc accumulates one target's rounds at one upstream latency.
 type idemAcc struct {
@@ -300,19 +335,23 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	if err != nil {
 		return err
 	}
-	rate, err := idemLoad(ctx, t.pool, prefix, cfg.Requests, func(i int) int { return i }, p, false, &a.newHist)
-	if err != nil {
-		return t.failed("new keys", err)
+	if t.replayOnly {
+		p.Add(int64(cfg.Requests))
+	} else {
+		rate, err := idemLoad(ctx, t.pool, prefix, cfg.Requests, func(i int) int { return i }, p, false, &a.newHist)
+		if err != nil {
+			return t.failed("new keys", err)
+		}
+		c1, b1, err := cpu()
+		if err != nil {
+			return err
+		}
+		a.newRates = append(a.newRates, rate)
+		a.newCPU += c1 - c0
+		a.benchNew += b1 - b0
+		a.newN += cfg.Requests
 	}
-	c1, b1, err := cpu()
-	if err != nil {
-		return err
-	}
-	a.newRates = append(a.newRates, rate)
-	a.newCPU += c1 - c0
-	a.benchNew += b1 - b0
-	a.newN += cfg.Requests
-	if t.memory != nil {
+	if t.memory != nil && !t.replayOnly {
 		rss1, disk1, err := t.memory()
 		if err != nil {
 			return err
@@ -324,11 +363,11 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 	for gcd(stride, cfg.Requests) != 1 {
 		stride += 2
 	}
-	c1, b1, err = cpu()
+	c1, b1, err := cpu()
 	if err != nil {
 		return err
 	}
-	rate, err = idemLoad(ctx, t.pool, prefix, cfg.Replays, func(i int) int { return (i * stride) % cfg.Requests }, p, t.name != "upstream directly", &a.replayHist)
+	rate, err := idemLoad(ctx, t.pool, prefix, cfg.Replays, func(i int) int { return (i * stride) % cfg.Requests }, p, t.name != "upstream directly", &a.replayHist)
 	if err != nil {
 		return t.failed("replays", err)
 	}

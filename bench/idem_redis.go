@@ -37,19 +37,15 @@ func startRedisMiddleware(ctx context.Context, cfg IdemConfig, up *upstream, dur
 		return nil, nil, err
 	}
 	rc := redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: cfg.Clients * 2})
-	target, err := url.Parse(up.url)
+	rp, err := idemReverseProxy(up.url)
 	if err != nil {
 		return nil, nil, errors.Join(err, rc.Close(), rs.Stop())
 	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024 // as dedup proxy keeps them
-	rp.Transport = tr
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("bench: %w", err), rc.Close(), rs.Stop())
 	}
-	srv := &http.Server{Handler: redisIdempotency(rc, rp, 30*time.Second, 24*time.Hour)}
+	srv := &http.Server{Handler: kvIdempotency(redisKV{rc}, rp, 30*time.Second, 24*time.Hour)}
 	go srv.Serve(ln)
 	pid := rs.cmd.Process.Pid
 	t := &idemTarget{name: name, url: "http://" + ln.Addr().String(),
@@ -66,6 +62,20 @@ func startRedisMiddleware(ctx context.Context, cfg IdemConfig, up *upstream, dur
 	return t, func() { srv.Close(); rc.Close(); rs.Stop() }, nil
 }
 
+// idemReverseProxy is the reverse proxy to upstream the common middleware
+// wraps, keeping as many idle connections as dedup proxy does.
+func idemReverseProxy(upstream string) (*httputil.ReverseProxy, error) {
+	target, err := url.Parse(upstream)
+	if err != nil {
+		return nil, fmt.Errorf("bench: upstream: %w", err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
+	rp.Transport = tr
+	return rp, nil
+}
+
 // redisResponse is a response as the Redis build stores it.
 type redisResponse struct {
 	Fingerprint string      `json:"fp"`
@@ -74,9 +84,42 @@ type redisResponse struct {
 	Body        []byte      `json:"body"`
 }
 
-// redisIdempotency is the common middleware on Redis, as services write
-// it: lock, run, store or delete.
-func redisIdempotency(rc *redis.Client, next http.Handler, lease, ttl time.Duration) http.Handler {
+// idemKV is where the common middleware keeps keys: Redis, or a Go map
+// in the middleware's own process.
+type idemKV interface {
+	// SetNX stores v under k for ttl unless k holds a value; it reports
+	// whether it stored.
+	SetNX(ctx context.Context, k string, v []byte, ttl time.Duration) (bool, error)
+	// Get returns k's value, nil if it holds none.
+	Get(ctx context.Context, k string) ([]byte, error)
+	Set(ctx context.Context, k string, v []byte, ttl time.Duration) error
+	Del(ctx context.Context, k string) error
+}
+
+// redisKV is an [idemKV] on redis-server.
+type redisKV struct{ rc *redis.Client }
+
+func (r redisKV) SetNX(ctx context.Context, k string, v []byte, ttl time.Duration) (bool, error) {
+	return r.rc.SetNX(ctx, k, v, ttl).Result()
+}
+
+func (r redisKV) Get(ctx context.Context, k string) ([]byte, error) {
+	v, err := r.rc.Get(ctx, k).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
+func (r redisKV) Set(ctx context.Context, k string, v []byte, ttl time.Duration) error {
+	return r.rc.Set(ctx, k, v, ttl).Err()
+}
+
+func (r redisKV) Del(ctx context.Context, k string) error { return r.rc.Del(ctx, k).Err() }
+
+// kvIdempotency is the common middleware, as services write it: lock,
+// run, store or delete.
+func kvIdempotency(kv idemKV, next http.Handler, lease, ttl time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
 		if key == "" || r.Method != http.MethodPost {
@@ -87,14 +130,14 @@ func redisIdempotency(rc *redis.Client, next http.Handler, lease, ttl time.Durat
 		fp := fmt.Sprintf("%x", sha256.Sum256([]byte(r.Method+"\x00"+r.URL.RequestURI()+"\x00"+string(body))))
 		ctx := r.Context()
 		rk := "idem:" + key
-		ok, err := rc.SetNX(ctx, rk, "lock:"+fp, lease).Result()
+		ok, err := kv.SetNX(ctx, rk, []byte("lock:"+fp), lease)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		if !ok {
-			v, err := rc.Get(ctx, rk).Bytes()
-			if err != nil || bytes.HasPrefix(v, []byte("lock:")) {
+			v, err := kv.Get(ctx, rk)
+			if err != nil || v == nil || bytes.HasPrefix(v, []byte("lock:")) {
 				w.Header().Set("Retry-After", "1")
 				http.Error(w, "in progress", http.StatusConflict)
 				return
@@ -120,13 +163,13 @@ func redisIdempotency(rc *redis.Client, next http.Handler, lease, ttl time.Durat
 		rec := &redisRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rec, r)
 		if rec.status >= 500 || rec.status == http.StatusTooManyRequests {
-			rc.Del(context.WithoutCancel(ctx), rk)
+			kv.Del(context.WithoutCancel(ctx), rk)
 			return
 		}
 		h := w.Header().Clone()
 		h.Del("Date")
 		v, _ := json.Marshal(redisResponse{Fingerprint: fp, Status: rec.status, Header: h, Body: rec.body.Bytes()})
-		rc.Set(context.WithoutCancel(ctx), rk, v, ttl)
+		kv.Set(context.WithoutCancel(ctx), rk, v, ttl)
 	})
 }
 

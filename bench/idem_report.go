@@ -63,8 +63,15 @@ func (r *IdemResult) WriteText(w io.Writer) error {
 			if x.DiskPerResult > 0 {
 				disk = fmt.Sprintf("%.0f B", x.DiskPerResult)
 			}
-			rows = append(rows, []string{x.Target, humanize.Count(x.NewPerSec), vsDirect, vsRedis, lat(x.NewP50) + " / " + lat(x.NewP99),
-				humanize.Count(x.ReplayPerSec), replayVsRedis, lat(x.ReplayP99), strconv.FormatInt(x.UpstreamCalls, 10),
+			newRate, newLat, calls := "-", "-", "-"
+			if x.NewPerSec > 0 {
+				newRate, newLat, calls = humanize.Count(x.NewPerSec), lat(x.NewP50)+" / "+lat(x.NewP99), strconv.FormatInt(x.UpstreamCalls, 10)
+			} else {
+				// A target that answers every request as a replay.
+				vsDirect, vsRedis = "-", "-"
+			}
+			rows = append(rows, []string{x.Target, newRate, vsDirect, vsRedis, newLat,
+				humanize.Count(x.ReplayPerSec), replayVsRedis, lat(x.ReplayP99), calls,
 				us(x.NewCPU) + " / " + us(x.ReplayCPU), us(x.BenchNewCPU) + " / " + us(x.BenchReplayCPU), mem, disk})
 		}
 		if err := table(w, "target\tnew/s\tvs direct\tvs redis\tp50 / p99 new\treplays/s\tvs redis\tp99 replay\tupstream calls\tCPU/req new / replay\tbench CPU/req new / replay\tRSS/result\tdisk/result", rows); err != nil {

@@ -24,26 +24,45 @@ func startDedupProxy(ctx context.Context, cfg IdemConfig, bin string, up *upstre
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, bin, "proxy", "--listen", "127.0.0.1:0", "--upstream", up.url, "--state", state,
-		"--window", "24h", "--lease", "30s")
+	return startIdemProcess(ctx, "dedup proxy", []string{bin, "proxy", "--listen", "127.0.0.1:0", "--upstream", up.url, "--state", state,
+		"--window", "24h", "--lease", "30s"}, state)
+}
+
+// startOwnTarget runs the target cfg.TargetCmd serves with flags, in a
+// process of its own.
+func startOwnTarget(ctx context.Context, cfg IdemConfig, name string, flags ...string) (*idemTarget, func(), error) {
+	argv := append(append([]string(nil), cfg.TargetCmd...), flags...)
+	return startIdemProcess(ctx, name, argv, "")
+}
+
+// The targets cfg.TargetCmd serves.
+const (
+	memoryTarget   = "in-memory middleware"
+	constantTarget = "net/http, constant replay"
+)
+
+// startIdemProcess runs argv, a target that says "listening on ADDR" on
+// its stderr, and measures its CPU, its resident set and the size of its
+// state directory state ("": none). Stopping it kills it and removes
+// state.
+func startIdemProcess(ctx context.Context, name string, argv []string, state string) (*idemTarget, func(), error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	tail := &tailBuffer{max: 4 << 10}
 	exited := make(chan struct{})
 	var waitErr error
-	stop := func() {
-		if cmd.Process != nil {
-			cmd.Process.Kill()
-			<-exited
+	cleanup := func() {
+		if state != "" {
+			os.RemoveAll(state)
 		}
-		os.RemoveAll(state)
 	}
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
-		stop()
+		cleanup()
 		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("bench: start dedup proxy: %w", err)
+		cleanup()
+		return nil, nil, fmt.Errorf("bench: start %s: %w", name, err)
 	}
 	r := bufio.NewReader(pipe)
 	addr := ""
@@ -52,34 +71,39 @@ func startDedupProxy(ctx context.Context, cfg IdemConfig, bin string, up *upstre
 		if err != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
-			os.RemoveAll(state)
-			return nil, nil, fmt.Errorf("bench: dedup proxy did not start: %v (%s)", err, line)
+			cleanup()
+			return nil, nil, fmt.Errorf("bench: %s did not start: %v (%s)", name, err, line)
 		}
 		if _, rest, ok := strings.Cut(line, "listening on "); ok {
 			addr, _, _ = strings.Cut(rest, " ")
 		}
 	}
 	go func() {
-		// The proxy's stderr is kept (its end) to explain a proxy that
+		// The target's stderr is kept (its end) to explain a target that
 		// dies during the run.
 		io.Copy(tail, r)
 		waitErr = cmd.Wait()
 		close(exited)
 	}()
+	stop := func() {
+		cmd.Process.Kill()
+		<-exited
+		cleanup()
+	}
 	pid := cmd.Process.Pid
-	t := &idemTarget{name: "dedup proxy", url: "http://" + addr,
+	t := &idemTarget{name: name, url: "http://" + strings.TrimSpace(addr),
 		diag: func() string {
 			select {
 			case <-exited:
-				return fmt.Sprintf("dedup proxy exited (%v); its stderr ends:\n%s", waitErr, tail.String())
+				return fmt.Sprintf("%s exited (%v); its stderr ends:\n%s", name, waitErr, tail.String())
 			case <-time.After(100 * time.Millisecond):
 				return ""
 			}
 		},
 		memory: func() (uint64, uint64, error) {
 			rss, err := procRSS(pid)
-			if err != nil {
-				return 0, 0, err
+			if err != nil || state == "" {
+				return rss, 0, err
 			}
 			disk, err := diskuse.Bytes(vfs.Default, state)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/streamdedup/dedup/bench"
@@ -41,6 +42,11 @@ func runIdem(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("--upstream-latency needs at least one duration")
 	}
 	cfg.UpstreamLatencies = latencies
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this executable to run targets in processes of their own: %w", err)
+	}
+	cfg.TargetCmd = []string{exe, idemTargetCommand}
 	res, err := bench.Idem(ctx, cfg, newProgress(c, stderr))
 	if err != nil {
 		return err
@@ -49,4 +55,35 @@ func runIdem(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	return output(c, stdout, res, func() error { return res.WriteText(stdout) })
+}
+
+// idemTargetCommand is the hidden subcommand idem runs its in-memory
+// middleware and its constant replay in, so that each has a process of
+// its own as dedup proxy has.
+const idemTargetCommand = "idem-target"
+
+// runIdemTarget serves [bench.ServeIdemMemory] (--kind memory) or
+// [bench.ServeIdemConstant] (--kind constant) until ctx ends.
+func runIdemTarget(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("dedupbench "+idemTargetCommand, stderr)
+	kind := fs.String("kind", "", "memory (the middleware on a Go map, needs --upstream) or constant (a replay built on the spot)")
+	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
+	upstream := fs.String("upstream", "", "the upstream's URL")
+	body := fs.Int("body", 256, "bytes of the constant replay's body")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch *kind {
+	case "memory":
+		if *upstream == "" {
+			return fmt.Errorf("--kind memory needs --upstream")
+		}
+		return bench.ServeIdemMemory(ctx, *listen, *upstream, stderr)
+	case "constant":
+		if *body < 0 {
+			return fmt.Errorf("--body must not be negative, got %d", *body)
+		}
+		return bench.ServeIdemConstant(ctx, *listen, *body, stderr)
+	}
+	return fmt.Errorf("--kind must be memory or constant, got %q", *kind)
 }

@@ -97,6 +97,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case childCommand:
 		// Hidden: one target of compare, in a process of its own.
 		return bench.RunChild(ctx, os.Stdin, stdout)
+	case idemTargetCommand:
+		// Hidden: one of idem's targets, in a process of its own.
+		return runIdemTarget(ctx, args, stderr)
 	case "help":
 		fmt.Fprintf(stdout, "usage: dedupbench [%s] [flags]; dedupbench <cmd> -h for flags\n", strings.Join(names, "|"))
 		return nil

@@ -107,6 +107,9 @@ func TestBadArguments(t *testing.T) {
 		{"filter", "--lines", "-5"},
 		{"idem", "--upstream-latency", "-5ms"},
 		{"idem", "--upstream-workers", "-1"},
+		{"idem-target", "--kind", "redis"},
+		{"idem-target", "--kind", "memory"},
+		{"idem-target", "--kind", "constant", "--body", "-1"},
 	} {
 		var out, errb bytes.Buffer
 		if err := run(context.Background(), args, &out, &errb); err == nil {
