@@ -36,6 +36,10 @@
 //     Trailers are stored and replayed as trailers.
 //   - A store that fails: 503 with Retry-After; a key (with its
 //     [Options.Scope]) longer than the store holds: 500.
+//   - Request bodies, recorded and replayed responses held at once stay
+//     within [Options.MaxMemory]: a keyed request that does not fit gets
+//     503 with Retry-After and runs nothing; a response that does not fit
+//     is sent, not stored, and its key released.
 //
 // Errors are application/problem+json (RFC 9457). Requests of other methods
 // pass through. The guarantee across crashes is the store's: with
@@ -51,9 +55,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/textproto"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -76,6 +82,7 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	}
 	opts.withDefaults()
 	m := &middleware{o: opts, methods: map[string]bool{}, header: textproto.CanonicalMIMEHeaderKey(opts.Header)}
+	m.mem.max = opts.MaxMemory
 	for _, x := range opts.Methods {
 		m.methods[x] = true
 	}
@@ -95,6 +102,40 @@ type middleware struct {
 	methods map[string]bool
 	allow   map[string]bool
 	header  string // Options.Header in canonical form
+	mem     budget
+}
+
+// budget counts the bytes held for the requests in flight against
+// Options.MaxMemory.
+type budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// take reserves n bytes, or reports false if they do not fit.
+func (b *budget) take(n int) bool {
+	for {
+		u := b.used.Load()
+		if u+int64(n) > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+int64(n)) {
+			return true
+		}
+	}
+}
+
+// give returns n bytes taken.
+func (b *budget) give(n int) { b.used.Add(-int64(n)) }
+
+// errOverloaded: a request's bytes do not fit in Options.MaxMemory.
+var errOverloaded = errors.New("idempotency: over MaxMemory")
+
+// overloaded answers a request that did not fit in Options.MaxMemory.
+func (m *middleware) overloaded(w http.ResponseWriter, r *http.Request) {
+	m.report(r, Overloaded, 0)
+	w.Header().Set("Retry-After", "1")
+	problem(w, http.StatusServiceUnavailable, "Server busy", "The server holds as many requests as its memory allows; the request did not run. Try it again later.")
 }
 
 func (m *middleware) report(r *http.Request, o Outcome, n int) {
@@ -129,7 +170,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.o.Scope != nil {
 		key = m.o.Scope(r) + "\n" + key
 	}
-	body, err := m.readBody(r)
+	body, held, err := m.readBody(r)
+	defer m.mem.give(held)
+	if errors.Is(err, errOverloaded) {
+		m.overloaded(w, r)
+		return
+	}
 	if err != nil {
 		m.report(r, Rejected, 0)
 		var tooLarge *http.MaxBytesError
@@ -161,6 +207,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	switch claim.State {
 	case dedup.ClaimCompleted:
+		if !m.mem.take(len(claim.Result)) {
+			m.overloaded(w, r)
+			return
+		}
+		defer m.mem.give(len(claim.Result))
 		if err := m.replay(w, claim.Result); err != nil {
 			m.report(r, Failed, 0)
 			m.o.ErrorLog("idempotency: replay %q: %v", key, err)
@@ -235,35 +286,50 @@ func (m *middleware) checkKey(values []string) error {
 	return nil
 }
 
-func (m *middleware) readBody(r *http.Request) ([]byte, error) {
+// readBody reads r's body, up to Options.MaxRequestBody, into a buffer
+// it takes from the middleware's memory: held bytes, to give back once
+// the request is over (even with an error). The buffer starts at the
+// announced length when that is at most 64 KiB and grows with what
+// arrives, so that a client announcing a large body and sending none does
+// not hold its size.
+func (m *middleware) readBody(r *http.Request) (body []byte, held int, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
+		return nil, 0, nil
 	}
 	defer r.Body.Close()
-	if n := r.ContentLength; n > 0 && n <= m.o.MaxRequestBody && n <= 64<<10 {
-		// The length is known: one read into a buffer of that size, and a
-		// check that nothing follows (a Body that is not net/http's might
-		// hold more). Above 64 KiB the buffer grows with what arrives, so
-		// that a client announcing a large body and sending none does not
-		// hold its size in memory.
-		b := make([]byte, n)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-		var one [1]byte
-		if k, _ := r.Body.Read(one[:]); k == 0 {
-			return b, nil
-		}
-		if n+1 > m.o.MaxRequestBody {
-			return nil, &http.MaxBytesError{Limit: m.o.MaxRequestBody}
-		}
-		rest, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, m.o.MaxRequestBody-n-1))
-		return append(append(b, one[0]), rest...), err
+	limit := int(min(m.o.MaxRequestBody, math.MaxInt-1))
+	size := 512
+	if n := r.ContentLength; n > 0 && n <= 64<<10 {
+		size = int(n) + 1 // +1: room to see that nothing follows
 	}
-	return io.ReadAll(http.MaxBytesReader(nil, r.Body, m.o.MaxRequestBody))
+	size = min(size, limit+1)
+	for {
+		if len(body) == cap(body) {
+			if len(body) > limit {
+				return nil, held, &http.MaxBytesError{Limit: m.o.MaxRequestBody}
+			}
+			grow := min(max(cap(body), size), limit+1-cap(body))
+			if !m.mem.take(grow) {
+				return nil, held, errOverloaded
+			}
+			held += grow
+			body = append(make([]byte, 0, cap(body)+grow), body...)
+		}
+		n, err := r.Body.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if err == io.EOF {
+			switch {
+			case len(body) > limit:
+				return nil, held, &http.MaxBytesError{Limit: m.o.MaxRequestBody}
+			case int64(len(body)) < r.ContentLength:
+				return nil, held, io.ErrUnexpectedEOF
+			}
+			return body, held, nil
+		}
+		if err != nil {
+			return nil, held, err
+		}
+	}
 }
 
 // run runs the key's first request, then stores its response or releases
@@ -273,6 +339,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	ctx := context.WithoutCancel(r.Context())
 	finished := false
 	defer func() {
+		rec.done()
 		if finished {
 			rec.end()
 			return

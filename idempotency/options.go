@@ -39,9 +39,13 @@ const (
 	// Failed: the store failed (503), or refused the key as too large
 	// (500).
 	Failed
+	// Overloaded: the request's body or stored response did not fit in
+	// [Options.MaxMemory] beside the other requests in flight: 503 with
+	// Retry-After, and nothing ran.
+	Overloaded
 )
 
-var outcomeNames = [...]string{"", "unkeyed", "executed", "released", "replayed", "conflict", "mismatch", "rejected", "failed"}
+var outcomeNames = [...]string{"", "unkeyed", "executed", "released", "replayed", "conflict", "mismatch", "rejected", "failed", "overloaded"}
 
 // String returns the outcome's name in lower case ("executed", ...).
 func (o Outcome) String() string {
@@ -79,6 +83,15 @@ type Options struct {
 	// MaxRequestBody is the largest request body read for the fingerprint,
 	// in bytes; a larger one gets 413. Default 10 MiB.
 	MaxRequestBody int64
+	// MaxMemory bounds the bytes the middleware holds at once for the
+	// requests in flight: the keyed request bodies it reads (for the
+	// fingerprint, kept to pass on), the responses it records to store,
+	// and the stored responses it replays. A keyed request that does not
+	// fit gets 503 with Retry-After and runs nothing; a response that does
+	// not fit is sent, not stored, and its key released, as one over
+	// MaxBody. At least MaxRequestBody + MaxBody. Default 256 MiB, or
+	// MaxRequestBody + MaxBody if that is more.
+	MaxMemory int64
 	// Fingerprint identifies the request sent with a key, so that the key
 	// sent with another request gets 422. body is the whole request body.
 	// Default: SHA-256 of the method, the request URI and the body.
@@ -147,6 +160,14 @@ func (o *Options) Validate() error {
 	if o.MaxRequestBody < 0 {
 		errs = append(errs, fmt.Errorf("idempotency: MaxRequestBody must not be negative, got %d", o.MaxRequestBody))
 	}
+	if o.MaxMemory < 0 {
+		errs = append(errs, fmt.Errorf("idempotency: MaxMemory must not be negative, got %d", o.MaxMemory))
+	} else if d := *o; o.MaxMemory > 0 && o.MaxBody >= 0 && o.MaxRequestBody >= 0 {
+		d.withDefaults()
+		if need := d.MaxRequestBody + int64(d.MaxBody); o.MaxMemory < need {
+			errs = append(errs, fmt.Errorf("idempotency: MaxMemory must hold one request's body and response, MaxRequestBody + MaxBody = %d bytes, got %d", need, o.MaxMemory))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -169,6 +190,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.MaxRequestBody == 0 {
 		o.MaxRequestBody = 10 << 20
+	}
+	if o.MaxMemory == 0 {
+		o.MaxMemory = max(256<<20, o.MaxRequestBody+int64(o.MaxBody))
 	}
 	if o.Fingerprint == nil {
 		o.Fingerprint = DefaultFingerprint

@@ -9,7 +9,9 @@ import (
 
 // recorder passes the response through to the client and keeps a copy of
 // it, up to max body bytes, as the stored response is written: the status
-// and headers at WriteHeader, then the body as it comes. Of a response of
+// and headers at WriteHeader, then the body as it comes, in a buffer taken
+// from the middleware's memory (reserved bytes, given back by done; a
+// buffer that does not fit makes the response over). Of a response of
 // known length it holds back the last byte until the response is stored
 // or the key released (end), so that a client never holds a whole
 // response whose key a crash could leave in progress.
@@ -20,6 +22,7 @@ type recorder struct {
 	wrote    bool
 	status   int
 	res      []byte // the stored response so far (nil once over)
+	reserved int    // bytes of the middleware's memory res holds
 	bodyLen  int    // body bytes in res
 	over     bool
 	hijacked bool
@@ -54,7 +57,42 @@ func (rw *recorder) start(code int, h http.Header) {
 	} else {
 		size += 512
 	}
+	if !rw.m.mem.take(size) {
+		rw.over = true
+		return
+	}
+	rw.reserved = size
 	rw.res = rw.m.appendHead(make([]byte, 0, size), code, h)
+}
+
+// grow makes room in res for n more bytes, taking them from the
+// middleware's memory; it reports false if they do not fit.
+func (rw *recorder) grow(n int) bool {
+	need := len(rw.res) + n
+	if need <= cap(rw.res) {
+		return true
+	}
+	head := len(rw.res) - rw.bodyLen
+	size := min(max(need, 2*cap(rw.res)), head+rw.max)
+	if !rw.m.mem.take(size - cap(rw.res)) {
+		return false
+	}
+	rw.reserved += size - cap(rw.res)
+	rw.res = append(make([]byte, 0, size), rw.res...)
+	return true
+}
+
+// drop gives up storing the response.
+func (rw *recorder) drop() {
+	rw.over = true
+	rw.res = nil
+	rw.done()
+}
+
+// done gives back the memory res holds.
+func (rw *recorder) done() {
+	rw.m.mem.give(rw.reserved)
+	rw.reserved = 0
 }
 
 func (rw *recorder) Header() http.Header { return rw.w.Header() }
@@ -75,9 +113,8 @@ func (rw *recorder) Write(p []byte) (int, error) {
 		rw.WriteHeader(http.StatusOK)
 	}
 	if !rw.over {
-		if rw.bodyLen+len(p) > rw.max {
-			rw.over = true
-			rw.res = nil
+		if rw.bodyLen+len(p) > rw.max || !rw.grow(len(p)) {
+			rw.drop()
 		} else {
 			rw.res = append(rw.res, p...)
 			rw.bodyLen += len(p)

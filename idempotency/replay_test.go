@@ -95,9 +95,15 @@ func FuzzReplay(f *testing.F) {
 func TestReadBodyBeyondContentLength(t *testing.T) {
 	read := func(limit, declared int64, body string) ([]byte, error) {
 		m := &middleware{o: Options{MaxRequestBody: limit}}
+		m.mem.max = 1 << 20
 		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
 		r.ContentLength = declared
-		return m.readBody(r)
+		b, held, err := m.readBody(r)
+		m.mem.give(held)
+		if used := m.mem.used.Load(); used != 0 {
+			t.Errorf("%d bytes still taken after the read", used)
+		}
+		return b, err
 	}
 	for _, c := range []struct {
 		limit, declared int64
