@@ -160,7 +160,12 @@ func runProxy(e *env, args []string) error {
 		methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
 	}
 	opts := dedup.Options{Dir: c.state, Window: c.window, ExpectedRate: c.rate, Logf: engineLog(e)}
-	if err := adoptState(c.state, explicitFlags(fs), &opts); err != nil {
+	explicit := explicitFlags(fs)
+	// An explicit --rate 0 is a mistake, not a request for the default.
+	if err := checkOptions(opts, explicit); err != nil {
+		return err
+	}
+	if err := adoptState(c.state, explicit, &opts); err != nil {
 		return err
 	}
 	pm := newProxyMetrics()

@@ -337,6 +337,8 @@ func TestProxyFlagErrors(t *testing.T) {
 		{[]string{"--upstream", "http://h", "--state", "x", "--max-body", "1MB"}, "want a positive number of bytes"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--header", "Bad Name"}, "Header must be a header name"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--header", ""}, "--header must name a header"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "0"}, "--rate: must not be zero"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "-5"}, "--rate: must be in"},
 	} {
 		var stderr strings.Builder
 		// A proxy that starts in spite of the bad flag stops at once.
