@@ -268,14 +268,16 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, keyed func(*http.Request
 			r.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			status := http.StatusBadGateway
+			status, title := http.StatusBadGateway, "Upstream unavailable"
 			if errors.Is(err, context.DeadlineExceeded) {
-				status = http.StatusGatewayTimeout
+				// Only a keyed call has a deadline: its lease.
+				status, title = http.StatusGatewayTimeout, "Upstream timed out"
+				err = fmt.Errorf("no response within --lease %v: %w", lease, err)
 			}
 			errs.log(r, status, err)
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(status)
-			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", "Upstream unavailable", status)
+			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", title, status)
 		},
 		// FlushInterval 0: responses are buffered as net/http does;
 		// streamed ones (unknown length, event streams) are flushed as

@@ -639,3 +639,29 @@ func TestProxyListenErrorNamesProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyTimeoutNamesLease: a keyed request whose upstream does not
+// answer within --lease gets 504 titled as a timeout, not as an
+// unreachable upstream, and stderr names the limit that cut the call.
+func TestProxyTimeoutNamesLease(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then net/http sees the proxy hang up
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer up.Close()
+	url, stop := runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir(), "--lease", "200ms")
+	r := post(t, url+"/charges", "slow-1", "{}")
+	if r.status != http.StatusGatewayTimeout || !strings.Contains(r.body, `"title":"Upstream timed out"`) {
+		t.Errorf("got %d %q, want 504 titled Upstream timed out", r.status, r.body)
+	}
+	code, log := stop()
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+	if !strings.Contains(log, "upstream POST /charges failed, answered 504: no response within --lease 200ms") {
+		t.Errorf("stderr does not name --lease as the limit that cut the call:\n%s", log)
+	}
+}
