@@ -185,7 +185,9 @@ func runProxy(e *env, args []string) error {
 	// Check the middleware's options before anything is opened.
 	mwOpts.Store = (*dedup.Engine)(nil)
 	if err := mwOpts.Validate(); err != nil {
-		return usageErr(fmt.Errorf("proxy: %w", err))
+		// The flags are checked above but for these two, which Validate
+		// names by their Options fields: a user of the command sees flags.
+		return usageErr(fmt.Errorf("proxy: %s", middlewareFlagWords.Replace(err.Error())))
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -239,6 +241,10 @@ func runProxy(e *env, args []string) error {
 	}
 	return errors.Join(serveErr, stopMetrics(), eng.Close())
 }
+
+// middlewareFlagWords rewrites the names of the idempotency.Options fields
+// the proxy's flags set into those flags, on one line.
+var middlewareFlagWords = strings.NewReplacer("idempotency: Header ", "--header ", "idempotency: Methods ", "--methods ", "\n", "; ")
 
 // keyedBy reports whether a request the middleware passes on carries a key
 // of header with one of methods: the middleware passes such a request on
