@@ -168,6 +168,15 @@ func runProxy(e *env, args []string) error {
 	if err := adoptState(c.state, explicit, &opts); err != nil {
 		return err
 	}
+	if c.lease > opts.Window {
+		// A claim leaves with its key's window: after a crash, a retry
+		// past the window would run again, however long the lease.
+		whose := ""
+		if !explicit["window"] {
+			whose = " (the state's)"
+		}
+		return usagef("proxy: --lease %v is longer than --window %v%s: after a crash a claim would leave with the window before its lease ends, and a retry would run again", c.lease, opts.Window, whose)
+	}
 	pm := newProxyMetrics()
 	mwOpts := idempotency.Options{
 		Header:         c.header,

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamdedup/dedup"
 )
 
 // upstreamAPI is a test API that counts the executions of each key and
@@ -338,6 +340,7 @@ func TestProxyFlagErrors(t *testing.T) {
 		{[]string{"--upstream", "http://h", "--state", "x", "--header", "Bad Name"}, "proxy: --header must be a header name"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--methods", "POST,,PATCH"}, `proxy: --methods holds "", not a method`},
 		{[]string{"--upstream", "http://h", "--state", "x", "--header", ""}, "--header must name a header"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--window", "4s", "--lease", "30s"}, "proxy: --lease 30s is longer than --window 4s"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "0"}, "--rate: must not be zero"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "-5"}, "--rate: must be in"},
 	} {
@@ -664,5 +667,30 @@ func TestProxyTimeoutNamesLease(t *testing.T) {
 	}
 	if !strings.Contains(log, "upstream POST /charges failed, answered 504: no response within --lease 200ms") {
 		t.Errorf("stderr does not name --lease as the limit that cut the call:\n%s", log)
+	}
+}
+
+// TestProxyLeaseWithinAdoptedWindow: a state created with a short window
+// refuses a proxy whose --lease outlasts it, naming the state's window: a
+// claim leaves with the window, so after a crash a retry past the window
+// would run again within the lease.
+func TestProxyLeaseWithinAdoptedWindow(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := dedup.Open(dedup.Options{Dir: dir, Window: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	// A proxy that starts in spite of the lease stops at once.
+	sigs := make(chan os.Signal, 1)
+	sigs <- syscall.SIGTERM
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, sigs: sigs}
+	code := run(e, []string{"proxy", "--listen", "127.0.0.1:0", "--upstream", "http://h", "--state", dir})
+	want := "proxy: --lease 30s is longer than --window 4s (the state's)"
+	if code != exitBad || !strings.Contains(stderr.String(), want) {
+		t.Errorf("exit %d, %q; want exit 2 naming %q", code, stderr.String(), want)
 	}
 }
