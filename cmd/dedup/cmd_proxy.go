@@ -160,8 +160,22 @@ func runProxy(e *env, args []string) error {
 		methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
 	}
 	opts := dedup.Options{Dir: c.state, Window: c.window, ExpectedRate: c.rate, Logf: engineLog(e)}
-	if err := adoptState(c.state, explicitFlags(fs), &opts); err != nil {
+	explicit := explicitFlags(fs)
+	// An explicit --rate 0 is a mistake, not a request for the default.
+	if err := checkOptions(opts, explicit); err != nil {
 		return err
+	}
+	if err := adoptState(c.state, explicit, &opts); err != nil {
+		return err
+	}
+	if c.lease > opts.Window {
+		// A claim leaves with its key's window: after a crash, a retry
+		// past the window would run again, however long the lease.
+		whose := ""
+		if !explicit["window"] {
+			whose = " (the state's)"
+		}
+		return usagef("proxy: --lease %v is longer than --window %v%s: after a crash a claim would leave with the window before its lease ends, and a retry would run again", c.lease, opts.Window, whose)
 	}
 	pm := newProxyMetrics()
 	mwOpts := idempotency.Options{
@@ -180,7 +194,9 @@ func runProxy(e *env, args []string) error {
 	// Check the middleware's options before anything is opened.
 	mwOpts.Store = (*dedup.Engine)(nil)
 	if err := mwOpts.Validate(); err != nil {
-		return usageErr(fmt.Errorf("proxy: %w", err))
+		// The flags are checked above but for these two, which Validate
+		// names by their Options fields: a user of the command sees flags.
+		return usageErr(fmt.Errorf("proxy: %s", middlewareFlagWords.Replace(err.Error())))
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -235,6 +251,10 @@ func runProxy(e *env, args []string) error {
 	return errors.Join(serveErr, stopMetrics(), eng.Close())
 }
 
+// middlewareFlagWords rewrites the names of the idempotency.Options fields
+// the proxy's flags set into those flags, on one line.
+var middlewareFlagWords = strings.NewReplacer("idempotency: Header ", "--header ", "idempotency: Methods ", "--methods ", "\n", "; ")
+
 // keyedBy reports whether a request the middleware passes on carries a key
 // of header with one of methods: the middleware passes such a request on
 // only once it has claimed the key, so its response is to be stored.
@@ -263,14 +283,16 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, keyed func(*http.Request
 			r.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			status := http.StatusBadGateway
+			status, title := http.StatusBadGateway, "Upstream unavailable"
 			if errors.Is(err, context.DeadlineExceeded) {
-				status = http.StatusGatewayTimeout
+				// Only a keyed call has a deadline: its lease.
+				status, title = http.StatusGatewayTimeout, "Upstream timed out"
+				err = fmt.Errorf("no response within --lease %v: %w", lease, err)
 			}
 			errs.log(r, status, err)
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(status)
-			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", "Upstream unavailable", status)
+			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", title, status)
 		},
 		// FlushInterval 0: responses are buffered as net/http does;
 		// streamed ones (unknown length, event streams) are flushed as

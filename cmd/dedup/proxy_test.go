@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamdedup/dedup"
 )
 
 // upstreamAPI is a test API that counts the executions of each key and
@@ -335,8 +337,12 @@ func TestProxyFlagErrors(t *testing.T) {
 		{[]string{"--upstream", "http://h"}, "--state DIR is required"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--lease", "0s"}, "--lease must be positive"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--max-body", "1MB"}, "want a positive number of bytes"},
-		{[]string{"--upstream", "http://h", "--state", "x", "--header", "Bad Name"}, "Header must be a header name"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--header", "Bad Name"}, "proxy: --header must be a header name"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--methods", "POST,,PATCH"}, `proxy: --methods holds "", not a method`},
 		{[]string{"--upstream", "http://h", "--state", "x", "--header", ""}, "--header must name a header"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--window", "4s", "--lease", "30s"}, "proxy: --lease 30s is longer than --window 4s"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "0"}, "--rate: must not be zero"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "-5"}, "--rate: must be in"},
 	} {
 		var stderr strings.Builder
 		// A proxy that starts in spite of the bad flag stops at once.
@@ -635,5 +641,56 @@ func TestProxyListenErrorNamesProxy(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "address already in use") {
 			t.Fatalf("exit %d, stderr %q; want an error starting %q", code, stderr.String(), want)
 		}
+	}
+}
+
+// TestProxyTimeoutNamesLease: a keyed request whose upstream does not
+// answer within --lease gets 504 titled as a timeout, not as an
+// unreachable upstream, and stderr names the limit that cut the call.
+func TestProxyTimeoutNamesLease(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then net/http sees the proxy hang up
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer up.Close()
+	url, stop := runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir(), "--lease", "200ms")
+	r := post(t, url+"/charges", "slow-1", "{}")
+	if r.status != http.StatusGatewayTimeout || !strings.Contains(r.body, `"title":"Upstream timed out"`) {
+		t.Errorf("got %d %q, want 504 titled Upstream timed out", r.status, r.body)
+	}
+	code, log := stop()
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, log)
+	}
+	if !strings.Contains(log, "upstream POST /charges failed, answered 504: no response within --lease 200ms") {
+		t.Errorf("stderr does not name --lease as the limit that cut the call:\n%s", log)
+	}
+}
+
+// TestProxyLeaseWithinAdoptedWindow: a state created with a short window
+// refuses a proxy whose --lease outlasts it, naming the state's window: a
+// claim leaves with the window, so after a crash a retry past the window
+// would run again within the lease.
+func TestProxyLeaseWithinAdoptedWindow(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := dedup.Open(dedup.Options{Dir: dir, Window: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	// A proxy that starts in spite of the lease stops at once.
+	sigs := make(chan os.Signal, 1)
+	sigs <- syscall.SIGTERM
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, sigs: sigs}
+	code := run(e, []string{"proxy", "--listen", "127.0.0.1:0", "--upstream", "http://h", "--state", dir})
+	want := "proxy: --lease 30s is longer than --window 4s (the state's)"
+	if code != exitBad || !strings.Contains(stderr.String(), want) {
+		t.Errorf("exit %d, %q; want exit 2 naming %q", code, stderr.String(), want)
 	}
 }
