@@ -33,6 +33,7 @@ type proxyConfig struct {
 	requireKey     bool
 	maxBody        byteSize
 	maxRequestBody byteSize
+	maxMemory      byteSize
 	header         string
 	methods        string
 	metrics        string
@@ -81,6 +82,7 @@ func newProxyFlags(e *env) (*flag.FlagSet, *proxyConfig) {
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a request of --methods without a key (default: send it upstream as is)")
 	fs.Var(&c.maxBody, "max-body", "store responses of at most `SIZE` (bytes, or with KiB, MiB); a larger one is sent, not stored")
 	fs.Var(&c.maxRequestBody, "max-request-body", "refuse (413) a keyed request with a body over `SIZE`")
+	fs.Var(&c.maxMemory, "max-memory", "hold at most `SIZE` of request bodies and responses at once: a keyed request over it gets 503, a response over it is sent, not stored (default 256MiB, or --max-request-body + --max-body if more)")
 	fs.StringVar(&c.header, "header", "Idempotency-Key", "the request header carrying the key, `NAME`")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "the methods that take keys, comma-separated `LIST`")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
@@ -186,6 +188,7 @@ func runProxy(e *env, args []string) error {
 		Wait:           c.wait,
 		MaxBody:        int(c.maxBody),
 		MaxRequestBody: int64(c.maxRequestBody),
+		MaxMemory:      int64(c.maxMemory),
 		Report:         pm.report,
 		ErrorLog: func(format string, args ...any) {
 			fmt.Fprintf(e.stderr, "dedup proxy: "+format+"\n", args...)
@@ -194,8 +197,8 @@ func runProxy(e *env, args []string) error {
 	// Check the middleware's options before anything is opened.
 	mwOpts.Store = (*dedup.Engine)(nil)
 	if err := mwOpts.Validate(); err != nil {
-		// The flags are checked above but for these two, which Validate
-		// names by their Options fields: a user of the command sees flags.
+		// The flags are checked above but for these, which Validate names
+		// by their Options fields: a user of the command sees flags.
 		return usageErr(fmt.Errorf("proxy: %s", middlewareFlagWords.Replace(err.Error())))
 	}
 	ln, err := net.Listen("tcp", c.listen)
@@ -253,7 +256,8 @@ func runProxy(e *env, args []string) error {
 
 // middlewareFlagWords rewrites the names of the idempotency.Options fields
 // the proxy's flags set into those flags, on one line.
-var middlewareFlagWords = strings.NewReplacer("idempotency: Header ", "--header ", "idempotency: Methods ", "--methods ", "\n", "; ")
+var middlewareFlagWords = strings.NewReplacer("idempotency: Header ", "--header ", "idempotency: Methods ", "--methods ",
+	"idempotency: MaxMemory ", "--max-memory ", "MaxRequestBody + MaxBody", "--max-request-body + --max-body", "\n", "; ")
 
 // keyedBy reports whether a request the middleware passes on carries a key
 // of header with one of methods: the middleware passes such a request on
@@ -409,7 +413,7 @@ func newProxyMetrics() *proxyMetrics {
 	m := &proxyMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_proxy_requests_total",
-			Help: "Requests by outcome: executed (sent upstream, response stored), replayed, conflict (409), mismatch (422), released (sent upstream, not stored: 5xx, 429, too large), rejected (400, 413), failed (503), unkeyed (sent upstream without a key).",
+			Help: "Requests by outcome: executed (sent upstream, response stored), replayed, conflict (409), mismatch (422), released (sent upstream, not stored: 5xx, 429, too large), rejected (400, 413), failed (503: the store failed), overloaded (503: over --max-memory), unkeyed (sent upstream without a key).",
 		}, []string{"outcome"}),
 		stored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dedup_proxy_stored_bytes_total",

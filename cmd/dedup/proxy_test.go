@@ -343,6 +343,8 @@ func TestProxyFlagErrors(t *testing.T) {
 		{[]string{"--upstream", "http://h", "--state", "x", "--window", "4s", "--lease", "30s"}, "proxy: --lease 30s is longer than --window 4s"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "0"}, "--rate: must not be zero"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "-5"}, "--rate: must be in"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--max-memory", "1MiB"}, "proxy: --max-memory must hold one request's body and response, --max-request-body + --max-body"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--max-memory", "0"}, "want a positive number of bytes"},
 	} {
 		var stderr strings.Builder
 		// A proxy that starts in spite of the bad flag stops at once.
