@@ -124,8 +124,9 @@ var (
 	// ErrResultTooLarge is returned by Complete for a result over
 	// MaxResultSize bytes; the key stays in progress.
 	ErrResultTooLarge = errors.New("dedup: result too large")
-	// ErrBadLease is returned by Begin for a lease that is not positive.
-	ErrBadLease = errors.New("dedup: lease must be positive")
+	// ErrBadLease is returned by Begin for a lease that is not positive or
+	// is longer than the window.
+	ErrBadLease = errors.New("dedup: lease must be positive and within the window")
 	// ErrBadToken is returned by ParseToken for text that is not a token.
 	ErrBadToken = errors.New("dedup: bad token")
 )
@@ -135,7 +136,9 @@ var (
 // a later Begin of the key with another fingerprint gets ClaimMismatch,
 // checked before any stored result is returned. An empty fingerprint is
 // not checked. lease bounds how long the claim holds if its owner never
-// ends it (a crash): past it, the key may be claimed again.
+// ends it (a crash): past it, the key may be claimed again. It must be
+// positive and at most the window ([ErrBadLease]): the claim holds until
+// its lease ends, across restarts, whatever generation it is in.
 //
 // For one key, among any number of concurrent Begin calls (from any number
 // of goroutines) exactly one gets ClaimNew; the others get ClaimInProgress,
@@ -145,6 +148,9 @@ var (
 func (e *Engine) Begin(ctx context.Context, key, fingerprint []byte, lease time.Duration) (Claim, error) {
 	if lease <= 0 {
 		return Claim{}, fmt.Errorf("%w, got %v", ErrBadLease, lease)
+	}
+	if lease > e.opts.Window {
+		return Claim{}, fmt.Errorf("%w: %v is longer than the window, %v: a claim leaves with the window, and a caller that crashed could see its key run again before the lease ends", ErrBadLease, lease, e.opts.Window)
 	}
 	id, err := e.idemCheck(key)
 	if err != nil {
@@ -191,7 +197,12 @@ func (e *Engine) Begin(ctx context.Context, key, fingerprint []byte, lease time.
 			return c, nil
 		}
 		// The lease passed: the key is claimed again, under the
-		// generation of its first claim.
+		// generation of its first claim while that outlasts the new
+		// lease, else under the current one (the claim must not leave
+		// with its generation before its lease ends).
+		if now.Add(lease).After(e.timing.Expiry(gen)) {
+			gen = e.generationFor(now)
+		}
 	} else {
 		gen = e.generationFor(now)
 	}

@@ -203,6 +203,41 @@ func TestClaimsSurviveReopen(t *testing.T) {
 	}
 }
 
+// TestClaimHoldsThroughItsLease: a claim, fresh or taken again after a
+// lapsed lease, stays in progress across a restart until its lease ends,
+// even where the generation it was first claimed in leaves the window
+// sooner; a lease longer than the window is refused.
+func TestClaimHoldsThroughItsLease(t *testing.T) {
+	dir := t.TempDir()
+	clk := testclock.New(t0)
+	opts := Options{Dir: dir, Now: clk.Now, Window: time.Hour}
+	e := openT(t, opts)
+	if _, err := e.Begin(context.Background(), []byte("k"), nil, time.Hour+time.Second); !errors.Is(err, ErrBadLease) {
+		t.Fatalf("Begin with a lease over the window: %v, want ErrBadLease", err)
+	}
+	first := mustBegin(t, e, "again", "f", time.Minute, ClaimNew)
+	// The first claim's lease passed (its owner crashed); the key is
+	// claimed again 30s before its generation leaves the window.
+	clk.Set(first.Expires.Add(-30 * time.Second))
+	mustBegin(t, e, "again", "f", time.Minute, ClaimNew)
+	mustBegin(t, e, "fresh", "f", time.Hour, ClaimNew)
+	reopen := func() {
+		t.Helper()
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		e = openT(t, opts)
+	}
+	reopen()
+	clk.Advance(40 * time.Second)
+	mustBegin(t, e, "again", "f", time.Minute, ClaimInProgress)
+	clk.Advance(time.Hour - 41*time.Second)
+	mustBegin(t, e, "fresh", "f", time.Hour, ClaimInProgress)
+	reopen()
+	clk.Advance(2 * time.Second)
+	mustBegin(t, e, "fresh", "f", time.Hour, ClaimNew)
+}
+
 func TestClaimErrors(t *testing.T) {
 	ctx := context.Background()
 	p := openT(t, Options{Probabilistic: true})

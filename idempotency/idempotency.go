@@ -35,7 +35,8 @@
 //     are not replayed ([Options.ReplayHeaders] gives an allow-list instead).
 //     Trailers are stored and replayed as trailers.
 //   - A store that fails: 503 with Retry-After; a key (with its
-//     [Options.Scope]) longer than the store holds: 500.
+//     [Options.Scope]) longer than the store holds, or an [Options.Lease]
+//     longer than the store's window: 500.
 //   - Request bodies, recorded and replayed responses held at once stay
 //     within [Options.MaxMemory]: a keyed request that does not fit gets
 //     503 with Retry-After and runs nothing; a response that does not fit
@@ -198,6 +199,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// keys the store does not hold.
 			m.o.ErrorLog("idempotency: begin a key of %d bytes: %v", len(key), err)
 			problem(w, http.StatusInternalServerError, "Idempotency key too large for the store", "The request did not run: the key with its scope is longer than the store holds.")
+			return
+		}
+		if errors.Is(err, dedup.ErrBadLease) {
+			// No retry can pass either: Options.Lease is longer than the
+			// store's window.
+			m.o.ErrorLog("idempotency: begin with Lease %v: %v", m.o.Lease, err)
+			problem(w, http.StatusInternalServerError, "Idempotency lease longer than the store's window", "The request did not run: the server's lease outlasts the window its keys are kept for.")
 			return
 		}
 		m.o.ErrorLog("idempotency: begin %q: %v", key, err)

@@ -377,6 +377,22 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+// TestLeaseOverTheWindowIs500: a Lease longer than the store's window
+// answers 500 and runs nothing: no retry can pass.
+func TestLeaseOverTheWindowIs500(t *testing.T) {
+	e, err := dedup.Open(dedup.Options{Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	var runs atomic.Int32
+	var logged atomic.Int32
+	srv := serve(t, idempotency.Options{Store: e, Lease: time.Hour, ErrorLog: func(string, ...any) { logged.Add(1) }}, counting(&runs, 200))
+	if r := do(t, srv, "POST", "/", "k", "b"); r.status != http.StatusInternalServerError || !strings.Contains(r.body, "lease") || runs.Load() != 0 || logged.Load() != 1 {
+		t.Fatalf("%+v, ran %d times, %d lines logged; want 500 naming the lease, not run, logged", r, runs.Load(), logged.Load())
+	}
+}
+
 func TestStoreFailureAnswers503(t *testing.T) {
 	e, err := dedup.Open(dedup.Options{})
 	if err != nil {

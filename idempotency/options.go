@@ -70,8 +70,9 @@ type Options struct {
 	// MaxKeyLength is the longest key accepted, in bytes. Default 255.
 	MaxKeyLength int
 	// Lease bounds how long a key stays in progress when the process
-	// running its request dies: set it above the slowest request. Default
-	// 30s.
+	// running its request dies: set it above the slowest request, and
+	// within the store's window ([dedup.ErrBadLease]: every keyed request
+	// then gets 500). Default 30s.
 	Lease time.Duration
 	// Wait is how long a request whose key is in progress waits for the
 	// first request's response before it gets 409. Default 0: 409 at once.
