@@ -38,6 +38,9 @@ func TestIdempotencyCommands(t *testing.T) {
 	if v := do("DEDUP.BEGIN", "orders", "k1", "fp-b", 60000); fmt.Sprint(v) != "[mismatch]" {
 		t.Fatalf("BEGIN with another fingerprint = %v", v)
 	}
+	if err := c.Do(ctx, "DEDUP.BEGIN", "orders", "k9", "fp", int64(1e12)).Err(); err == nil || !strings.Contains(err.Error(), "longer than the window") {
+		t.Fatalf("BEGIN with a lease over the window: %v, want an error naming the window", err)
+	}
 	if v := do("DEDUP.GET", "orders", "k2"); fmt.Sprint(v) != "[absent]" {
 		t.Fatalf("GET of an unknown key = %v", v)
 	}
