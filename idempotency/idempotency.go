@@ -305,6 +305,15 @@ func (m *middleware) readBody(r *http.Request) (body []byte, held int, err error
 		return nil, 0, nil
 	}
 	defer r.Body.Close()
+	// A length announced over the limit, or over the memory left now, is
+	// refused before a byte is read: a client waiting for 100 Continue
+	// then gets the answer instead of sending a body cut short.
+	switch n := r.ContentLength; {
+	case n > m.o.MaxRequestBody:
+		return nil, 0, &http.MaxBytesError{Limit: m.o.MaxRequestBody}
+	case n > m.mem.max-m.mem.used.Load():
+		return nil, 0, errOverloaded
+	}
 	limit := int(min(m.o.MaxRequestBody, math.MaxInt-1))
 	size := 512
 	if n := r.ContentLength; n > 0 && n <= 64<<10 {
