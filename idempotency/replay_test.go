@@ -130,3 +130,31 @@ func TestReadBodyBeyondContentLength(t *testing.T) {
 		t.Error("a body shorter than its ContentLength read without error")
 	}
 }
+
+// readSpy records whether its Read was called.
+type readSpy struct{ read bool }
+
+func (r *readSpy) Read([]byte) (int, error) { r.read = true; return 0, io.EOF }
+
+// TestReadBodyRefusesAnnouncedLengthUnread: a Content-Length over
+// MaxRequestBody, or over the memory left, is refused before the body is
+// read (net/http then sends no 100 Continue).
+func TestReadBodyRefusesAnnouncedLengthUnread(t *testing.T) {
+	m := &middleware{o: Options{MaxRequestBody: 100}}
+	m.mem.max = 150
+	m.mem.used.Store(100)
+	for _, c := range []struct {
+		length int64
+		want   error
+	}{{101, &http.MaxBytesError{}}, {60, errOverloaded}} {
+		spy := &readSpy{}
+		r := httptest.NewRequest("POST", "/", spy)
+		r.ContentLength = c.length
+		_, held, err := m.readBody(r)
+		var tooLarge *http.MaxBytesError
+		ok := errors.Is(err, errOverloaded) == (c.want == errOverloaded) && errors.As(err, &tooLarge) == (c.want != errOverloaded)
+		if !ok || spy.read || held != 0 {
+			t.Errorf("Content-Length %d: %v, read %v, held %d; want %T unread", c.length, err, spy.read, held, c.want)
+		}
+	}
+}
