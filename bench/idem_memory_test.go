@@ -19,6 +19,20 @@ func (a addrWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// testUpstream starts the benchmark's upstream with the default
+// configuration, stopped at the test's end.
+func testUpstream(t *testing.T) (IdemConfig, *upstream) {
+	t.Helper()
+	cfg := IdemConfig{}
+	cfg.defaults()
+	up, err := startUpstream(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.close)
+	return cfg, up
+}
+
 // serveOwn runs serve in the background and returns its URL.
 func serveOwn(t *testing.T, serve func(ctx context.Context, stderr io.Writer) error) string {
 	t.Helper()
@@ -64,13 +78,7 @@ func postCharge(t *testing.T, url, key, body string) (int, http.Header, string) 
 // replays it with the upstream's status, headers and body, and refuses
 // the key with another body.
 func TestIdemMemoryMiddleware(t *testing.T) {
-	cfg := IdemConfig{}
-	cfg.defaults()
-	up, err := startUpstream(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.close()
+	_, up := testUpstream(t)
 	url := serveOwn(t, func(ctx context.Context, stderr io.Writer) error {
 		return ServeIdemMemory(ctx, "127.0.0.1:0", up.url, stderr)
 	})
@@ -112,13 +120,7 @@ func TestMemKVExpires(t *testing.T) {
 // TestIdemConstant: the constant target answers every request as a
 // replay of the upstream's answer to its key.
 func TestIdemConstant(t *testing.T) {
-	cfg := IdemConfig{}
-	cfg.defaults()
-	up, err := startUpstream(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.close()
+	cfg, up := testUpstream(t)
 	url := serveOwn(t, func(ctx context.Context, stderr io.Writer) error {
 		return ServeIdemConstant(ctx, "127.0.0.1:0", cfg.BodySize, stderr)
 	})

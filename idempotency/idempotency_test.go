@@ -52,14 +52,21 @@ type response struct {
 
 func do(t testing.TB, srv *httptest.Server, method, path, key, body string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	return send(t, srv.Client(), method, srv.URL+path, key, strings.NewReader(body))
+}
+
+// send sends a request with key (none if "") and body, and reads the
+// response whole.
+func send(t testing.TB, c *http.Client, method, url, key string, body io.Reader) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	res, err := srv.Client().Do(req)
+	res, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

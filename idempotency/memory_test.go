@@ -68,21 +68,7 @@ func post(t *testing.T, url, key, body string, known bool) response {
 	if !known {
 		rd = io.MultiReader(rd) // a reader net/http does not know the length of
 	}
-	req, err := http.NewRequest("POST", url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Idempotency-Key", key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{res.StatusCode, res.Header, string(b)}
+	return send(t, http.DefaultClient, "POST", url, key, rd)
 }
 
 // TestMemoryBoundsRequestBodies: request bodies held by requests in
