@@ -331,53 +331,50 @@ func (a *idemAcc) run(ctx context.Context, cfg IdemConfig, t *idemTarget, up *up
 		}
 		return c, cputime.Process(), nil
 	}
-	c0, b0, err := cpu()
-	if err != nil {
-		return err
+	// load sends n requests, the i-th with key keyOf(i), and returns their
+	// rate and the CPU they cost the target and the benchmark's process.
+	load := func(stage string, n int, keyOf func(int) int, replayed bool, h *Histogram) (rate float64, target, bench time.Duration, err error) {
+		c0, b0, err := cpu()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if rate, err = idemLoad(ctx, t.pool, prefix, n, keyOf, p, replayed, h); err != nil {
+			return 0, 0, 0, t.failed(stage, err)
+		}
+		c1, b1, err := cpu()
+		return rate, c1 - c0, b1 - b0, err
 	}
 	if t.replayOnly {
 		p.Add(int64(cfg.Requests))
 	} else {
-		rate, err := idemLoad(ctx, t.pool, prefix, cfg.Requests, func(i int) int { return i }, p, false, &a.newHist)
-		if err != nil {
-			return t.failed("new keys", err)
-		}
-		c1, b1, err := cpu()
+		rate, c, b, err := load("new keys", cfg.Requests, func(i int) int { return i }, false, &a.newHist)
 		if err != nil {
 			return err
 		}
 		a.newRates = append(a.newRates, rate)
-		a.newCPU += c1 - c0
-		a.benchNew += b1 - b0
+		a.newCPU += c
+		a.benchNew += b
 		a.newN += cfg.Requests
-	}
-	if t.memory != nil && !t.replayOnly {
-		rss1, disk1, err := t.memory()
-		if err != nil {
-			return err
+		if t.memory != nil {
+			rss1, disk1, err := t.memory()
+			if err != nil {
+				return err
+			}
+			a.rss += max(rss1, rss0) - rss0
+			a.disk += max(disk1, disk0) - disk0
 		}
-		a.rss += max(rss1, rss0) - rss0
-		a.disk += max(disk1, disk0) - disk0
 	}
 	stride := 7919
 	for gcd(stride, cfg.Requests) != 1 {
 		stride += 2
 	}
-	c1, b1, err := cpu()
-	if err != nil {
-		return err
-	}
-	rate, err := idemLoad(ctx, t.pool, prefix, cfg.Replays, func(i int) int { return (i * stride) % cfg.Requests }, p, t.name != "upstream directly", &a.replayHist)
-	if err != nil {
-		return t.failed("replays", err)
-	}
-	c2, b2, err := cpu()
+	rate, c, b, err := load("replays", cfg.Replays, func(i int) int { return (i * stride) % cfg.Requests }, t.name != "upstream directly", &a.replayHist)
 	if err != nil {
 		return err
 	}
 	a.replayRates = append(a.replayRates, rate)
-	a.replayCPU += c2 - c1
-	a.benchReplay += b2 - b1
+	a.replayCPU += c
+	a.benchReplay += b
 	a.replayN += cfg.Replays
 	a.calls += up.calls.Load() - calls0
 	return nil
