@@ -9,8 +9,8 @@ import (
 	. "github.com/streamdedup/dedup"
 )
 
-// TestBackupOutlivesLaterSnapshots: a backup shares its snapshot's files
-// with the live state (hard links); the live state's later snapshots,
+// TestBackupOutlivesLaterSnapshots: a linked backup (BackupOptions.Link)
+// shares its snapshot's files with the live state; the live state's later snapshots,
 // which delete the files they no longer need, leave the backup whole, and
 // it restores every key committed before it from its snapshot.
 func TestBackupOutlivesLaterSnapshots(t *testing.T) {
@@ -30,7 +30,7 @@ func TestBackupOutlivesLaterSnapshots(t *testing.T) {
 	}
 	observe(0, 1000)
 	backup := filepath.Join(root, "backup")
-	if err := e.Backup(backup); err != nil {
+	if err := e.BackupWith(backup, BackupOptions{Link: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Linked, not copied: the snapshot's files are shared.

@@ -73,6 +73,12 @@ var (
 	// (probabilistic mode) or rebuilds the filters from the store (exact
 	// mode), so a caller may treat it as a warning.
 	ErrSnapshot = errors.New("dedup: snapshot")
+	// ErrNotBackup is returned by [RestoreBackup] for a directory that
+	// holds no backup: no [BackupManifest] (a copy of a state, such as
+	// cp -a makes, is not a backup) and no valid lone snapshot. A backup
+	// whose manifest is there but whose files fail it is damaged instead:
+	// [ErrCorrupt].
+	ErrNotBackup = errors.New("dedup: not a backup")
 	// ErrBatchLength is returned by ObserveBatch when out is shorter than
 	// keys.
 	ErrBatchLength = errors.New("dedup: out is shorter than keys")
