@@ -400,6 +400,9 @@ func checkRestoreTarget(dst string) error {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return wrap(err, "restore")
 	}
+	if err := os.MkdirAll(filepath.Dir(filepath.Clean(dst)), exact.PrivateDirMode); err != nil {
+		return wrap(err, "restore")
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 )
 
@@ -23,6 +24,12 @@ type checkpoint struct {
 	Out     string   `json:"out"`
 	Dups    string   `json:"dups,omitempty"`
 	Rejects string   `json:"rejects,omitempty"`
+	// State is the absolute path of the state directory at the commit.
+	// A state moved since (a restore elsewhere, a renamed tree) takes a
+	// path of the job at the same place relative to State as the one
+	// this run names (see moveTo). Absent in checkpoints written before
+	// it was recorded.
+	State string `json:"state,omitempty"`
 
 	// Position: Inputs[File] has been consumed up to byte Offset, which is
 	// the start of its line number Line (1-based). At the end of the last
@@ -109,4 +116,46 @@ func (c *checkpoint) sameJob(j *checkpoint) bool {
 // outputs of the job j.
 func (c *checkpoint) sameOutputs(j *checkpoint) bool {
 	return c.Out == j.Out && c.Dups == j.Dups && c.Rejects == j.Rejects
+}
+
+// moveTo adapts c, read from the state directory now at state (absolute),
+// to a move of the whole job: when c was committed with the state at
+// another path, each of c's paths that, taken at the same place relative
+// to the state, is the path the job j names becomes j's. The identity of
+// the position's input is then its bytes alone (its inode is another
+// file's). It returns the paths moved, as "old -> new".
+func (c *checkpoint) moveTo(state string, j *checkpoint) []string {
+	if c.State == "" || c.State == state {
+		return nil
+	}
+	var moved []string
+	move := func(p *string, now string) bool {
+		if *p == "" || *p == "-" || *p == now {
+			return false
+		}
+		rel, err := filepath.Rel(c.State, *p)
+		if err != nil || filepath.Join(state, rel) != now {
+			return false
+		}
+		moved = append(moved, *p+" -> "+now)
+		*p = now
+		return true
+	}
+	if len(c.Inputs) == len(j.Inputs) {
+		for i := range c.Inputs {
+			if move(&c.Inputs[i], j.Inputs[i]) {
+				if i == c.File {
+					c.Ino, c.Dev = 0, 0
+				}
+				if i < len(c.Read) {
+					c.Read[i].Ino = 0
+				}
+			}
+		}
+	}
+	move(&c.Out, j.Out)
+	move(&c.Dups, j.Dups)
+	move(&c.Rejects, j.Rejects)
+	c.State = state
+	return moved
 }

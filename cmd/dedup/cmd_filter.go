@@ -431,6 +431,11 @@ func (f *filterRun) setup() error {
 		return err
 	}
 	j.Line = 1
+	if c.state != "" {
+		if j.State, err = filepath.Abs(c.state); err != nil {
+			return err
+		}
+	}
 
 	seekable := c.state != "" && !c.fromStart
 	for _, in := range c.inputs {
@@ -443,13 +448,19 @@ func (f *filterRun) setup() error {
 		if err != nil {
 			return fmt.Errorf("state %s: %w", c.state, err)
 		}
+		if moved := cp.moveTo(j.State, j); len(moved) > 0 {
+			fmt.Fprintf(f.env.stderr, "dedup filter: state %s was committed at another path; the job's files at the same places relative to it are its own: %s\n",
+				c.state, strings.Join(moved, ", "))
+		}
 		f.prev = &cp
 		// The same outputs and a position in a known file: a run over
 		// other inputs may resume it where one of them is that file
 		// (locate).
 		f.relocatable = seekable && cp.sameOutputs(j) && cp.File < len(cp.Inputs) && (cp.Ino != 0 || cp.Sum != "")
 		if seekable && cp.sameJob(j) {
+			state := j.State
 			*j = cp
+			j.State = state
 			f.resumed = true
 		}
 	}

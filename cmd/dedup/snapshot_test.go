@@ -441,3 +441,62 @@ func TestStatsStoreExcludesSnapshots(t *testing.T) {
 		t.Errorf("stats: exit %d, want %q:\n%s%s", code, want, stdout, stderr)
 	}
 }
+
+// TestFilterResumesAMovedJob: a job moved whole (its state restored from a
+// backup into another tree, its input and output copied beside it)
+// resumes its own output there; the output is byte for byte that of one
+// run over the whole input.
+func TestFilterResumesAMovedJob(t *testing.T) {
+	var first, more strings.Builder
+	for i := 0; i < 3000; i++ {
+		fmt.Fprintf(&first, "k%d\n", i%2100)
+		fmt.Fprintf(&more, "k%d\n", 1500+i%2500)
+	}
+	run := func(state, in, out string) string {
+		t.Helper()
+		code, _, stderr := runCmd(t, "", "filter", "--format", "lines", "--state", state, "--in", in, "--out", out)
+		if code != 0 {
+			t.Fatalf("filter --state %s: exit %d: %s", state, code, stderr)
+		}
+		return stderr
+	}
+	// One run over the whole input: the reference.
+	ref := t.TempDir()
+	writeFile(t, filepath.Join(ref, "in"), first.String()+more.String())
+	run(filepath.Join(ref, "state"), filepath.Join(ref, "in"), filepath.Join(ref, "out"))
+
+	old := filepath.Join(t.TempDir(), "job")
+	if err := os.Mkdir(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in, state, out := filepath.Join(old, "in"), filepath.Join(old, "state"), filepath.Join(old, "out")
+	writeFile(t, in, first.String())
+	run(state, in, out)
+	f, err := os.OpenFile(in, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(more.String())
+	f.Close()
+	bk := filepath.Join(t.TempDir(), "bk")
+	if code, _, stderr := runCmd(t, "", "backup", state, bk); code != 0 {
+		t.Fatalf("backup: exit %d: %s", code, stderr)
+	}
+	// The move: a new tree, the old one gone.
+	moved := filepath.Join(t.TempDir(), "elsewhere", "job")
+	if code, _, stderr := runCmd(t, "", "restore", bk, filepath.Join(moved, "state")); code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	writeFile(t, filepath.Join(moved, "in"), readFile(t, in))
+	writeFile(t, filepath.Join(moved, "out"), readFile(t, out))
+	if err := os.RemoveAll(old); err != nil {
+		t.Fatal(err)
+	}
+	stderr := run(filepath.Join(moved, "state"), filepath.Join(moved, "in"), filepath.Join(moved, "out"))
+	if !strings.Contains(stderr, "committed at another path") {
+		t.Errorf("the resume does not say the state moved: %s", stderr)
+	}
+	if got, want := readFile(t, filepath.Join(moved, "out")), readFile(t, filepath.Join(ref, "out")); got != want {
+		t.Fatalf("moved job's output: %d bytes, want %d (one run over the whole input)", len(got), len(want))
+	}
+}
