@@ -67,7 +67,7 @@ func human(b uint64) string {
 }
 
 // Info returns the INFO text of the given sections ("server", "clients",
-// "memory", "stats", "dedup", "keyspace"); none, "default", "all" or
+// "memory", "persistence", "stats", "dedup", "keyspace"); none, "default", "all" or
 // "everything" means all of them.
 func (s *Server) Info(sections ...string) string {
 	want := map[string]bool{}
@@ -131,6 +131,9 @@ func (s *Server) Info(sections ...string) string {
 		line("maxmemory", 0)
 		line("mem_allocator", "go")
 		line("used_memory_note", "used_memory is the whole process's resident set (filters, keys in flight, store caches, Go heap)")
+	}
+	if section("Persistence") {
+		s.persistenceInfo(line)
 	}
 	if section("Stats") {
 		var hits, misses uint64

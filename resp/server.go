@@ -44,6 +44,12 @@ type Options struct {
 	// every table in memory, lost on Shutdown. Default "".
 	Dir string
 
+	// BackupDir is the only directory the server writes backups into
+	// (DEDUP.BACKUP, SAVE, BGSAVE; see [Server.Backup]): a client names a
+	// backup, never a path. It must lie outside Dir, and Dir must be set.
+	// Default "": backups are off.
+	BackupDir string
+
 	// Engine holds the options of the default table and the defaults of
 	// every table created without BF.RESERVE. Dir, AutoCommit and
 	// SnapshotInterval are the server's to set and are ignored here.
@@ -159,6 +165,7 @@ func (c *Options) Validate() error {
 	if c.WriteTimeout < 0 {
 		bad = append(bad, fmt.Sprintf("WriteTimeout %v < 0", c.WriteTimeout))
 	}
+	bad = append(bad, c.validateBackupDir()...)
 	if c.Engine.AutoCommit != 0 {
 		bad = append(bad, "Engine.AutoCommit is set: the server commits by Fsync")
 	}
@@ -206,6 +213,8 @@ type Server struct {
 	netInput         atomic.Uint64
 	syncs            atomic.Uint64
 	peakRSS          atomic.Uint64
+
+	bk backupRun // backups (backup.go)
 
 	mu      sync.Mutex
 	serving bool               // guarded by mu
@@ -460,6 +469,7 @@ func (s *Server) Shutdown() error {
 	s.closing.Store(true)
 	close(s.stop)
 	s.loops.Wait()
+	s.bk.wg.Wait()
 	if ln != nil {
 		// Closing the listener ends the accept loop; closing each
 		// connection ends its goroutine after the command it is serving.

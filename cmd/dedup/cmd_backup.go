@@ -1,20 +1,34 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/internal/humanize"
+	"github.com/streamdedup/dedup/resp"
 )
 
-// newBackupFlags is the flag set of `dedup backup`: no flags.
-func newBackupFlags(e *env) *flag.FlagSet { return newFlags(e, "dedup backup", backupHelp, "") }
+// backupConfig holds the flags of `dedup backup`.
+type backupConfig struct {
+	link bool
+}
+
+// newBackupFlags is the flag set of `dedup backup`.
+func newBackupFlags(e *env) (*flag.FlagSet, *backupConfig) {
+	c := &backupConfig{}
+	fs := newFlags(e, "dedup backup", backupHelp, "")
+	fs.BoolVar(&c.link, "link", false, "hard-link the store's files where the file system allows instead of copying them (the backup then shares them with DIR)")
+	return fs, c
+}
 
 func runBackup(e *env, args []string) error {
-	fs := newBackupFlags(e)
+	fs, c := newBackupFlags(e)
 	pos, err := positionals(fs, args, 2, "a state directory and a destination")
 	if err != nil {
 		return err
@@ -26,7 +40,27 @@ func runBackup(e *env, args []string) error {
 	if _, err := os.Stat(dest); err == nil {
 		return fmt.Errorf("backup: %s already exists: the destination must be a new directory", dest)
 	}
+	if in, err := within(dir, dest); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	} else if in {
+		return fmt.Errorf("backup: %s lies inside %s: give a destination outside the state", dest, dir)
+	}
+	bo := dedup.BackupOptions{Link: c.link}
 	start := time.Now()
+	if resp.IsState(dir) {
+		tables, err := resp.BackupState(dir, dest, bo)
+		if err != nil {
+			if inUse(err) || errors.Is(err, dedup.ErrStateInUse) {
+				return fmt.Errorf("backup: %w (a running dedup serve is backed up live with DEDUP.BACKUP, see --backup-dir)", stateErr(dir, err))
+			}
+			return fmt.Errorf("backup: %w", err)
+		}
+		size, _ := dirSize(dest)
+		fmt.Fprintf(e.stdout, "backed up the dedup serve state %s into %s: %d tables (%s), %s, in %v\n", dir, dest, len(tables),
+			strings.Join(tables, ", "), humanize.Bytes(size), time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(e.stdout, "restore it with: dedup restore %s NEWDIR\n", dest)
+		return nil
+	}
 	opts, err := dedup.StateOptions(dir)
 	if err != nil {
 		return fmt.Errorf("backup: %w", stateErr(dir, err))
@@ -37,7 +71,7 @@ func runBackup(e *env, args []string) error {
 		return fmt.Errorf("backup: %w", openErr(dir, err))
 	}
 	st := eng.Stats()
-	berr := eng.Backup(dest)
+	berr := eng.BackupWith(dest, bo)
 	cerr := eng.Close()
 	if berr != nil {
 		return berr // "dedup: backup: ..."
@@ -46,10 +80,50 @@ func runBackup(e *env, args []string) error {
 		return fmt.Errorf("backup: close %s: %w", dir, cerr)
 	}
 	size, _ := dirSize(dest)
-	fmt.Fprintf(e.stdout, "backed up %s into %s: %d keys, %s (%s), in %v\n", dir, dest, st.FilterKeys,
-		humanize.Bytes(size), describeOptions(opts), time.Since(start).Round(time.Millisecond))
+	how := "copied"
+	if c.link {
+		how = "linked: shares the store's files with " + dir
+	}
+	fmt.Fprintf(e.stdout, "backed up %s into %s: %d keys, %s (%s), %s, in %v\n", dir, dest, st.FilterKeys,
+		humanize.Bytes(size), describeOptions(opts), how, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(e.stdout, "restore it with: dedup restore %s NEWDIR\n", dest)
 	return nil
+}
+
+// within reports whether p is dir or lies under it, both made absolute
+// with their symbolic links resolved as far as they exist.
+func within(dir, p string) (bool, error) {
+	d, err := resolved(dir)
+	if err != nil {
+		return false, err
+	}
+	q, err := resolved(p)
+	if err != nil {
+		return false, err
+	}
+	rel, err := filepath.Rel(d, q)
+	return err == nil && (rel == "." || rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))), nil
+}
+
+// resolved is p absolute, with the symbolic links of its longest existing
+// prefix resolved.
+func resolved(p string) (string, error) {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for cur := a; ; {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return a, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
 }
 
 // newRestoreFlags is the flag set of `dedup restore`: no flags.
@@ -66,6 +140,19 @@ func runRestore(e *env, args []string) error {
 		return fmt.Errorf("restore: %w", err)
 	}
 	start := time.Now()
+	if resp.IsStateBackup(src) {
+		tables, err := resp.RestoreState(src, dir)
+		if err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "restored the dedup serve state %s into %s (verified) in %v\n", src, dir, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(e.stdout, "tables           %d: %s\n", len(tables), strings.Join(tables, ", "))
+		fmt.Fprintf(e.stdout, "serve it with: dedup serve --state %s\n", dir)
+		return nil
+	}
+	if resp.IsState(src) {
+		return fmt.Errorf("restore: %s is a dedup serve state, not a backup: back it up with dedup backup (stopped) or DEDUP.BACKUP (running), then restore that", src)
+	}
 	opts, err := dedup.RestoreBackup(src, dir)
 	if err != nil {
 		return err // "dedup: restore: ..."

@@ -27,6 +27,7 @@ type serveConfig struct {
 	maxKey           int
 	metrics          string
 	snapshotInterval time.Duration
+	backupDir        string
 }
 
 const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
@@ -74,6 +75,7 @@ func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.maxKey, "max-key", 4096, "refuse keys over `N` bytes (at most 65536, what the exact store holds)")
 	fs.IntVar(&c.maxTables, "max-tables", 64, "serve at most `N` tables (BF.* and DEDUP.* names, the default one included): each is an engine")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
+	fs.StringVar(&c.backupDir, "backup-dir", "", "write backups (DEDUP.BACKUP, SAVE, BGSAVE) into `DIR`, outside --state, and nowhere else (default: backups off)")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "snapshot every table's filters every `DURATION` (under --fsync no, commit too)")
 	return fs, c
 }
@@ -144,6 +146,7 @@ func runServe(e *env, args []string) error {
 	}
 	cfg := resp.Options{
 		Dir:              c.state,
+		BackupDir:        c.backupDir,
 		Engine:           opts,
 		Fsync:            c.fsync,
 		SnapshotInterval: c.snapshotInterval,

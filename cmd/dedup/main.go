@@ -58,7 +58,7 @@ func init() {
 		{"proxy", "put idempotency keys in front of any HTTP API (a reverse proxy that stores responses)", runProxy, flagSetOf(newProxyFlags), nil},
 		{"stats", "print what a state directory holds", runStats, flagSetOf(newStatsFlags), nil},
 		{"snapshot", "inspect, verify or rebuild the filter snapshots of a state", runSnapshot, newSnapshotFlags, snapshotSubs},
-		{"backup", "copy a state directory consistently into a new directory", runBackup, newBackupFlags, nil},
+		{"backup", "copy a state directory (or a whole dedup serve state) consistently into a new directory", runBackup, flagSetOf(newBackupFlags), nil},
 		{"restore", "install a backup (or a lone snapshot) into a new state directory", runRestore, newRestoreFlags, nil},
 		{"help", "print help for dedup or a command", runHelp, newHelpFlags, nil},
 	}

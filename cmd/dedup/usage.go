@@ -253,17 +253,30 @@ Exit status
   2  bad usage
 `
 
-const backupHelp = `Usage: dedup backup DIR DEST
+const backupHelp = `Usage: dedup backup [--link] DIR DEST
 
-Writes a consistent copy of the state directory DIR into DEST, a directory
-that must not exist yet: a fresh snapshot of the filters and a Pebble
-checkpoint of the store (hard links where the file system allows, so it is
-fast and small on the same disk). The copy holds every committed key and
-the last committed checkpoint of 'dedup filter'.
+Writes a consistent copy of the state DIR into DEST, a directory that must
+not exist yet and must not lie inside DIR: a fresh snapshot of the filters,
+a Pebble checkpoint of the store, and last a manifest (dedup-backup.json)
+listing every store file with its length and hash. The copy holds every
+committed key and the last committed checkpoint of 'dedup filter'. DIR is
+a state directory, or a 'dedup serve --state' directory: then every table
+is backed up, each with its table.json.
+
+The backup is written under a hidden name beside DEST (.DEST.partial-*)
+and renamed to DEST once whole: an interrupted backup never leaves a
+partial DEST (remove the hidden folder). Every file is copied, so the
+backup shares no byte with DIR; --link hard-links the store's files
+instead where the file system allows (fast, no extra disk on the same
+file system, but a damaged block is then damaged in both: a view to roll
+back to, not a copy to keep).
 
 DIR must not be in use by another process: stop the 'dedup filter' that
 holds it (it commits on SIGINT/SIGTERM), back up, then start it again. A
-program that embeds the engine backs up a live state with Engine.Backup.
+running 'dedup serve' is backed up live with DEDUP.BACKUP (see
+docs/serve.md); a program that embeds the engine uses Engine.Backup. A
+copy of a running state with cp -a is not a backup: it can miss
+committed keys, and 'dedup restore' refuses it.
 
 Examples
   dedup backup ./state /backups/state-2025-01-31
@@ -271,18 +284,27 @@ Examples
 
 Exit status
   0  backed up
-  1  DIR is missing, not a state, in use; DEST exists; or an I/O error
+  1  DIR is missing, not a state, in use; DEST exists or lies inside DIR; or an I/O error
   2  bad usage
+
+Flags
 `
 
 const restoreHelp = `Usage: dedup restore SRC DIR
 
 Installs SRC into DIR, a new or empty state directory, after verifying it:
-SRC is a backup written by 'dedup backup', or, for a probabilistic state, a
-lone snapshot folder (the snapshots folder of a state, or a copy of it).
-The backup is checked on a scratch copy (its snapshot verified, the state
-opened) before DIR is filled; SRC is never modified. It refuses a DIR that
-holds anything. Prints the options, keys and checkpoint installed.
+SRC is a backup written by 'dedup backup' or DEDUP.BACKUP (of a state
+directory or of a whole 'dedup serve' state, every table with its
+table.json), or, for a probabilistic state, a lone snapshot folder (the
+snapshots folder of a state, or a copy of it). Every store file is checked
+against the backup's manifest (a file missing, cut or changed: the backup
+is damaged, and the message names the file), then the state is copied to
+a scratch folder beside DIR, opened there (its snapshot verified), every
+file and folder fsynced, and renamed to DIR; SRC is never modified. It
+refuses a DIR that holds anything, a SRC or DIR open in another process,
+and a directory without a manifest: a copy of a running state (cp -a) is
+not a backup (it can miss committed keys). Prints the options, keys and
+checkpoint installed.
 
 Then run 'dedup filter --state DIR ...' as before: the flags that shape
 the state are adopted from it, and the keys committed before the backup
@@ -294,6 +316,6 @@ Examples
 
 Exit status
   0  restored
-  1  SRC is not a valid backup, DIR is not empty, or an I/O error
+  1  SRC is not a backup or is damaged, SRC or DIR is in use, DIR is not empty, or an I/O error
   2  bad usage
 `
