@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,9 +13,11 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/redis/go-redis/v9"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/internal/diskuse"
 	"github.com/streamdedup/dedup/internal/humanize"
+	"github.com/streamdedup/dedup/resp"
 )
 
 // makeState runs `dedup filter` over lines into a new state directory
@@ -498,5 +501,75 @@ func TestFilterResumesAMovedJob(t *testing.T) {
 	}
 	if got, want := readFile(t, filepath.Join(moved, "out")), readFile(t, filepath.Join(ref, "out")); got != want {
 		t.Fatalf("moved job's output: %d bytes, want %d (one run over the whole input)", len(got), len(want))
+	}
+}
+
+// TestBackupServeState: `dedup backup` of a stopped `dedup serve --state`
+// directory backs up every table with its table.json, and `dedup restore`
+// installs it whole; a destination inside the state is refused.
+func TestBackupServeState(t *testing.T) {
+	root := t.TempDir()
+	state := filepath.Join(root, "state")
+	srv, err := resp.New(resp.Options{Dir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2})
+	defer c.Close()
+	for _, cmd := range [][]any{{"SET", "k", "1", "NX"}, {"DEDUP.RESERVE", "jobs", "EXPLICITDONE"}, {"DEDUP.OBSERVE", "jobs", "j"}, {"DEDUP.DONE", "jobs", "j"}} {
+		if err := c.Do(t.Context(), cmd...).Err(); err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+	}
+	if err := srv.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCmd(t, "", "backup", state, filepath.Join(state, "bk")); code != exitRuntime || !strings.Contains(stderr, "inside") {
+		t.Fatalf("backup into the state: exit %d: %s", code, stderr)
+	}
+	bk := filepath.Join(root, "bk")
+	code, stdout, stderr := runCmd(t, "", "backup", state, bk)
+	if code != 0 || !strings.Contains(stdout, "2 tables (default, jobs)") {
+		t.Fatalf("backup: exit %d:\n%s%s", code, stdout, stderr)
+	}
+	dst := filepath.Join(root, "restored")
+	code, stdout, stderr = runCmd(t, "", "restore", bk, dst)
+	if code != 0 || !strings.Contains(stdout, "tables           2: default, jobs") {
+		t.Fatalf("restore: exit %d:\n%s%s", code, stdout, stderr)
+	}
+	opts, ok, err := resp.ReadTableOptions(dst, "jobs")
+	if err != nil || !ok || !opts.ExplicitDone {
+		t.Fatalf("restored jobs table options %+v, %v, %v: EXPLICITDONE lost", opts, ok, err)
+	}
+	if code, _, stderr := runCmd(t, "", "restore", state, filepath.Join(root, "r2")); code != exitRuntime || !strings.Contains(stderr, "not a backup") {
+		t.Fatalf("restore of a serve state: exit %d: %s", code, stderr)
+	}
+}
+
+// TestRestoreRefusesAStateInUse: a state another process holds open is
+// not restored from (it is not a backup, and it changes under the copy),
+// and the message says which process holds it.
+func TestRestoreRefusesAStateInUse(t *testing.T) {
+	state := makeState(t, t.TempDir(), "a\n")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldState$")
+	cmd.Env = append(os.Environ(), "DEDUP_TEST_HOLD="+state)
+	_, out := startPiped(t, cmd)
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("helper: %q %v", line, err)
+	}
+	for i := 0; i < 3; i++ {
+		dst := filepath.Join(t.TempDir(), "r")
+		code, _, stderr := runCmd(t, "", "restore", state, dst)
+		if code != exitRuntime || !strings.Contains(stderr, "in use") || !strings.Contains(stderr, fmt.Sprintf("process %d", cmd.Process.Pid)) {
+			t.Fatalf("restore from a state in use: exit %d: %s", code, stderr)
+		}
+		if _, err := os.Stat(dst); err == nil {
+			t.Fatal("a refused restore left its target")
+		}
 	}
 }
