@@ -98,7 +98,7 @@
 //
 //	{"format":"dedup-filter/1",
 //	 "inputs":["/abs/a.ndjson",...], "out":"/abs/out.ndjson", "dups":"...", "rejects":"...",
-//	 "file":1, "offset":1234, "line":57, "ino":1835, "dev":2049, "sum":"9f2c...",
+//	 "state":"/abs/state", "file":1, "offset":1234, "line":57, "ino":1835, "dev":2049, "sum":"9f2c...",
 //	 "read":[{"ino":1834,"offset":52011,"sum":"0b61..."}],
 //	 "out_len":900, "dups_len":120, "rejects_len":0,
 //	 "counts":{"events":56,"distinct":40,"duplicates":14,"rejects":2,"bytes":1234}}
@@ -109,7 +109,10 @@
 // and last 4 KiB before offset (absent for stdin); read has the same of
 // each input before file, when it was read to its end. The lengths
 // are those of the output files at the commit, and counts the job's
-// counters up to the position.
+// counters up to the position. state is the state directory's path at the
+// commit: a state found at another path (restored elsewhere) takes each
+// file of the job at the same place relative to it as the one the run
+// names (checkpoint.moveTo).
 //
 // # Source layout
 //
