@@ -137,7 +137,9 @@ func (c *Consumer) backup(pt *partition) (string, int64, error) {
 	if err != nil {
 		return "", -1, err
 	}
-	if err := pt.eng.Backup(dir); err != nil {
+	// A scratch copy, uploaded and removed: links (where the file system
+	// allows) spare copying the store only to read it once.
+	if err := pt.eng.BackupWith(dir, dedup.BackupOptions{Link: true}); err != nil {
 		os.RemoveAll(dir)
 		return "", -1, err
 	}
