@@ -10,7 +10,8 @@
 //
 //   - No key header: the request runs as if the middleware were absent, or,
 //     with [Options.RequireKey], gets 400.
-//   - A key that is empty, longer than [Options.MaxKeyLength], or holds
+//   - A key that is empty, shorter than [Options.MinKeyLength], longer
+//     than [Options.MaxKeyLength], or holds
 //     anything but visible ASCII (0x21-0x7e): 400.
 //   - A keyed request whose body is over [Options.MaxRequestBody]: 413 (the
 //     body of a request without a key is not read).
@@ -282,6 +283,9 @@ func (m *middleware) checkKey(values []string) error {
 	k := values[0]
 	if k == "" {
 		return fmt.Errorf("The %s header is empty.", m.o.Header)
+	}
+	if len(k) < m.o.MinKeyLength {
+		return fmt.Errorf("The %s header is %d bytes long; keys are at least %d.", m.o.Header, len(k), m.o.MinKeyLength)
 	}
 	if len(k) > m.o.MaxKeyLength {
 		return fmt.Errorf("The %s header is %d bytes long; keys are at most %d.", m.o.Header, len(k), m.o.MaxKeyLength)

@@ -38,6 +38,8 @@ type proxyConfig struct {
 	methods        string
 	metrics        string
 	drain          time.Duration
+	scopeHeaders   stringList
+	minKeyLength   int
 }
 
 const proxyHelpHead = `Usage: dedup proxy --upstream URL --state DIR [--listen ADDR] [flags]
@@ -85,6 +87,8 @@ func newProxyFlags(e *env) (*flag.FlagSet, *proxyConfig) {
 	fs.Var(&c.maxMemory, "max-memory", "hold at most `SIZE` of request bodies and responses at once: a keyed request over it gets 503, a response over it is sent, not stored (default 256MiB, or --max-request-body + --max-body if more)")
 	fs.StringVar(&c.header, "header", "Idempotency-Key", "the request header carrying the key, `NAME`")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "the methods that take keys, comma-separated `LIST`")
+	fs.Var(&c.scopeHeaders, "scope-header", "keep apart the keys of requests that differ in header `NAME` (repeatable; its values are hashed into the stored key); default Authorization, \"none\" shares one namespace among all clients")
+	fs.IntVar(&c.minKeyLength, "min-key-length", 1, "refuse (400) a key shorter than `N` bytes")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
 	fs.DurationVar(&c.drain, "drain", time.Minute, "on SIGTERM, wait up to `DURATION` for the requests in flight")
 	return fs, c
@@ -157,6 +161,13 @@ func runProxy(e *env, args []string) error {
 			return err
 		}
 	}
+	scope, err := proxyScope(c.scopeHeaders)
+	if err != nil {
+		return err
+	}
+	if c.minKeyLength < 1 {
+		return usagef("proxy: --min-key-length must be at least 1, got %d", c.minKeyLength)
+	}
 	var methods []string
 	for _, m := range strings.Split(c.methods, ",") {
 		methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
@@ -184,6 +195,8 @@ func runProxy(e *env, args []string) error {
 		Header:         c.header,
 		Methods:        methods,
 		RequireKey:     c.requireKey,
+		MinKeyLength:   c.minKeyLength,
+		Scope:          scope,
 		Lease:          c.lease,
 		Wait:           c.wait,
 		MaxBody:        int(c.maxBody),
@@ -254,10 +267,44 @@ func runProxy(e *env, args []string) error {
 	return errors.Join(serveErr, stopMetrics(), eng.Close())
 }
 
+// proxyScope returns the middleware's Scope for the --scope-header
+// values: Authorization when none is given, nil for "none".
+func proxyScope(names []string) (func(*http.Request) string, error) {
+	if len(names) == 0 {
+		names = []string{"Authorization"}
+	}
+	for _, n := range names {
+		if strings.EqualFold(n, "none") {
+			if len(names) > 1 {
+				return nil, usagef("proxy: --scope-header none turns scoping off; it cannot go with other --scope-header values, got %q", strings.Join(names, ", "))
+			}
+			return nil, nil
+		}
+		if !httpToken(n) {
+			return nil, usagef("proxy: --scope-header must name a header, got %q", n)
+		}
+	}
+	return idempotency.ScopeByHeaders(names...), nil
+}
+
+// httpToken reports whether s is an HTTP token, as a header name is.
+func httpToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= 0x20 || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // middlewareFlagWords rewrites the names of the idempotency.Options fields
 // the proxy's flags set into those flags, on one line.
 var middlewareFlagWords = strings.NewReplacer("idempotency: Header ", "--header ", "idempotency: Methods ", "--methods ",
-	"idempotency: MaxMemory ", "--max-memory ", "MaxRequestBody + MaxBody", "--max-request-body + --max-body", "\n", "; ")
+	"idempotency: MaxMemory ", "--max-memory ",
+	"idempotency: MinKeyLength ", "--min-key-length ", "MaxKeyLength", "the longest key", "MaxRequestBody + MaxBody", "--max-request-body + --max-body", "\n", "; ")
 
 // keyedBy reports whether a request the middleware passes on carries a key
 // of header with one of methods: the middleware passes such a request on

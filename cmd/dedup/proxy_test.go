@@ -345,6 +345,10 @@ func TestProxyFlagErrors(t *testing.T) {
 		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "-5"}, "--rate: must be in"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--max-memory", "1MiB"}, "proxy: --max-memory must hold one request's body and response, --max-request-body + --max-body"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--max-memory", "0"}, "want a positive number of bytes"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--scope-header", "none", "--scope-header", "X-Api-Key"}, "--scope-header none turns scoping off"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--scope-header", "Bad:Name"}, "--scope-header must name a header"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--min-key-length", "0"}, "--min-key-length must be at least 1"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--min-key-length", "300"}, "--min-key-length 300 is over the longest key 255"},
 	} {
 		var stderr strings.Builder
 		// A proxy that starts in spite of the bad flag stops at once.
