@@ -67,12 +67,14 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-// Store keeps the keys' claims and results. [dedup.Engine] implements it;
-// see [dedup.Engine.Begin] for the semantics each method must keep.
+// Store keeps the keys' claims and results. [dedup.Engine] implements it
+// in this process, [RESPStore] on a `dedup serve` shared by many; see
+// [dedup.Engine.Begin] for the semantics each method must keep.
 type Store interface {
 	Begin(ctx context.Context, key, fingerprint []byte, lease time.Duration) (dedup.Claim, error)
 	Complete(ctx context.Context, key []byte, token dedup.Token, result []byte) error
 	Release(ctx context.Context, key []byte, token dedup.Token) error
+	Renew(ctx context.Context, key []byte, token dedup.Token, lease time.Duration) error
 	AwaitKey(ctx context.Context, key []byte) (bool, error)
 }
 
@@ -358,6 +360,9 @@ func (m *middleware) readBody(r *http.Request) (body []byte, held int, err error
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, key []byte, tok dedup.Token) {
 	rec := &recorder{w: w, m: m, max: m.o.MaxBody}
 	ctx := context.WithoutCancel(r.Context())
+	rn := m.startRenewing(key, tok)
+	d := &deferral{result: make(chan lateResult, 1)}
+	r = r.WithContext(context.WithValue(r.Context(), deferKey{}, d))
 	finished := false
 	defer func() {
 		rec.done()
@@ -365,6 +370,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 			rec.end()
 			return
 		}
+		rn.stop()
 		// The handler panicked: the work may not have happened.
 		if err := m.o.Store.Release(ctx, key, tok); err != nil {
 			m.o.ErrorLog("idempotency: release %q after a panic: %v", key, err)
@@ -376,6 +382,14 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	if !rec.wrote {
 		rec.start(http.StatusOK, w.Header())
 	}
+	if d.deferred() {
+		// The response sent is not the work's: the key stays claimed
+		// until the work ends (Defer).
+		go m.finishDeferred(d, rn, key, tok)
+		m.report(r, Deferred, 0)
+		return
+	}
+	rn.stop()
 	if rec.over || rec.hijacked || !m.o.Storable(rec.status) {
 		if err := m.o.Store.Release(ctx, key, tok); err != nil {
 			m.o.ErrorLog("idempotency: release %q: %v", key, err)

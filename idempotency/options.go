@@ -43,9 +43,13 @@ const (
 	// [Options.MaxMemory] beside the other requests in flight: 503 with
 	// Retry-After, and nothing ran.
 	Overloaded
+	// Deferred: the handler called [Defer]: its response was sent, not
+	// stored, and the key stays in progress until the work it left
+	// running ends (or, its outcome unknown, until the lease passes).
+	Deferred
 )
 
-var outcomeNames = [...]string{"", "unkeyed", "executed", "released", "replayed", "conflict", "mismatch", "rejected", "failed", "overloaded"}
+var outcomeNames = [...]string{"", "unkeyed", "executed", "released", "replayed", "conflict", "mismatch", "rejected", "failed", "overloaded", "deferred"}
 
 // String returns the outcome's name in lower case ("executed", ...).
 func (o Outcome) String() string {
@@ -74,9 +78,10 @@ type Options struct {
 	// one scope from meeting by chance). Default 1.
 	MinKeyLength int
 	// Lease bounds how long a key stays in progress when the process
-	// running its request dies: set it above the slowest request, and
-	// within the store's window ([dedup.ErrBadLease]: every keyed request
-	// then gets 500). Default 30s.
+	// running its request dies: while the request runs, the middleware
+	// renews the claim every Lease/3, so a request slower than the lease
+	// still runs once. It must be within the store's window
+	// ([dedup.ErrBadLease]: every keyed request then gets 500). Default 30s.
 	Lease time.Duration
 	// Wait is how long a request whose key is in progress waits for the
 	// first request's response before it gets 409. Default 0: 409 at once.

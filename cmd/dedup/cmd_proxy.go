@@ -479,7 +479,7 @@ func newProxyMetrics() *proxyMetrics {
 }
 
 // outcomeCount bounds the idempotency.Outcome values (they start at 1).
-const outcomeCount = int(idempotency.Overloaded) + 1
+const outcomeCount = int(idempotency.Deferred) + 1
 
 func (m *proxyMetrics) report(_ *http.Request, o idempotency.Outcome, stored int) {
 	if int(o) < outcomeCount && m.byOutcome[o] != nil {
