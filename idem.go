@@ -156,6 +156,10 @@ func (e *Engine) Begin(ctx context.Context, key, fingerprint []byte, lease time.
 	if err != nil {
 		return Claim{}, err
 	}
+	if err := e.lockCommit(); err != nil {
+		return Claim{}, err
+	}
+	defer e.lifecycle.RUnlock()
 	digest := digestOf(fingerprint)
 	t := &e.idem
 	if o := t.owner(id); o != nil {
@@ -227,6 +231,10 @@ func (e *Engine) Lookup(ctx context.Context, key, fingerprint []byte) (Claim, er
 	if err != nil {
 		return Claim{}, err
 	}
+	if err := e.lockCommit(); err != nil {
+		return Claim{}, err
+	}
+	defer e.lifecycle.RUnlock()
 	release, err := e.idem.acquire(ctx, id)
 	if err != nil {
 		return Claim{}, err
@@ -309,12 +317,28 @@ func (e *Engine) AwaitKey(ctx context.Context, key []byte) (bool, error) {
 // endClaim runs end (Complete's write or Release's delete) on the record of
 // key if it is in progress under token.
 func (e *Engine) endClaim(ctx context.Context, key []byte, token Token, end func(gen uint64, id recordID, r record) error) error {
+	return e.onClaim(ctx, key, token, func(gen uint64, id recordID, r record) error {
+		if err := end(gen, id, r); err != nil {
+			return err
+		}
+		e.idem.disown(id, token)
+		return nil
+	})
+}
+
+// onClaim runs fn on the record of key if it is in progress under token,
+// with the key busy and the engine held open: a call racing Close
+// finishes before the store closes, or gets ErrClosed.
+func (e *Engine) onClaim(ctx context.Context, key []byte, token Token, fn func(gen uint64, id recordID, r record) error) error {
 	id, err := e.idemCheck(key)
 	if err != nil {
 		return err
 	}
-	t := &e.idem
-	release, err := t.acquire(ctx, id)
+	if err := e.lockCommit(); err != nil {
+		return err
+	}
+	defer e.lifecycle.RUnlock()
+	release, err := e.idem.acquire(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -323,11 +347,46 @@ func (e *Engine) endClaim(ctx context.Context, key []byte, token Token, end func
 	if err != nil {
 		return err
 	}
-	if err := end(gen, id, r); err != nil {
-		return err
+	return fn(gen, id, r)
+}
+
+// Renew extends the lease of the key claimed under token to lease from
+// now, for an owner whose work outlasts the lease it claimed with: an
+// owner that renews its claim while it works keeps the key in progress
+// however long the work takes, and the lease still bounds how long the key
+// stays in progress once the owner is gone (a crash, a lost connection to
+// the store). lease must be positive and at most the window
+// ([ErrBadLease]); a claim renewed past its generation's end moves to the
+// current generation, so that it holds until the new lease ends. The new
+// deadline is durable when Renew returns nil. Renew fails with
+// ErrLeaseLost if the key is no longer in progress under token; an owner
+// whose lease passed without another Begin claiming the key still renews
+// it.
+func (e *Engine) Renew(ctx context.Context, key []byte, token Token, lease time.Duration) error {
+	if lease <= 0 || lease > e.opts.Window {
+		return fmt.Errorf("%w: got %v, window %v", ErrBadLease, lease, e.opts.Window)
 	}
-	t.disown(id, token)
-	return nil
+	return e.onClaim(ctx, key, token, func(gen uint64, id recordID, r record) error {
+		now := e.opts.Now()
+		r.deadline = now.Add(lease).UnixNano()
+		to := gen
+		if now.Add(lease).After(e.timing.Expiry(gen)) {
+			to = e.generationFor(now)
+		}
+		recs := e.records()
+		if err := recs.PutRecord(to, id, r.encode()); err != nil {
+			return wrap(err, "renew: write record")
+		}
+		if to != gen {
+			// The store answers from the newest generation holding the
+			// record: the claim is under to already; the old one goes.
+			if err := recs.DeleteRecord(gen, id); err != nil {
+				return wrap(err, "renew: delete the record of the claim's first generation")
+			}
+		}
+		e.idem.renew(id, token, r.deadline, to)
+		return nil
+	})
 }
 
 // claimedBy returns the generation and record of id if it is in progress
@@ -568,6 +627,20 @@ func (t *idemTable) disown(id recordID, token Token) {
 	s.mu.Unlock()
 	if o != nil {
 		close(o.done)
+	}
+}
+
+// renew sets the deadline and generation of the claim of this process on
+// id under token, if it has one. An owner is never changed in place
+// (owner's callers read it unlocked): a copy replaces it, with its done.
+func (t *idemTable) renew(id recordID, token Token, deadline int64, gen uint64) {
+	s := t.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o := s.owners[id]; o != nil && o.token == token {
+		n := *o
+		n.deadline, n.gen = deadline, gen
+		s.owners[id] = &n
 	}
 }
 

@@ -10,8 +10,11 @@
 //
 //   - No key header: the request runs as if the middleware were absent, or,
 //     with [Options.RequireKey], gets 400.
-//   - A key that is empty, longer than [Options.MaxKeyLength], or holds
-//     anything but visible ASCII (0x21-0x7e): 400.
+//   - The key is the header's value as the draft's sf-string ("a b", with
+//     \" and \\ escaped) or the same unquoted (abc and "abc" are one key).
+//     A key that is empty, shorter than [Options.MinKeyLength], longer
+//     than [Options.MaxKeyLength], a malformed sf-string, or an unquoted
+//     one with anything but visible ASCII (0x21-0x7e): 400.
 //   - A keyed request whose body is over [Options.MaxRequestBody]: 413 (the
 //     body of a request without a key is not read).
 //   - The key's first request: the handler runs. Its response (status,
@@ -23,7 +26,8 @@
 //     the handler writes and flushes it, but its end (the last byte, or the
 //     last chunk) only once it is stored or the key released: a client that
 //     holds a whole response gets it replayed on a retry.
-//   - While the first request runs: 409 with Retry-After, or, with
+//   - While the first request runs: 409 with Retry-After (the seconds left
+//     on the owner's lease), or, with
 //     [Options.Wait], the stored response as soon as the first request
 //     ends within that time. If the first request's key is released
 //     instead, one waiting request claims the key and runs.
@@ -42,7 +46,8 @@
 //     503 with Retry-After and runs nothing; a response that does not fit
 //     is sent, not stored, and its key released.
 //
-// Errors are application/problem+json (RFC 9457). Requests of other methods
+// Errors are application/problem+json (RFC 9457), their type a link to
+// their documentation ([ProblemType]). Requests of other methods
 // pass through. The guarantee across crashes is the store's: with
 // [dedup.Engine] the key's claim is durable before the handler runs, so a
 // request repeated after a crash, within the lease ([Options.Lease]), gets
@@ -66,12 +71,14 @@ import (
 	"github.com/streamdedup/dedup"
 )
 
-// Store keeps the keys' claims and results. [dedup.Engine] implements it;
-// see [dedup.Engine.Begin] for the semantics each method must keep.
+// Store keeps the keys' claims and results. [dedup.Engine] implements it
+// in this process, [RESPStore] on a `dedup serve` shared by many; see
+// [dedup.Engine.Begin] for the semantics each method must keep.
 type Store interface {
 	Begin(ctx context.Context, key, fingerprint []byte, lease time.Duration) (dedup.Claim, error)
 	Complete(ctx context.Context, key []byte, token dedup.Token, result []byte) error
 	Release(ctx context.Context, key []byte, token dedup.Token) error
+	Renew(ctx context.Context, key []byte, token dedup.Token, lease time.Duration) error
 	AwaitKey(ctx context.Context, key []byte) (bool, error)
 }
 
@@ -162,12 +169,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	if err := m.checkKey(values); err != nil {
+	key, err := m.checkKey(values)
+	if err != nil {
 		m.report(r, Rejected, 0)
 		problem(w, http.StatusBadRequest, "Bad idempotency key", err.Error())
 		return
 	}
-	key := values[0]
 	if m.o.Scope != nil {
 		key = m.o.Scope(r) + "\n" + key
 	}
@@ -232,7 +239,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		problem(w, http.StatusUnprocessableEntity, "Idempotency key reused", "This idempotency key was used with another request.")
 	case dedup.ClaimInProgress:
 		m.report(r, Conflict, 0)
-		w.Header().Set("Retry-After", "1")
+		// The lease left: the owner's lease is renewed while its request
+		// runs, and ends that long after its process is gone.
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(max(1, (claim.LeaseLeft+time.Second-1)/time.Second)), 10))
 		problem(w, http.StatusConflict, "Request in progress", fmt.Sprintf("A request with this idempotency key is in progress (lease ends in %v).", claim.LeaseLeft.Round(time.Millisecond)))
 	case dedup.ClaimNew:
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -275,23 +284,65 @@ func (m *middleware) begin(ctx context.Context, key, fp []byte) (dedup.Claim, er
 	}
 }
 
-func (m *middleware) checkKey(values []string) error {
+// checkKey returns the key of the header's values: the draft's sf-string
+// ("abc", with \" and \\ escapes, spaces allowed), or the same characters
+// unquoted (abc: visible ASCII, no space), one key either way.
+func (m *middleware) checkKey(values []string) (string, error) {
 	if len(values) != 1 {
-		return fmt.Errorf("The %s header must appear once, got %d.", m.o.Header, len(values))
+		return "", fmt.Errorf("The %s header must appear once, got %d.", m.o.Header, len(values))
 	}
 	k := values[0]
 	if k == "" {
-		return fmt.Errorf("The %s header is empty.", m.o.Header)
+		return "", fmt.Errorf("The %s header is empty.", m.o.Header)
 	}
-	if len(k) > m.o.MaxKeyLength {
-		return fmt.Errorf("The %s header is %d bytes long; keys are at most %d.", m.o.Header, len(k), m.o.MaxKeyLength)
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x21 || k[i] > 0x7e {
-			return fmt.Errorf("The %s header holds byte 0x%02x at %d; keys are visible ASCII.", m.o.Header, k[i], i)
+	if k[0] == '"' {
+		var err error
+		if k, err = unquoteSFString(k); err != nil {
+			return "", fmt.Errorf("The %s header is not a structured-field string: %v.", m.o.Header, err)
+		}
+		if k == "" {
+			return "", fmt.Errorf("The %s header is an empty string.", m.o.Header)
+		}
+	} else {
+		for i := 0; i < len(k); i++ {
+			if k[i] < 0x21 || k[i] > 0x7e {
+				return "", fmt.Errorf("The %s header holds byte 0x%02x at %d; an unquoted key is visible ASCII (quote it, as a structured-field string, for spaces).", m.o.Header, k[i], i)
+			}
 		}
 	}
-	return nil
+	if len(k) < m.o.MinKeyLength {
+		return "", fmt.Errorf("The %s header's key is %d bytes long; keys are at least %d.", m.o.Header, len(k), m.o.MinKeyLength)
+	}
+	if len(k) > m.o.MaxKeyLength {
+		return "", fmt.Errorf("The %s header's key is %d bytes long; keys are at most %d.", m.o.Header, len(k), m.o.MaxKeyLength)
+	}
+	return k, nil
+}
+
+// unquoteSFString reads an RFC 8941 sf-string: DQUOTE, printable ASCII
+// (0x20-0x7e) with \" and \\ escaped, DQUOTE, nothing after.
+func unquoteSFString(s string) (string, error) {
+	var b []byte
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			if i+1 >= len(s) || (s[i+1] != '"' && s[i+1] != '\\') {
+				return "", fmt.Errorf("a backslash at %d escapes neither a quote nor a backslash", i)
+			}
+			i++
+			b = append(b, s[i])
+		case c == '"':
+			if i != len(s)-1 {
+				return "", fmt.Errorf("%d bytes follow the closing quote", len(s)-1-i)
+			}
+			return string(b), nil
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Errorf("byte 0x%02x at %d", c, i)
+		default:
+			b = append(b, c)
+		}
+	}
+	return "", errors.New("no closing quote")
 }
 
 // readBody reads r's body, up to Options.MaxRequestBody, into a buffer
@@ -354,6 +405,9 @@ func (m *middleware) readBody(r *http.Request) (body []byte, held int, err error
 func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, key []byte, tok dedup.Token) {
 	rec := &recorder{w: w, m: m, max: m.o.MaxBody}
 	ctx := context.WithoutCancel(r.Context())
+	rn := m.startRenewing(key, tok)
+	d := &deferral{result: make(chan lateResult, 1)}
+	r = r.WithContext(context.WithValue(r.Context(), deferKey{}, d))
 	finished := false
 	defer func() {
 		rec.done()
@@ -361,6 +415,7 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 			rec.end()
 			return
 		}
+		rn.stop()
 		// The handler panicked: the work may not have happened.
 		if err := m.o.Store.Release(ctx, key, tok); err != nil {
 			m.o.ErrorLog("idempotency: release %q after a panic: %v", key, err)
@@ -372,6 +427,14 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	if !rec.wrote {
 		rec.start(http.StatusOK, w.Header())
 	}
+	if d.deferred() {
+		// The response sent is not the work's: the key stays claimed
+		// until the work ends (Defer).
+		go m.finishDeferred(d, rn, key, tok)
+		m.report(r, Deferred, 0)
+		return
+	}
+	rn.stop()
 	if rec.over || rec.hijacked || !m.o.Storable(rec.status) {
 		if err := m.o.Store.Release(ctx, key, tok); err != nil {
 			m.o.ErrorLog("idempotency: release %q: %v", key, err)
@@ -391,6 +454,28 @@ func (m *middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	m.report(r, Executed, len(res))
 }
 
+// ProblemDocs is the page that documents the middleware's problem types:
+// the type of each problem+json answer is this page with the problem's
+// anchor, its title in lower case with dashes
+// (ProblemDocs + "#idempotency-key-reused").
+const ProblemDocs = "https://github.com/streamdedup/dedup/blob/main/docs/idempotency.md"
+
+// ProblemType returns the type URI of the problem titled title.
+func ProblemType(title string) string {
+	slug := make([]byte, 0, len(title))
+	for i := 0; i < len(title); i++ {
+		switch c := title[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			slug = append(slug, c)
+		case c >= 'A' && c <= 'Z':
+			slug = append(slug, c+'a'-'A')
+		case c == ' ' || c == '-':
+			slug = append(slug, '-')
+		}
+	}
+	return ProblemDocs + "#" + string(slug)
+}
+
 // problem writes an RFC 9457 problem+json response.
 func problem(w http.ResponseWriter, status int, title, detail string) {
 	b, _ := json.Marshal(struct {
@@ -398,7 +483,7 @@ func problem(w http.ResponseWriter, status int, title, detail string) {
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail"`
-	}{"about:blank", title, status, detail})
+	}{ProblemType(title), title, status, detail})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)

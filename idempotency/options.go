@@ -43,9 +43,13 @@ const (
 	// [Options.MaxMemory] beside the other requests in flight: 503 with
 	// Retry-After, and nothing ran.
 	Overloaded
+	// Deferred: the handler called [Defer]: its response was sent, not
+	// stored, and the key stays in progress until the work it left
+	// running ends (or, its outcome unknown, until the lease passes).
+	Deferred
 )
 
-var outcomeNames = [...]string{"", "unkeyed", "executed", "released", "replayed", "conflict", "mismatch", "rejected", "failed", "overloaded"}
+var outcomeNames = [...]string{"", "unkeyed", "executed", "released", "replayed", "conflict", "mismatch", "rejected", "failed", "overloaded", "deferred"}
 
 // String returns the outcome's name in lower case ("executed", ...).
 func (o Outcome) String() string {
@@ -69,10 +73,15 @@ type Options struct {
 	RequireKey bool
 	// MaxKeyLength is the longest key accepted, in bytes. Default 255.
 	MaxKeyLength int
+	// MinKeyLength is the shortest key accepted, in bytes: a key shorter
+	// gets 400 (a long random key, a UUID say, is what keeps the keys of
+	// one scope from meeting by chance). Default 1.
+	MinKeyLength int
 	// Lease bounds how long a key stays in progress when the process
-	// running its request dies: set it above the slowest request, and
-	// within the store's window ([dedup.ErrBadLease]: every keyed request
-	// then gets 500). Default 30s.
+	// running its request dies: while the request runs, the middleware
+	// renews the claim every Lease/3, so a request slower than the lease
+	// still runs once. It must be within the store's window
+	// ([dedup.ErrBadLease]: every keyed request then gets 500). Default 30s.
 	Lease time.Duration
 	// Wait is how long a request whose key is in progress waits for the
 	// first request's response before it gets 409. Default 0: 409 at once.
@@ -98,8 +107,10 @@ type Options struct {
 	// Default: SHA-256 of the method, the request URI and the body.
 	Fingerprint func(r *http.Request, body []byte) []byte
 	// Scope returns the namespace of a request's key (the authenticated
-	// account, say): keys of different scopes never meet. Default: one
-	// namespace.
+	// account, say): keys of different scopes never meet, so that one
+	// client never gets the stored response of another's key.
+	// [ScopeByHeaders] scopes by credentials a request carries. Default:
+	// one namespace.
 	Scope func(r *http.Request) string
 	// Storable reports whether a response with status is stored. Default:
 	// every status below 500 but 429.
@@ -149,6 +160,14 @@ func (o *Options) Validate() error {
 	if o.MaxKeyLength < 0 {
 		errs = append(errs, fmt.Errorf("idempotency: MaxKeyLength must not be negative, got %d", o.MaxKeyLength))
 	}
+	if o.MinKeyLength < 0 {
+		errs = append(errs, fmt.Errorf("idempotency: MinKeyLength must not be negative, got %d", o.MinKeyLength))
+	} else if d := *o; o.MaxKeyLength >= 0 {
+		d.withDefaults()
+		if d.MinKeyLength > d.MaxKeyLength {
+			errs = append(errs, fmt.Errorf("idempotency: MinKeyLength %d is over MaxKeyLength %d: no key would pass", d.MinKeyLength, d.MaxKeyLength))
+		}
+	}
 	if o.Lease < 0 {
 		errs = append(errs, fmt.Errorf("idempotency: Lease must not be negative, got %v", o.Lease))
 	}
@@ -182,6 +201,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.MaxKeyLength == 0 {
 		o.MaxKeyLength = 255
+	}
+	if o.MinKeyLength == 0 {
+		o.MinKeyLength = 1
 	}
 	if o.Lease == 0 {
 		o.Lease = 30 * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -15,6 +16,7 @@ import (
 //	DEDUP.BEGIN table key fingerprint lease-ms   claim key, or say who has it
 //	DEDUP.COMPLETE table key token result        store the result, end the claim
 //	DEDUP.RELEASE table key token                give the key back (the work failed)
+//	DEDUP.RENEW table key token lease-ms         extend the claim's lease to lease-ms from now
 //	DEDUP.GET table key [fingerprint]            what BEGIN would say, without claiming
 //
 // BEGIN answers an array whose first element is the state:
@@ -27,14 +29,18 @@ import (
 // GET answers the same, with "absent" where BEGIN would claim the key. An
 // empty fingerprint is not checked. Claims, results and releases are
 // durable (fsynced) before their reply, whatever --fsync says.
-// COMPLETE and RELEASE with a token that no longer owns the key answer
-// -LEASELOST.
+// COMPLETE, RELEASE and RENEW with a token that no longer owns the key
+// answer -LEASELOST. A lease that is not positive or longer than the
+// table's window answers -BADLEASE, a key longer than the table holds
+// -KEYTOOLARGE, a result too large -RESULTTOOLARGE: errors no retry
+// passes, apart from the store's failures (-ERR).
 
 func init() {
 	register(
 		command{name: "dedup.begin", arity: 5, table: tableCreate, flags: flagWrite, firstKey: 1, lastKey: 1, keyStep: 1, run: (*Server).cmdBegin},
 		command{name: "dedup.complete", arity: 5, table: tableExisting, flags: flagWrite, firstKey: 1, lastKey: 1, keyStep: 1, run: (*Server).cmdComplete},
 		command{name: "dedup.release", arity: 4, table: tableExisting, flags: flagWrite, firstKey: 1, lastKey: 1, keyStep: 1, run: (*Server).cmdRelease},
+		command{name: "dedup.renew", arity: 5, table: tableExisting, flags: flagWrite, firstKey: 1, lastKey: 1, keyStep: 1, run: (*Server).cmdRenew},
 		command{name: "dedup.get", arity: -3, table: tableIfExists, flags: flagReadonly, firstKey: 1, lastKey: 1, keyStep: 1, run: (*Server).cmdIdemGet},
 	)
 }
@@ -55,20 +61,20 @@ func (t *table) withEngine(fn func(e *dedup.Engine) error) error {
 
 // cmdBegin serves DEDUP.BEGIN table key fingerprint lease-ms.
 func (s *Server) cmdBegin(c *conn, t *table, args [][]byte) {
-	ms, err := strconv.ParseInt(string(args[4]), 10, 64)
-	if err != nil || ms <= 0 || ms > int64(time.Duration(1<<62)/time.Millisecond) {
-		c.WriteError("ERR lease-ms must be a positive integer (milliseconds), got " + quote(args[4]))
+	lease, ok := parseLease(c, args[4])
+	if !ok {
 		return
 	}
 	var cl dedup.Claim
+	var err error
 	err = t.withEngine(func(e *dedup.Engine) error {
 		ctx, cancel := context.WithTimeout(context.Background(), idemTimeout)
 		defer cancel()
-		cl, err = e.Begin(ctx, args[2], args[3], time.Duration(ms)*time.Millisecond)
+		cl, err = e.Begin(ctx, args[2], args[3], lease)
 		return err
 	})
 	if err != nil {
-		writeErr(c, err)
+		writeIdemErr(c, err)
 		return
 	}
 	writeClaim(c, cl)
@@ -97,7 +103,7 @@ func (s *Server) cmdIdemGet(c *conn, t *table, args [][]byte) {
 		return err
 	})
 	if err != nil {
-		writeErr(c, err)
+		writeIdemErr(c, err)
 		return
 	}
 	writeClaim(c, cl)
@@ -117,6 +123,47 @@ func (s *Server) cmdRelease(c *conn, t *table, args [][]byte) {
 	})
 }
 
+// cmdRenew serves DEDUP.RENEW table key token lease-ms.
+func (s *Server) cmdRenew(c *conn, t *table, args [][]byte) {
+	lease, ok := parseLease(c, args[4])
+	if !ok {
+		return
+	}
+	s.endClaim(c, t, args, func(ctx context.Context, e *dedup.Engine, tok dedup.Token) error {
+		return e.Renew(ctx, args[2], tok, lease)
+	})
+}
+
+// parseLease reads a lease-ms argument, or answers why it is not one.
+func parseLease(c *conn, arg []byte) (time.Duration, bool) {
+	ms, err := strconv.ParseInt(string(arg), 10, 64)
+	if err != nil || ms <= 0 || ms > int64(time.Duration(1<<62)/time.Millisecond) {
+		c.WriteError("ERR lease-ms must be a positive integer (milliseconds), got " + quote(arg))
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// writeIdemErr answers the error of an idempotency call, with a code of
+// its own for the errors no retry passes.
+func writeIdemErr(c *conn, err error) {
+	code := ""
+	switch {
+	case errors.Is(err, dedup.ErrLeaseLost):
+		code = "LEASELOST "
+	case errors.Is(err, dedup.ErrBadLease):
+		code = "BADLEASE "
+	case errors.Is(err, dedup.ErrKeyTooLarge):
+		code = "KEYTOOLARGE "
+	case errors.Is(err, dedup.ErrResultTooLarge):
+		code = "RESULTTOOLARGE "
+	default:
+		writeErr(c, err)
+		return
+	}
+	c.WriteError(code + strings.NewReplacer("\r", " ", "\n", " ").Replace(err.Error()))
+}
+
 func (s *Server) endClaim(c *conn, t *table, args [][]byte, end func(context.Context, *dedup.Engine, dedup.Token) error) {
 	tok, err := dedup.ParseToken(string(args[3]))
 	if err != nil {
@@ -128,14 +175,11 @@ func (s *Server) endClaim(c *conn, t *table, args [][]byte, end func(context.Con
 		defer cancel()
 		return end(ctx, e, tok)
 	})
-	switch {
-	case errors.Is(err, dedup.ErrLeaseLost):
-		c.WriteError("LEASELOST " + err.Error())
-	case err != nil:
-		writeErr(c, err)
-	default:
-		c.WriteString("OK")
+	if err != nil {
+		writeIdemErr(c, err)
+		return
 	}
+	c.WriteString("OK")
 }
 
 // writeClaim writes a claim as an array whose first element is its state.

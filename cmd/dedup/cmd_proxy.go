@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/idempotency"
 )
@@ -38,6 +39,11 @@ type proxyConfig struct {
 	methods        string
 	metrics        string
 	drain          time.Duration
+	scopeHeaders   stringList
+	minKeyLength   int
+	store          string
+	table          string
+	storeStatus    string
 }
 
 const proxyHelpHead = `Usage: dedup proxy --upstream URL --state DIR [--listen ADDR] [flags]
@@ -74,7 +80,10 @@ func newProxyFlags(e *env) (*flag.FlagSet, *proxyConfig) {
 	fs := newFlags(e, "dedup proxy", proxyHelpHead, proxyHelpTail)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "listen on `ADDR` (host:port; the default is loopback only)")
 	fs.StringVar(&c.upstream, "upstream", "", "the API to protect, an http:// or https:// `URL` (required)")
-	fs.StringVar(&c.state, "state", "", "state `DIR` holding the keys and stored responses (required)")
+	fs.StringVar(&c.state, "state", "", "state `DIR` holding the keys and stored responses (this or --store is required)")
+	fs.StringVar(&c.store, "store", "", "keep the keys and stored responses on a dedup serve at `URL` (redis://[:password@]host:port, rediss:// for TLS), shared by every proxy given it, instead of --state")
+	fs.StringVar(&c.table, "table", "idempotency", "the dedup serve table of --store, `NAME`")
+	fs.StringVar(&c.storeStatus, "store-status", "", "store responses whose status is in `LIST` (comma-separated: 201, 2xx, 4xx...; default every status below 500 but 429); the others are released and run again on a retry")
 	fs.DurationVar(&c.window, "window", 24*time.Hour, "keep a key and its response for `DURATION`")
 	fs.Float64Var(&c.rate, "rate", engineDefaults.ExpectedRate, "expected distinct keys per second, `N` (filter sizing)")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "a key stays in progress for `DURATION` at most if the proxy dies during its request; the time limit of a keyed request's upstream call")
@@ -85,6 +94,8 @@ func newProxyFlags(e *env) (*flag.FlagSet, *proxyConfig) {
 	fs.Var(&c.maxMemory, "max-memory", "hold at most `SIZE` of request bodies and responses at once: a keyed request over it gets 503, a response over it is sent, not stored (default 256MiB, or --max-request-body + --max-body if more)")
 	fs.StringVar(&c.header, "header", "Idempotency-Key", "the request header carrying the key, `NAME`")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "the methods that take keys, comma-separated `LIST`")
+	fs.Var(&c.scopeHeaders, "scope-header", "keep apart the keys of requests that differ in header `NAME` (repeatable; its values are hashed into the stored key); default Authorization, \"none\" shares one namespace among all clients")
+	fs.IntVar(&c.minKeyLength, "min-key-length", 1, "refuse (400) a key shorter than `N` bytes")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
 	fs.DurationVar(&c.drain, "drain", time.Minute, "on SIGTERM, wait up to `DURATION` for the requests in flight")
 	return fs, c
@@ -127,8 +138,38 @@ func runProxy(e *env, args []string) error {
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return usagef("proxy: --upstream %q: want an http:// or https:// URL with a host", c.upstream)
 	}
-	if c.state == "" {
-		return usagef("proxy: --state DIR is required: the keys' claims must survive a crash")
+	switch {
+	case c.state == "" && c.store == "":
+		return usagef("proxy: --state DIR or --store URL is required: the keys' claims must survive a crash")
+	case c.state != "" && c.store != "":
+		return usagef("proxy: --state and --store are exclusive: the keys live in one place")
+	}
+	var storeOpts *redis.Options
+	if c.store != "" {
+		if storeOpts, err = redis.ParseURL(c.store); err != nil {
+			return usagef("proxy: --store %q: %v", c.store, err)
+		}
+		q, _ := url.Parse(c.store)
+		if q != nil && !q.Query().Has("dialer_retries") {
+			// A store that is down answers 503 at once, not after five
+			// dials.
+			storeOpts.DialerRetries = 1
+		}
+		if q != nil && !q.Query().Has("pool_size") {
+			storeOpts.PoolSize = 256
+		}
+		if q != nil && !q.Query().Has("max_retries") {
+			// A command is not sent twice: a BEGIN answered but lost
+			// would leave the key in progress until its lease.
+			storeOpts.MaxRetries = -1
+		}
+		if c.table == "" {
+			return usagef("proxy: --table must name a table, got %q", c.table)
+		}
+	}
+	storable, err := parseStoreStatus(c.storeStatus)
+	if err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		name string
@@ -157,6 +198,13 @@ func runProxy(e *env, args []string) error {
 			return err
 		}
 	}
+	scope, err := proxyScope(c.scopeHeaders)
+	if err != nil {
+		return err
+	}
+	if c.minKeyLength < 1 {
+		return usagef("proxy: --min-key-length must be at least 1, got %d", c.minKeyLength)
+	}
 	var methods []string
 	for _, m := range strings.Split(c.methods, ",") {
 		methods = append(methods, strings.ToUpper(strings.TrimSpace(m)))
@@ -167,10 +215,12 @@ func runProxy(e *env, args []string) error {
 	if err := checkOptions(opts, explicit); err != nil {
 		return err
 	}
-	if err := adoptState(c.state, explicit, &opts); err != nil {
-		return err
+	if c.state != "" {
+		if err := adoptState(c.state, explicit, &opts); err != nil {
+			return err
+		}
 	}
-	if c.lease > opts.Window {
+	if c.state != "" && c.lease > opts.Window {
 		// A claim leaves with its key's window: after a crash, a retry
 		// past the window would run again, however long the lease.
 		whose := ""
@@ -184,6 +234,9 @@ func runProxy(e *env, args []string) error {
 		Header:         c.header,
 		Methods:        methods,
 		RequireKey:     c.requireKey,
+		MinKeyLength:   c.minKeyLength,
+		Scope:          scope,
+		Storable:       storable,
 		Lease:          c.lease,
 		Wait:           c.wait,
 		MaxBody:        int(c.maxBody),
@@ -205,26 +258,40 @@ func runProxy(e *env, args []string) error {
 	if err != nil {
 		return listenErr("proxy", "listen", c.listen, err)
 	}
-	eng, err := dedup.Open(opts)
-	if err != nil {
-		ln.Close()
-		return openErr(c.state, err)
+	var eng *dedup.Engine
+	var closeStore func() error
+	where := "state " + c.state
+	if storeOpts != nil {
+		client := redis.NewClient(storeOpts)
+		closeStore = client.Close
+		mwOpts.Store = idempotency.NewRESPStore(client, c.table)
+		where = fmt.Sprintf("store %s table %s", redactURL(c.store), c.table)
+	} else {
+		if eng, err = dedup.Open(opts); err != nil {
+			ln.Close()
+			return openErr(c.state, err)
+		}
+		closeStore = eng.Close
+		mwOpts.Store = eng
 	}
-	mwOpts.Store = eng
 	mw, err := idempotency.New(mwOpts)
 	if err != nil {
-		return errors.Join(usageErr(err), ln.Close(), eng.Close())
+		return errors.Join(usageErr(err), ln.Close(), closeStore())
 	}
 	handler := mw(newUpstreamProxy(up, c.lease, keyedBy(methods, c.header), pm, &upstreamErrors{logf: mwOpts.ErrorLog}))
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
-		reg, err := newRegistry(newCollector(eng, nil), pm)
+		cs := []prometheus.Collector{pm}
+		if eng != nil {
+			cs = append(cs, newCollector(eng, nil))
+		}
+		reg, err := newRegistry(cs...)
 		if err != nil {
-			return errors.Join(err, ln.Close(), eng.Close())
+			return errors.Join(err, ln.Close(), closeStore())
 		}
 		mln, err := net.Listen("tcp", c.metrics)
 		if err != nil {
-			return errors.Join(listenErr("proxy", "metrics", c.metrics, err), ln.Close(), eng.Close())
+			return errors.Join(listenErr("proxy", "metrics", c.metrics, err), ln.Close(), closeStore())
 		}
 		stopMetrics = serveRegistry(mln, reg)
 	}
@@ -232,7 +299,11 @@ func runProxy(e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "dedup proxy: warning: --listen %s is not loopback: anyone who reaches it reaches the upstream through it\n", c.listen)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(e.stderr, "dedup proxy: listening on %s (upstream %s, window %v, lease %v, state %s)\n", ln.Addr(), up, opts.Window, c.lease, c.state)
+	window := opts.Window.String()
+	if eng == nil {
+		window = "the table's"
+	}
+	fmt.Fprintf(e.stderr, "dedup proxy: listening on %s (upstream %s, window %s, lease %v, %s)\n", ln.Addr(), up, window, c.lease, where)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	var serveErr error
@@ -251,13 +322,81 @@ func runProxy(e *env, args []string) error {
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
-	return errors.Join(serveErr, stopMetrics(), eng.Close())
+	return errors.Join(serveErr, stopMetrics(), closeStore())
+}
+
+// redactURL is the --store URL without its password, for stderr.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// parseStoreStatus reads --store-status: statuses (201) and classes
+// (2xx), comma-separated; "" is the middleware's default (nil).
+func parseStoreStatus(list string) (func(int) bool, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var exact [1000]bool
+	var class [10]bool
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if len(f) == 3 && f[0] >= '1' && f[0] <= '9' && strings.EqualFold(f[1:], "xx") {
+			class[f[0]-'0'] = true
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 100 || n > 999 || len(f) != 3 {
+			return nil, usagef("proxy: --store-status holds %q: want a status (201) or a class (2xx), comma-separated", f)
+		}
+		exact[n] = true
+	}
+	return func(status int) bool {
+		return status >= 100 && status <= 999 && (exact[status] || class[status/100])
+	}, nil
+}
+
+// proxyScope returns the middleware's Scope for the --scope-header
+// values: Authorization when none is given, nil for "none".
+func proxyScope(names []string) (func(*http.Request) string, error) {
+	if len(names) == 0 {
+		names = []string{"Authorization"}
+	}
+	for _, n := range names {
+		if strings.EqualFold(n, "none") {
+			if len(names) > 1 {
+				return nil, usagef("proxy: --scope-header none turns scoping off; it cannot go with other --scope-header values, got %q", strings.Join(names, ", "))
+			}
+			return nil, nil
+		}
+		if !httpToken(n) {
+			return nil, usagef("proxy: --scope-header must name a header, got %q", n)
+		}
+	}
+	return idempotency.ScopeByHeaders(names...), nil
+}
+
+// httpToken reports whether s is an HTTP token, as a header name is.
+func httpToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= 0x20 || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // middlewareFlagWords rewrites the names of the idempotency.Options fields
 // the proxy's flags set into those flags, on one line.
 var middlewareFlagWords = strings.NewReplacer("idempotency: Header ", "--header ", "idempotency: Methods ", "--methods ",
-	"idempotency: MaxMemory ", "--max-memory ", "MaxRequestBody + MaxBody", "--max-request-body + --max-body", "\n", "; ")
+	"idempotency: MaxMemory ", "--max-memory ",
+	"idempotency: MinKeyLength ", "--min-key-length ", "MaxKeyLength", "the longest key", "MaxRequestBody + MaxBody", "--max-request-body + --max-body", "\n", "; ")
 
 // keyedBy reports whether a request the middleware passes on carries a key
 // of header with one of methods: the middleware passes such a request on
@@ -432,7 +571,7 @@ func newProxyMetrics() *proxyMetrics {
 }
 
 // outcomeCount bounds the idempotency.Outcome values (they start at 1).
-const outcomeCount = int(idempotency.Overloaded) + 1
+const outcomeCount = int(idempotency.Deferred) + 1
 
 func (m *proxyMetrics) report(_ *http.Request, o idempotency.Outcome, stored int) {
 	if int(o) < outcomeCount && m.byOutcome[o] != nil {

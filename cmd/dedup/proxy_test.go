@@ -334,7 +334,10 @@ func TestProxyFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--state", "x"}, "--upstream URL is required"},
 		{[]string{"--upstream", "localhost:3000", "--state", "x"}, "want an http:// or https:// URL"},
-		{[]string{"--upstream", "http://h"}, "--state DIR is required"},
+		{[]string{"--upstream", "http://h"}, "--state DIR or --store URL is required"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--store", "redis://127.0.0.1:6380"}, "--state and --store are exclusive"},
+		{[]string{"--upstream", "http://h", "--store", "http://127.0.0.1:6380"}, "proxy: --store \"http://127.0.0.1:6380\""},
+		{[]string{"--upstream", "http://h", "--state", "x", "--store-status", "2xx,20"}, "--store-status holds \"20\""},
 		{[]string{"--upstream", "http://h", "--state", "x", "--lease", "0s"}, "--lease must be positive"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--max-body", "1MB"}, "want a positive number of bytes"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--header", "Bad Name"}, "proxy: --header must be a header name"},
@@ -345,6 +348,10 @@ func TestProxyFlagErrors(t *testing.T) {
 		{[]string{"--upstream", "http://h", "--state", "x", "--rate", "-5"}, "--rate: must be in"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--max-memory", "1MiB"}, "proxy: --max-memory must hold one request's body and response, --max-request-body + --max-body"},
 		{[]string{"--upstream", "http://h", "--state", "x", "--max-memory", "0"}, "want a positive number of bytes"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--scope-header", "none", "--scope-header", "X-Api-Key"}, "--scope-header none turns scoping off"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--scope-header", "Bad:Name"}, "--scope-header must name a header"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--min-key-length", "0"}, "--min-key-length must be at least 1"},
+		{[]string{"--upstream", "http://h", "--state", "x", "--min-key-length", "300"}, "--min-key-length 300 is over the longest key 255"},
 	} {
 		var stderr strings.Builder
 		// A proxy that starts in spite of the bad flag stops at once.
