@@ -27,6 +27,7 @@ type serveConfig struct {
 	maxKey           int
 	metrics          string
 	snapshotInterval time.Duration
+	cluster          clusterFlags
 }
 
 const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
@@ -75,6 +76,7 @@ func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
 	fs.IntVar(&c.maxTables, "max-tables", 64, "serve at most `N` tables (BF.* and DEDUP.* names, the default one included): each is an engine")
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "snapshot every table's filters every `DURATION` (under --fsync no, commit too)")
+	c.cluster.register(fs)
 	return fs, c
 }
 
@@ -156,14 +158,19 @@ func runServe(e *env, args []string) error {
 			fmt.Fprintf(e.stderr, "dedup serve: "+format+"\n", args...)
 		},
 	}
-	if err := cfg.WithDefaults().Validate(); err != nil {
-		return usageErr(err)
-	}
 	// Listen first: a port in use fails at once, without opening (or
 	// creating) the state.
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return listenErr("serve", "listen", c.listen, err)
+	}
+	if cfg.Cluster, err = c.cluster.options(ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		ln.Close()
+		return usageErr(err)
 	}
 	srv, err := resp.New(cfg)
 	if err != nil {
