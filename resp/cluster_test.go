@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -273,5 +274,96 @@ func TestClusterThreeNodes(t *testing.T) {
 	})
 	if err != nil || !cmds[0].(*redis.BoolCmd).Val() || cmds[1].(*redis.BoolCmd).Val() {
 		t.Fatalf("MULTI: %v %v", cmds, err)
+	}
+}
+
+// TestClusterMoveUnderLoad moves a slot range between two nodes while
+// clients mark keys of it: every key's first SET NX is answered new and
+// every repeat seen, before, during and after the move, and the range's
+// keys are answered by the new owner afterwards (its history moved).
+func TestClusterMoveUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	cfg := resp.Options{Engine: dedup.Options{Window: time.Hour},
+		Cluster: &resp.ClusterOptions{Handover: "file://" + filepath.Join(dir, "handover")}}
+	if err := os.MkdirAll(filepath.Join(dir, "handover"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	nodes := startCluster(t, 3, 2, dir, cfg)
+	// Range 0-2729 is node 0's first: move it to node 1.
+	m := testMap([]string{nodes[0].addr, nodes[1].addr, nodes[2].addr}, 2)
+	r := m.Ranges[0]
+	before := client(t, nodes[0].addr)
+	var inRange []string
+	for i := 0; len(inRange) < 400; i++ {
+		if k := fmt.Sprintf("pre:%d", i); resp.KeySlot([]byte(k)) <= r.End {
+			inRange = append(inRange, k)
+			if v := before.SetNX(ctx, k, 1, 0).Val(); !v {
+				t.Fatalf("%s not new", k)
+			}
+		}
+	}
+	const workers, perWorker = 4, 1500
+	errs := make(chan error, workers)
+	moved := make(chan struct{})
+	for w := range workers {
+		go func() {
+			cc := clusterClient(t, nodes[2].addr)
+			for i := range perWorker {
+				k := fmt.Sprintf("w%d:%d", w, i)
+				if v, err := cc.SetNX(ctx, k, 1, time.Minute).Result(); err != nil || !v {
+					errs <- fmt.Errorf("first SET NX %s = %v %v: a first sighting refused", k, v, err)
+					return
+				}
+				if i > 0 {
+					p := fmt.Sprintf("w%d:%d", w, i-1)
+					if v, err := cc.SetNX(ctx, p, 1, time.Minute).Result(); err != nil || v {
+						errs <- fmt.Errorf("repeat SET NX %s = %v %v: a duplicate passed", p, v, err)
+						return
+					}
+				}
+				if i == perWorker/3 && w == 0 {
+					close(moved)
+				}
+			}
+			errs <- nil
+		}()
+	}
+	<-moved
+	if err := before.Do(ctx, "DEDUP.CLUSTER", "MOVE", r.Start, r.End, nodes[1].addr).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every key marked, before, during or after the move, is seen.
+	cc := clusterClient(t, nodes[0].addr)
+	for w := range workers {
+		for i := range perWorker {
+			k := fmt.Sprintf("w%d:%d", w, i)
+			if v, err := cc.SetNX(ctx, k, 1, time.Minute).Result(); err != nil || v {
+				t.Fatalf("after the move, SET NX %s = %v %v: a duplicate passed", k, v, err)
+			}
+		}
+	}
+	// The keys marked before the move are seen at the new owner; the old
+	// one redirects there.
+	after := client(t, nodes[1].addr)
+	for _, k := range inRange {
+		if v, err := after.SetNX(ctx, k, 1, 0).Result(); err != nil || v {
+			t.Fatalf("after the move, %s = %v %v at the new owner, want seen", k, v, err)
+		}
+	}
+	slot := resp.KeySlot([]byte(inRange[0]))
+	if err := before.Exists(ctx, inRange[0]).Err(); err == nil || err.Error() != fmt.Sprintf("MOVED %d %s", slot, nodes[1].addr) {
+		t.Fatalf("old owner: %v", err)
+	}
+	// Every node's map says so (the third node was told).
+	for _, nd := range nodes {
+		slots := client(t, nd.addr).ClusterSlots(ctx).Val()
+		if slots[0].Start != r.Start || slots[0].Nodes[0].Addr != nodes[1].addr {
+			t.Fatalf("%s: CLUSTER SLOTS %+v", nd.addr, slots[0])
+		}
 	}
 }
