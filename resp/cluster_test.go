@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -366,4 +367,48 @@ func TestClusterMoveUnderLoad(t *testing.T) {
 			t.Fatalf("%s: CLUSTER SLOTS %+v", nd.addr, slots[0])
 		}
 	}
+}
+
+const pyClusterScript = `
+import sys
+from redis.cluster import RedisCluster, ClusterNode
+host, port = sys.argv[1].rsplit(":", 1)
+r = RedisCluster(startup_nodes=[ClusterNode(host, int(port))])
+print("nodes", len(r.get_primaries()))
+new = sum(1 for i in range(600) if r.set("k:%d" % (i % 400), 1, nx=True, ex=60))
+print("set", new)
+print("setnx", r.setnx("s", 1), r.setnx("s", 1))
+print("bf.add", r.execute_command("BF.ADD", "{p1}f", "a"), r.execute_command("BF.ADD", "{p1}f", "a"))
+print("observe", r.execute_command("DEDUP.OBSERVE", "{p2}t", "x", "x"))
+print("keyslot", r.keyslot("123456789"))
+print("dbsize", sum(r.dbsize(target_nodes=RedisCluster.ALL_NODES).values()) if isinstance(r.dbsize(target_nodes=RedisCluster.ALL_NODES), dict) else r.dbsize(target_nodes=RedisCluster.ALL_NODES))
+`
+
+// TestClusterRedisPy: redis-py's RedisCluster finds the three nodes from
+// one and routes SET NX, BF.* and DEDUP.* by the key specs of COMMAND.
+func TestClusterRedisPy(t *testing.T) {
+	py := ""
+	for _, cand := range []string{"python3", "/usr/bin/python3"} {
+		if p, err := exec.LookPath(cand); err == nil && exec.Command(p, "-c", "from redis.cluster import RedisCluster").Run() == nil {
+			py = p
+			break
+		}
+	}
+	if py == "" {
+		t.Skip("redis-py with RedisCluster not installed (Debian: python3-redis)")
+	}
+	nodes := startCluster(t, 3, 1, "", resp.Options{Fsync: resp.FsyncNo, Engine: dedup.Options{Window: time.Hour}})
+	script := filepath.Join(t.TempDir(), "cluster.py")
+	if err := os.WriteFile(script, []byte(pyClusterScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkLines(t, runClient(t, py, nil, script, nodes[1].addr), []string{
+		"nodes 3",
+		"set 400",
+		"setnx True False",
+		"bf.add 1 0",
+		"observe [b'new', b'in-flight']",
+		"keyslot 12739",
+		"dbsize 401",
+	})
 }
