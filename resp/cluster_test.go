@@ -412,3 +412,117 @@ func TestClusterRedisPy(t *testing.T) {
 		"dbsize 401",
 	})
 }
+
+// clusterChildEnv carries a cluster node child's state dir, map file and
+// address.
+const clusterChildEnv = "DEDUP_RESP_CLUSTER_CHILD"
+
+// TestClusterNodeChild is the body of a cluster node run as a child
+// process by TestClusterKillNode.
+func TestClusterNodeChild(t *testing.T) {
+	v := os.Getenv(clusterChildEnv)
+	if v == "" {
+		t.Skip("runs as a child of TestClusterKillNode")
+	}
+	f := strings.Split(v, "|")
+	m, err := resp.ReadSlotMap(f[1])
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	srv, err := resp.New(resp.Options{Dir: f[0], Fsync: resp.FsyncAlways, Engine: dedup.Options{Window: time.Hour},
+		Cluster: &resp.ClusterOptions{Map: m, Announce: f[2]}})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	ln, err := net.Listen("tcp", f[2])
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("addr", ln.Addr())
+	_ = srv.Serve(ln)
+	os.Exit(0)
+}
+
+// TestClusterKillNode: three nodes as child processes under --fsync
+// always; one is killed with SIGKILL. Clients of the other nodes' slots
+// are served on unaffected, and once the killed node restarts every key
+// it acknowledged is seen.
+func TestClusterKillNode(t *testing.T) {
+	dir := t.TempDir()
+	addrs := make([]string, 3)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = ln.Addr().String()
+		ln.Close()
+	}
+	mapFile := filepath.Join(dir, "map")
+	if err := os.WriteFile(mapFile, []byte(testMap(addrs, 1).String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(i int) *exec.Cmd {
+		cmd, _ := startServerChild(t, "TestClusterNodeChild",
+			clusterChildEnv+"="+filepath.Join(dir, fmt.Sprint(i))+"|"+mapFile+"|"+addrs[i])
+		return cmd
+	}
+	children := []*exec.Cmd{run(0), run(1), run(2)}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout,
+		Protocol: 2, MaxRedirects: 1, DialTimeout: time.Second})
+	defer cc.Close()
+	owner := func(k string) int { return resp.KeySlot([]byte(k)) * 3 / resp.Slots }
+	var keys []string
+	for i := range 600 {
+		k := fmt.Sprintf("ev:%d", i)
+		keys = append(keys, k)
+		if v, err := cc.SetNX(ctx, k, 1, time.Minute).Result(); err != nil || !v {
+			t.Fatalf("SET NX %s = %v %v", k, v, err)
+		}
+	}
+	if err := children[2].Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = children[2].Wait()
+	for i := range 600 {
+		k := fmt.Sprintf("ev:%d", i)
+		if owner(k) == 2 {
+			continue
+		}
+		if v, err := cc.SetNX(ctx, k, 1, time.Minute).Result(); err != nil || v {
+			t.Fatalf("with node 2 killed, repeat SET NX %s = %v %v", k, v, err)
+		}
+		fresh := "late:" + k
+		if owner(fresh) == 2 {
+			continue
+		}
+		if v, err := cc.SetNX(ctx, fresh, 1, time.Minute).Result(); err != nil || !v {
+			t.Fatalf("with node 2 killed, first SET NX %s = %v %v", fresh, v, err)
+		}
+	}
+	run(2)
+	seen := 0
+	for _, k := range keys {
+		if owner(k) != 2 {
+			continue
+		}
+		var v bool
+		var err error
+		for range 50 { // until the client reconnects to the restarted node
+			if v, err = cc.SetNX(ctx, k, 1, time.Minute).Result(); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil || v {
+			t.Fatalf("after the restart, SET NX %s = %v %v: an acknowledged key was lost", k, v, err)
+		}
+		seen++
+	}
+	if seen < 100 {
+		t.Fatalf("only %d keys on the killed node", seen)
+	}
+}
