@@ -174,6 +174,16 @@ func (s *Server) dispatch(c *conn, args [][]byte) {
 		return
 	}
 	var t *table
+	if s.cluster != nil {
+		kt, release, handled := s.cluster.route(c, cmd, args)
+		if handled {
+			return
+		}
+		if release != nil {
+			defer release()
+		}
+		t = kt // the range table of a plain command's key
+	}
 	if cmd.table != noTable {
 		var err error
 		t, err = s.lookup(string(args[1]), cmd.table == tableCreate)
@@ -262,8 +272,54 @@ func writeCommandInfo(c *conn, cmd *command) {
 	c.WriteInt(cmd.keyStep)
 	c.WriteSet(0)
 	c.WriteArray(0)
+	writeKeySpecs(c, cmd)
 	c.WriteArray(0)
-	c.WriteArray(0)
+}
+
+// writeKeySpecs writes a command's key specs as Redis 7 does: one spec,
+// its first key found at an index and the rest as a range, for a command
+// with keys; none for the others. Cluster clients route by them (and by
+// the first and last key before them).
+func writeKeySpecs(c *conn, cmd *command) {
+	if cmd.firstKey == 0 {
+		c.WriteArray(0)
+		return
+	}
+	c.WriteArray(1)
+	c.WriteMap(3)
+	c.WriteBulkString("flags")
+	c.WriteSet(2)
+	if cmd.flags&flagWrite != 0 {
+		c.WriteString("RW")
+		c.WriteString("UPDATE")
+	} else {
+		c.WriteString("RO")
+		c.WriteString("ACCESS")
+	}
+	c.WriteBulkString("begin_search")
+	c.WriteMap(2)
+	c.WriteBulkString("type")
+	c.WriteBulkString("index")
+	c.WriteBulkString("spec")
+	c.WriteMap(1)
+	c.WriteBulkString("index")
+	c.WriteInt(cmd.firstKey)
+	c.WriteBulkString("find_keys")
+	c.WriteMap(2)
+	c.WriteBulkString("type")
+	c.WriteBulkString("range")
+	c.WriteBulkString("spec")
+	c.WriteMap(3)
+	c.WriteBulkString("lastkey")
+	last := -1 // up to the last argument
+	if cmd.lastKey >= 0 {
+		last = cmd.lastKey - cmd.firstKey
+	}
+	c.WriteInt(last)
+	c.WriteBulkString("keystep")
+	c.WriteInt(max(cmd.keyStep, 1))
+	c.WriteBulkString("limit")
+	c.WriteInt(0)
 }
 
 func (s *Server) cmdPing(c *conn, _ *table, args [][]byte) {
@@ -301,12 +357,20 @@ func (s *Server) cmdMemory(c *conn, _ *table, args [][]byte) {
 
 // cmdDBSize serves DBSIZE: the keys the default table remembers.
 func (s *Server) cmdDBSize(c *conn, _ *table, _ [][]byte) {
-	st, err := s.def.stats()
-	if err != nil {
-		writeErr(c, err)
-		return
+	tables := []*table{s.def}
+	if s.sharded() {
+		tables = s.clusterTables() // the key slots this node serves
 	}
-	c.WriteUint64(st.FilterKeys + uint64(max(st.InFlightKeys, 0)))
+	var n uint64
+	for _, t := range tables {
+		st, err := t.stats()
+		if err != nil {
+			writeErr(c, err)
+			return
+		}
+		n += st.FilterKeys + uint64(max(st.InFlightKeys, 0))
+	}
+	c.WriteUint64(n)
 }
 
 // cmdQuit answers OK once the replies before it are written, and closes

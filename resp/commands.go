@@ -192,7 +192,7 @@ func (s *Server) cmdHello(c *conn, _ *table, args [][]byte) {
 	c.WriteBulkString("id")
 	c.WriteInt64(c.id)
 	c.WriteBulkString("mode")
-	c.WriteBulkString("standalone")
+	c.WriteBulkString(s.redisMode())
 	c.WriteBulkString("role")
 	c.WriteBulkString("master")
 	c.WriteBulkString("modules")
@@ -274,6 +274,30 @@ const setUsage = "dedup serves SET key value NX [EX seconds|PX milliseconds] onl
 // cmdSet serves SET key value NX [EX s|PX ms]: +OK for a new key, nil for
 // one seen within the window (committed or in flight).
 func (s *Server) cmdSet(c *conn, t *table, args [][]byte) {
+	if !s.setArgsOK(c, args) {
+		return
+	}
+	isNew, ok := s.markOne(c, s.keyTable(t), args[1])
+	switch {
+	case isNew:
+		c.WriteString("OK")
+	case ok:
+		c.WriteNull()
+	}
+}
+
+// keyTable is the table of a plain command's key: t, the key's slot
+// range table on a cluster node, or the default table.
+func (s *Server) keyTable(t *table) *table {
+	if t != nil {
+		return t
+	}
+	return s.def
+}
+
+// setArgsOK checks the options of SET key value NX [EX s|PX ms], or
+// answers the error and returns false.
+func (s *Server) setArgsOK(c *conn, args [][]byte) bool {
 	nx, ttlSet := false, false
 	for i := 3; i < len(args); i++ {
 		opt := strings.ToUpper(string(args[i]))
@@ -283,30 +307,24 @@ func (s *Server) cmdSet(c *conn, t *table, args [][]byte) {
 		case "EX", "PX":
 			if ttlSet || i+1 == len(args) {
 				c.WriteError("ERR syntax error")
-				return
+				return false
 			}
 			i++
 			if err := s.checkTTL(opt, args[i]); err != nil {
 				c.WriteError(err.Error())
-				return
+				return false
 			}
 			ttlSet = true
 		default:
 			c.WriteError("ERR " + setUsage + ": " + opt + " is not supported")
-			return
+			return false
 		}
 	}
 	if !nx {
 		c.WriteError("ERR " + setUsage + ": without NX a SET would overwrite, and a remembered key cannot be overwritten")
-		return
+		return false
 	}
-	isNew, ok := s.markOne(c, s.def, args[1])
-	switch {
-	case isNew:
-		c.WriteString("OK")
-	case ok:
-		c.WriteNull()
-	}
+	return true
 }
 
 // checkTTL accepts an EX or PX no longer than the window: a key is
@@ -330,7 +348,7 @@ func (s *Server) checkTTL(opt string, arg []byte) error {
 
 // cmdSetNX serves SETNX key value: 1 for a new key, 0 for a seen one.
 func (s *Server) cmdSetNX(c *conn, t *table, args [][]byte) {
-	isNew, ok := s.markOne(c, s.def, args[1])
+	isNew, ok := s.markOne(c, s.keyTable(t), args[1])
 	switch {
 	case isNew:
 		c.WriteInt(1)
@@ -343,7 +361,7 @@ func (s *Server) cmdSetNX(c *conn, t *table, args [][]byte) {
 // window, without marking any.
 func (s *Server) cmdExists(c *conn, t *table, args [][]byte) {
 	out := make([]bool, len(args)-1)
-	if err := s.def.probe(args[1:], out); err != nil {
+	if err := s.keyTable(t).probe(args[1:], out); err != nil {
 		writeErr(c, err)
 		return
 	}

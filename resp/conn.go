@@ -27,6 +27,7 @@ type conn struct {
 	authed  bool
 	closed  bool
 	resp3   bool     // HELLO 3 chose RESP3
+	asking  bool     // ASKING was the last command (cluster)
 	tx      *tx      // the transaction since MULTI, nil outside one
 	pending int      // replies built since the last flush
 	dirty   []*table // tables with keys answered New and not yet synced (FsyncAlways)
@@ -133,7 +134,7 @@ func (c *conn) flush() error {
 			continue
 		}
 		s.syncs.Add(1)
-		if err := t.commit(nil); err != nil {
+		if err := t.commit(nil); err != nil && !(errors.Is(err, errTableClosed) && t.handedOver.Load()) {
 			s.logf("resp: table %q: commit for a client: %v; closing the connection unanswered", t.name, err)
 			c.out, c.closed = nil, true
 		}

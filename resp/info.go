@@ -96,7 +96,7 @@ func (s *Server) Info(sections ...string) string {
 	if section("Server") {
 		line("redis_version", redisVersion)
 		line("dedup_version", Version)
-		line("redis_mode", "standalone")
+		line("redis_mode", s.redisMode())
 		line("os", runtime.GOOS+" "+runtime.GOARCH)
 		line("arch_bits", strconv.IntSize)
 		line("go_version", runtime.Version())
@@ -150,6 +150,9 @@ func (s *Server) Info(sections ...string) string {
 		line("keyspace_hits", hits)
 		line("keyspace_misses", misses)
 		line("fsync_commits_requested", st.Syncs)
+	}
+	if section("Cluster") {
+		line("cluster_enabled", b2i(s.cluster != nil))
 	}
 	if section("Dedup") {
 		line("fsync", s.cfg.Fsync)

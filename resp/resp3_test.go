@@ -124,7 +124,7 @@ func TestHello(t *testing.T) {
 		{"BF.ADD t x", "#t\r\n"},
 		{"BF.MEXISTS t x y", "*2\r\n#t\r\n#f\r\n"},
 		{"CONFIG GET databases", "%1\r\n$9\r\ndatabases\r\n$1\r\n1\r\n"},
-		{"COMMAND INFO bf.add nosuch", "*2\r\n*10\r\n$6\r\nbf.add\r\n:3\r\n~2\r\n+write\r\n+fast\r\n:1\r\n:1\r\n:1\r\n~0\r\n*0\r\n*0\r\n*0\r\n_\r\n"},
+		{"COMMAND INFO bf.add nosuch", "*2\r\n*10\r\n$6\r\nbf.add\r\n:3\r\n~2\r\n+write\r\n+fast\r\n:1\r\n:1\r\n:1\r\n~0\r\n*0\r\n*1\r\n%3\r\n$5\r\nflags\r\n~2\r\n+RW\r\n+UPDATE\r\n$12\r\nbegin_search\r\n%2\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n%1\r\n$5\r\nindex\r\n:1\r\n$9\r\nfind_keys\r\n%2\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n%3\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n*0\r\n_\r\n"},
 		{"HELLO 2", "*14\r\n"},
 	} {
 		if got := send(tc.cmd); !strings.HasPrefix(got, tc.want) {

@@ -117,6 +117,10 @@ type Options struct {
 	// within it (a client that stopped reading). Default 30s.
 	WriteTimeout time.Duration
 
+	// Cluster, when set, makes the server a node of a Redis Cluster (see
+	// [ClusterOptions]). Default nil: a standalone server.
+	Cluster *ClusterOptions
+
 	// Logf receives the server's rare log lines (failed commits and
 	// snapshots). nil discards them. Default nil.
 	Logf func(format string, args ...any)
@@ -166,6 +170,9 @@ func (c *Options) Validate() error {
 		bad = append(bad, fmt.Sprintf("WriteTimeout %v < 0", c.WriteTimeout))
 	}
 	bad = append(bad, c.validateBackupDir()...)
+	if c.Cluster != nil {
+		bad = append(bad, c.Cluster.validate(c.Dir)...)
+	}
 	if c.Engine.AutoCommit != 0 {
 		bad = append(bad, "Engine.AutoCommit is set: the server commits by Fsync")
 	}
@@ -195,6 +202,8 @@ type Server struct {
 
 	tmu    sync.RWMutex
 	tables map[string]*table // guarded by tmu; the default table is not in it
+
+	cluster *cluster // nil when not a cluster node
 
 	closing atomic.Bool
 	started time.Time
@@ -237,6 +246,11 @@ func New(cfg Options) (*Server, error) {
 		return nil, err
 	}
 	s.def = def
+	if cfg.Cluster != nil {
+		if err := s.openCluster(); err != nil {
+			return nil, errors.Join(err, def.close(false))
+		}
+	}
 	s.loops.Add(1)
 	go s.commitLoop()
 	return s, nil

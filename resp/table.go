@@ -70,6 +70,10 @@ type table struct {
 	// Options.CommitKeys it asks the commit loop for an early commit.
 	fresh atomic.Int64
 	kick  func()
+
+	// handedOver is set once the table's state moved to another cluster
+	// node, committed: a reply waiting for its commit is durable there.
+	handedOver atomic.Bool
 }
 
 // added counts n keys that the next commit will take: answered New, or
@@ -97,7 +101,7 @@ func validTableName(name string) bool {
 		c := name[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == '_', c == '-', c == '.', c == ':':
+		case c == '_', c == '-', c == '.', c == ':', c == '{', c == '}': // {} for cluster hash tags
 		default:
 			return false
 		}
@@ -285,7 +289,7 @@ func (s *Server) lookup(name string, create bool) (*table, error) {
 		return t, nil
 	}
 	if !validTableName(name) {
-		return nil, fmt.Errorf("invalid table name %q: up to %d of A-Z a-z 0-9 _ - . : not starting with '.'", name, maxTableName)
+		return nil, fmt.Errorf("invalid table name %q: up to %d of A-Z a-z 0-9 _ - . : { } not starting with '.'", name, maxTableName)
 	}
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
@@ -328,7 +332,7 @@ func (s *Server) reserve(name string, opts TableOptions) error {
 		return errExists
 	}
 	if !validTableName(name) {
-		return fmt.Errorf("invalid table name %q: up to %d of A-Z a-z 0-9 _ - . : not starting with '.'", name, maxTableName)
+		return fmt.Errorf("invalid table name %q: up to %d of A-Z a-z 0-9 _ - . : { } not starting with '.'", name, maxTableName)
 	}
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
@@ -359,7 +363,7 @@ func (s *Server) allTables() []*table {
 	for _, t := range s.tables {
 		ts = append(ts, t)
 	}
-	return ts
+	return append(ts, s.clusterTables()...)
 }
 
 // observe observes keys into out under the shared lock. An error leaves

@@ -28,6 +28,7 @@ type serveConfig struct {
 	metrics          string
 	snapshotInterval time.Duration
 	backupDir        string
+	cluster          clusterFlags
 }
 
 const serveHelpHead = `Usage: dedup serve [--listen ADDR] [--state DIR] [flags]
@@ -77,6 +78,7 @@ func newServeFlags(e *env) (*flag.FlagSet, *serveConfig) {
 	fs.StringVar(&c.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (e.g. 127.0.0.1:9090) at /metrics")
 	fs.StringVar(&c.backupDir, "backup-dir", "", "write backups (DEDUP.BACKUP, SAVE, BGSAVE) into `DIR`, outside --state, and nowhere else (default: backups off)")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", time.Minute, "snapshot every table's filters every `DURATION` (under --fsync no, commit too)")
+	c.cluster.register(fs)
 	return fs, c
 }
 
@@ -159,14 +161,19 @@ func runServe(e *env, args []string) error {
 			fmt.Fprintf(e.stderr, "dedup serve: "+format+"\n", args...)
 		},
 	}
-	if err := cfg.WithDefaults().Validate(); err != nil {
-		return usageErr(err)
-	}
 	// Listen first: a port in use fails at once, without opening (or
 	// creating) the state.
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return listenErr("serve", "listen", c.listen, err)
+	}
+	if cfg.Cluster, err = c.cluster.options(ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		ln.Close()
+		return usageErr(err)
 	}
 	srv, err := resp.New(cfg)
 	if err != nil {

@@ -1,0 +1,548 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/handover"
+)
+
+// Moving a slot range between nodes. The old owner (the source) drives it
+// when sent DEDUP.CLUSTER MOVE START END TARGET:
+//
+//  1. it asks the target to import the range (DEDUP.CLUSTER IMPORT): the
+//     target opens an empty import table for it and serves its keys
+//     after ASKING only;
+//  2. it stops marking keys of the range (rangeMigrating): a key its
+//     engine holds is answered seen, any other -ASK the target, where the
+//     import table answers it (and records it if New). The range's engine
+//     is now frozen: it commits it and writes a backup of it, and of
+//     every BF.*/DEDUP.* table whose name hashes into the range (their
+//     commands are answered -TRYAGAIN meanwhile), and exports them through
+//     the handover store;
+//  3. it tells the target to finish (DEDUP.CLUSTER FINISH): the target
+//     fetches and verifies the export, installs it, then, holding the
+//     range alone for that moment, replays the keys its import table
+//     answered New into the installed engine, commits, and owns the
+//     range;
+//  4. it gives the range up (-MOVED from now on), closes and removes its
+//     copy, and tells every other node (DEDUP.CLUSTER SETRANGE).
+//
+// A key is thus marked on exactly one side at every moment: on the source
+// before the freeze, in the target's import table after it, and the two
+// meet in the target's engine at the end. A duplicate sent across the move
+// is caught, and a first sighting is never answered seen.
+
+// movePartition names a range's exports in the handover store.
+func movePartition(start, end int) handover.Partition {
+	return handover.Partition{Group: "dedup-serve-cluster", Topic: fmt.Sprintf("slots-%d-%d", start, end)}
+}
+
+// moveFormat is the Format of a range's export manifest.
+const moveFormat = "dedup-serve-slot-range/1"
+
+// moveTimeout bounds one step of a move between nodes.
+const moveTimeout = 10 * time.Minute
+
+// peer returns a client of another node, with this server's password.
+func (s *Server) peer(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, Password: s.cfg.RequirePass, Protocol: 2,
+		ReadTimeout: moveTimeout, WriteTimeout: time.Minute, MaxRetries: -1, PoolSize: 1})
+}
+
+// clusterUsage is the syntax of DEDUP.CLUSTER.
+const clusterUsage = "DEDUP.CLUSTER MOVE start end host:port | MAP | IMPORT start end source | FINISH start end epoch | ABORT start end | SETRANGE start end host:port epoch"
+
+// cmdDedupCluster serves DEDUP.CLUSTER: MOVE (an operator's command to the
+// range's owner), MAP (the node's current map) and the steps nodes send
+// one another during a move.
+func (s *Server) cmdDedupCluster(c *conn, _ *table, args [][]byte) {
+	cl := s.cluster
+	if cl == nil || cl.m == nil {
+		c.WriteError("ERR DEDUP.CLUSTER needs a cluster slot map (dedup serve --cluster-map FILE)")
+		return
+	}
+	sub := strings.ToLower(string(args[1]))
+	if sub == "map" {
+		cl.mu.RLock()
+		m := cl.m.String()
+		cl.mu.RUnlock()
+		c.WriteBulkString(m)
+		return
+	}
+	want := map[string]int{"move": 5, "import": 5, "finish": 5, "abort": 4, "setrange": 6}[sub]
+	if want == 0 || len(args) != want {
+		c.WriteError("ERR " + clusterUsage)
+		return
+	}
+	start, err1 := strconv.Atoi(string(args[2]))
+	end, err2 := strconv.Atoi(string(args[3]))
+	if err1 != nil || err2 != nil {
+		c.WriteError("ERR slots " + quote(args[2]) + " " + quote(args[3]) + " are not integers: " + clusterUsage)
+		return
+	}
+	var err error
+	switch sub {
+	case "move":
+		err = cl.move(start, end, string(args[4]))
+	case "import":
+		err = cl.beginImport(start, end, string(args[4]))
+	case "finish":
+		var epoch int64
+		if epoch, err = strconv.ParseInt(string(args[4]), 10, 64); err == nil {
+			err = cl.finishImport(start, end, epoch)
+		}
+	case "abort":
+		err = cl.abortImport(start, end)
+	case "setrange":
+		var epoch int64
+		if epoch, err = strconv.ParseInt(string(args[5]), 10, 64); err == nil {
+			err = cl.setRange(start, end, string(args[4]), epoch)
+		}
+	}
+	if err != nil {
+		writeErr(c, err)
+		return
+	}
+	c.WriteString("OK")
+}
+
+// mapRange returns the map's range START-END exactly, or an error.
+func (cl *cluster) mapRange(start, end int) (SlotRange, error) {
+	if start < 0 || end >= Slots || start > end {
+		return SlotRange{}, fmt.Errorf("slots %d-%d are not a range of 0-%d", start, end, Slots-1)
+	}
+	r := cl.m.Ranges[cl.m.find(start)]
+	if r.Start != start || r.End != end {
+		return SlotRange{}, fmt.Errorf("slots %d-%d are not a range of the map (slot %d is in %d-%d): a range moves whole, so list finer ranges in the map to move less", start, end, start, r.Start, r.End)
+	}
+	return r, nil
+}
+
+// move moves the range START-END from this node to target.
+func (cl *cluster) move(start, end int, target string) error {
+	s := cl.s
+	if cl.opts.Handover == "" {
+		return errors.New("moving a range needs a handover store (--cluster-handover URL) shared by the nodes")
+	}
+	cl.moveMu.Lock()
+	defer cl.moveMu.Unlock()
+	cl.mu.RLock()
+	r, err := cl.mapRange(start, end)
+	me, epoch := cl.me, cl.m.Epoch+1
+	known := containsStr(cl.m.Nodes, target)
+	rg := cl.ranges[start]
+	cl.mu.RUnlock()
+	switch {
+	case err != nil:
+		return err
+	case r.Node != me || rg == nil:
+		return fmt.Errorf("slots %d-%d belong to %s, not to this node (%s): send the move there", start, end, r.Node, me)
+	case target == me:
+		return fmt.Errorf("slots %d-%d are on %s already", start, end, me)
+	case !known:
+		return fmt.Errorf("%s is not a node of the map: add it (node HOST:PORT) to every node's map first", target)
+	}
+	ctx := context.Background()
+	p := s.peer(target)
+	defer p.Close()
+	if err := p.Do(ctx, "dedup.cluster", "import", start, end, me).Err(); err != nil {
+		return fmt.Errorf("target %s refused to import slots %d-%d: %w", target, start, end, err)
+	}
+	rg.mu.Lock()
+	rg.state, rg.peer = rangeMigrating, target
+	rg.mu.Unlock()
+	abort := func(err error) error {
+		rg.mu.Lock()
+		rg.state, rg.peer = rangeOwned, ""
+		rg.mu.Unlock()
+		return errors.Join(err, p.Do(ctx, "dedup.cluster", "abort", start, end).Err())
+	}
+	names, err := s.exportRange(ctx, rg, epoch)
+	if err != nil {
+		return abort(fmt.Errorf("exporting slots %d-%d: %w", start, end, err))
+	}
+	if err := p.Do(ctx, "dedup.cluster", "finish", start, end, epoch).Err(); err != nil {
+		return abort(fmt.Errorf("target %s could not finish importing slots %d-%d: %w", target, start, end, err))
+	}
+	// The target owns the range now: give it up.
+	if err := cl.setRangeLocked(start, end, target, epoch, true); err != nil {
+		s.logf("resp: slots %d-%d moved to %s, but the map could not be saved: %v", start, end, target, err)
+	}
+	rg.mu.Lock()
+	rg.state = rangeGone
+	t := rg.t
+	rg.t = nil
+	rg.mu.Unlock()
+	var errs []error
+	t.handedOver.Store(true)
+	errs = append(errs, t.close(false), os.RemoveAll(filepath.Join(s.cfg.Dir, t.name)))
+	for _, name := range names {
+		errs = append(errs, s.dropTable(name))
+	}
+	if err := errors.Join(errs...); err != nil {
+		s.logf("resp: slots %d-%d moved to %s; removing the local copy: %v", start, end, target, err)
+	}
+	cl.mu.RLock()
+	nodes := cl.m.Nodes
+	cl.mu.RUnlock()
+	for _, n := range nodes {
+		if n == me || n == target {
+			continue
+		}
+		q := s.peer(n)
+		if err := q.Do(ctx, "dedup.cluster", "setrange", start, end, target, epoch).Err(); err != nil {
+			// It answers -MOVED to this node, which answers -MOVED to the
+			// target: clients still reach the range.
+			s.logf("resp: telling %s that slots %d-%d moved to %s: %v", n, start, end, target, err)
+		}
+		q.Close()
+	}
+	return nil
+}
+
+// rangeTables lists the BF.*/DEDUP.* tables whose name hashes into
+// START-END: those open and those on disk.
+func (s *Server) rangeTables(start, end int) ([]string, error) {
+	seen := map[string]bool{}
+	in := func(name string) bool {
+		sl := KeySlot([]byte(name))
+		return name != DefaultTable && validTableName(name) && sl >= start && sl <= end
+	}
+	s.tmu.RLock()
+	for name := range s.tables {
+		if in(name) {
+			seen[name] = true
+		}
+	}
+	s.tmu.RUnlock()
+	ents, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if e.IsDir() && in(e.Name()) {
+			if _, err := os.Stat(filepath.Join(s.cfg.Dir, e.Name(), tableFile)); err == nil {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// exportRange commits and backs up the range's engine and its named
+// tables, and exports them as one export of epoch; it returns the named
+// tables'. Their commands are answered -TRYAGAIN (the range migrates).
+func (s *Server) exportRange(ctx context.Context, rg *slotRange, epoch int64) ([]string, error) {
+	names, err := s.rangeTables(rg.start, rg.end)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(s.cfg.Dir, ".export-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	backup := func(t *table) error {
+		if err := t.commit(nil); err != nil {
+			return err
+		}
+		if err := exact.MkdirPrivate(filepath.Join(dir, t.name)); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(s.cfg.Dir, t.name, tableFile))
+		if err != nil {
+			return err
+		}
+		if err := writeSync(filepath.Join(dir, t.name, tableFile), b); err != nil {
+			return err
+		}
+		t.mu.RLock()
+		defer t.mu.RUnlock()
+		if t.closed {
+			return errTableClosed
+		}
+		return t.eng.Backup(filepath.Join(dir, t.name, engineDir))
+	}
+	if err := backup(rg.t); err != nil {
+		return nil, fmt.Errorf("table %q: %w", rg.t.name, err)
+	}
+	for _, name := range names {
+		t, err := s.lookup(name, false)
+		if err == nil && t != nil {
+			err = backup(t)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("table %q: %w", name, err)
+		}
+	}
+	st, err := handover.Open(ctx, s.cluster.opts.Handover)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	_, _, err = st.Export(ctx, movePartition(rg.start, rg.end), dir,
+		handover.Manifest{Offset: epoch, Window: s.cfg.Engine.Window, Format: moveFormat}, nil)
+	return names, err
+}
+
+// dropTable closes a named table that moved away and removes its state.
+func (s *Server) dropTable(name string) error {
+	s.tmu.Lock()
+	t := s.tables[name]
+	delete(s.tables, name)
+	s.tmu.Unlock()
+	var err error
+	if t != nil {
+		t.handedOver.Store(true)
+		err = t.close(false)
+	}
+	return errors.Join(err, os.RemoveAll(filepath.Join(s.cfg.Dir, name)))
+}
+
+// beginImport makes this node import START-END from source: an empty
+// import table serves the keys the source sends here with -ASK.
+func (cl *cluster) beginImport(start, end int, source string) error {
+	s := cl.s
+	if s.cfg.Dir == "" || cl.opts.Handover == "" {
+		return errors.New("importing a range needs a state directory and a handover store (--state, --cluster-handover)")
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	r, err := cl.mapRange(start, end)
+	switch {
+	case err != nil:
+		return err
+	case r.Node != source:
+		return fmt.Errorf("slots %d-%d belong to %s, not to %s, in this node's map", start, end, r.Node, source)
+	case cl.ranges[start] != nil:
+		return fmt.Errorf("slots %d-%d are on this node already, or moving here", start, end)
+	}
+	name := importTableName(start, end)
+	// What a move that did not finish left behind is stale.
+	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, name)); err != nil {
+		return err
+	}
+	fresh, err := s.openTable(name, s.defaultTableOptions())
+	if err != nil {
+		return err
+	}
+	cl.ranges[start] = &slotRange{start: start, end: end, state: rangeImporting, peer: source, fresh: fresh}
+	return nil
+}
+
+// abortImport drops an import that did not finish.
+func (cl *cluster) abortImport(start, end int) error {
+	cl.mu.Lock()
+	rg := cl.ranges[start]
+	if rg == nil || rg.state != rangeImporting {
+		cl.mu.Unlock()
+		return fmt.Errorf("slots %d-%d are not being imported here", start, end)
+	}
+	delete(cl.ranges, start)
+	cl.mu.Unlock()
+	rg.mu.Lock()
+	rg.state = rangeGone
+	fresh := rg.fresh
+	rg.fresh = nil
+	rg.mu.Unlock()
+	return errors.Join(fresh.close(false), os.RemoveAll(filepath.Join(cl.s.cfg.Dir, fresh.name)))
+}
+
+// finishImport installs the export epoch of START-END, replays into it
+// the keys the import table answered New, and owns the range.
+func (cl *cluster) finishImport(start, end int, epoch int64) error {
+	s := cl.s
+	cl.mu.RLock()
+	rg := cl.ranges[start]
+	cl.mu.RUnlock()
+	if rg == nil || rg.state != rangeImporting || rg.end != end {
+		return fmt.Errorf("slots %d-%d are not being imported here", start, end)
+	}
+	ctx := context.Background()
+	st, err := handover.Open(ctx, cl.opts.Handover)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ms, err := st.Latest(ctx, movePartition(start, end), epoch, 1)
+	if err != nil {
+		return err
+	}
+	m := ms[0]
+	if m.Offset != epoch || m.Format != moveFormat {
+		return fmt.Errorf("%w: the newest export of slots %d-%d is epoch %d format %q, want epoch %d format %q",
+			handover.ErrDamaged, start, end, m.Offset, m.Format, epoch, moveFormat)
+	}
+	tmp, err := os.MkdirTemp(s.cfg.Dir, ".import-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	got := filepath.Join(tmp, "export")
+	if _, err := st.Fetch(ctx, m, got); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(got)
+	if err != nil {
+		return err
+	}
+	rangeName := rangeTableName(start, end)
+	var named []string
+	for _, e := range ents {
+		name := e.Name()
+		if name != rangeName && !validTableName(name) {
+			return fmt.Errorf("%w: export of slots %d-%d holds %q, not a table", handover.ErrDamaged, start, end, name)
+		}
+		if name != rangeName {
+			named = append(named, name)
+		}
+		if err := s.installTable(filepath.Join(got, name), name); err != nil {
+			return fmt.Errorf("table %q: %w", name, err)
+		}
+	}
+	opts, ok, err := ReadTableOptions(s.cfg.Dir, rangeName)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: export of slots %d-%d has no %s", handover.ErrDamaged, start, end, rangeName)
+	}
+	if err != nil {
+		return err
+	}
+	t, err := s.openTable(rangeName, opts)
+	if err != nil {
+		return err
+	}
+	rg.mu.Lock()
+	rg.freshMu.Lock()
+	keys := rg.freshKeys
+	rg.freshKeys = nil
+	rg.freshMu.Unlock()
+	err = replay(t, keys)
+	if err != nil {
+		rg.mu.Unlock()
+		return errors.Join(err, t.close(false))
+	}
+	fresh := rg.fresh
+	rg.t, rg.fresh, rg.state, rg.peer = t, nil, rangeOwned, ""
+	rg.mu.Unlock()
+	if err := cl.setRangeLocked(start, end, cl.announce(), epoch, false); err != nil {
+		s.logf("resp: slots %d-%d imported, but the map could not be saved: %v", start, end, err)
+	}
+	fresh.handedOver.Store(true)
+	if err := errors.Join(fresh.close(false), os.RemoveAll(filepath.Join(s.cfg.Dir, fresh.name))); err != nil {
+		s.logf("resp: slots %d-%d imported; removing the import table: %v", start, end, err)
+	}
+	_ = named // opened from disk on their first command
+	return nil
+}
+
+// replay marks keys, answered New by an import table, in t and commits.
+func replay(t *table, keys [][]byte) error {
+	const batch = 4096
+	out := make([]dedup.Verdict, batch)
+	for len(keys) > 0 {
+		n := min(len(keys), batch)
+		if err := t.observe(keys[:n], out[:n]); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return t.commit(nil)
+}
+
+// installTable installs an exported table (table.json and an engine
+// backup) as the table name under the state root, replacing what a move
+// that did not finish may have left there.
+func (s *Server) installTable(src, name string) error {
+	dst := filepath.Join(s.cfg.Dir, name)
+	s.tmu.RLock()
+	open := s.tables[name] != nil
+	s.tmu.RUnlock()
+	if open {
+		return fmt.Errorf("a table %q is open on this node already", name)
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	if err := exact.MkdirPrivate(dst); err != nil {
+		return err
+	}
+	if _, err := dedup.RestoreBackup(filepath.Join(src, engineDir), filepath.Join(dst, engineDir)); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(src, tableFile))
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dst, tableFile+".tmp")
+	if err := writeSync(tmp, b); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dst, tableFile)); err != nil {
+		return err
+	}
+	return syncDir(dst)
+}
+
+// setRange records that node owns START-END from epoch on (sent by a
+// node that moved the range).
+func (cl *cluster) setRange(start, end int, node string, epoch int64) error {
+	cl.mu.RLock()
+	mine := cl.ranges[start] != nil
+	cl.mu.RUnlock()
+	if mine {
+		return fmt.Errorf("slots %d-%d are on this node or moving here: only a move changes their owner", start, end)
+	}
+	return cl.setRangeLocked(start, end, node, epoch, false)
+}
+
+// setRangeLocked changes the owner of START-END in the map, saves it
+// under the state root, and, with drop, forgets the range's state here.
+func (cl *cluster) setRangeLocked(start, end int, node string, epoch int64, drop bool) error {
+	if err := checkNodeAddr(node); err != nil {
+		return err
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if _, err := cl.mapRange(start, end); err != nil {
+		return err
+	}
+	m := cl.m.clone()
+	m.Ranges[m.find(start)].Node = node
+	m.Epoch = max(m.Epoch, epoch)
+	if !containsStr(m.Nodes, node) {
+		m.Nodes = append(m.Nodes, node)
+	}
+	cl.m = m
+	if drop {
+		delete(cl.ranges, start)
+	}
+	if cl.s.cfg.Dir == "" {
+		return nil
+	}
+	tmp := filepath.Join(cl.s.cfg.Dir, clusterMapFile+".tmp")
+	if err := writeSync(tmp, []byte(m.String())); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(cl.s.cfg.Dir, clusterMapFile)); err != nil {
+		return err
+	}
+	return syncDir(cl.s.cfg.Dir)
+}
+
+func init() {
+	register(command{name: "dedup.cluster", arity: -2, run: (*Server).cmdDedupCluster})
+}
