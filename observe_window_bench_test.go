@@ -38,8 +38,10 @@ import (
 // load, CPU time much less), filter bytes per window key, the measured
 // false-positive rate (fresh keys answered Duplicate), and the wall-clock
 // ratios of each engine variant to bits-and-blooms and to the split-block
-// filter. Keep b.N at most 4M (-benchtime=2000000x). -short uses a 1M-key
-// window, DEDUP_OBSERVE_WINDOW_KEYS=n one of n keys (the 100M-key run:
+// filter; and the default engine again with the advisor's horizon off
+// (HorizonSample -1): horizon-cost% is the wall time it adds. Keep b.N at
+// most 4M (-benchtime=2000000x). -short uses a 1M-key window,
+// DEDUP_OBSERVE_WINDOW_KEYS=n one of n keys (the 100M-key run:
 // DEDUP_OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
 // DEDUP_OBSERVE_WINDOW_CPUPROFILE=file writes a CPU profile of the timed
 // rounds alone.
@@ -89,6 +91,8 @@ func BenchmarkObserveWindow(b *testing.B) {
 		}
 	}
 	b.ReportMetric(byName["blocked"].wall.Seconds()/byName["interleaved"].wall.Seconds(), "interleaved-x-blocked")
+	// What the window advisor's horizon costs the default engine.
+	b.ReportMetric(100*(byName["blocked"].wall.Seconds()/byName["blocked-nohorizon"].wall.Seconds()-1), "horizon-cost%")
 	for _, v := range w.variants {
 		v.keys, v.wall, v.cpu, v.fps, v.fresh = 0, 0, 0, 0, 0
 	}
@@ -213,10 +217,14 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	span := W / gens
 	w := &windowBench{window: window}
 	timedKey := timedWindowKey(window)
-	for _, kind := range []string{"blocked", "interleaved"} {
+	for _, name := range []string{"blocked", "interleaved", "blocked-nohorizon"} {
+		kind, horizon := name, 0
+		if name == "blocked-nohorizon" {
+			kind, horizon = "blocked", -1
+		}
 		clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		e, err := Open(Options{Filter: kind, Probabilistic: true, Window: W, Generations: gens,
-			ExpectedRate: float64(per) / span.Seconds(), MaxInFlight: 1 << 24, Now: clk.Now})
+			ExpectedRate: float64(per) / span.Seconds(), MaxInFlight: 1 << 24, Now: clk.Now, HorizonSample: horizon})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -229,7 +237,7 @@ func buildObserveWindow(b *testing.B) *windowBench {
 			clk.Advance(span)
 		}
 		w.variants = append(w.variants, &windowVariant{
-			name:  kind,
+			name:  name,
 			run:   func(from uint64, n int) (int, int) { return observeSpread(b, e, from, n, batch, timedKey) },
 			bytes: func() uint64 { return e.Stats().FilterBytes },
 		})
