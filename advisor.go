@@ -411,31 +411,6 @@ func (a *shardAdvisor) bytes() uint64 {
 // clampUnit returns x within [0, 1].
 func clampUnit(x float64) float64 { return math.Max(0, math.Min(1, x)) }
 
-// genOf returns the generation of key (hash h) in p; without exact, of
-// the first entry of hash h. A nil set holds nothing.
-func (p *inflightSet) genOf(h uint64, key []byte, exactMode bool) (uint64, bool) {
-	if exactMode {
-		return p.lookup(h, key)
-	}
-	if p == nil || p.n == 0 {
-		return 0, false
-	}
-	if h == 0 {
-		if len(p.zero) > 0 {
-			return p.zero[0].gen, true
-		}
-		return 0, false
-	}
-	for i := p.slot(h); ; i = (i + 1) & p.mask {
-		switch p.hashes[i] {
-		case 0:
-			return 0, false
-		case h:
-			return p.ents[p.idx[i]].gen, true
-		}
-	}
-}
-
 // noteUncommitted attributes a duplicate of a key not yet committed (hash
 // h), answered at now, to the cohort of the generation its first sighting
 // went into. decide calls it for every Duplicate of a Done key, and for
@@ -463,42 +438,6 @@ func (e *Engine) noteUncommitted(s *shard, h uint64, key []byte, now int64) {
 	if j := e.win.ageBin(gen, now); j >= 0 {
 		s.adv.caught[j]++
 		c.dups++
-	}
-}
-
-// setGen moves the entry of key (hash h) in p to generation gen if its
-// generation is below oldest, and returns the generation it had; without
-// exact, the first entry of hash h. A nil set holds nothing.
-func (p *inflightSet) setGenIfBelow(h uint64, key []byte, exactMode bool, oldest, gen uint64) (uint64, bool) {
-	if p == nil || p.n == 0 {
-		return 0, false
-	}
-	move := func(en *inflightEntry) (uint64, bool) {
-		old := en.gen
-		if old >= oldest {
-			return old, false
-		}
-		en.gen = gen
-		return old, true
-	}
-	if h == 0 {
-		for i := range p.zero {
-			if !exactMode || string(p.key(p.zero[i])) == string(key) {
-				return move(&p.zero[i])
-			}
-		}
-		return 0, false
-	}
-	for i := p.slot(h); ; i = (i + 1) & p.mask {
-		switch p.hashes[i] {
-		case 0:
-			return 0, false
-		case h:
-			en := &p.ents[p.idx[i]]
-			if !exactMode || string(p.key(*en)) == string(key) {
-				return move(en)
-			}
-		}
 	}
 }
 

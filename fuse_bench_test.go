@@ -134,9 +134,11 @@ func buildFuseWindow(b *testing.B) *fuseWindowBench {
 		}
 		observe := func(from uint64, n int, timed bool) int {
 			if timed {
-				return observeSpread(b, e, from, n, batch, timedKey)
+				fps, _ := observeSpread(b, e, from, n, batch, timedKey)
+				return fps
 			}
-			return observeSpread(b, e, from, n, batch, freshWindowKey)
+			fps, _ := observeSpread(b, e, from, n, batch, freshWindowKey)
+			return fps
 		}
 		for g := range gens {
 			for lo := uint64(0); lo < per; lo += 1 << 20 {

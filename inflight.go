@@ -162,17 +162,32 @@ func (p *inflightSet) find(h uint64, key []byte, exactMode bool) (inflightEntry,
 		}
 		return inflightEntry{}, false
 	}
+	if len(p.hashes) == 0 {
+		return inflightEntry{}, false
+	}
+	i, ok := p.probe(h, key, exactMode)
+	if !ok || !exactMode {
+		return inflightEntry{}, ok
+	}
+	return p.ents[p.idx[i]], true
+}
+
+// probe walks the probe sequence of hash h (not 0) in p's table (not
+// empty) and returns the slot of key, found, or the empty slot that ends
+// the sequence, where an insert of key goes. Without exact, the first
+// slot of hash h is key's. Every lookup of the set is this walk.
+func (p *inflightSet) probe(h uint64, key []byte, exactMode bool) (slot uint64, found bool) {
 	hashes := p.hashes
 	for i := p.slot(h); ; i = (i + 1) & p.mask {
 		switch hashes[i] {
 		case 0:
-			return inflightEntry{}, false
+			return i, false
 		case h:
 			if !exactMode {
-				return inflightEntry{}, true
+				return i, true
 			}
 			if en := p.ents[p.idx[i]]; string(p.key(en)) == string(key) {
-				return en, true
+				return i, true
 			}
 		}
 	}
@@ -200,20 +215,7 @@ func (p *inflightSet) findSlot(h uint64, key []byte, exactMode bool) (slot uint6
 	if h == 0 || len(p.hashes) == 0 {
 		return 0, p.has(h, key, exactMode)
 	}
-	hashes := p.hashes
-	for i := p.slot(h); ; i = (i + 1) & p.mask {
-		switch hashes[i] {
-		case 0:
-			return i, false
-		case h:
-			if !exactMode {
-				return i, true
-			}
-			if en := p.ents[p.idx[i]]; string(p.key(en)) == string(key) {
-				return i, true
-			}
-		}
-	}
+	return p.probe(h, key, exactMode)
 }
 
 // newEntry is the entry of key (hash h) of generation gen, its bytes
@@ -302,34 +304,31 @@ func (p *inflightSet) remove(h uint64, key []byte, exactMode bool) (gen uint64, 
 		}
 		return 0, false
 	}
-	for i := p.slot(h); ; i = (i + 1) & p.mask {
-		switch p.hashes[i] {
-		case 0:
-			return 0, false
-		case h:
-			e := p.idx[i]
-			en := p.ents[e]
-			if exactMode && string(p.key(en)) != string(key) {
-				continue
+	if len(p.hashes) == 0 {
+		return 0, false
+	}
+	i, found := p.probe(h, key, exactMode)
+	if !found {
+		return 0, false
+	}
+	e := p.idx[i]
+	en := p.ents[e]
+	p.deleteSlot(i)
+	// Move the last entry into e's place.
+	if last := uint32(len(p.ents) - 1); e != last {
+		moved := p.ents[last]
+		p.ents[e] = moved
+		for j := p.slot(moved.h); ; j = (j + 1) & p.mask {
+			if p.hashes[j] == moved.h && p.idx[j] == last {
+				p.idx[j] = e
+				break
 			}
-			p.deleteSlot(i)
-			// Move the last entry into e's place.
-			if last := uint32(len(p.ents) - 1); e != last {
-				moved := p.ents[last]
-				p.ents[e] = moved
-				for j := p.slot(moved.h); ; j = (j + 1) & p.mask {
-					if p.hashes[j] == moved.h && p.idx[j] == last {
-						p.idx[j] = e
-						break
-					}
-				}
-			}
-			p.ents = p.ents[:len(p.ents)-1]
-			p.n--
-			p.live -= keyLen(en)
-			return en.gen, true
 		}
 	}
+	p.ents = p.ents[:len(p.ents)-1]
+	p.n--
+	p.live -= keyLen(en)
+	return en.gen, true
 }
 
 // deleteSlot empties slot i and shifts back the slots after it that would
@@ -401,4 +400,61 @@ func (p *inflightSet) each(fn func(h uint64, en inflightEntry)) {
 	for _, en := range p.zero {
 		fn(0, en)
 	}
+}
+
+// genOf returns the generation of key (hash h) in p; without exact, of
+// the first entry of hash h. A nil set holds nothing.
+func (p *inflightSet) genOf(h uint64, key []byte, exactMode bool) (uint64, bool) {
+	if p == nil || p.n == 0 {
+		return 0, false
+	}
+	if h == 0 {
+		for _, en := range p.zero {
+			if !exactMode || string(p.key(en)) == string(key) {
+				return en.gen, true
+			}
+		}
+		return 0, false
+	}
+	if len(p.hashes) == 0 {
+		return 0, false
+	}
+	i, ok := p.probe(h, key, exactMode)
+	if !ok {
+		return 0, false
+	}
+	return p.ents[p.idx[i]].gen, true
+}
+
+// setGenIfBelow moves the entry of key (hash h) in p to generation gen if
+// its generation is below oldest, and returns the generation it had;
+// without exact, the first entry of hash h. A nil set holds nothing.
+func (p *inflightSet) setGenIfBelow(h uint64, key []byte, exactMode bool, oldest, gen uint64) (uint64, bool) {
+	if p == nil || p.n == 0 {
+		return 0, false
+	}
+	move := func(en *inflightEntry) (uint64, bool) {
+		old := en.gen
+		if old >= oldest {
+			return old, false
+		}
+		en.gen = gen
+		return old, true
+	}
+	if h == 0 {
+		for i := range p.zero {
+			if !exactMode || string(p.key(p.zero[i])) == string(key) {
+				return move(&p.zero[i])
+			}
+		}
+		return 0, false
+	}
+	if len(p.hashes) == 0 {
+		return 0, false
+	}
+	i, ok := p.probe(h, key, exactMode)
+	if !ok {
+		return 0, false
+	}
+	return move(&p.ents[p.idx[i]])
 }

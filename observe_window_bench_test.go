@@ -15,26 +15,34 @@ import (
 	. "github.com/streamdedup/dedup"
 
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/cespare/xxhash/v2"
+	pbloom "github.com/parquet-go/parquet-go/bloom"
 	"github.com/streamdedup/dedup/internal/cputime"
 	"github.com/streamdedup/dedup/internal/testclock"
 )
 
 // BenchmarkObserveWindow runs probabilistic ObserveBatch on a full window
 // of 16M keys (4 generations of 4M, the timed keys going into the fifth)
-// on all cores, for Filter blocked (one filter per generation) and
-// interleaved (one lane table), and bits-and-blooms TestAndAdd on one
-// goroutine over the same keys (one filter sized for the window at 1%, no
-// expiry: the floor a user would start from). 2% of the timed keys repeat
-// window keys. Keys are 16 bytes, generated from their index as they go.
+// on two goroutines, for Filter blocked (one filter per generation) and
+// interleaved (one lane table), against two bare filters on as many
+// goroutines over the same keys: bits-and-blooms TestAndAdd and
+// parquet-go's split-block filter (Check then Insert), each goroutine with
+// one filter sized at 1% for its half of the window's keys, no expiry (the
+// floor a user would start from). 2% of the timed keys repeat window keys.
+// Keys are 16 bytes, generated from their index as they go.
 //
-// The three take turns in rounds of 256k keys so that on a shared machine
-// each sees the same load; each processes b.N keys. Reported per variant:
-// Mkeys/s (wall), CPU time per key (the whole process's, all threads: on
-// a shared machine the wall ratios move with the neighbours' load, CPU
-// time much less), filter bytes per window key, and the ratios of
-// interleaved to the others. Keep b.N at most 4M (-benchtime=2000000x).
-// -short uses a 1M-key window, DEDUP_OBSERVE_WINDOW_KEYS=n one of n keys
-// (the 100M-key run: DEDUP_OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
+// The variants take turns in rounds of 256k keys so that on a shared
+// machine each sees the same load; each processes b.N keys. Reported per
+// variant: Mkeys/s (wall), CPU time per key (the whole process's, all
+// threads: on a shared machine the wall ratios move with the neighbours'
+// load, CPU time much less), filter bytes per window key, the measured
+// false-positive rate (fresh keys answered Duplicate), and the wall-clock
+// ratios of each engine variant to bits-and-blooms and to the split-block
+// filter; and the default engine again with the advisor's horizon off
+// (HorizonSample -1): horizon-cost% is the wall time it adds. Keep b.N at
+// most 4M (-benchtime=2000000x). -short uses a 1M-key window,
+// DEDUP_OBSERVE_WINDOW_KEYS=n one of n keys (the 100M-key run:
+// DEDUP_OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
 // DEDUP_OBSERVE_WINDOW_CPUPROFILE=file writes a CPU profile of the timed
 // rounds alone.
 //
@@ -59,38 +67,48 @@ func BenchmarkObserveWindow(b *testing.B) {
 		n := min(round, b.N-done)
 		for _, v := range w.variants {
 			t0, c0 := time.Now(), cputime.Process()
-			v.run(v.next, n)
+			fps, fresh := v.run(v.next, n)
 			v.wall += time.Since(t0)
 			v.cpu += cputime.Process() - c0
 			v.next += uint64(n)
 			v.keys += n
+			v.fps += fps
+			v.fresh += fresh
 		}
 	}
 	b.StopTimer()
-	for i, v := range w.variants {
+	byName := map[string]*windowVariant{}
+	for _, v := range w.variants {
+		byName[v.name] = v
 		b.ReportMetric(float64(v.keys)/v.wall.Seconds()/1e6, v.name+"-Mkeys/s")
 		b.ReportMetric(float64(v.bytes())/float64(w.window), v.name+"-B/key")
 		b.ReportMetric(float64(v.cpu.Nanoseconds())/float64(v.keys), v.name+"-cpuns/key")
-		if i != 1 {
-			b.ReportMetric(v.wall.Seconds()/w.variants[1].wall.Seconds(), "interleaved-x-"+v.name)
-		}
-		if i == 0 {
-			b.ReportMetric(w.variants[2].wall.Seconds()/v.wall.Seconds(), "blocked-x-bitsandblooms")
+		b.ReportMetric(100*float64(v.fps)/float64(max(v.fresh, 1)), v.name+"-FP%")
+	}
+	for _, e := range []string{"blocked", "interleaved"} {
+		for _, p := range []string{"bitsandblooms", "sbbf"} {
+			b.ReportMetric(byName[p].wall.Seconds()/byName[e].wall.Seconds(), e+"-x-"+p)
 		}
 	}
+	b.ReportMetric(byName["blocked"].wall.Seconds()/byName["interleaved"].wall.Seconds(), "interleaved-x-blocked")
+	// What the window advisor's horizon costs the default engine.
+	b.ReportMetric(100*(byName["blocked"].wall.Seconds()/byName["blocked-nohorizon"].wall.Seconds()-1), "horizon-cost%")
 	for _, v := range w.variants {
-		v.keys, v.wall, v.cpu = 0, 0, 0
+		v.keys, v.wall, v.cpu, v.fps, v.fresh = 0, 0, 0, 0, 0
 	}
 }
 
 type windowVariant struct {
-	name  string
-	run   func(from uint64, n int)
-	bytes func() uint64
-	next  uint64
-	keys  int
-	wall  time.Duration
-	cpu   time.Duration // the process's CPU time (user and system) while it ran
+	name string
+	// run processes keys [from, from+n) and returns how many fresh keys
+	// were answered Duplicate, out of how many fresh keys.
+	run        func(from uint64, n int) (fps, fresh int)
+	bytes      func() uint64
+	next       uint64
+	keys       int
+	fps, fresh int
+	wall       time.Duration
+	cpu        time.Duration // the process's CPU time (user and system) while it ran
 }
 
 type windowBench struct {
@@ -113,11 +131,11 @@ func windowKey(k []byte, i uint64) {
 
 // observeSpread runs keys [from, from+n), each written by key, through
 // e.ObserveBatch in batches of batch keys on two goroutines, then commits.
-// It returns how many of the keys key reported fresh got Duplicate: false
-// positives.
-func observeSpread(b *testing.B, e *Engine, from uint64, n, batch int, key func(k []byte, i uint64) (fresh bool)) int {
+// It returns how many of the keys key reported fresh got Duplicate (false
+// positives), and how many it reported fresh.
+func observeSpread(b *testing.B, e *Engine, from uint64, n, batch int, key func(k []byte, i uint64) (fresh bool)) (int, int) {
 	var wg sync.WaitGroup
-	var fps atomic.Int64
+	var fps, freshN atomic.Int64
 	for g := range 2 {
 		wg.Add(1)
 		go func() {
@@ -136,11 +154,17 @@ func observeSpread(b *testing.B, e *Engine, from uint64, n, batch int, key func(
 					b.Error(err)
 					return
 				}
+				nf, nfp := 0, 0
 				for j, v := range out[:m] {
-					if fresh[j] && v == Duplicate {
-						fps.Add(1)
+					if fresh[j] {
+						nf++
+						if v == Duplicate {
+							nfp++
+						}
 					}
 				}
+				fps.Add(int64(nfp))
+				freshN.Add(int64(nf))
 			}
 		}()
 	}
@@ -148,7 +172,7 @@ func observeSpread(b *testing.B, e *Engine, from uint64, n, batch int, key func(
 	if err := e.Commit(nil); err != nil {
 		b.Fatal(err)
 	}
-	return int(fps.Load())
+	return int(fps.Load()), int(freshN.Load())
 }
 
 // timedWindowKey returns the key writer of the timed stream over a window
@@ -193,10 +217,14 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	span := W / gens
 	w := &windowBench{window: window}
 	timedKey := timedWindowKey(window)
-	for _, kind := range []string{"blocked", "interleaved"} {
+	for _, name := range []string{"blocked", "interleaved", "blocked-nohorizon"} {
+		kind, horizon := name, 0
+		if name == "blocked-nohorizon" {
+			kind, horizon = "blocked", -1
+		}
 		clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		e, err := Open(Options{Filter: kind, Probabilistic: true, Window: W, Generations: gens,
-			ExpectedRate: float64(per) / span.Seconds(), MaxInFlight: 1 << 24, Now: clk.Now})
+			ExpectedRate: float64(per) / span.Seconds(), MaxInFlight: 1 << 24, Now: clk.Now, HorizonSample: horizon})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -209,26 +237,84 @@ func buildObserveWindow(b *testing.B) *windowBench {
 			clk.Advance(span)
 		}
 		w.variants = append(w.variants, &windowVariant{
-			name:  kind,
-			run:   func(from uint64, n int) { observeSpread(b, e, from, n, batch, timedKey) },
+			name:  name,
+			run:   func(from uint64, n int) (int, int) { return observeSpread(b, e, from, n, batch, timedKey) },
 			bytes: func() uint64 { return e.Stats().FilterBytes },
 		})
 	}
-	bf := bloom.NewWithEstimates(uint(window), 0.01)
-	k := make([]byte, 16)
-	for i := range window {
-		windowKey(k, i)
-		bf.Add(k)
+	// The bare filters: goroutine g owns filter g and the keys of index
+	// i%2 == g, window keys and timed keys alike (a repeat of window key
+	// (i*7919)%window has i's parity: the window is even).
+	var bfs [2]*bloom.BloomFilter
+	var sbs [2]pbloom.SplitBlockFilter
+	for g := range 2 {
+		bfs[g] = bloom.NewWithEstimates(uint(window/2), 0.01)
+		sbs[g] = make(pbloom.SplitBlockFilter, pbloom.NumSplitBlocksOf(int64(window/2), sbbfBitsPerKey))
+	}
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := make([]byte, 16)
+			for i := uint64(g); i < window; i += 2 {
+				windowKey(k, i)
+				bfs[g].Add(k)
+				sbs[g].Insert(xxhash.Sum64(k))
+			}
+		}()
+	}
+	wg.Wait()
+	bare := func(test func(g int, k []byte) bool) func(from uint64, n int) (int, int) {
+		return func(from uint64, n int) (int, int) {
+			var fps, fresh [2]int
+			var wg sync.WaitGroup
+			for g := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					k := make([]byte, 16)
+					i := from + uint64(g)
+					if i%2 != uint64(g) {
+						i--
+					}
+					for i < from {
+						i += 2
+					}
+					for ; i < from+uint64(n); i += 2 {
+						f := timedKey(k, i)
+						if test(g, k) && f {
+							fps[g]++
+						}
+						if f {
+							fresh[g]++
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			return fps[0] + fps[1], fresh[0] + fresh[1]
+		}
 	}
 	w.variants = append(w.variants, &windowVariant{
-		name: "bitsandblooms",
-		run: func(from uint64, n int) {
-			for i := range uint64(n) {
-				timedKey(k, from+i)
-				bf.TestAndAdd(k)
+		name:  "bitsandblooms",
+		run:   bare(func(g int, k []byte) bool { return bfs[g].TestAndAdd(k) }),
+		bytes: func() uint64 { return uint64(bfs[0].Cap()/8 + bfs[1].Cap()/8) },
+	}, &windowVariant{
+		name: "sbbf",
+		run: bare(func(g int, k []byte) bool {
+			h := xxhash.Sum64(k)
+			if sbs[g].Check(h) {
+				return true
 			}
-		},
-		bytes: func() uint64 { return uint64(bf.Cap() / 8) },
+			sbs[g].Insert(h)
+			return false
+		}),
+		bytes: func() uint64 { return uint64(len(sbs[0].Bytes()) + len(sbs[1].Bytes())) },
 	})
 	return w
 }
+
+// sbbfBitsPerKey is the split-block filter's bits per key for about 1%
+// false positives.
+const sbbfBitsPerKey = 11

@@ -4,11 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
+	pbloom "github.com/parquet-go/parquet-go/bloom"
 )
 
 // MapTarget is the baseline a Go programmer writes first: a map from key to
@@ -119,6 +122,78 @@ func (t *BloomTarget) Usage() (Usage, error) {
 
 // Close drops the filters.
 func (t *BloomTarget) Close() error { t.cur, t.prev = nil, nil; return nil }
+
+// SBBFTarget uses parquet-go's split-block Bloom filter
+// (github.com/parquet-go/parquet-go/bloom.SplitBlockFilter: one 32-byte
+// block per key, 8 bits set with AVX2) directly, the fastest Go filter a
+// user could pick, expired the way [BloomTarget] expires: two filters, each
+// sized for one window of keys, the older dropped every window. Keys are
+// hashed with xxhash64, as the engine hashes them.
+type SBBFTarget struct {
+	window      time.Duration
+	blocks      int
+	cur, prev   pbloom.SplitBlockFilter
+	curN, prevN uint64
+	rotateAt    int64
+}
+
+// sbbfBitsPerKey returns the bits of split-block filter per key for a
+// false-positive rate near fp: a split-block filter needs about 1.15 times
+// a classic Bloom's bits per key (11 at 1%, 16 at 0.1%).
+func sbbfBitsPerKey(fp float64) uint {
+	return uint(math.Ceil(-math.Log2(fp) * math.Log2E * 1.15))
+}
+
+// NewSBBFTarget sizes each filter for rate × window keys at about fp.
+func NewSBBFTarget(window time.Duration, rate, fp float64) *SBBFTarget {
+	n := int64(max(rate*window.Seconds(), 1024))
+	blocks := pbloom.NumSplitBlocksOf(n, sbbfBitsPerKey(fp))
+	return &SBBFTarget{window: window, blocks: blocks, cur: make(pbloom.SplitBlockFilter, blocks)}
+}
+
+// Name returns "parquet-go split-block direct".
+func (t *SBBFTarget) Name() string { return "parquet-go split-block direct" }
+
+// Check tests both filters and adds to the current one.
+func (t *SBBFTarget) Check(keys [][]byte, now time.Time, dup []bool) error {
+	ns := now.UnixNano()
+	if t.rotateAt == 0 {
+		t.rotateAt = ns + int64(t.window)
+	}
+	for ns >= t.rotateAt {
+		if t.prev != nil {
+			t.prev.Reset()
+		} else {
+			t.prev = make(pbloom.SplitBlockFilter, t.blocks)
+		}
+		t.prev, t.cur = t.cur, t.prev
+		t.prevN, t.curN = t.curN, 0
+		t.rotateAt += int64(t.window)
+	}
+	for i, k := range keys {
+		h := xxhash.Sum64(k)
+		d := t.cur.Check(h)
+		if !d {
+			t.cur.Insert(h)
+			t.curN++
+			d = t.prev != nil && t.prev.Check(h)
+		}
+		dup[i] = d
+	}
+	return nil
+}
+
+// Usage reports the keys added to the live filters and their size.
+func (t *SBBFTarget) Usage() (Usage, error) {
+	b := uint64(len(t.cur.Bytes()))
+	if t.prev != nil {
+		b += uint64(len(t.prev.Bytes()))
+	}
+	return Usage{Keys: t.curN + t.prevN, FilterBytes: b}, nil
+}
+
+// Close drops the filters.
+func (t *SBBFTarget) Close() error { t.cur, t.prev = nil, nil; return nil }
 
 // PebbleTarget is Pebble alone, no pre-filter: a Get then a Set of the key
 // with its first-seen time, per event, through an indexed batch committed

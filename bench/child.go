@@ -62,7 +62,7 @@ func parseScaleTarget(s string) (mode, filter, baseline string, err error) {
 		}
 		return m, f, "", nil
 	}
-	if !slices.Contains([]string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom}, s) {
+	if !slices.Contains([]string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom, BaselineSBBF}, s) {
 		return "", "", "", fmt.Errorf("bench: memory-at-scale target %q: want exact/FILTER, probabilistic/FILTER or redis, pebble, map, bloom", s)
 	}
 	return "", "", s, nil

@@ -20,6 +20,7 @@ const (
 	BaselinePebble = "pebble"
 	BaselineMap    = "map"
 	BaselineBloom  = "bloom"
+	BaselineSBBF   = "sbbf"
 )
 
 // CompareConfig configures a side-by-side run: one stream, replayed as
@@ -40,7 +41,8 @@ type CompareConfig struct {
 	// Filters are the engine's backends run. Default bloom, cuckoo,
 	// blocked.
 	Filters []string `json:"filters"`
-	// Baselines are run after the engine: redis, pebble, map, bloom.
+	// Baselines are run after the engine: redis, pebble, map, bloom, sbbf
+	// (parquet-go's split-block filter).
 	// Default all.
 	Baselines []string `json:"baselines"`
 	// Batch is the number of events per call. Default 512.
@@ -94,7 +96,7 @@ func (c *CompareConfig) withDefaults() {
 		c.Filters = []string{"bloom", "cuckoo", "blocked"}
 	}
 	if c.Baselines == nil {
-		c.Baselines = []string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom}
+		c.Baselines = []string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom, BaselineSBBF}
 	}
 	c.Batch = cmp.Or(c.Batch, 512)
 	c.CommitEvery = cmp.Or(c.CommitEvery, 100*time.Millisecond)
@@ -193,8 +195,8 @@ func Compare(ctx context.Context, cfg CompareConfig, progress Progress) (*Compar
 		}
 	}
 	for _, b := range cfg.Baselines {
-		if !slices.Contains([]string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom}, b) {
-			return nil, fmt.Errorf("bench: unknown baseline %q (want redis, pebble, map or bloom)", b)
+		if !slices.Contains([]string{BaselineRedis, BaselinePebble, BaselineMap, BaselineBloom, BaselineSBBF}, b) {
+			return nil, fmt.Errorf("bench: unknown baseline %q (want redis, pebble, map, bloom or sbbf)", b)
 		}
 	}
 	if !cfg.SkipScale {
@@ -418,6 +420,8 @@ func (j ChildJob) openTarget(ctx context.Context, own bool, window time.Duration
 		return NewMapTarget(window), nil, probe, nop, nil
 	case BaselineBloom:
 		return NewBloomTarget(window, rate, cfg.FalsePositiveRate), nil, probe, nop, nil
+	case BaselineSBBF:
+		return NewSBBFTarget(window, rate, cfg.FalsePositiveRate), nil, probe, nop, nil
 	case BaselinePebble:
 		t, err := OpenPebbleTarget(cfg.Dir, window)
 		return t, nil, probe, nop, err
@@ -435,7 +439,7 @@ func (j ChildJob) openTarget(ctx context.Context, own bool, window time.Duration
 		}
 		return rt, nil, probe, srv.Stop, nil
 	}
-	return nil, nil, probe, nop, fmt.Errorf("bench: unknown baseline %q (want redis, pebble, map or bloom)", j.baseline())
+	return nil, nil, probe, nop, fmt.Errorf("bench: unknown baseline %q (want redis, pebble, map, bloom or sbbf)", j.baseline())
 }
 
 // run runs the job in this process; own says the process is the job's

@@ -25,14 +25,14 @@ func tinyCompare(baselines []string) CompareConfig {
 // baselines on a tiny stream and checks the ground truth: no duplicate
 // inside the window is missed, exact mode drops no real event.
 func TestCompareTiny(t *testing.T) {
-	cfg := tinyCompare([]string{BaselinePebble, BaselineMap, BaselineBloom})
+	cfg := tinyCompare([]string{BaselinePebble, BaselineMap, BaselineBloom, BaselineSBBF})
 	cfg.Dir = t.TempDir()
 	res, err := Compare(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 9 {
-		t.Fatalf("%d rows, want 6 engine + 3 baselines", len(res.Rows))
+	if len(res.Rows) != 10 {
+		t.Fatalf("%d rows, want 6 engine + 4 baselines", len(res.Rows))
 	}
 	for _, r := range res.Rows {
 		if r.Events != 20000 || r.Duplicates == 0 || r.Keys == 0 {

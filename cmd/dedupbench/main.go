@@ -319,7 +319,7 @@ func runCompare(ctx context.Context, name string, args []string, stdout, stderr 
 	cfg.Stream.Delay = bench.DelayOptions{Kind: bench.DelayExponential, Mean: time.Second}
 	cfg.Modes = []string{"exact", "probabilistic"}
 	cfg.Filters = []string{"bloom", "cuckoo", "blocked"}
-	cfg.Baselines = []string{bench.BaselineRedis, bench.BaselinePebble, bench.BaselineMap, bench.BaselineBloom}
+	cfg.Baselines = []string{bench.BaselineRedis, bench.BaselinePebble, bench.BaselineMap, bench.BaselineBloom, bench.BaselineSBBF}
 	cfg.MemorySweep = []float64{0.1, 0.01, 0.001, 0.0001}
 	fs := newFlagSet(name, stderr)
 	c.bind(fs)
@@ -330,7 +330,7 @@ func runCompare(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.Float64Var(&cfg.FalsePositiveRate, "fp", 0.01, "false-positive target of the filters")
 	fs.Var((*words)(&cfg.Modes), "modes", "engine modes: exact,probabilistic")
 	fs.Var((*words)(&cfg.Filters), "filters", "engine backends: bloom,cuckoo,blocked")
-	fs.Var((*words)(&cfg.Baselines), "baselines", "baselines: redis,pebble,map,bloom (empty: none)")
+	fs.Var((*words)(&cfg.Baselines), "baselines", "baselines: redis,pebble,map,bloom,sbbf (empty: none)")
 	fs.IntVar(&cfg.Batch, "batch", 512, "events per call")
 	fs.DurationVar(&cfg.CommitEvery, "commit-every", 100*time.Millisecond, "engine commit interval, on the stream's virtual clock")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
