@@ -132,4 +132,13 @@
 //
 // A failed flush breaks the Store too; closing and reopening it recovers
 // (the commit log still holds what the flush did not write).
+//
+// # Damage at rest
+//
+// Every block of a table carries a checksum, checked when it is read. A
+// block that fails it makes the read (Has, GetRecord, a scan) return an
+// error matching ErrCorrupt that names the table file; the Store stays
+// open, and reads that do not need that block go on. Check reads every
+// block of every table, and every record of the commit log, without
+// opening the store for writing.
 package exact

@@ -15,6 +15,7 @@ func (s *Store) GetMeta(name string) (value []byte, ok bool, err error) {
 		return nil, false, err
 	}
 	defer s.rw.RUnlock()
+	defer s.recoverRead(&err)
 	if m := s.mem; m != nil {
 		m.mu.RLock()
 		defer m.mu.RUnlock()

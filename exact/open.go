@@ -282,7 +282,7 @@ func (s *Store) loadFilters() error {
 		err = it.Error()
 	}
 	if err = errors.Join(err, it.Close()); err != nil {
-		return fmt.Errorf("exact: load filters: %w", err)
+		return fmt.Errorf("exact: load filters: %w", corruption(err))
 	}
 	return nil
 }
@@ -486,7 +486,7 @@ func (s *Store) isEmpty() (bool, error) {
 		return false, fmt.Errorf("exact: iterate: %w", err)
 	}
 	empty := !it.First()
-	return empty, errors.Join(it.Error(), it.Close())
+	return empty, corruption(errors.Join(it.Error(), it.Close()))
 }
 
 // getUint64 sets *dst to the 8-byte big-endian value of key, what it

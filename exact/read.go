@@ -29,7 +29,7 @@ func (s *Store) Has(gen uint64, key []byte) (bool, error) {
 
 // HasFingerprint reports whether a key of fingerprint fp is stored under
 // generation gen.
-func (s *Store) HasFingerprint(gen uint64, fp Fingerprint) (bool, error) {
+func (s *Store) HasFingerprint(gen uint64, fp Fingerprint) (found bool, err error) {
 	if s.opts.LogOnly {
 		return false, ErrLogOnly
 	}
@@ -37,6 +37,7 @@ func (s *Store) HasFingerprint(gen uint64, fp Fingerprint) (bool, error) {
 		return false, err
 	}
 	defer s.rw.RUnlock()
+	defer s.recoverRead(&err)
 	if s.mem != nil {
 		return s.mem.has(gen, fp), nil
 	}
@@ -73,7 +74,7 @@ func (s *Store) get1(k []byte) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("exact: lookup: %w", err)
+		return false, fmt.Errorf("exact: lookup: %w", corruption(err))
 	}
 	return true, closer.Close()
 }
@@ -129,7 +130,7 @@ func (s *Store) DroppedBefore() uint64 { return s.pubFloor.Load() }
 // generations >= fromGen, in generation order (within a generation, they
 // come in runs, each in byte order). An error from fn stops the scan and
 // is returned.
-func (s *Store) ScanFingerprints(fromGen uint64, fn func(gen uint64, fp Fingerprint) error) error {
+func (s *Store) ScanFingerprints(fromGen uint64, fn func(gen uint64, fp Fingerprint) error) (err error) {
 	if s.opts.LogOnly {
 		return ErrLogOnly
 	}
@@ -140,13 +141,14 @@ func (s *Store) ScanFingerprints(fromGen uint64, fn func(gen uint64, fp Fingerpr
 		return err
 	}
 	defer s.rw.RUnlock()
+	defer s.recoverRead(&err)
 	if err := s.flushAll(); err != nil {
 		return err
 	}
 	fromGen = max(fromGen, s.memFloor.Load())
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagFP, fromGen), UpperBound: fpEnd})
 	if err != nil {
-		return fmt.Errorf("exact: scan fingerprints: %w", err)
+		return fmt.Errorf("exact: scan fingerprints: %w", corruption(err))
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
@@ -158,22 +160,18 @@ func (s *Store) ScanFingerprints(fromGen uint64, fn func(gen uint64, fp Fingerpr
 			break
 		}
 	}
-	if err == nil {
-		if err = it.Error(); err != nil {
-			err = fmt.Errorf("exact: scan fingerprints: %w", err)
-		}
-	}
-	return errors.Join(err, it.Close())
+	return closeScan(it, err, "scan fingerprints")
 }
 
 // ScanLog calls fn for every (gen, hash) committed with a sequence number >
 // afterSeq and not yet truncated, in seq order, then Add order within a
 // commit. Pairs of dropped generations (below DroppedBefore) are skipped.
-func (s *Store) ScanLog(afterSeq uint64, fn func(seq uint64, gen uint64, hash uint64) error) error {
+func (s *Store) ScanLog(afterSeq uint64, fn func(seq uint64, gen uint64, hash uint64) error) (err error) {
 	if err := s.acquire(); err != nil {
 		return err
 	}
 	defer s.rw.RUnlock()
+	defer s.recoverRead(&err)
 	afterSeq = max(afterSeq, s.truncated.Load())
 	if afterSeq == 1<<64-1 {
 		return nil
@@ -190,7 +188,7 @@ func (s *Store) ScanLog(afterSeq uint64, fn func(seq uint64, gen uint64, hash ui
 	floor := s.memFloor.Load()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(afterSeq + 1), UpperBound: logEnd})
 	if err != nil {
-		return fmt.Errorf("exact: scan log: %w", err)
+		return fmt.Errorf("exact: scan log: %w", corruption(err))
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
@@ -200,17 +198,38 @@ func (s *Store) ScanLog(afterSeq uint64, fn func(seq uint64, gen uint64, hash ui
 		}
 		var v []byte
 		if v, err = it.ValueAndErr(); err != nil {
-			err = fmt.Errorf("exact: scan log: %w", err)
+			err = fmt.Errorf("exact: scan log: %w", corruption(err))
 			break
 		}
 		if err = decodeLogRecord(beUint64(k[1:]), v, floor, fn); err != nil {
 			break
 		}
 	}
+	return closeScan(it, err, "scan log")
+}
+
+// closeScan closes the iterator of a scan that ended with err (nil: at its
+// end), and returns err or, if none, the iterator's error, with context op.
+func closeScan(it *pebble.Iterator, err error, op string) error {
 	if err == nil {
-		if err = it.Error(); err != nil {
-			err = fmt.Errorf("exact: scan log: %w", err)
+		err = it.Error()
+		if err != nil {
+			err = fmt.Errorf("exact: %s: %w", op, corruption(err))
 		}
 	}
-	return errors.Join(err, it.Close())
+	// Close returns the iterator's error again: reported once.
+	if cerr := it.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("exact: %s: %w", op, corruption(cerr))
+	}
+	return err
+}
+
+// recoverRead, deferred by a read of Pebble, turns the panic of a fatal
+// Pebble error on that read (see fatalLogger) into its error, breaking the
+// Store; the read's other deferred calls release its locks. Any other
+// panic goes on.
+func (s *Store) recoverRead(err *error) {
+	if r := recover(); r != nil {
+		*err = s.recovered(r)
+	}
 }

@@ -199,6 +199,7 @@ func (s *Store) GetRecord(fp Fingerprint) (gen uint64, val []byte, ok bool, err 
 		return 0, nil, false, err
 	}
 	defer s.rw.RUnlock()
+	defer s.recoverRead(&err)
 	if s.mem != nil {
 		gen, val, ok = s.mem.getRecord(fp)
 		return gen, val, ok, nil
@@ -264,11 +265,11 @@ func (s *Store) GetRecord(fp Fingerprint) (gen uint64, val []byte, ok bool, err 
 func (s *Store) pebbleRecord(fp Fingerprint, lo uint64, decided func(uint64) bool) (gen uint64, val []byte, ok bool, err error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagRecord, lo), UpperBound: recordsEnd})
 	if err != nil {
-		return 0, nil, false, fmt.Errorf("exact: get record: %w", err)
+		return 0, nil, false, fmt.Errorf("exact: get record: %w", corruption(err))
 	}
 	defer func() {
 		if cerr := it.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("exact: get record: %w", cerr)
+			err = fmt.Errorf("exact: get record: %w", corruption(cerr))
 		}
 	}()
 	var key [recordKeyLen]byte
@@ -285,7 +286,7 @@ func (s *Store) pebbleRecord(fp Fingerprint, lo uint64, decided func(uint64) boo
 			if it.SeekGE(key[:]) && bytes.Equal(it.Key(), key[:]) {
 				v, err := it.ValueAndErr()
 				if err != nil {
-					return 0, nil, false, fmt.Errorf("exact: get record: %w", err)
+					return 0, nil, false, fmt.Errorf("exact: get record: %w", corruption(err))
 				}
 				return g, bytes.Clone(v), true, nil
 			}
@@ -296,7 +297,7 @@ func (s *Store) pebbleRecord(fp Fingerprint, lo uint64, decided func(uint64) boo
 		valid = it.SeekLT(tagGen(tagRecord, g))
 	}
 	if err := it.Error(); err != nil {
-		return 0, nil, false, fmt.Errorf("exact: get record: %w", err)
+		return 0, nil, false, fmt.Errorf("exact: get record: %w", corruption(err))
 	}
 	return 0, nil, false, nil
 }
@@ -343,7 +344,7 @@ func (s *Store) initRecTop() error {
 	defer s.flushMu.Unlock()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: tagGen(tagRecord, 0), UpperBound: recordsEnd})
 	if err != nil {
-		return fmt.Errorf("exact: records: %w", err)
+		return fmt.Errorf("exact: records: %w", corruption(err))
 	}
 	var top uint64
 	if it.Last() {
@@ -355,7 +356,7 @@ func (s *Store) initRecTop() error {
 		}
 	}
 	if err = errors.Join(err, it.Error(), it.Close()); err != nil {
-		return fmt.Errorf("exact: records: %w", err)
+		return fmt.Errorf("exact: records: %w", corruption(err))
 	}
 	s.recTop.Store(top)
 	return nil

@@ -162,6 +162,7 @@ func (o *Options) pebbleOptions(lg *fatalLogger) *pebble.Options {
 		DisableTableStats: true,
 	}
 	po.EventListener = &pebble.EventListener{
+		DataCorruption: corruptionListener(lg),
 		FlushEnd: func(info pebble.FlushInfo) {
 			// Pebble also reports a flush that wrote no table (every key
 			// deleted) with an unexported error; its own metamorphic test
@@ -289,7 +290,7 @@ func (s *Store) get(k []byte) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("exact: get %x: %w", k, err)
+		return nil, false, fmt.Errorf("exact: get %x: %w", k, corruption(err))
 	}
 	out := bytes.Clone(v)
 	if out == nil {
