@@ -2,6 +2,7 @@ package dedup_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -277,4 +278,48 @@ func TestBackupKilled(t *testing.T) {
 		}
 		t.Logf("round %d: killed after %d backups", round, done+1)
 	}
+}
+
+// TestRestoreErrorsNameTheBackup: a backup that passes its manifest but
+// does not verify (here its snapshot was removed, manifest and all) is
+// called damaged, and the error names the backup's folder, not the scratch
+// copy restore opened.
+func TestRestoreErrorsNameTheBackup(t *testing.T) {
+	root := t.TempDir()
+	o := backupState(t, root, 100)
+	e := openT(t, o)
+	bk := filepath.Join(root, "bk")
+	if err := e.Backup(bk); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(bk, SnapshotDir)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(bk, BackupManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var keep []any
+	for _, f := range m["files"].([]any) {
+		if !strings.HasPrefix(f.(map[string]any)["name"].(string), SnapshotDir+"/") {
+			keep = append(keep, f)
+		}
+	}
+	m["files"] = keep
+	b, _ = json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(bk, BackupManifest), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = RestoreBackup(bk, filepath.Join(root, "r"))
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "damaged backup") || !strings.Contains(err.Error(), bk) || strings.Contains(err.Error(), ".dedup-restore") {
+		t.Fatalf("restore: %v", err)
+	}
+	t.Log(err)
 }
