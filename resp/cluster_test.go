@@ -40,7 +40,7 @@ type clusterNode struct {
 
 // startCluster serves n nodes on loopback ports, each with cfg (Dir
 // under dir/<i> when dir is set) and the same map of per ranges a node.
-func startCluster(t *testing.T, n, per int, dir string, cfg resp.Options) []*clusterNode {
+func startCluster(t testing.TB, n, per int, dir string, cfg resp.Options) []*clusterNode {
 	t.Helper()
 	lns := make([]net.Listener, n)
 	addrs := make([]string, n)

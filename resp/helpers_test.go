@@ -20,7 +20,7 @@ import (
 
 // listen makes a server of cfg and a loopback listener for it; the caller
 // serves and shuts it down.
-func listen(t *testing.T, cfg resp.Options) (*resp.Server, net.Listener) {
+func listen(t testing.TB, cfg resp.Options) (*resp.Server, net.Listener) {
 	t.Helper()
 	srv, err := resp.New(cfg)
 	if err != nil {
@@ -34,7 +34,7 @@ func listen(t *testing.T, cfg resp.Options) (*resp.Server, net.Listener) {
 }
 
 // start serves cfg on a loopback port and shuts it down with the test.
-func start(t *testing.T, cfg resp.Options) (*resp.Server, string) {
+func start(t testing.TB, cfg resp.Options) (*resp.Server, string) {
 	t.Helper()
 	srv, ln := listen(t, cfg)
 	done := make(chan error, 1)
