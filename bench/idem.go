@@ -65,6 +65,10 @@ type IdemConfig struct {
 	// constant replay, the floor of any replay on net/http. Nil: neither
 	// is measured.
 	TargetCmd []string
+	// SharedProxies lists the sizes of the shared deployments measured:
+	// for each n, n `dedup proxy --store` on one `dedup serve`, the
+	// clients spread over the proxies. Nil: none.
+	SharedProxies []int
 }
 
 func (c *IdemConfig) defaults() {
@@ -190,6 +194,14 @@ func Idem(ctx context.Context, cfg IdemConfig, p Progress) (*IdemResult, error) 
 	}
 	defer stopProxy()
 	targets = append(targets, proxy)
+	for _, n := range cfg.SharedProxies {
+		st, stopShared, err := startSharedProxies(ctx, cfg, bin, up, n)
+		if err != nil {
+			return nil, err
+		}
+		defer stopShared()
+		targets = append(targets, st)
+	}
 	for _, durable := range []bool{false, true} {
 		rt, stopRedis, err := startRedisMiddleware(ctx, cfg, up, durable)
 		if errors.Is(err, ErrNoRedis) {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,23 +92,36 @@ func idemLoad(ctx context.Context, pool *idemPool, prefix string, n int, keyOf f
 // cores the clients take little of the CPU the targets are measured on.
 // Every target is driven by the same code.
 type idemPool struct {
-	host  string // host:port
+	host  string   // host:port
+	hosts []string // of several URLs (a target of many processes): client i's is hosts[i%len]
 	path  string
 	body  []byte
 	conns []idemConn
 }
 
+// newIdemPool makes the pool of clients connections to rawURL, or to
+// several comma-separated URLs, the clients spread over them in turn (a
+// round-robin balancer's share).
 func newIdemPool(rawURL string, clients int) (*idemPool, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return nil, fmt.Errorf("bench: target URL %q: want http://host:port", rawURL)
+	var hosts []string
+	for _, one := range strings.Split(rawURL, ",") {
+		u, err := url.Parse(one)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			return nil, fmt.Errorf("bench: target URL %q: want http://host:port", one)
+		}
+		hosts = append(hosts, u.Host)
 	}
-	return &idemPool{
-		host:  u.Host,
+	p := &idemPool{
+		host:  hosts[0],
+		hosts: hosts,
 		path:  "/charges",
 		body:  []byte(`{"amount":1000,"currency":"eur","source":"tok_visa"}`),
 		conns: make([]idemConn, clients),
-	}, nil
+	}
+	for i := range p.conns {
+		p.conns[i].host = hosts[i%len(hosts)]
+	}
+	return p, nil
 }
 
 // close closes every connection.
@@ -120,9 +134,10 @@ func (p *idemPool) close() {
 // idemConn is one keep-alive connection, dialled on first use and again
 // after the server closes it.
 type idemConn struct {
-	c   net.Conn
-	r   *bufio.Reader
-	req []byte
+	host string // host:port
+	c    net.Conn
+	r    *bufio.Reader
+	req  []byte
 }
 
 func (c *idemConn) close() {
@@ -136,8 +151,8 @@ func (c *idemConn) close() {
 // whether it carries Idempotent-Replayed: true.
 func (c *idemConn) post(p *idemPool, key []byte) (status int, replayed bool, err error) {
 	if c.c == nil {
-		if c.c, err = net.Dial("tcp", p.host); err != nil {
-			return 0, false, fmt.Errorf("bench: dial %s: %w", p.host, err)
+		if c.c, err = net.Dial("tcp", c.host); err != nil {
+			return 0, false, fmt.Errorf("bench: dial %s: %w", c.host, err)
 		}
 		if c.r == nil {
 			c.r = bufio.NewReaderSize(c.c, 16<<10)
@@ -148,7 +163,7 @@ func (c *idemConn) post(p *idemPool, key []byte) (status int, replayed bool, err
 	b := append(c.req[:0], "POST "...)
 	b = append(b, p.path...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, p.host...)
+	b = append(b, c.host...)
 	b = append(b, "\r\nIdempotency-Key: "...)
 	b = append(b, key...)
 	b = append(b, "\r\nContent-Type: application/json\r\nContent-Length: "...)

@@ -28,6 +28,64 @@ func startDedupProxy(ctx context.Context, cfg IdemConfig, bin string, up *upstre
 		"--window", "24h", "--lease", "30s"}, state)
 }
 
+// startSharedProxies runs one `dedup serve` and n `dedup proxy` on it
+// (--store, a table of their own), as one target: the clients spread over
+// the proxies as a round-robin balancer would; its CPU is the processes'
+// sum, its memory and disk the serve's.
+func startSharedProxies(ctx context.Context, cfg IdemConfig, bin string, up *upstream, n int) (*idemTarget, func(), error) {
+	state, err := os.MkdirTemp(cfg.Dir, "dedupbench-serve-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	serve, stopServe, err := startIdemProcess(ctx, "dedup serve", []string{bin, "serve", "--listen", "127.0.0.1:0", "--state", state, "--window", "24h"}, state)
+	if err != nil {
+		return nil, nil, err
+	}
+	stops := []func(){stopServe}
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	store := "redis://" + strings.TrimPrefix(serve.url, "http://")
+	name := fmt.Sprintf("%d dedup proxies, one dedup serve", n)
+	procs := []*idemTarget{serve}
+	var urls []string
+	for i := 0; i < n; i++ {
+		p, stopP, err := startIdemProcess(ctx, name, []string{bin, "proxy", "--listen", "127.0.0.1:0", "--upstream", up.url,
+			"--store", store, "--table", "idem", "--lease", "30s"}, "")
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		stops = append(stops, stopP)
+		procs = append(procs, p)
+		urls = append(urls, p.url)
+	}
+	t := &idemTarget{name: name, url: strings.Join(urls, ","), memory: serve.memory,
+		diag: func() string {
+			for _, p := range procs {
+				if d := p.diag(); d != "" {
+					return d
+				}
+			}
+			return ""
+		},
+		cpu: func() (time.Duration, error) {
+			var sum time.Duration
+			for _, p := range procs {
+				d, err := p.cpu()
+				if err != nil {
+					return 0, err
+				}
+				sum += d
+			}
+			return sum, nil
+		},
+	}
+	return t, stop, nil
+}
+
 // startOwnTarget runs the target cfg.TargetCmd serves with flags, in a
 // process of its own.
 func startOwnTarget(ctx context.Context, cfg IdemConfig, name string, flags ...string) (*idemTarget, func(), error) {

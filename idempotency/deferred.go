@@ -26,7 +26,9 @@ type renewer struct {
 
 func (m *middleware) startRenewing(key []byte, tok dedup.Token) *renewer {
 	rn := &renewer{m: m, key: key, tok: tok}
+	rn.mu.Lock() // renew reads rn.t
 	rn.t = time.AfterFunc(m.o.Lease/3, rn.renew)
+	rn.mu.Unlock()
 	return rn
 }
 

@@ -8,12 +8,14 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,9 +46,11 @@ type proxyConfig struct {
 	store          string
 	table          string
 	storeStatus    string
+	timeout        time.Duration
+	callLimit      time.Duration
 }
 
-const proxyHelpHead = `Usage: dedup proxy --upstream URL --state DIR [--listen ADDR] [flags]
+const proxyHelpHead = `Usage: dedup proxy --upstream URL (--state DIR | --store redis://HOST:PORT) [--listen ADDR] [flags]
 
 Put idempotency keys in front of any HTTP API: the first request with a key
 (header Idempotency-Key) goes to the upstream; its response is stored, and
@@ -54,8 +58,11 @@ every repeat of the key within --window gets the stored response (with
 Idempotent-Replayed: true) without reaching the upstream. While the first
 request runs, a repeat gets 409 with Retry-After (or waits, --wait); the key
 sent with another method, path or body gets 422. 5xx and 429 responses are
-not stored: the key is released and a retry goes upstream again. The key
-is forwarded upstream unchanged.
+not stored (--store-status): the key is released and a retry goes upstream
+again. Keys are scoped by the request's Authorization (--scope-header): a
+client never gets another's stored response. The key is forwarded
+upstream unchanged. With --store, any number of proxies share one dedup
+serve table: one upstream run per key across them all.
 
 Flags:
 `
@@ -63,9 +70,13 @@ Flags:
 const proxyHelpTail = `
 A key's claim is on disk (fsynced) before its request goes upstream: after
 a crash of the proxy (kill -9), a retry within --lease gets 409, never a
-second upstream call; after the lease it goes upstream again. Set --lease
-above the upstream's slowest write: a keyed request's upstream call is
-cut off there (other requests, GET event streams too, have no limit).
+second upstream call; after the lease it goes upstream again. While a
+request runs, the proxy renews its lease: an upstream slower than --lease
+still runs once. A keyed call with no answer after --timeout gets 504; the
+call goes on (up to --call-limit), the key claimed, and its answer is
+stored for the retry. A call broken after its request was sent gets 502
+and its key stays in progress until its lease passes (the upstream may
+have done the work). Other requests, GET event streams too, have no limit.
 SIGTERM or SIGINT: stop accepting, let the requests in flight finish (up to
 --drain), then exit; a request still unfinished keeps its claim until its
 lease ends.
@@ -86,7 +97,9 @@ func newProxyFlags(e *env) (*flag.FlagSet, *proxyConfig) {
 	fs.StringVar(&c.storeStatus, "store-status", "", "store responses whose status is in `LIST` (comma-separated: 201, 2xx, 4xx...; default every status below 500 but 429); the others are released and run again on a retry")
 	fs.DurationVar(&c.window, "window", 24*time.Hour, "keep a key and its response for `DURATION`")
 	fs.Float64Var(&c.rate, "rate", engineDefaults.ExpectedRate, "expected distinct keys per second, `N` (filter sizing)")
-	fs.DurationVar(&c.lease, "lease", 30*time.Second, "a key stays in progress for `DURATION` at most if the proxy dies during its request; the time limit of a keyed request's upstream call")
+	fs.DurationVar(&c.lease, "lease", 30*time.Second, "a key stays in progress for `DURATION` at most once the proxy that runs its request is gone (the proxy renews it while the request runs)")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "a keyed request whose upstream has not begun to answer after `DURATION` gets 504; its call goes on, the key claimed, and its response is stored for the retry")
+	fs.DurationVar(&c.callLimit, "call-limit", 10*time.Minute, "cut a keyed request's upstream call off after `DURATION`; its key then stays in progress until its lease passes (the upstream may have done the work)")
 	fs.DurationVar(&c.wait, "wait", 0, "a repeat of a key in progress waits up to `DURATION` for the response instead of getting 409")
 	fs.BoolVar(&c.requireKey, "require-key", false, "answer 400 to a request of --methods without a key (default: send it upstream as is)")
 	fs.Var(&c.maxBody, "max-body", "store responses of at most `SIZE` (bytes, or with KiB, MiB); a larger one is sent, not stored")
@@ -174,7 +187,7 @@ func runProxy(e *env, args []string) error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"lease", c.lease}, {"window", c.window}, {"drain", c.drain}} {
+	}{{"lease", c.lease}, {"window", c.window}, {"drain", c.drain}, {"timeout", c.timeout}, {"call-limit", c.callLimit}} {
 		if d.v <= 0 {
 			return usagef("proxy: --%s must be positive, got %v", d.name, d.v)
 		}
@@ -278,7 +291,7 @@ func runProxy(e *env, args []string) error {
 	if err != nil {
 		return errors.Join(usageErr(err), ln.Close(), closeStore())
 	}
-	handler := mw(newUpstreamProxy(up, c.lease, keyedBy(methods, c.header), pm, &upstreamErrors{logf: mwOpts.ErrorLog}))
+	handler := mw(newUpstreamProxy(up, upstreamLimits{timeout: c.timeout, callLimit: c.callLimit, maxBody: int(c.maxBody)}, keyedBy(methods, c.header), pm, &upstreamErrors{logf: mwOpts.ErrorLog}))
 	stopMetrics := func() error { return nil }
 	if c.metrics != "" {
 		cs := []prometheus.Collector{pm}
@@ -413,13 +426,42 @@ func keyedBy(methods []string, header string) func(*http.Request) bool {
 	}
 }
 
+// upstreamLimits bound a keyed request's upstream call: the client gets
+// 504 after timeout if no answer has begun; the call goes on up to
+// callLimit; a late answer of at most maxBody bytes is stored.
+type upstreamLimits struct {
+	timeout, callLimit time.Duration
+	maxBody            int
+}
+
+// upstreamProblem writes the proxy's own problem+json answer.
+func upstreamProblem(w http.ResponseWriter, status int, title string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "{\"type\":%q,\"title\":%q,\"status\":%d}\n", idempotency.ProblemType(title), title, status)
+}
+
+// callState is what the proxy learns of a keyed request's upstream call.
+type callState struct {
+	sent    atomic.Bool // the request's headers were written to the upstream
+	unknown atomic.Bool // the call failed after sent: the upstream may have done the work
+}
+
+type callStateKey struct{}
+
 // newUpstreamProxy forwards requests to up. The call of a keyed request
 // does not follow the client: a client that hangs up does not cut a write
-// short whose response is to be stored; lease bounds it instead. Every
-// other request (a GET, a POST without a key) is a plain proxied call: it
-// ends when its client hangs up, and it has no time limit, so event
-// streams and downloads go on as long as the upstream sends.
-func newUpstreamProxy(up *url.URL, lease time.Duration, keyed func(*http.Request) bool, pm *proxyMetrics, errs *upstreamErrors) http.Handler {
+// short whose response is to be stored. A keyed call with no answer begun
+// after lim.timeout gets 504 while the call goes on (idempotency.Defer):
+// the key stays claimed, renewed, until the upstream answers (its answer
+// is stored for the retry) or lim.callLimit cuts it off. A call that fails
+// after its request was sent (a connection broken) gets 502, and its key
+// stays in progress until its lease passes: the upstream may have done the
+// work, and a retry must not do it twice. Every other request (a GET, a
+// POST without a key) is a plain proxied call: it ends when its client
+// hangs up, and it has no time limit, so event streams and downloads go
+// on as long as the upstream sends.
+func newUpstreamProxy(up *url.URL, lim upstreamLimits, keyed func(*http.Request) bool, pm *proxyMetrics, errs *upstreamErrors) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(up)
@@ -427,35 +469,173 @@ func newUpstreamProxy(up *url.URL, lease time.Duration, keyed func(*http.Request
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status, title := http.StatusBadGateway, "Upstream unavailable"
+			if st, _ := r.Context().Value(callStateKey{}).(*callState); st != nil && st.sent.Load() {
+				st.unknown.Store(true)
+			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				// Only a keyed call has a deadline: its lease.
+				// Only a keyed call has a deadline: --call-limit.
 				status, title = http.StatusGatewayTimeout, "Upstream timed out"
-				err = fmt.Errorf("no response within --lease %v: %w", lease, err)
+				err = fmt.Errorf("no response within --call-limit %v: %w", lim.callLimit, err)
 			}
 			errs.log(r, status, err)
-			w.Header().Set("Content-Type", "application/problem+json")
-			w.WriteHeader(status)
-			fmt.Fprintf(w, "{\"type\":\"about:blank\",\"title\":%q,\"status\":%d}\n", title, status)
+			upstreamProblem(w, status, title)
 		},
 		// FlushInterval 0: responses are buffered as net/http does;
 		// streamed ones (unknown length, event streams) are flushed as
 		// they come.
 		Transport:  upstreamTransport(),
 		BufferPool: copyBuffers{},
-		// A call cut off mid-response (at the lease, or by the upstream)
-		// is told on stderr as the proxy's other failures are.
+		// A call cut off mid-response (by --call-limit, or by the
+		// upstream) is told on stderr as the proxy's other failures are.
 		ErrorLog: log.New(logfWriter(errs.logf), "", 0),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if keyed(r) {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lease)
-			defer cancel()
-			r = r.WithContext(ctx)
-		}
 		start := time.Now()
-		rp.ServeHTTP(w, r)
-		pm.upstream.Observe(time.Since(start).Seconds())
+		defer func() { pm.upstream.Observe(time.Since(start).Seconds()) }()
+		if !keyed(r) {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		st := &callState{}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lim.callLimit)
+		ctx = context.WithValue(ctx, callStateKey{}, st)
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { st.sent.Store(true) }})
+		sw := &switchWriter{w: w, h: http.Header{}, max: lim.maxBody}
+		done := make(chan struct{})
+		var panicked any
+		go func() {
+			defer close(done)
+			defer cancel()
+			defer func() { panicked = recover() }()
+			rp.ServeHTTP(sw, r.WithContext(ctx))
+		}()
+		t := time.NewTimer(lim.timeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			if sw.detach() {
+				end := idempotency.Defer(r)
+				errs.log(r, http.StatusGatewayTimeout, fmt.Errorf("no response within --timeout %v; the call goes on, its key claimed", lim.timeout))
+				upstreamProblem(w, http.StatusGatewayTimeout, "Upstream timed out")
+				go func() {
+					<-done
+					if status, h, body := sw.late(); panicked == nil && !st.unknown.Load() && status > 0 {
+						end(status, h, body)
+					} else {
+						end(0, nil, nil)
+					}
+				}()
+				return
+			}
+			<-done // the answer has begun: it goes on to the client
+		}
+		if panicked != nil {
+			if st.sent.Load() {
+				if end := idempotency.Defer(r); end != nil {
+					end(0, nil, nil)
+				}
+			}
+			panic(panicked)
+		}
+		if st.unknown.Load() {
+			if end := idempotency.Defer(r); end != nil {
+				end(0, nil, nil)
+			}
+		}
 	})
+}
+
+// switchWriter passes a keyed call's response on to the client until
+// detach, after which it keeps the response (up to max body bytes) for
+// late. Its own header map is copied to the client's at WriteHeader, so
+// that a response detached before its status keeps nothing of it in the
+// client's answer.
+type switchWriter struct {
+	w        http.ResponseWriter
+	h        http.Header
+	max      int
+	mu       sync.Mutex
+	started  bool
+	detached bool
+	status   int
+	body     []byte
+	over     bool
+}
+
+func (s *switchWriter) Header() http.Header { return s.h }
+
+func (s *switchWriter) WriteHeader(code int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.detached {
+		if code >= 200 && s.status == 0 {
+			s.status = code
+		}
+		return
+	}
+	dst := s.w.Header()
+	for k, v := range s.h {
+		dst[k] = v
+	}
+	if code >= 200 {
+		s.started = true
+	}
+	s.w.WriteHeader(code)
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	if !s.started && !s.detached {
+		s.mu.Unlock()
+		s.WriteHeader(http.StatusOK)
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	if s.detached {
+		if s.status == 0 {
+			s.status = http.StatusOK
+		}
+		if len(s.body)+len(p) > s.max {
+			s.over, s.body = true, nil
+		} else if !s.over {
+			s.body = append(s.body, p...)
+		}
+		return len(p), nil
+	}
+	return s.w.Write(p)
+}
+
+// FlushError flushes the client's response, for http.ResponseController.
+func (s *switchWriter) FlushError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.detached {
+		return nil
+	}
+	return http.NewResponseController(s.w).Flush()
+}
+
+// detach stops passing the response on, unless it has begun.
+func (s *switchWriter) detach() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return false
+	}
+	s.detached = true
+	return true
+}
+
+// late returns the response kept after detach: status 0 if none, or one
+// over max.
+func (s *switchWriter) late() (int, http.Header, []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over {
+		return 0, nil, nil
+	}
+	return s.status, s.h, s.body
 }
 
 // upstreamTransport is http.DefaultTransport keeping enough idle
@@ -552,7 +732,7 @@ func newProxyMetrics() *proxyMetrics {
 	m := &proxyMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_proxy_requests_total",
-			Help: "Requests by outcome: executed (sent upstream, response stored), replayed, conflict (409), mismatch (422), released (sent upstream, not stored: 5xx, 429, too large), rejected (400, 413), failed (503: the store failed), overloaded (503: over --max-memory), unkeyed (sent upstream without a key).",
+			Help: "Requests by outcome: executed (sent upstream, response stored), replayed, conflict (409), mismatch (422), released (sent upstream, not stored: 5xx, 429, too large), rejected (400, 413), failed (503: the store failed), overloaded (503: over --max-memory), deferred (504 after --timeout or 502 after a broken call, the key kept claimed), unkeyed (sent upstream without a key).",
 		}, []string{"outcome"}),
 		stored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dedup_proxy_stored_bytes_total",

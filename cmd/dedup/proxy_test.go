@@ -566,7 +566,7 @@ func TestProxyLeaseBoundsOnlyKeyedCalls(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	url, stop := runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir(), "--lease", "250ms")
+	url, stop := runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir(), "--lease", "250ms", "--call-limit", "250ms")
 	var want strings.Builder
 	for i := 0; i < parts; i++ {
 		fmt.Fprintf(&want, "data: %d\n\n", i)
@@ -583,13 +583,13 @@ func TestProxyLeaseBoundsOnlyKeyedCalls(t *testing.T) {
 		b, err := io.ReadAll(res.Body)
 		res.Body.Close()
 		if res.StatusCode != 200 || err != nil || string(b) != want.String() {
-			t.Errorf("unkeyed %s of a %d ms stream through --lease 250ms: %d %q, %v", method, parts*100, res.StatusCode, b, err)
+			t.Errorf("unkeyed %s of a %d ms stream through --call-limit 250ms: %d %q, %v", method, parts*100, res.StatusCode, b, err)
 		}
 	}
-	// A keyed request's call stops at the lease: the response is cut
-	// short (the key released), and stderr says why, as the proxy.
+	// A keyed request's call stops at --call-limit: the response is cut
+	// short, and stderr says why, as the proxy.
 	if r, err := postErr(url+"/events", "ev-1", ""); err == nil && r.body == want.String() {
-		t.Errorf("keyed POST of a %d ms stream through --lease 250ms: whole", parts*100)
+		t.Errorf("keyed POST of a %d ms stream through --call-limit 250ms: whole", parts*100)
 	}
 	code, log := stop()
 	if code != 0 {
@@ -665,7 +665,7 @@ func TestProxyTimeoutNamesLease(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	url, stop := runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir(), "--lease", "200ms")
+	url, stop := runProxyInProcess(t, "--upstream", up.URL, "--state", t.TempDir(), "--timeout", "200ms", "--call-limit", "400ms")
 	r := post(t, url+"/charges", "slow-1", "{}")
 	if r.status != http.StatusGatewayTimeout || !strings.Contains(r.body, `"title":"Upstream timed out"`) {
 		t.Errorf("got %d %q, want 504 titled Upstream timed out", r.status, r.body)
@@ -674,8 +674,8 @@ func TestProxyTimeoutNamesLease(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, log)
 	}
-	if !strings.Contains(log, "upstream POST /charges failed, answered 504: no response within --lease 200ms") {
-		t.Errorf("stderr does not name --lease as the limit that cut the call:\n%s", log)
+	if !strings.Contains(log, "upstream POST /charges failed, answered 504: no response within --timeout 200ms") {
+		t.Errorf("stderr does not name --timeout as the limit:\n%s", log)
 	}
 }
 

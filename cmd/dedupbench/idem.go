@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/streamdedup/dedup/bench"
@@ -27,8 +29,20 @@ func runIdem(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&cfg.UpstreamWorkers, "upstream-workers", 0, "requests the upstream serves at a time, the others queued (an API bound by its workers or database pool); 0: any number")
 	fs.StringVar(&cfg.DedupBin, "dedup", "", "the dedup binary (default: go build it)")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
+	shared := "2,3"
+	fs.StringVar(&shared, "shared-proxies", shared, "also measure N dedup proxies with --store on one dedup serve, for each N of this comma-separated `LIST` (\"\": none)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	for _, f := range strings.Split(shared, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return fmt.Errorf("--shared-proxies holds %q: want a positive number of proxies", f)
+		}
+		cfg.SharedProxies = append(cfg.SharedProxies, n)
 	}
 	for _, d := range latencies {
 		if d < 0 {
