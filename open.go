@@ -14,6 +14,7 @@ import (
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/internal/humanize"
+	"github.com/streamdedup/dedup/internal/sysmem"
 	"github.com/streamdedup/dedup/rotate"
 )
 
@@ -240,12 +241,13 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		return nil, err
 	}
 	e.startEventClock()
-	var now uint64
-	for i := range e.shards {
-		now += e.shards[i].ring.FilterBytes()
+	// The filters start small and follow the traffic (Stats.FilterBytes,
+	// Options.FilterCeiling): the ceiling is worth a line only when the
+	// machine could not hold it beside the rest of the process.
+	if total := sysmem.Total(); total > 0 && need > float64(total)/2 {
+		e.logf("dedup: warning: filters sized for ExpectedRate %v keys/s over Window %v grow to about %s if the traffic keeps that rate for a whole window, over half of this machine's %s of memory (they start small and follow the keys held)",
+			opts.ExpectedRate, opts.Window, humanize.Bytes(uint64(need)), humanize.Bytes(total))
 	}
-	e.logf("dedup: filters hold %s now and follow the traffic: filters sized for ExpectedRate %v keys/s over Window %v grow to about %s at most, if the traffic keeps that rate for a whole window (each generation is sized for 1.5x the keys the one before held, up to that rate's share)",
-		humanize.Bytes(now), opts.ExpectedRate, opts.Window, humanize.Bytes(uint64(need)))
 	if e.stats.restoredKeys > 0 {
 		var bytes, sized uint64
 		for i := range e.shards {

@@ -71,6 +71,9 @@ type chain struct {
 	// asked for that capacity when the filter is full.
 	journal []uint64
 	grow    func(keys uint64) (capacity uint64, keep bool)
+	// chainOnStop: the rebuild that ends the journal sets the chain up to
+	// keep growing (ChainOnStop).
+	chainOnStop bool
 }
 
 // New returns an empty growable filter of the given kind for capacity
@@ -328,10 +331,19 @@ type Regrower interface {
 	// StartJournal makes the (empty, never grown) filter remember every
 	// hash it is given from now on. When it is full, grow is called with
 	// the keys it holds and returns the capacity to rebuild it at (0: none,
-	// it chains as usual) and whether to keep the journal afterwards.
+	// it chains as usual) and whether to keep the journal afterwards; a
+	// filter rebuilt without it chains growth links as large as the chain
+	// before them (the first the size of the rebuilt link, doubling), so
+	// its memory follows the keys that keep coming.
 	StartJournal(grow func(keys uint64) (capacity uint64, keep bool)) error
 	// StopJournal forgets the journal: the filter chains as usual.
 	StopJournal()
+	// ChainOnStop makes the rebuild that ends the journal (grow returning
+	// keep false) set the filter up for a chain that keeps growing with
+	// the keys, for bloom and blocked: the rebuilt link at half the
+	// target, growth links sharing the other half, each as large as the
+	// chain before it (see regrowToChain). Cuckoo ignores it.
+	ChainOnStop()
 	// Journaling reports whether the filter keeps a journal.
 	Journaling() bool
 	// JournalBytes returns the memory the journal holds.
@@ -354,6 +366,9 @@ func (c *chain) StartJournal(grow func(keys uint64) (capacity uint64, keep bool)
 
 // StopJournal implements [Regrower].
 func (c *chain) StopJournal() { c.journal, c.grow = nil, nil }
+
+// ChainOnStop implements [Regrower].
+func (c *chain) ChainOnStop() { c.chainOnStop = c.kind != Cuckoo }
 
 // Journaling implements [Regrower].
 func (c *chain) Journaling() bool { return c.journal != nil }
@@ -396,6 +411,43 @@ func (c *chain) Regrow(capacity uint64) error {
 	return nil
 }
 
+// regrowToChain rebuilds the journaling filter as one link for capacity
+// keys, drops the journal and sets a schedule for a chain that keeps
+// growing with the keys: link 0 at half the target
+// and growth links sharing the other half, halving link by link (r = 1/2),
+// the first as large as link 0 and each as large as the chain before it.
+// A young generation that outgrew its journal grows by several links; at
+// the schedule New sets (growth links sharing 1/32 of the target, the
+// first a quarter of link 0) the seventh would take 12 bits a key more
+// than link 0, here 7. The compound target is fp as before; the encoding
+// records the schedule. Bloom and blocked only (see ChainOnStop).
+func (c *chain) regrowToChain(capacity uint64) error {
+	if c.journal == nil {
+		return fmt.Errorf("filter: Regrow of a filter that keeps no journal")
+	}
+	if capacity < 1 || capacity > maxCapacity {
+		return fmt.Errorf("filter: Regrow: capacity must be in [1, 2^48], got %d", capacity)
+	}
+	fp := c.compoundFP()
+	target := fp / 2
+	k := linkKinds[c.kind]
+	if b := k.bytes(capacity, target); b > float64(k.limit) {
+		return fmt.Errorf("filter: Regrow: capacity %d at fp %g needs %.0f bytes of %s table, over its %d limit", capacity, target, b, c.kind, k.limit)
+	}
+	j := c.journal
+	c.StopJournal() // compoundFP holds only for New's schedule: no Regrow after this
+	c.base, c.fp, c.r = max(1, capacity/2), fp, 0.5
+	c.links = []link{newLink(c.kind, capacity, target)}
+	b, _ := c.links[0].(*blocked)
+	for i, h := range j {
+		if b != nil && i+regrowAhead < len(j) {
+			b.prefetch(j[i+regrowAhead])
+		}
+		c.testOrAdd(h)
+	}
+	return nil
+}
+
 // regrowAhead is how far ahead Regrow prefetches the journal's blocks.
 const regrowAhead = 8
 
@@ -411,6 +463,9 @@ func (c *chain) testOrAddJournaled(h uint64) bool {
 	c.journal = append(c.journal, h)
 	if c.links[0].full() && c.grow != nil && !c.links[0].test(h) {
 		capacity, keep := c.grow(c.links[0].count())
+		if !keep && c.chainOnStop && capacity > c.links[0].capacity() && c.regrowToChain(capacity) == nil {
+			return false // the rebuilt filter holds h: it was journaled
+		}
 		if capacity > c.links[0].capacity() && c.Regrow(capacity) == nil {
 			if !keep {
 				c.StopJournal()

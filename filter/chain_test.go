@@ -208,3 +208,52 @@ func TestOverLimitNamesTheTable(t *testing.T) {
 		}
 	}
 }
+
+// TestChainOnStop: a journaling filter told ChainOnStop, rebuilt without
+// its journal at 4096 keys, chains growth links as large as the chain
+// before them (each link doubles the chain) at the halving targets of the
+// other half of fp: 32x link 0's keys take 6 links (7 allowed), where
+// growth links starting at a quarter of link 0 take 8; it holds every hash, through
+// an encoding too, and estimates its rate within fp.
+func TestChainOnStop(t *testing.T) {
+	const fp = 0.01
+	for _, kind := range []Kind{Bloom, Blocked} {
+		f, err := New(kind, 4096, fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rg := f.(Regrower)
+		if err := rg.StartJournal(func(keys uint64) (uint64, bool) { return 2 * keys, false }); err != nil {
+			t.Fatal(err)
+		}
+		rg.ChainOnStop()
+		next := hashes(uint64(kind)+11, allShards)
+		var keys []uint64
+		for range 64 * 4096 {
+			h := next()
+			keys = append(keys, h)
+			f.Add(h)
+		}
+		c := f.(*chain)
+		if rg.Journaling() || len(c.links) > 7 {
+			t.Fatalf("%s: journaling %v, %d links for %d keys from 8192", kind, rg.Journaling(), len(c.links), len(keys))
+		}
+		if est := f.FPRate(); est > fp {
+			t.Fatalf("%s: FPRate %g over %g", kind, est, fp)
+		}
+		b, err := f.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Unmarshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range keys {
+			if !f.Test(h) || !g.Test(h) {
+				t.Fatalf("%s: false negative", kind)
+			}
+		}
+		t.Logf("%s: %d keys in %d links, %.2f B/key, FPRate %.4f", kind, len(keys), len(c.links), float64(f.SizeBytes())/float64(len(keys)), f.FPRate())
+	}
+}

@@ -13,13 +13,21 @@ import (
 // rebuilt twice as large from the journal, so it stays one filter at its
 // full target, holding between 1x and 2x the keys seen. The journal stops
 // once the second generation has started (the first is then rebuilt for
-// the keys it holds, plus an eighth, if it is much larger), or
-// when it would outgrow an eighth of the memory a filter sized for
-// Options.Capacity takes (youngBudget): the filter is then rebuilt once more for the rate seen so far,
-// projected to the end of the generation with half again of headroom, and
-// chains past that. So a ring told the right rate never holds more than it
-// would have allocated up front, and one told 100x holds about what the
-// keys need.
+// the keys it holds, plus an eighth, if it is much larger), or when it
+// would outgrow an eighth of the memory a filter sized for
+// Options.Capacity takes (youngBudget). The filter is then rebuilt once
+// more: for the rate seen so far, projected to the end of the generation
+// with half again of headroom, if that is within trustRate of the
+// configured one (which it confirms: a ring told the right rate never
+// holds more than it would have allocated up front) or the kind is
+// cuckoo; otherwise twice as large, chaining past that, each growth link
+// as large as the chain before it (filter.Regrower's ChainOnStop). A rate far over the configured one, measured over the first
+// moments of a generation (a file read at a million lines a second, a
+// client's burst), projects a rate the window never holds: memory
+// follows the keys held instead, within 4x of what one filter sized
+// for them at the target takes (TestMemoryFollowsKeys), the journal (8
+// bytes a key, at most an eighth of a filter for Options.Capacity) on top
+// while it lasts.
 //
 // Every later generation is sized by sizeFor from the keys the one before
 // it holds (scaled to a whole span if the ring saw only the end of it):
@@ -137,12 +145,32 @@ func (r *Ring) growYoung(g *Generation, keys uint64) (uint64, bool) {
 		r.sizing.sized = next
 		return next, true
 	}
-	// The journal would outgrow its budget: size the filter for the rest
-	// of the generation at the rate seen, and stop journaling.
-	want := min(c, max(next, sizeFor(r.project(g, keys), c)))
+	// The journal would outgrow its budget. If the rate seen confirms the
+	// one configured (projected to the end of the generation it is within
+	// trustRate of Options.Capacity), the filter is rebuilt for it, as it
+	// would have been allocated up front. Otherwise the configured rate is
+	// evidently wrong and the rate seen, over the first moments of a
+	// generation (a file read at a million lines a second, a client's
+	// burst), says nothing of the keys the rest of it holds: the filter is
+	// rebuilt once more at next and chains from there, growth links as
+	// large as the chain before them (see filter.Regrower), so that memory
+	// follows the keys that come.
+	want := next
+	if p := r.project(g, keys); p <= trustRate*c || r.cfg.Kind == filter.Cuckoo {
+		// Cuckoo links cost twice the bytes per key at each halving of
+		// their target: it keeps one filter for the projection.
+		want = min(c, max(next, sizeFor(p, c)))
+	} else {
+		g.Filter.(filter.Regrower).ChainOnStop()
+	}
 	r.sizing.young, r.sizing.sized = nil, want
 	return want, false
 }
+
+// trustRate bounds the projection of the rate a young generation sees, as
+// a multiple of Options.Capacity, within which it confirms the configured
+// rate (see growYoung).
+const trustRate = 2
 
 // project returns the keys generation g, holding n, will hold at its end at
 // the rate seen since the ring saw it start, at most maxProjection (which

@@ -337,7 +337,7 @@ func runCompare(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.Var((*floats)(&cfg.MemorySweep), "sweep", "false-positive rates of the memory sweep")
 	fs.IntVar(&cfg.SweepKeys, "sweep-keys", 200_000, "keys per memory-sweep point")
 	fs.BoolVar(&cfg.SkipSweep, "no-sweep", false, "leave out the memory sweep")
-	scaleKeys := counts{1_000_000, 10_000_000}
+	scaleKeys := counts{100_000, 200_000, 1_000_000, 10_000_000}
 	fs.Var(&scaleKeys, "scale-keys", "sizes of the memory-at-scale runs, distinct keys (empty: none)")
 	cfg.ScaleTargets = []string{"exact/blocked", "probabilistic/blocked", bench.BaselineRedis}
 	fs.Var((*words)(&cfg.ScaleTargets), "scale-targets", "targets of the memory-at-scale runs: MODE/FILTER or a baseline")
