@@ -691,37 +691,24 @@ func TestSetWithoutNXErrorIsComplete(t *testing.T) {
 }
 
 // TestBFInfoAfterReserveReportsPlan: BF.INFO of a table just made with
-// BF.RESERVE said Size 0 and Number of filters 0 (its filters are made on
-// first use), where RedisBloom reports the size of the filter it reserved
-// and 1 filter. It now reports the filter memory the table plans for its
-// capacity, the engine's own estimate, and the filters that plan holds.
+// BF.RESERVE reports, as RedisBloom does for the filter it reserved, the
+// filter memory the table plans for its capacity (the engine's own
+// ceiling) and the filters that plan holds, before any item is added.
 func TestBFInfoAfterReserveReportsPlan(t *testing.T) {
-	var mu sync.Mutex
-	var logged []string
-	logf := func(format string, args ...any) {
-		mu.Lock()
-		logged = append(logged, fmt.Sprintf(format, args...))
-		mu.Unlock()
-	}
-	_, addr := start(t, resp.Options{Dir: t.TempDir(), Engine: dedup.Options{Window: time.Hour, Shards: 8, Generations: 3, Logf: logf}})
+	eng := dedup.Options{Window: time.Hour, Shards: 8, Generations: 3}
+	_, addr := start(t, resp.Options{Dir: t.TempDir(), Engine: eng})
 	c := client(t, addr)
 	if err := c.Do(ctx, "BF.RESERVE", "bf:orders", "0.001", 3600000).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// The engine logs its estimate at open: "about %.1f MiB at most".
-	var mib float64
-	mu.Lock()
-	for _, l := range logged {
-		if i := strings.Index(l, "ExpectedRate 1000 keys/s"); i >= 0 {
-			if j := strings.Index(l, "about "); j >= 0 {
-				fmt.Sscanf(l[j:], "about %g MiB", &mib)
-			}
-		}
+	// The table's engine plans its filters for the reserved capacity over
+	// the window, at the reserved error rate: the ceiling Open works from.
+	eng.ExpectedRate, eng.FalsePositiveRate = 1000, 0.001
+	ceiling, err := eng.FilterCeiling()
+	if err != nil {
+		t.Fatal(err)
 	}
-	mu.Unlock()
-	if mib == 0 {
-		t.Fatalf("no sizing line from the table's engine in %q", logged)
-	}
+	mib := float64(ceiling) / (1 << 20)
 	field := func(name string) int64 {
 		t.Helper()
 		v, err := c.Do(ctx, "BF.INFO", "bf:orders", name).Slice()
