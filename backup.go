@@ -121,6 +121,9 @@ func restoreFullBackup(src, dst string) (Options, error) {
 	if err != nil {
 		return Options{}, wrap(err, "restore: %q is not a dedup backup", src)
 	}
+	if _, err := Check(work); err != nil {
+		return Options{}, wrap(err, "restore: backup %q is damaged", src)
+	}
 	if _, err := snapshot.Latest(vfs.Default, filepath.Join(work, SnapshotDir)); err != nil {
 		return Options{}, wrap(err, "restore: backup snapshot")
 	}

@@ -197,6 +197,9 @@ func (i Info) String() string {
 // make the commits it covers any less committed). 0 and "" if dir holds
 // none. It changes nothing in dir.
 func NewestCommit(fs vfs.FS, dir string) (seq uint64, path string, err error) {
+	if fi, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) || err == nil && !fi.IsDir() {
+		return 0, "", nil // no snapshot: a file there is the snapshots' problem
+	}
 	names, err := fs.List(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, "", nil
@@ -232,6 +235,9 @@ const LostSuffix = ".lost"
 // the directory is synced. It returns the new paths. The engine calls it
 // when its state accepted the loss of the commits such a snapshot covers.
 func SetAside(fs vfs.FS, dir string, seq uint64) ([]string, error) {
+	if fi, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) || err == nil && !fi.IsDir() {
+		return nil, nil
+	}
 	names, err := fs.List(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
