@@ -53,6 +53,8 @@ func (e *Engine) restore() error {
 		return nil
 	}
 	if err == nil {
+		// Verified whole: the next Write keeps it, not a damaged newer one.
+		e.goodSnap = e.fs.PathBase(snap.Path)
 		for _, sk := range snap.Skipped {
 			e.problem(wrap(sk, "skipped snapshot"))
 		}
