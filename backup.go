@@ -124,14 +124,16 @@ func restoreFullBackup(src, dst string) (Options, error) {
 	if _, err := Check(work); err != nil {
 		return Options{}, wrap(err, "restore: backup %q is damaged", src)
 	}
-	if _, err := snapshot.Latest(vfs.Default, filepath.Join(work, SnapshotDir)); err != nil {
+	// An exact state rebuilds its filters from its store when its
+	// snapshot is damaged (restoredFrom's Close then writes a good one).
+	if _, err := snapshot.Latest(vfs.Default, filepath.Join(work, SnapshotDir)); err != nil && (opts.Probabilistic || !errors.Is(err, ErrCorrupt)) {
 		return Options{}, wrap(err, "restore: backup snapshot")
 	}
 	from, err := restoredFrom(opts)
 	if err != nil {
 		return Options{}, wrap(err, "restore: backup does not open")
 	}
-	if from != RestoredSnapshot && from != RestoredFresh {
+	if from != RestoredSnapshot && from != RestoredFresh && (opts.Probabilistic || from != RestoredStore) {
 		return Options{}, fmt.Errorf("%w: restore: backup snapshot unusable (restored from %s)", ErrCorrupt, from)
 	}
 	return installDir(work, dst, opts)
