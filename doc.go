@@ -148,6 +148,8 @@
 //   - commit.go: group commit, barriers and the checkpoint
 //   - snapshot.go and restore.go: writing snapshots, restoring from them
 //   - backup.go: Backup, RestoreBackup and RebuildSnapshot
+//   - check.go and repair.go: Check (every block checksum of the store)
+//     and Repair (accept the loss of commits a snapshot proves)
 //   - spool.go: the spool files of Filter fuse's newest generation
 //   - shadow.go: the sampled shadow behind the observed false-positive rate
 //   - stats.go: [Stats]

@@ -71,6 +71,10 @@ type Engine struct {
 	// commit sequence of the last snapshot written or restored.
 	snapMu      sync.Mutex
 	lastSnapSeq uint64
+	// goodSnap is the manifest name of the newest snapshot known good (the
+	// one restored, or the last written), kept by the next Write; "" if
+	// none. Guarded by snapMu.
+	goodSnap string
 
 	// commitGate is held by each commit while it runs, and by a snapshot
 	// while it captures the filters: a snapshot holds whole commits. It

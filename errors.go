@@ -57,6 +57,12 @@ var (
 	// corruption matches it: filter.ErrCorrupt, exact.ErrCorrupt and
 	// snapshot.ErrCorrupt wrap it.
 	ErrCorrupt = errclass.ErrCorrupt
+	// ErrLostCommits is returned by Open for a state whose store ends
+	// before a commit that one of its snapshots covers: acknowledged
+	// commits are gone (a commit log cut short or damaged). The error names
+	// the files and the commits lost; nothing is changed. It matches
+	// ErrCorrupt. Options.AcceptLostCommits opens such a state.
+	ErrLostCommits = exact.ErrLostCommits
 	// ErrNewerFormat is returned by Open for a state directory whose store
 	// was written in a format newer than this build reads (the error names
 	// the format and the directory); open it with the build that wrote it.

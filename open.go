@@ -16,6 +16,7 @@ import (
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/internal/sysmem"
 	"github.com/streamdedup/dedup/rotate"
+	"github.com/streamdedup/dedup/snapshot"
 )
 
 // Meta names in the exact store.
@@ -94,8 +95,26 @@ func Open(opts Options) (*Engine, error) {
 // openStore opens the exact store in dir for opts (defaults filled).
 // Without a Dir, the store is in memory: fingerprint tables, no files.
 func openStore(fs vfs.FS, dir string, opts Options) (*exact.Store, error) {
-	return exact.Open(dir, exact.Options{FS: fs, LogOnly: opts.Probabilistic, InMemory: opts.Dir == "",
-		MemTableSize: memTableSize(opts), CacheSize: blockCacheSize(opts)})
+	eo := exact.Options{FS: fs, LogOnly: opts.Probabilistic, InMemory: opts.Dir == "",
+		MemTableSize: memTableSize(opts), CacheSize: blockCacheSize(opts), AcceptLoss: opts.AcceptLostCommits}
+	if opts.Dir != "" {
+		if err := knownCommit(fs, dir, &eo); err != nil {
+			return nil, err
+		}
+	}
+	return exact.Open(dir, eo)
+}
+
+// knownCommit sets the evidence of commits in dir that the store must
+// hold: the newest commit a snapshot there covers (see
+// exact.Options.KnownCommit).
+func knownCommit(fs vfs.FS, dir string, eo *exact.Options) error {
+	seq, path, err := snapshot.NewestCommit(fs, fs.PathJoin(dir, SnapshotDir))
+	if err != nil {
+		return wrap(err, "read the snapshots of %q", dir)
+	}
+	eo.KnownCommit, eo.KnownBy = seq, "snapshot "+path
+	return nil
 }
 
 // adopt fills the fields of o that a state directory records and o leaves
@@ -165,14 +184,20 @@ func recorded(st *exact.Store) (o Options, ok bool, err error) {
 // Open adopts them for the fields it is given zero. The state must not be
 // open in another process.
 func StateOptions(dir string) (Options, error) {
-	return stateOptions(vfs.Default, dir)
+	return stateOptions(vfs.Default, dir, false)
 }
 
-func stateOptions(fs vfs.FS, dir string) (Options, error) {
+// stateOptions is StateOptions on fs; acceptLoss opens a store that lost
+// commits (Options.AcceptLostCommits).
+func stateOptions(fs vfs.FS, dir string, acceptLoss bool) (Options, error) {
 	if _, err := fs.Stat(dir); err != nil {
 		return Options{}, wrap(err, "state %q", dir)
 	}
-	st, err := exact.Open(dir, exact.Options{FS: fs, LogOnly: true})
+	eo := exact.Options{FS: fs, LogOnly: true, AcceptLoss: acceptLoss}
+	if err := knownCommit(fs, dir, &eo); err != nil {
+		return Options{}, err
+	}
+	st, err := exact.Open(dir, eo)
 	if err != nil {
 		return Options{}, wrap(err, "state %q", dir)
 	}

@@ -117,6 +117,16 @@ type Options struct {
 	// instead of restoring a snapshot: a repair tool's option. Default false.
 	IgnoreSnapshots bool
 
+	// AcceptLostCommits opens a state whose store ends before a commit
+	// that one of its snapshots covers (its commit log was cut short or
+	// damaged): the engine goes on from the store's last intact commit, the
+	// commits after it are forgotten, and the snapshots that cover them are
+	// set aside (renamed with snapshot.LostSuffix) and reported in
+	// Stats.RestoreProblems. Without it such an Open fails with an error
+	// matching ErrLostCommits and changes nothing. `dedup repair` sets it.
+	// Default false.
+	AcceptLostCommits bool
+
 	// Logf receives the engine's rare log lines: restore problems and
 	// rebuild progress. nil discards them. Default nil.
 	Logf func(format string, args ...any)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/streamdedup/dedup/exact"
@@ -35,6 +36,11 @@ func (e *Engine) restore() error {
 	if err != nil {
 		return err
 	}
+	if e.opts.AcceptLostCommits && e.opts.Dir != "" {
+		if err := e.setAsideLost(); err != nil {
+			return err
+		}
+	}
 	var snap *snapshot.Snapshot
 	err = snapshot.ErrNotFound
 	if e.rehashed {
@@ -47,6 +53,8 @@ func (e *Engine) restore() error {
 		return nil
 	}
 	if err == nil {
+		// Verified whole: the next Write keeps it, not a damaged newer one.
+		e.goodSnap = e.fs.PathBase(snap.Path)
 		for _, sk := range snap.Skipped {
 			e.problem(wrap(sk, "skipped snapshot"))
 		}
@@ -282,4 +290,21 @@ func (e *Engine) resetFilters() {
 func (e *Engine) problem(err error) {
 	e.stats.restoreProblems = append(e.stats.restoreProblems, err.Error())
 	e.logf("%v", err)
+}
+
+// setAsideLost sets aside, as evidence, the snapshots covering commits past
+// the store's last one, whose loss Options.AcceptLostCommits accepted.
+func (e *Engine) setAsideLost() error {
+	last := e.store.CommitSeq()
+	seq, path, err := snapshot.NewestCommit(e.fs, e.snapDir)
+	if err != nil || seq <= last {
+		return wrapIf(err, "read snapshots")
+	}
+	moved, err := snapshot.SetAside(e.fs, e.snapDir, last)
+	if err != nil {
+		return wrap(err, "set aside the snapshots past the store's last commit")
+	}
+	e.problem(fmt.Errorf("%w: accepted: snapshot %s covers commit %d, the store ends at commit %d: commits %d to %d are forgotten; kept as %s",
+		ErrLostCommits, path, seq, last, last+1, seq, strings.Join(moved, ", ")))
+	return nil
 }

@@ -103,10 +103,11 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 	}
 	e.commitGate.Unlock()
 	h := snapshot.Header{Seed: e.seed, Options: e.opts.persisted().encode(), CommitSeq: seq, Created: now.UnixNano()}
-	info, err := snapshot.Write(e.fs, e.snapDir, h, gens)
+	info, err := snapshot.WriteAfter(e.fs, e.snapDir, e.goodSnap, h, gens)
 	if err != nil {
 		return info, wrap(err, "snapshot")
 	}
+	e.goodSnap = e.fs.PathBase(info.Path)
 	if through := e.logTruncationPoint(seq); through > 0 {
 		if err := e.store.SetMeta(metaLogTruncated, binary.BigEndian.AppendUint64(nil, through)); err != nil {
 			return info, wrap(err, "snapshot")

@@ -552,6 +552,12 @@ func decodeRecord(p []byte, r *record) error {
 // acknowledged.
 var errTorn = errors.New("exact: end of the commit log")
 
+// tornAt is errTorn at byte off of a segment: where its intact records end.
+type tornAt struct{ off int64 }
+
+func (t *tornAt) Error() string        { return fmt.Sprintf("%v at byte %d", errTorn, t.off) }
+func (t *tornAt) Is(target error) bool { return target == errTorn }
+
 // readRecords calls fn for every record of the file f, of size bytes, of
 // segment seg, in order, and returns nil at its end marker. It returns
 // errTorn at the end of the file or at a record that is short, fails its
@@ -564,8 +570,9 @@ func readRecords(f io.Reader, size int64, seg uint64, fn func(*record) error) er
 	var payload []byte
 	var r record
 	for {
+		torn := &tornAt{off: off}
 		if _, err := io.ReadFull(br, hdr[:]); err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-			return errTorn
+			return torn
 		} else if err != nil {
 			return fmt.Errorf("exact: read commit log: %w", err)
 		}
@@ -574,17 +581,17 @@ func readRecords(f io.Reader, size int64, seg uint64, fn func(*record) error) er
 		off += recHeader
 		// A torn header may claim anything: never allocate past the file.
 		if n < recFixed || int64(n) > size-off {
-			return errTorn
+			return torn
 		}
 		off += int64(n)
 		payload = slices.Grow(payload[:0], int(n))[:n]
 		if _, err := io.ReadFull(br, payload); errors.Is(err, io.ErrUnexpectedEOF) || err == io.EOF {
-			return errTorn
+			return torn
 		} else if err != nil {
 			return fmt.Errorf("exact: read commit log: %w", err)
 		}
 		if xxhash.Sum64(payload) != sum || binary.LittleEndian.Uint64(payload[8:]) != seg {
-			return errTorn
+			return torn
 		}
 		if err := decodeRecord(payload, &r); err != nil {
 			return err

@@ -332,6 +332,7 @@ func (s *Store) replay() (err error) {
 	m := s.active
 	next := s.lastSeq + 1
 	torn := false
+	var tornWhere string // where the intact records end
 	for _, num := range nums {
 		if torn {
 			continue
@@ -357,11 +358,19 @@ func (s *Store) replay() (err error) {
 			return nil
 		})
 		err = errors.Join(err, f.Close())
-		if errors.Is(err, errTorn) {
+		var ta *tornAt
+		if errors.As(err, &ta) {
+			torn = true
+			tornWhere = fmt.Sprintf("; its commit log %s ends at byte %d of %d", path, ta.off, fi.Size())
+		} else if errors.Is(err, errTorn) {
 			torn = true
 		} else if err != nil {
 			return fmt.Errorf("exact: replay commit log %q: %w", path, err)
 		}
+	}
+	if k := s.opts.KnownCommit; k > s.lastSeq && !s.opts.AcceptLoss {
+		return fmt.Errorf("%w: %s covers commit %d, but the store %q ends at commit %d%s: commits %d to %d were committed and are gone. Nothing was changed; to go on without them, accept the loss (dedup repair, Options.AcceptLostCommits)",
+			ErrLostCommits, s.opts.KnownBy, k, s.dir, s.lastSeq, tornWhere, s.lastSeq+1, k)
 	}
 	s.nextSeq = s.lastSeq
 	s.pubFloor.Store(s.floor)

@@ -36,6 +36,10 @@ var (
 	// ErrNewerFormat reports a store written in a format newer than this
 	// package reads.
 	ErrNewerFormat = errors.New("exact: store of a newer format")
+	// ErrLostCommits reports a store whose commits end before a commit
+	// the caller knows was made (Options.KnownCommit). It matches
+	// ErrCorrupt and dedup.ErrCorrupt too.
+	ErrLostCommits = errclass.Corrupt("exact: committed commits lost")
 	// ErrBatchDone reports a use of a committed or closed Batch.
 	ErrBatchDone = errors.New("exact: batch already committed or closed")
 )
@@ -80,6 +84,19 @@ type Options struct {
 	// survives Close. ScanFingerprints, ScanLog and Backup report ErrInMemory.
 	// Default false.
 	InMemory bool
+
+	// KnownCommit is a commit sequence number the caller holds durable
+	// evidence of, such as a filter snapshot that covers it; KnownBy names
+	// that evidence (a file). Open refuses a store whose commits end
+	// before KnownCommit (its commit log lost acknowledged records: cut
+	// short, or damaged) with an error matching ErrLostCommits, before it
+	// changes any file, unless AcceptLoss. Default 0: no evidence.
+	KnownCommit uint64
+	KnownBy     string
+	// AcceptLoss opens a store whose commits end before KnownCommit: it
+	// goes on from its last intact commit, and the commits after it are
+	// gone. Default false.
+	AcceptLoss bool
 
 	// memLimit, for tests, replaces MemTableSize as the memtable's flush
 	// threshold, below its minimum.

@@ -36,7 +36,10 @@
 // Latest sweeps the temporary files. Only once the new manifest is durable does
 // Write delete old files: it keeps the new manifest and the previous good one
 // (a fallback should the new one be damaged later) and every segment either
-// references, and removes all other manifests and segments.
+// references, and removes all other manifests and segments. Write takes the
+// newest manifest that decodes for the previous one; WriteAfter takes the
+// one its caller knows good (the engine: the one Latest verified, or its
+// last Write), so that a damaged newer one is removed rather than kept.
 //
 // Write and Latest must not run concurrently on one directory (Latest sweeps
 // temporary files that a concurrent Write may still be writing), and at most

@@ -190,3 +190,80 @@ func (i Info) String() string {
 	}
 	return b.String()
 }
+
+// NewestCommit returns the highest commit sequence number that a snapshot
+// in dir covers, and the path of its manifest: every manifest whose
+// checksums hold counts, whatever its segments (a damaged segment does not
+// make the commits it covers any less committed). 0 and "" if dir holds
+// none. It changes nothing in dir.
+func NewestCommit(fs vfs.FS, dir string) (seq uint64, path string, err error) {
+	if fi, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) || err == nil && !fi.IsDir() {
+		return 0, "", nil // no snapshot: a file there is the snapshots' problem
+	}
+	names, err := fs.List(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("snapshot: list %s: %w", dir, err)
+	}
+	for _, name := range names {
+		if _, ok := parseManifestName(name); !ok {
+			continue
+		}
+		p := fs.PathJoin(dir, name)
+		m, _, err := readManifest(fs, p)
+		if errors.Is(err, ErrCorrupt) {
+			continue
+		}
+		if err != nil {
+			return 0, "", err
+		}
+		if m.Header.CommitSeq > seq || path == "" {
+			seq, path = m.Header.CommitSeq, p
+		}
+	}
+	return seq, path, nil
+}
+
+// LostSuffix ends the name of a manifest that SetAside moved out of use.
+const LostSuffix = ".lost"
+
+// SetAside moves every snapshot of dir that covers a commit past seq out of
+// use, as evidence: its manifest is renamed with LostSuffix (Latest, Write
+// and NewestCommit pass such files over, and no cleanup removes them), and
+// the directory is synced. It returns the new paths. The engine calls it
+// when its state accepted the loss of the commits such a snapshot covers.
+func SetAside(fs vfs.FS, dir string, seq uint64) ([]string, error) {
+	if fi, err := fs.Stat(dir); errors.Is(err, os.ErrNotExist) || err == nil && !fi.IsDir() {
+		return nil, nil
+	}
+	names, err := fs.List(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: list %s: %w", dir, err)
+	}
+	var moved []string
+	for _, name := range names {
+		if _, ok := parseManifestName(name); !ok {
+			continue
+		}
+		p := fs.PathJoin(dir, name)
+		m, _, err := readManifest(fs, p)
+		if err != nil || m.Header.CommitSeq <= seq {
+			continue
+		}
+		if err := fs.Rename(p, p+LostSuffix); err != nil {
+			return moved, fmt.Errorf("snapshot: set aside %s: %w", p, err)
+		}
+		moved = append(moved, p+LostSuffix)
+	}
+	if len(moved) > 0 {
+		if err := syncDir(fs, dir); err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
+}

@@ -149,6 +149,20 @@ func (m manifest) info(path string, size int64) Info {
 // At most one Write may run on a directory at a time, and Latest must not
 // run concurrently with it.
 func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
+	return write(fs, dir, h, gens, "", false)
+}
+
+// WriteAfter is Write for a caller that knows which snapshot of dir is
+// good: prev, the file name of its manifest (one Latest returned, or the
+// last Write wrote), is kept as the fallback and its final segments are
+// reused, instead of those of the newest manifest that decodes, which may
+// be damaged; every other snapshot is removed. An empty prev, or one that
+// does not decode, keeps and reuses none.
+func WriteAfter(fs vfs.FS, dir, prev string, h Header, gens []Generation) (Info, error) {
+	return write(fs, dir, h, gens, prev, true)
+}
+
+func write(fs vfs.FS, dir string, h Header, gens []Generation, known string, useKnown bool) (Info, error) {
 	if len(h.Options) > MaxOptionsSize {
 		return Info{}, fmt.Errorf("snapshot: write: options of %d bytes, over the limit %d", len(h.Options), MaxOptionsSize)
 	}
@@ -173,9 +187,17 @@ func Write(fs vfs.FS, dir string, h Header, gens []Generation) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	prev, prevName, err := newestManifest(fs, dir, st.manifests)
-	if err != nil {
-		return Info{}, err
+	var prev *manifest
+	var prevName string
+	if !useKnown {
+		prev, prevName, err = newestManifest(fs, dir, st.manifests)
+		if err != nil {
+			return Info{}, err
+		}
+	} else if known != "" {
+		if m, _, err := readManifest(fs, fs.PathJoin(dir, known)); err == nil {
+			prev, prevName = &m, known
+		}
 	}
 	prevRefs := make(map[[2]uint64]ref)
 	// A segment hashes keys with its header's seed, under its options: one

@@ -60,6 +60,8 @@ func init() {
 		{"snapshot", "inspect, verify or rebuild the filter snapshots of a state", runSnapshot, newSnapshotFlags, snapshotSubs},
 		{"backup", "copy a state directory (or a whole dedup serve state) consistently into a new directory", runBackup, flagSetOf(newBackupFlags), nil},
 		{"restore", "install a backup (or a lone snapshot) into a new state directory", runRestore, newRestoreFlags, nil},
+		{"check", "verify every block checksum of a state's store and its commit log", runCheck, newCheckFlags, nil},
+		{"repair", "open a state that lost commits, accepting the loss (evidence kept)", runRepair, newRepairFlags, nil},
 		{"help", "print help for dedup or a command", runHelp, newHelpFlags, nil},
 	}
 }
