@@ -181,15 +181,16 @@ func (q *reqReader) parse() (args [][]byte, ok bool, err error) {
 		q.spans = append(q.spans, q.p, end)
 		q.p, q.arg = end+2, -1
 	}
+	if cap(q.args) > 1024 && int64(len(q.spans)/2) < 64 {
+		// A large command was served: a small one needs no such array.
+		q.args = nil
+	}
 	q.args = q.args[:0]
 	for i := 0; i < len(q.spans); i += 2 {
 		q.args = append(q.args, b[q.spans[i]:q.spans[i+1]:q.spans[i+1]])
 	}
 	q.r += q.p
 	q.nargs, q.p, q.need = 0, 0, 0
-	if cap(q.args) > 1024 && len(q.args) < 64 {
-		q.args = nil
-	}
 	if cap(q.spans) > 2048 {
 		q.spans = nil
 	}

@@ -78,3 +78,33 @@ func FuzzReqReader(f *testing.F) {
 		}
 	})
 }
+
+// TestSmallCommandAfterAManyArgumentOne pins that the command after one of
+// many arguments is served: the reader lets a large argument array go
+// after such a command, and the small command parsed next is still
+// returned, not skipped as an empty one: a PING after an EXISTS of 700
+// keys gets its reply.
+func TestSmallCommandAfterAManyArgumentOne(t *testing.T) {
+	for _, n := range []int{100, 700, 5000} {
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "*%d\r\n$6\r\nEXISTS\r\n", n+1)
+		for i := range n {
+			k := fmt.Sprintf("k%08d", i)
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(k), k)
+		}
+		b.WriteString("*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n")
+		lim := reqLimits{maxArgSize: 1 << 20, maxArgs: 1 << 20, maxCommandSize: 64 << 20}
+		rd := newReqReader(bytes.NewReader(b.Bytes()), lim, nil)
+		noFlush := func() error { return nil }
+		args, err := rd.next(noFlush)
+		if err != nil || len(args) != n+1 {
+			t.Fatalf("n=%d: first command: %d args, %v; want %d", n, len(args), err, n+1)
+		}
+		for _, want := range []string{"PING", "ECHO hi"} {
+			args, err := rd.next(noFlush)
+			if got := string(bytes.Join(args, []byte(" "))); err != nil || got != want {
+				t.Fatalf("n=%d: after the large command: %q, %v; want %q", n, got, err, want)
+			}
+		}
+	}
+}
