@@ -51,7 +51,7 @@ func TestWindowEdges(t *testing.T) {
 	const W = 80 * time.Second
 	const N = 8
 	span := W / N
-	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved"} {
+	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved", "wide"} {
 		for _, prob := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/probabilistic=%v", kind, prob), func(t *testing.T) {
 				clk := testclock.New(t0)
