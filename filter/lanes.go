@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/streamdedup/dedup/internal/prefetch"
 )
 
 // LaneView is one lane of a [LaneTable] seen as a [Filter]: the
@@ -216,8 +218,15 @@ func (v *LaneView) TestOrAdd(h uint64) bool {
 // Add inserts h (see TestOrAdd).
 func (v *LaneView) Add(h uint64) { v.TestOrAdd(h) }
 
-// Prefetch starts loading the bucket of h.
-func (v *LaneView) Prefetch(h uint64) { v.t.Prefetch(h) }
+// Prefetch starts loading the bucket of h; for a wide table only the
+// view's line of it, the one its Test and Add read.
+func (v *LaneView) Prefetch(h uint64) {
+	if v.t.wide {
+		prefetch.Addr(unsafe.Pointer(&v.t.words[v.t.wideLine(h, v.lane)]))
+		return
+	}
+	v.t.Prefetch(h)
+}
 
 // Count returns the keys inserted into the lane and its overflow.
 func (v *LaneView) Count() uint64 {

@@ -60,21 +60,33 @@ func (t *LaneTable) wideLine(h uint64, l int) uint64 {
 	return (b*uint64(t.lanes) + uint64(l)) * blockWords
 }
 
-// widePrefetch starts loading every line of h's bucket.
+// widePrefetch starts loading every line of h's bucket (one call).
 func (t *LaneTable) widePrefetch(h uint64) {
-	i := t.wideLine(h, 0)
-	for l := range t.lanes {
-		prefetch.Addr(unsafe.Pointer(&t.words[i+uint64(l)*blockWords]))
-	}
+	prefetch.Lines(unsafe.Pointer(&t.words[t.wideLine(h, 0)]), t.lanes)
 }
 
-// wideTest returns the lanes of used whose line may hold h.
+// wideTest returns the lanes of used whose line may hold h. The bit
+// positions inside a line do not depend on the lane: they are computed
+// once, and every lane's line of the bucket is tested with them (the
+// lines are adjacent; a free lane's line is zero).
 func (t *LaneTable) wideTest(h uint64, used LaneSet) LaneSet {
 	i := t.wideLine(h, 0)
 	lo := uint32(h)
+	words := t.words[i : i+uint64(t.lanes)*blockWords]
 	var s LaneSet
+	if t.k == 8 {
+		p0, p1 := (lo*blockSalts[0])>>26, (lo*blockSalts[1])>>26
+		p2, p3 := (lo*blockSalts[2])>>26, (lo*blockSalts[3])>>26
+		p4, p5 := (lo*blockSalts[4])>>26, (lo*blockSalts[5])>>26
+		p6, p7 := (lo*blockSalts[6])>>26, (lo*blockSalts[7])>>26
+		for l := 0; l+blockWords <= len(words); l += blockWords {
+			b := (*[blockWords]uint64)(words[l : l+blockWords])
+			s |= LaneSet((b[0]>>p0)&(b[1]>>p1)&(b[2]>>p2)&(b[3]>>p3)&(b[4]>>p4)&(b[5]>>p5)&(b[6]>>p6)&(b[7]>>p7)&1) << (l / blockWords)
+		}
+		return s & used
+	}
 	for l := range t.lanes {
-		if used.Has(l) && blockHas((*[blockWords]uint64)(t.words[i+uint64(l)*blockWords:]), lo, t.k) {
+		if used.Has(l) && blockHas((*[blockWords]uint64)(words[l*blockWords:]), lo, t.k) {
 			s |= 1 << l
 		}
 	}
