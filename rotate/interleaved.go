@@ -337,10 +337,6 @@ func (r *Ring) Probe(hashes []uint64, group []int32, maybe []bool) {
 // cached when used.
 const probeAhead = 12
 
-// wideProbeAhead is probeAhead for a wide table, whose buckets are N+1
-// lines.
-const wideProbeAhead = 8
-
 func (r *Ring) probeLanes(hashes []uint64, group []int32, maybe []bool) {
 	for _, c := range r.lanes.tables {
 		if c.used == 0 {
@@ -348,11 +344,6 @@ func (r *Ring) probeLanes(hashes []uint64, group []int32, maybe []bool) {
 		}
 		t, used := c.t, c.used
 		ahead := probeAhead
-		if t.Wide() {
-			// A bucket of N+1 lines per key: about as many lines in flight
-			// as the blocked generations' ProbeAll keeps.
-			ahead = wideProbeAhead
-		}
 		for _, i := range group[:min(ahead, len(group))] {
 			t.Prefetch(hashes[i])
 		}
