@@ -60,6 +60,12 @@
 //     it never grows.
 //   - Blocked: a cache-line-blocked Bloom filter of our own: all k bits of a
 //     key fall in one 64-byte line, so an operation costs one cache miss.
+//   - Interleaved and Wide: the lanes of a [LaneTable] shared by a ring's
+//     generations, [LaneView]s. Interleaved packs every generation's lane
+//     into one cache line (3.0 B a remembered key at 1% over 4
+//     generations); Wide gives each generation a whole blocked line and
+//     puts a key's lines side by side (blocked's 2.16 B, one page per
+//     lookup across generations).
 //   - Fuse: [FuseFilter], a binary fuse filter built once by [BuildFuse]
 //     from a set of hashes (github.com/FastFilter/xorfilter), with
 //     fingerprints of any width up to 16 bits; hashes added later go to a
