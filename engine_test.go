@@ -108,6 +108,8 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{ExpectedRate: -5}, "ExpectedRate"},
 		{Options{FalsePositiveRate: 1.5}, "FalsePositiveRate"},
 		{Options{Filter: "xor"}, "Filter"},
+		{Options{Filter: "interleaved", Generations: 16}, "Generations"},
+		{Options{Filter: "wide", Generations: 16}, "Generations"},
 		{Options{Generations: -1}, "Generations"},
 		{Options{Window: time.Millisecond, Generations: 8}, "Generations"},
 		{Options{Shards: 1 << 20}, "Shards"},
