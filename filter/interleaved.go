@@ -592,7 +592,7 @@ func UnmarshalLaneTable(data []byte) (*LaneTable, error) {
 	capacity := binary.LittleEndian.Uint64(data[16:])
 	fp := math.Float64frombits(binary.LittleEndian.Uint64(data[24:]))
 	if wide {
-		if err := wideCheck("interleaved", lanes, lines, k); err != nil {
+		if err := wideCheck("interleaved", lines, k); err != nil {
 			return nil, err
 		}
 	}

@@ -384,7 +384,7 @@ func unmarshalLane(data []byte) (*LaneView, error) {
 	wide := string(data[:4]) == wideLaneMagic
 	lanes, lines, k := int(data[5]), int(data[6]), int(data[7])
 	if wide {
-		if err := wideCheck("lane", lanes, lines, k); err != nil {
+		if err := wideCheck("lane", lines, k); err != nil {
 			return nil, err
 		}
 	}

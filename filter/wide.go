@@ -54,7 +54,8 @@ func wideParams(fp float64, lanes int) (k int, lambda float64) {
 	return blockedParams(laneTarget(fp, lanes))
 }
 
-// wideLine returns word index of lane l's line of h's bucket.
+// wideLine returns the index of the first word of lane l's line of h's
+// bucket.
 func (t *LaneTable) wideLine(h uint64, l int) uint64 {
 	b := ((h >> 32) * t.nbuckets) >> 32
 	return (b*uint64(t.lanes) + uint64(l)) * blockWords
@@ -202,14 +203,13 @@ func (t *LaneTable) readWideLane(src []byte, l int) {
 }
 
 // wideCheck validates the parameters of a decoded wide table or lane.
-func wideCheck(what string, lanes, lines, k int) error {
+func wideCheck(what string, lines, k int) error {
 	switch {
 	case lines != 1:
 		return corrupt("%s: wide layout with %d lines per bucket", what, lines)
 	case k < 1 || k > maxBlockK:
 		return corrupt("%s: k %d", what, k)
 	}
-	_ = lanes
 	return nil
 }
 
