@@ -65,6 +65,11 @@ const minLaneCapacity = 1024
 
 func newLaneTables(cfg Options) *laneTables {
 	lanes := cfg.Generations + 1
+	// The tables' sizing (k and keys per bucket for the target, cached
+	// per target in package filter) takes up to ~30 ms to compute for a
+	// new target: do it when the ring is made, not on its first key.
+	_, _ = filter.EstimateLaneTableBytes(filter.LaneTableOptions{Lanes: lanes, Capacity: 1,
+		FalsePositiveRate: cfg.FalsePositiveRate * (1 - laneShare), Wide: cfg.Kind == filter.Wide})
 	return &laneTables{
 		lanes:      lanes,
 		wide:       cfg.Kind == filter.Wide,
