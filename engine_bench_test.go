@@ -37,7 +37,7 @@ func benchKeys(n int, dupShare float64, seed uint64) [][]byte {
 // is inside the measurement.
 func BenchmarkObserveBatch(b *testing.B) {
 	for _, mode := range []string{"probabilistic", "exact"} {
-		for _, kind := range []string{"blocked", "bloom", "cuckoo", "interleaved"} {
+		for _, kind := range []string{"blocked", "bloom", "cuckoo", "interleaved", "wide"} {
 			b.Run(fmt.Sprintf("%s/%s", mode, kind), func(b *testing.B) {
 				benchObserve(b, mode == "probabilistic", kind, 1024)
 			})

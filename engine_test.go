@@ -51,7 +51,7 @@ func TestWindowEdges(t *testing.T) {
 	const W = 80 * time.Second
 	const N = 8
 	span := W / N
-	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved"} {
+	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved", "wide"} {
 		for _, prob := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/probabilistic=%v", kind, prob), func(t *testing.T) {
 				clk := testclock.New(t0)
@@ -108,6 +108,8 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{ExpectedRate: -5}, "ExpectedRate"},
 		{Options{FalsePositiveRate: 1.5}, "FalsePositiveRate"},
 		{Options{Filter: "xor"}, "Filter"},
+		{Options{Filter: "interleaved", Generations: 16}, "Generations"},
+		{Options{Filter: "wide", Generations: 16}, "Generations"},
 		{Options{Generations: -1}, "Generations"},
 		{Options{Window: time.Millisecond, Generations: 8}, "Generations"},
 		{Options{Shards: 1 << 20}, "Shards"},

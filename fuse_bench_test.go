@@ -160,7 +160,7 @@ func buildFuseWindow(b *testing.B) *fuseWindowBench {
 		}
 		return e, func(from uint64, n int) int { return observe(from, n, true) }
 	}
-	for _, kind := range []string{"blocked", "interleaved", "fuse"} {
+	for _, kind := range []string{"blocked", "interleaved", "wide", "fuse"} {
 		before := heapInUse()
 		// Not closed: the engines outlive the first call of the benchmark
 		// (they are built once per process).

@@ -55,7 +55,7 @@ func FuzzOptions(f *testing.F) {
 		if fp < 0 || fp >= 1 || math.IsNaN(fp) {
 			must = append(must, "FalsePositiveRate")
 		}
-		if kind != "" && kind != "bloom" && kind != "cuckoo" && kind != "blocked" && kind != "interleaved" && kind != "fuse" {
+		if kind != "" && kind != "bloom" && kind != "cuckoo" && kind != "blocked" && kind != "interleaved" && kind != "wide" && kind != "fuse" {
 			must = append(must, "Filter")
 		}
 		if gens < 0 || gens > 1024 {

@@ -21,7 +21,7 @@ import (
 func BenchmarkMemoryPerKey(b *testing.B) {
 	const perWindow = 2_000_000
 	for _, fp := range []float64{0.01, 0.001} {
-		for _, kind := range []string{"blocked", "bloom", "cuckoo", "interleaved"} {
+		for _, kind := range []string{"blocked", "bloom", "cuckoo", "interleaved", "wide"} {
 			for _, gens := range []int{4, 8} {
 				b.Run(fmt.Sprintf("%s/fp=%g/gens=%d", kind, fp, gens), func(b *testing.B) {
 					for i := 0; i < b.N; i++ {

@@ -38,7 +38,7 @@ func (c metaConfig) String() string {
 // count and mode. Seed s runs metaConfigs()[s % len].
 func metaConfigs() []metaConfig {
 	var cs []metaConfig
-	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved", "fuse"} {
+	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved", "wide", "fuse"} {
 		for _, shards := range []int{1, 4, 16} {
 			for _, gens := range []int{1, 3, 8} {
 				for _, prob := range []bool{false, true} {

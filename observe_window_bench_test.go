@@ -23,8 +23,9 @@ import (
 
 // BenchmarkObserveWindow runs probabilistic ObserveBatch on a full window
 // of 16M keys (4 generations of 4M, the timed keys going into the fifth)
-// on two goroutines, for Filter blocked (one filter per generation) and
-// interleaved (one lane table), against two bare filters on as many
+// on two goroutines, for Filter blocked (one filter per generation),
+// interleaved (one lane table of packed lanes) and wide (one lane table, a
+// blocked line per generation, a key's lines adjacent), against two bare filters on as many
 // goroutines over the same keys: bits-and-blooms TestAndAdd and
 // parquet-go's split-block filter (Check then Insert), each goroutine with
 // one filter sized at 1% for its half of the window's keys, no expiry (the
@@ -85,12 +86,13 @@ func BenchmarkObserveWindow(b *testing.B) {
 		b.ReportMetric(float64(v.cpu.Nanoseconds())/float64(v.keys), v.name+"-cpuns/key")
 		b.ReportMetric(100*float64(v.fps)/float64(max(v.fresh, 1)), v.name+"-FP%")
 	}
-	for _, e := range []string{"blocked", "interleaved"} {
+	for _, e := range []string{"blocked", "interleaved", "wide"} {
 		for _, p := range []string{"bitsandblooms", "sbbf"} {
 			b.ReportMetric(byName[p].wall.Seconds()/byName[e].wall.Seconds(), e+"-x-"+p)
 		}
 	}
 	b.ReportMetric(byName["blocked"].wall.Seconds()/byName["interleaved"].wall.Seconds(), "interleaved-x-blocked")
+	b.ReportMetric(byName["blocked"].wall.Seconds()/byName["wide"].wall.Seconds(), "wide-x-blocked")
 	// What the window advisor's horizon costs the default engine.
 	b.ReportMetric(100*(byName["blocked"].wall.Seconds()/byName["blocked-nohorizon"].wall.Seconds()-1), "horizon-cost%")
 	for _, v := range w.variants {
@@ -217,7 +219,7 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	span := W / gens
 	w := &windowBench{window: window}
 	timedKey := timedWindowKey(window)
-	for _, name := range []string{"blocked", "interleaved", "blocked-nohorizon"} {
+	for _, name := range []string{"blocked", "interleaved", "wide", "blocked-nohorizon"} {
 		kind, horizon := name, 0
 		if name == "blocked-nohorizon" {
 			kind, horizon = "blocked", -1

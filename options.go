@@ -47,10 +47,12 @@ type Options struct {
 
 	// Filter is the pre-filter backend: "bloom" (bits-and-blooms), "cuckoo"
 	// (seiflotfy), "blocked" (cache-line-blocked Bloom, one memory line
-	// per operation), "interleaved" (one line for all generations) or
-	// "fuse" (the newest generation blocked, every older one a static
-	// binary fuse filter: 0.8x the memory of blocked, three lines per
-	// older generation; it needs a Dir, where the newest generation's
+	// per operation), "interleaved" (one line for all generations),
+	// "wide" (a blocked line per generation, a key's lines adjacent: one
+	// page for all generations at blocked's memory per key) or "fuse"
+	// (the newest generation blocked, every older one a static binary
+	// fuse filter: 0.8x the memory of blocked, three lines per older
+	// generation; it needs a Dir, where the newest generation's
 	// hashes wait in files under [SpoolDir]; see docs/static.md). Default
 	// "blocked".
 	Filter string
@@ -256,9 +258,9 @@ func (o *Options) validate() error {
 		bad("FalsePositiveRate", "must be in (0, 1), got %v", o.FalsePositiveRate)
 	}
 	if _, err := filter.ParseKind(o.Filter); err != nil {
-		bad("Filter", "must be bloom, cuckoo, blocked, interleaved or fuse, got %q", o.Filter)
-	} else if o.Filter == filter.Interleaved.String() && o.Generations > filter.MaxLanes-1 {
-		bad("Generations", "must be at most %d with Filter interleaved (a lane each, plus one), got %d", filter.MaxLanes-1, o.Generations)
+		bad("Filter", "must be bloom, cuckoo, blocked, interleaved, fuse or wide, got %q", o.Filter)
+	} else if (o.Filter == filter.Interleaved.String() || o.Filter == filter.Wide.String()) && o.Generations > filter.MaxLanes-1 {
+		bad("Generations", "must be at most %d with Filter %s (a lane each, plus one), got %d", filter.MaxLanes-1, o.Filter, o.Generations)
 	} else if o.Filter == filter.Fuse.String() && o.Dir == "" {
 		bad("Filter", "fuse needs a Dir: the newest generation's hashes wait there until it is sealed (in memory they would cost 8 bytes a key, more than the static filters save)")
 	} else if o.Filter == filter.Fuse.String() && o.Generations >= 1 && o.Generations <= maxGenerations &&

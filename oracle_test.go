@@ -22,7 +22,7 @@ var oracleEvents = flag.Int("oracle.events", 60000, "events per configuration in
 // probabilistic mode may only turn New into Duplicate, at no more than its
 // false-positive rate.
 func TestOracle(t *testing.T) {
-	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved", "fuse"} {
+	for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved", "wide", "fuse"} {
 		for _, prob := range []bool{false, true} {
 			for _, shards := range []int{1, 16} {
 				name := fmt.Sprintf("%s/prob=%v/shards=%d", kind, prob, shards)

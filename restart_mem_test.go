@@ -102,7 +102,7 @@ func TestRestartMemoryMeasure(t *testing.T) {
 		t.Skip("set DEDUP_RESTART_MEASURE")
 	}
 	perGen, _ := strconv.Atoi(os.Getenv("DEDUP_RESTART_MEASURE"))
-	for _, k := range []string{"blocked", "bloom", "fuse", "interleaved"} {
+	for _, k := range []string{"blocked", "bloom", "fuse", "interleaved", "wide"} {
 		for _, c := range []struct {
 			gens, snapAt int
 			rate         float64

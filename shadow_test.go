@@ -96,7 +96,7 @@ func TestObservedFPEveryKind(t *testing.T) {
 		probes    = 3000
 	)
 	span := time.Hour
-	for _, kind := range []string{"blocked", "bloom", "cuckoo", "interleaved"} {
+	for _, kind := range []string{"blocked", "bloom", "cuckoo", "interleaved", "wide"} {
 		t.Run(kind, func(t *testing.T) {
 			clk := testclock.New(t0)
 			e := openT(t, Options{Filter: kind, Probabilistic: true, Window: gens * span, Generations: gens,

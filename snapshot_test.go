@@ -66,7 +66,7 @@ func (s *stream) run(t testing.TB, e *Engine, n int) []Verdict {
 // it) or rebuilds.
 func TestRestartEquivalence(t *testing.T) {
 	for _, prob := range []bool{false, true} {
-		for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved"} {
+		for _, kind := range []string{"bloom", "cuckoo", "blocked", "interleaved", "wide"} {
 			t.Run(fmt.Sprintf("%s/prob=%v", kind, prob), func(t *testing.T) {
 				o := Options{Filter: kind, Probabilistic: prob, Window: 20 * time.Second, Generations: 4, Shards: 4, ExpectedRate: 50}
 				clkA, clkB := testclock.New(t0), testclock.New(t0)

@@ -30,7 +30,7 @@ type sighting struct{ before, after time.Time }
 //   - after a crash, every key observed New in the last half window is
 //     Duplicate.
 func TestStress(t *testing.T) {
-	for _, kind := range []string{"blocked", "interleaved"} {
+	for _, kind := range []string{"blocked", "interleaved", "wide"} {
 		for _, prob := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/prob=%v", kind, prob), func(t *testing.T) {
 				t.Parallel()

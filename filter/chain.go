@@ -88,11 +88,11 @@ type chain struct {
 // data. Test checks every link, so a chain that has grown k times costs
 // k+1 lookups on a miss: size capacity for the expected load.
 func New(kind Kind, capacity uint64, fp float64) (Filter, error) {
-	if kind == Interleaved {
+	if kind == Interleaved || kind == Wide {
 		if err := validate(Blocked, capacity, fp); err != nil {
 			return nil, err
 		}
-		return newLaneFilter(capacity, fp)
+		return newLaneFilter(capacity, fp, kind == Wide)
 	}
 	if kind == Fuse {
 		return nil, fmt.Errorf("filter: kind: fuse filters are built from their hashes (BuildFuse), not by New")
@@ -146,11 +146,11 @@ func (c *chain) schedule(capacity uint64, fp float64) {
 // EstimateBytes returns the table memory New(kind, capacity, fp) allocates,
 // before any growth.
 func EstimateBytes(kind Kind, capacity uint64, fp float64) (uint64, error) {
-	if kind == Interleaved {
+	if kind == Interleaved || kind == Wide {
 		if err := validate(Blocked, capacity, fp); err != nil {
 			return 0, err
 		}
-		return EstimateLaneTableBytes(LaneTableOptions{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
+		return EstimateLaneTableBytes(LaneTableOptions{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare), Wide: kind == Wide})
 	}
 	if kind == Fuse {
 		if err := validate(Blocked, capacity, fp); err != nil {

@@ -164,7 +164,7 @@ func Unmarshal(data []byte) (Filter, error) {
 	if len(data) < headerLen+trailerLen {
 		return nil, corrupt("%d bytes, shorter than header and checksum", len(data))
 	}
-	if string(data[:4]) == laneMagic {
+	if m := string(data[:4]); m == laneMagic || m == wideLaneMagic {
 		v, err := unmarshalLane(data)
 		if err != nil {
 			return nil, err // not a typed nil

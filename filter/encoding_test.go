@@ -108,38 +108,41 @@ func smallEncodings(t testing.TB) map[string][]byte {
 	}
 	// Lanes: one of a 1-lane table (New), one past capacity with an
 	// overflow filter, and lane 2 of a 5-lane table (12-bit fields).
-	for _, fill := range []int{5, 300} {
-		f, err := New(Interleaved, 100, 0.1)
+	// The same for the wide layout (whole lines per lane).
+	for _, kind := range []Kind{Interleaved, Wide} {
+		for _, fill := range []int{5, 300} {
+			f, err := New(kind, 100, 0.1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := hashes(uint64(fill), allShards)
+			for range fill {
+				f.Add(next())
+			}
+			b, err := f.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[fmt.Sprintf("%s-%d-keys-overflow-%v", kind, fill, f.(*LaneView).Overflowed())] = b
+		}
+		tb, err := NewLaneTable(LaneTableOptions{Lanes: 5, Capacity: 40, FalsePositiveRate: 0.1, Wide: kind == Wide})
 		if err != nil {
 			t.Fatal(err)
 		}
-		next := hashes(uint64(fill), allShards)
-		for range fill {
-			f.Add(next())
-		}
-		b, err := f.MarshalBinary()
+		v, err := NewLaneView(tb, 2, 0.01)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[fmt.Sprintf("interleaved-%d-keys-overflow-%v", fill, f.(*LaneView).Overflowed())] = b
+		next := hashes(77, allShards)
+		for range 30 {
+			v.Add(next())
+		}
+		b, err := v.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[fmt.Sprintf("%s-30-keys-lane-2-of-5", kind)] = b
 	}
-	tb, err := NewLaneTable(LaneTableOptions{Lanes: 5, Capacity: 40, FalsePositiveRate: 0.1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := NewLaneView(tb, 2, 0.01)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := hashes(77, allShards)
-	for range 30 {
-		v.Add(next())
-	}
-	b, err := v.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out["interleaved-30-keys-lane-2-of-5"] = b
 	return out
 }
 

@@ -60,6 +60,7 @@ type LaneTable struct {
 	cap      uint64 // keys per lane at which the target is met
 	fp       float64
 	count    [MaxLanes]uint64
+	wide     bool // a whole line per lane (wide.go): lines is 1, width 0
 }
 
 // LaneSet is a set of lanes of a [LaneTable]: bit l stands for lane
@@ -91,6 +92,11 @@ type LaneTableOptions struct {
 	// fewer bits per key, for a second access to the neighbouring line).
 	// 0 selects 1.
 	Lines int
+	// Wide selects the wide layout (see [Wide]): each lane owns a whole
+	// 64-byte line of every bucket, a bucket is Lanes adjacent lines, and
+	// each lane is a blocked filter at its share of the target. Lines
+	// must be 0 or 1.
+	Wide bool
 }
 
 func (c *LaneTableOptions) validate() error {
@@ -103,6 +109,8 @@ func (c *LaneTableOptions) validate() error {
 		return fmt.Errorf("filter: interleaved FalsePositiveRate must be in (0, 1), got %g", c.FalsePositiveRate)
 	case c.Lines != 0 && c.Lines != 1 && c.Lines != 2:
 		return fmt.Errorf("filter: interleaved Lines must be 1 or 2, got %d", c.Lines)
+	case c.Wide && c.Lines > 1:
+		return fmt.Errorf("filter: wide Lines must be 1 (a line per lane), got %d", c.Lines)
 	}
 	return nil
 }
@@ -111,6 +119,9 @@ func (c *LaneTableOptions) validate() error {
 func NewLaneTable(cfg LaneTableOptions) (*LaneTable, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Wide {
+		return newWideTable(cfg)
 	}
 	lines := max(cfg.Lines, 1)
 	width := uint(64 / cfg.Lanes)
@@ -131,6 +142,9 @@ func NewLaneTable(cfg LaneTableOptions) (*LaneTable, error) {
 func EstimateLaneTableBytes(cfg LaneTableOptions) (uint64, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
+	}
+	if cfg.Wide {
+		return uint64(wideBytes(cfg)), nil
 	}
 	lines := max(cfg.Lines, 1)
 	_, lambda := interleavedParams(laneTarget(cfg.FalsePositiveRate, cfg.Lanes), lines*(64/cfg.Lanes))
@@ -164,7 +178,11 @@ func laneTarget(fp float64, n int) float64 {
 // Lanes returns the number of lanes.
 func (t *LaneTable) Lanes() int { return t.lanes }
 
-// Lines returns the bucket size in cache lines (1 or 2).
+// Wide reports whether the table has the wide layout (a line per lane).
+func (t *LaneTable) Wide() bool { return t.wide }
+
+// Lines returns the bucket size in cache lines (1 or 2; 1 for a wide
+// table, whose lanes have a line each).
 func (t *LaneTable) Lines() int { return t.lines }
 
 // K returns the number of bits set per key.
@@ -189,6 +207,9 @@ func (t *LaneTable) SizeBytes() uint64 { return uint64(len(t.words)) * 8 }
 
 // LaneFPRate estimates lane l's false-positive rate at its current fill.
 func (t *LaneTable) LaneFPRate(l int) float64 {
+	if t.wide {
+		return blockedFP(float64(t.count[l])/float64(t.nbuckets), t.k)
+	}
 	return interleavedLaneFP(float64(t.count[l])/float64(t.nbuckets), t.k, t.lines*int(t.width))
 }
 
@@ -218,6 +239,10 @@ func (t *LaneTable) bucket(h uint64) uint64 {
 // bucket), so that a later Test, Add or TestOrAdd of h does not wait for
 // memory. It implements [Prefetcher].
 func (t *LaneTable) Prefetch(h uint64) {
+	if t.wide {
+		t.widePrefetch(h)
+		return
+	}
 	i := t.bucket(h)
 	prefetch.Addr(unsafe.Pointer(&t.words[i]))
 	if t.lines == 2 {
@@ -295,11 +320,31 @@ func (t *LaneTable) lanesOf(m uint64) LaneSet {
 // Test returns the lanes that may hold h (a lane outside the set certainly
 // does not).
 func (t *LaneTable) Test(h uint64) LaneSet {
+	if t.wide {
+		return t.wideTest(h, 1<<t.lanes-1)
+	}
 	m := t.match(h)
 	if m == 0 {
 		return 0
 	}
 	return t.lanesOf(m)
+}
+
+// TestIn returns the lanes of used that may hold h: Test(h)&used, which a
+// wide table answers without reading the lines of the other lanes.
+func (t *LaneTable) TestIn(h uint64, used LaneSet) LaneSet {
+	if t.wide {
+		return t.wideTest(h, used)
+	}
+	return t.Test(h) & used
+}
+
+// has reports whether lane l may hold h.
+func (t *LaneTable) has(h uint64, l int) bool {
+	if t.wide {
+		return t.wideHas(h, l)
+	}
+	return t.match(h)>>(uint(l)*t.width)&1 != 0
 }
 
 // TestOrAdd returns the lanes that may hold h, then adds h to lane l unless
@@ -321,6 +366,9 @@ func (t *LaneTable) Add(h uint64, l int) { t.addLane(h, l) }
 // reports whether it did: the positions are computed once, and one line,
 // k = 8 (what every target from 10% down chooses) is unrolled.
 func (t *LaneTable) addLane(h uint64, l int) (held bool) {
+	if t.wide {
+		return t.wideAdd(h, l)
+	}
 	if t.lines != 1 || t.k != maxInterleavedK {
 		if t.match(h)>>(uint(l)*t.width)&1 != 0 {
 			return true
@@ -350,6 +398,14 @@ func (t *LaneTable) addLane(h uint64, l int) (held bool) {
 }
 
 func (t *LaneTable) set(h uint64, l int) {
+	if t.wide {
+		b := (*[blockWords]uint64)(t.words[t.wideLine(h, l):])
+		for j := 0; j < t.k; j++ {
+			b[j&7] |= 1 << ((uint32(h) * blockSalts[j&(maxBlockK-1)]) >> 26)
+		}
+		t.count[l]++
+		return
+	}
 	b := t.words[t.bucket(h):]
 	lo := uint32(h)
 	base := uint(l) * t.width
@@ -398,6 +454,11 @@ func (t *LaneTable) AddBatch(hs []uint64, l int) {
 // memory (a few milliseconds per hundred MiB), after which the lane can
 // take a new generation.
 func (t *LaneTable) ClearLane(l int) {
+	if t.wide {
+		t.wideClear(l)
+		t.count[l] = 0
+		return
+	}
 	keep := ^(((uint64(1) << t.width) - 1) << (uint(l) * t.width))
 	for i := range t.words {
 		t.words[i] &= keep
@@ -488,7 +549,11 @@ const (
 func (t *LaneTable) MarshalBinary() ([]byte, error) {
 	size := interleavedHead + 8*t.lanes + len(t.words)*8 + trailerLen
 	b := make([]byte, 0, size)
-	b = append(b, interleavedMagic...)
+	if t.wide {
+		b = append(b, wideMagic...)
+	} else {
+		b = append(b, interleavedMagic...)
+	}
 	b = append(b, interleavedVersion, byte(t.lanes), byte(t.lines), byte(t.k))
 	b = binary.LittleEndian.AppendUint64(b, t.nbuckets)
 	b = binary.LittleEndian.AppendUint64(b, t.cap)
@@ -511,7 +576,8 @@ func UnmarshalLaneTable(data []byte) (*LaneTable, error) {
 	if len(data) < interleavedHead+trailerLen {
 		return nil, corrupt("interleaved: %d bytes, shorter than header and checksum", len(data))
 	}
-	if string(data[:4]) != interleavedMagic {
+	wide := string(data[:4]) == wideMagic
+	if !wide && string(data[:4]) != interleavedMagic {
 		return nil, corrupt("interleaved: bad magic %q", data[:4])
 	}
 	body := data[:len(data)-trailerLen]
@@ -525,12 +591,17 @@ func UnmarshalLaneTable(data []byte) (*LaneTable, error) {
 	nb := binary.LittleEndian.Uint64(data[8:])
 	capacity := binary.LittleEndian.Uint64(data[16:])
 	fp := math.Float64frombits(binary.LittleEndian.Uint64(data[24:]))
+	if wide {
+		if err := wideCheck("interleaved", lines, k); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case lanes < 1 || lanes > MaxLanes:
 		return nil, corrupt("interleaved: %d lanes", lanes)
 	case lines != 1 && lines != 2:
 		return nil, corrupt("interleaved: %d lines per bucket", lines)
-	case k < 1 || k > maxInterleavedK:
+	case !wide && (k < 1 || k > maxInterleavedK):
 		return nil, corrupt("interleaved: k %d", k)
 	case nb < 1 || nb > maxBlocks:
 		return nil, corrupt("interleaved: %d buckets", nb)
@@ -540,11 +611,20 @@ func UnmarshalLaneTable(data []byte) (*LaneTable, error) {
 		return nil, corrupt("interleaved: fp %g", fp)
 	}
 	rest := body[interleavedHead:]
-	if uint64(len(rest)) != uint64(8*lanes)+nb*uint64(lines)*blockBytes {
-		return nil, corrupt("interleaved: %d buckets of %d lines and %d lanes need %d bytes, have %d",
-			nb, lines, lanes, uint64(8*lanes)+nb*uint64(lines)*blockBytes, len(rest))
+	perBucket := uint64(lines)
+	if wide {
+		perBucket = uint64(lanes)
 	}
-	t := newInterleaved(nb, lanes, lines, k)
+	if uint64(len(rest)) != uint64(8*lanes)+nb*perBucket*blockBytes {
+		return nil, corrupt("interleaved: %d buckets of %d lines and %d lanes need %d bytes, have %d",
+			nb, perBucket, lanes, uint64(8*lanes)+nb*perBucket*blockBytes, len(rest))
+	}
+	var t *LaneTable
+	if wide {
+		t = newWide(nb, lanes, k)
+	} else {
+		t = newInterleaved(nb, lanes, lines, k)
+	}
 	t.cap, t.fp = capacity, fp
 	for l := range lanes {
 		t.count[l] = binary.LittleEndian.Uint64(rest[8*l:])

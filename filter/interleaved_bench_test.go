@@ -154,13 +154,17 @@ func buildWindow(b *testing.B) *windowState {
 		}
 	}
 
-	for _, lines := range []int{1, 2} {
+	for _, lines := range []int{1, 2, wideLines} {
 		t := mustInterleaved(b, LaneTableOptions{Lanes: gens + 1, Capacity: per, FalsePositiveRate: fp, Lines: lines})
+		name := fmt.Sprintf("interleaved%d", lines)
+		if lines == wideLines {
+			name = "wide"
+		}
 		fill(func(hs []uint64, g int) { t.AddBatch(hs, g) })
 		out := make([]LaneSet, windowBatch)
 		fresh := make([]uint64, 0, windowBatch)
 		w.variants = append(w.variants, &windowVariant{
-			name: fmt.Sprintf("interleaved%d", lines),
+			name: name,
 			size: t.SizeBytes,
 			run: func(hs []uint64) int {
 				t.TestBatch(hs, out)
@@ -259,7 +263,7 @@ func buildWindow(b *testing.B) *windowState {
 // lane of a table sized for 4M keys per lane (5 lanes, 1%), in ns per
 // byte of table and ms per clear.
 func BenchmarkInterleavedClearLane(b *testing.B) {
-	for _, lines := range []int{1, 2} {
+	for _, lines := range []int{1, 2, wideLines} {
 		b.Run(fmt.Sprintf("lines=%d", lines), func(b *testing.B) {
 			t := mustInterleaved(b, LaneTableOptions{Lanes: 5, Capacity: 4 << 20, FalsePositiveRate: 0.01, Lines: lines})
 			defer runtime.GC()

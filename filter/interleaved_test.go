@@ -8,8 +8,15 @@ import (
 	"testing"
 )
 
+// wideLines, as LaneTableOptions.Lines in the tests' tables, stands for
+// the wide layout (Wide, Lines 0).
+const wideLines = -1
+
 func mustInterleaved(t testing.TB, cfg LaneTableOptions) *LaneTable {
 	t.Helper()
+	if cfg.Lines == wideLines {
+		cfg.Lines, cfg.Wide = 0, true
+	}
 	tb, err := NewLaneTable(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -22,7 +29,7 @@ func mustInterleaved(t testing.TB, cfg LaneTableOptions) *LaneTable {
 // after a marshal round trip, and after other lanes are cleared.
 func TestInterleavedNoFalseNegatives(t *testing.T) {
 	for _, lanes := range []int{1, 3, 5, 8, 9, 16} {
-		for _, lines := range []int{1, 2} {
+		for _, lines := range []int{1, 2, wideLines} {
 			t.Run(fmt.Sprintf("lanes=%d/lines=%d", lanes, lines), func(t *testing.T) {
 				tb := mustInterleaved(t, LaneTableOptions{Lanes: lanes, Capacity: 5000, FalsePositiveRate: 0.01, Lines: lines})
 				next := hashes(uint64(lanes*10+lines), shardHigh16)
@@ -110,6 +117,7 @@ func TestInterleavedFPOnTarget(t *testing.T) {
 		fp           float64
 	}{
 		{5, 1, 0.01}, {5, 2, 0.01}, {5, 1, 0.001}, {8, 1, 0.01}, {3, 2, 0.01},
+		{5, wideLines, 0.01}, {5, wideLines, 0.001}, {3, wideLines, 0.01},
 	} {
 		t.Run(fmt.Sprintf("lanes=%d/lines=%d/fp=%g", c.lanes, c.lines, c.fp), func(t *testing.T) {
 			tb := mustInterleaved(t, LaneTableOptions{Lanes: c.lanes, Capacity: 400_000, FalsePositiveRate: c.fp, Lines: c.lines})
@@ -156,6 +164,8 @@ func TestInterleavedOptionsErrors(t *testing.T) {
 		{LaneTableOptions{Lanes: 5, Capacity: 1, FalsePositiveRate: 1}, "FalsePositiveRate"},
 		{LaneTableOptions{Lanes: 5, Capacity: 1, FalsePositiveRate: 0.01, Lines: 3}, "Lines"},
 		{LaneTableOptions{Lanes: 5, Capacity: 1 << 48, FalsePositiveRate: 1e-9}, "limit"},
+		{LaneTableOptions{Lanes: 5, Capacity: 1, FalsePositiveRate: 0.01, Lines: 2, Wide: true}, "Lines"},
+		{LaneTableOptions{Lanes: 5, Capacity: 1 << 48, FalsePositiveRate: 1e-9, Wide: true}, "limit"},
 	} {
 		if _, err := NewLaneTable(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.want)
@@ -166,7 +176,13 @@ func TestInterleavedOptionsErrors(t *testing.T) {
 // TestInterleavedCorrupt alters and truncates an encoding: every result is
 // an ErrCorrupt, never a panic or a table.
 func TestInterleavedCorrupt(t *testing.T) {
-	tb := mustInterleaved(t, LaneTableOptions{Lanes: 5, Capacity: 300, FalsePositiveRate: 0.01})
+	for _, lines := range []int{1, wideLines} {
+		t.Run(fmt.Sprint("lines=", lines), func(t *testing.T) { testInterleavedCorrupt(t, lines) })
+	}
+}
+
+func testInterleavedCorrupt(t *testing.T, lines int) {
+	tb := mustInterleaved(t, LaneTableOptions{Lanes: 5, Capacity: 300, FalsePositiveRate: 0.01, Lines: lines})
 	next := hashes(1, allShards)
 	for l := range 5 {
 		for range 200 {
@@ -199,6 +215,7 @@ func TestInterleavedSizes(t *testing.T) {
 		fp           float64
 	}{
 		{5, 1, 0.01}, {5, 2, 0.01}, {9, 1, 0.01}, {9, 2, 0.01}, {5, 1, 0.001}, {5, 2, 0.001},
+		{5, wideLines, 0.01}, {9, wideLines, 0.01}, {5, wideLines, 0.001},
 	} {
 		tb := mustInterleaved(t, LaneTableOptions{Lanes: c.lanes, Capacity: 1 << 20, FalsePositiveRate: c.fp, Lines: c.lines})
 		perLane := float64(tb.SizeBytes()) / float64(tb.Capacity())
@@ -213,7 +230,7 @@ func TestInterleavedSizes(t *testing.T) {
 // every key when moved into another lane of a shared table.
 func TestLaneViewRoundTrip(t *testing.T) {
 	for _, lanes := range []int{1, 3, 5, 7, 16} {
-		for _, lines := range []int{1, 2} {
+		for _, lines := range []int{1, 2, wideLines} {
 			t.Run(fmt.Sprintf("lanes=%d/lines=%d", lanes, lines), func(t *testing.T) {
 				cfg := LaneTableOptions{Lanes: lanes, Capacity: 3000, FalsePositiveRate: 0.01, Lines: lines}
 				tb := mustInterleaved(t, cfg)
@@ -251,7 +268,11 @@ func TestLaneViewRoundTrip(t *testing.T) {
 						t.Fatal(err)
 					}
 					back := f.(*LaneView)
-					if back.Count() != v.Count() || back.Capacity() != v.Capacity() || back.Lane() != l || back.Kind() != Interleaved {
+					want := Interleaved
+					if lines == wideLines {
+						want = Wide
+					}
+					if back.Count() != v.Count() || back.Capacity() != v.Capacity() || back.Lane() != l || back.Kind() != want {
 						t.Fatalf("lane %d decoded count %d cap %d lane %d, want %d %d %d", l, back.Count(), back.Capacity(), back.Lane(), v.Count(), v.Capacity(), l)
 					}
 					again, err := back.MarshalBinary()
@@ -292,10 +313,19 @@ func TestLaneViewRoundTrip(t *testing.T) {
 // against an exact oracle: no key is lost, and the rate stays at most the
 // target (measured on 1M absent keys, +5 sigma).
 func TestInterleavedKindGrows(t *testing.T) {
+	for _, kind := range []Kind{Interleaved, Wide} {
+		t.Run(kind.String(), func(t *testing.T) { testLaneKindGrows(t, kind) })
+	}
+}
+
+func testLaneKindGrows(t *testing.T, kind Kind) {
 	const fp = 0.01
-	f, err := New(Interleaved, 50_000, fp)
+	f, err := New(kind, 50_000, fp)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if f.Kind() != kind {
+		t.Fatalf("New(%v) is a %v", kind, f.Kind())
 	}
 	next := hashes(3, shardHigh16)
 	keys := addHashes(f, next, 200_000)
@@ -325,7 +355,13 @@ func TestInterleavedKindGrows(t *testing.T) {
 // TestLaneViewCorrupt alters and truncates a lane encoding (with an
 // overflow filter): every result is an ErrCorrupt.
 func TestLaneViewCorrupt(t *testing.T) {
-	f, err := New(Interleaved, 100, 0.01)
+	for _, kind := range []Kind{Interleaved, Wide} {
+		t.Run(kind.String(), func(t *testing.T) { testLaneViewCorrupt(t, kind) })
+	}
+}
+
+func testLaneViewCorrupt(t *testing.T, kind Kind) {
+	f, err := New(kind, 100, 0.01)
 	if err != nil {
 		t.Fatal(err)
 	}

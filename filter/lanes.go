@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/streamdedup/dedup/internal/prefetch"
 )
 
 // LaneView is one lane of a [LaneTable] seen as a [Filter]: the
@@ -61,7 +63,7 @@ func (v *LaneView) Regrow(t *LaneTable) error {
 	if v.journal == nil {
 		return fmt.Errorf("filter: Regrow of a lane that keeps no journal")
 	}
-	if t.lanes != v.t.lanes || t.count[v.lane] != 0 {
+	if t.lanes != v.t.lanes || t.wide != v.t.wide || t.count[v.lane] != 0 {
 		return fmt.Errorf("filter: Regrow into a %d-lane table with %d keys in lane %d", t.lanes, t.count[v.lane], v.lane)
 	}
 	if v.over != nil {
@@ -97,8 +99,8 @@ func NewLaneView(t *LaneTable, l int, overflowFP float64) (*LaneView, error) {
 	return &LaneView{t: t, lane: l, overFP: overflowFP}, nil
 }
 
-func newLaneFilter(capacity uint64, fp float64) (*LaneView, error) {
-	t, err := NewLaneTable(LaneTableOptions{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare)})
+func newLaneFilter(capacity uint64, fp float64, wide bool) (*LaneView, error) {
+	t, err := NewLaneTable(LaneTableOptions{Lanes: 1, Capacity: capacity, FalsePositiveRate: fp * (1 - overflowShare), Wide: wide})
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +135,12 @@ func (v *LaneView) MoveTo(t *LaneTable, l int) error {
 	if s == t && l == v.lane {
 		return nil
 	}
+	if s.wide {
+		wideMove(s, t, v.lane, l)
+		t.count[l] += s.count[v.lane]
+		v.t, v.lane = t, l
+		return nil
+	}
 	mask := uint64(1)<<s.width - 1
 	from, to := uint(v.lane)*s.width, uint(l)*t.width
 	for i, w := range s.words {
@@ -144,12 +152,16 @@ func (v *LaneView) MoveTo(t *LaneTable, l int) error {
 }
 
 func (t *LaneTable) sameGeometry(u *LaneTable) bool {
-	return t.nbuckets == u.nbuckets && t.lanes == u.lanes && t.lines == u.lines && t.k == u.k &&
+	return t.nbuckets == u.nbuckets && t.lanes == u.lanes && t.lines == u.lines && t.k == u.k && t.wide == u.wide &&
 		t.cap == u.cap && t.fp == u.fp
 }
 
 func (t *LaneTable) geometry() string {
-	return fmt.Sprintf("%d-bucket %d-line %d-lane k=%d cap=%d fp=%g", t.nbuckets, t.lines, t.lanes, t.k, t.cap, t.fp)
+	layout := "packed"
+	if t.wide {
+		layout = "wide"
+	}
+	return fmt.Sprintf("%d-bucket %s %d-line %d-lane k=%d cap=%d fp=%g", t.nbuckets, layout, t.lines, t.lanes, t.k, t.cap, t.fp)
 }
 
 // SameGeometry reports whether t and u have the same buckets, lanes, bits
@@ -159,7 +171,7 @@ func (t *LaneTable) SameGeometry(u *LaneTable) bool { return t.sameGeometry(u) }
 
 // Test reports whether h may be in the lane (or its overflow).
 func (v *LaneView) Test(h uint64) bool {
-	if v.t.match(h)>>(uint(v.lane)*v.t.width)&1 != 0 {
+	if v.t.has(h, v.lane) {
 		return true
 	}
 	return v.over != nil && v.over.Test(h)
@@ -174,7 +186,7 @@ func (v *LaneView) TestOrAdd(h uint64) bool {
 	if v.over == nil && !v.t.Full(v.lane) {
 		return v.t.addLane(h, v.lane) // one pass: the common case
 	}
-	if v.t.match(h)>>(uint(v.lane)*v.t.width)&1 != 0 {
+	if v.t.has(h, v.lane) {
 		return true
 	}
 	if v.over != nil {
@@ -206,8 +218,15 @@ func (v *LaneView) TestOrAdd(h uint64) bool {
 // Add inserts h (see TestOrAdd).
 func (v *LaneView) Add(h uint64) { v.TestOrAdd(h) }
 
-// Prefetch starts loading the bucket of h.
-func (v *LaneView) Prefetch(h uint64) { v.t.Prefetch(h) }
+// Prefetch starts loading the bucket of h; for a wide table only the
+// view's line of it, the one its Test and Add read.
+func (v *LaneView) Prefetch(h uint64) {
+	if v.t.wide {
+		prefetch.Addr(unsafe.Pointer(&v.t.words[v.t.wideLine(h, v.lane)]))
+		return
+	}
+	v.t.Prefetch(h)
+}
 
 // Count returns the keys inserted into the lane and its overflow.
 func (v *LaneView) Count() uint64 {
@@ -246,8 +265,13 @@ func (v *LaneView) FPRate() float64 {
 	return 1 - q
 }
 
-// Kind returns Interleaved.
-func (v *LaneView) Kind() Kind { return Interleaved }
+// Kind returns Wide for a lane of a wide table, else Interleaved.
+func (v *LaneView) Kind() Kind {
+	if v.t.wide {
+		return Wide
+	}
+	return Interleaved
+}
 
 // Encoding of a lane (version 1), little-endian:
 //
@@ -284,9 +308,16 @@ func (v *LaneView) MarshalBinary() ([]byte, error) {
 		}
 	}
 	packed := packedWords(uint64(len(t.words)), t.width)
+	if t.wide {
+		packed = t.nbuckets * blockWords
+	}
 	size := laneHead + 8*int(packed) + len(over) + trailerLen
 	b := make([]byte, 0, size)
-	b = append(b, laneMagic...)
+	if t.wide {
+		b = append(b, wideLaneMagic...)
+	} else {
+		b = append(b, laneMagic...)
+	}
 	b = append(b, laneVersion, byte(t.lanes), byte(t.lines), byte(t.k))
 	b = binary.LittleEndian.AppendUint64(b, t.nbuckets)
 	b = binary.LittleEndian.AppendUint64(b, t.cap)
@@ -295,6 +326,15 @@ func (v *LaneView) MarshalBinary() ([]byte, error) {
 	b = binary.LittleEndian.AppendUint64(b, t.count[v.lane])
 	b = binary.LittleEndian.AppendUint32(b, uint32(v.lane))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(over)))
+	if t.wide {
+		b = t.appendWideLane(b, v.lane)
+		b = append(b, over...)
+		b = wideLaneSum(b)
+		if len(b) != size {
+			return nil, fmt.Errorf("filter: internal error: encoded %d lane bytes, expected %d", len(b), size)
+		}
+		return b, nil
+	}
 	// Pack: field i of the lane goes to bits [i*F, (i+1)*F) of the stream.
 	var acc uint64
 	var n uint
@@ -341,7 +381,13 @@ func unmarshalLane(data []byte) (*LaneView, error) {
 	if v := data[4]; v != laneVersion {
 		return nil, corrupt("lane: unsupported format version %d", v)
 	}
+	wide := string(data[:4]) == wideLaneMagic
 	lanes, lines, k := int(data[5]), int(data[6]), int(data[7])
+	if wide {
+		if err := wideCheck("lane", lines, k); err != nil {
+			return nil, err
+		}
+	}
 	nb := binary.LittleEndian.Uint64(data[8:])
 	capacity := binary.LittleEndian.Uint64(data[16:])
 	fp := math.Float64frombits(binary.LittleEndian.Uint64(data[24:]))
@@ -354,7 +400,7 @@ func unmarshalLane(data []byte) (*LaneView, error) {
 		return nil, corrupt("lane: %d lanes", lanes)
 	case lines != 1 && lines != 2:
 		return nil, corrupt("lane: %d lines per bucket", lines)
-	case k < 1 || k > maxInterleavedK:
+	case !wide && (k < 1 || k > maxInterleavedK):
 		return nil, corrupt("lane: k %d", k)
 	case nb < 1 || nb > maxBlocks:
 		return nil, corrupt("lane: %d buckets", nb)
@@ -370,10 +416,20 @@ func unmarshalLane(data []byte) (*LaneView, error) {
 	words := nb * uint64(lines) * blockWords
 	width := uint(64 / lanes)
 	packed := packedWords(words, width)
+	if wide {
+		packed = nb * blockWords
+	}
 	rest := body[laneHead:]
 	if uint64(len(rest)) != 8*packed+overLen {
 		return nil, corrupt("lane: %d buckets of %d lines and %d lanes and %d overflow bytes need %d bytes, have %d",
 			nb, lines, lanes, overLen, 8*packed+overLen, len(rest))
+	}
+	if wide {
+		t := newWide(nb, lanes, k)
+		t.cap, t.fp = capacity, fp
+		t.count[lane] = count
+		t.readWideLane(rest[:8*packed], lane)
+		return finishLane(t, lane, overFP, rest[8*packed:])
 	}
 	t := newInterleaved(nb, lanes, lines, k)
 	t.cap, t.fp = capacity, fp
@@ -406,9 +462,15 @@ func unmarshalLane(data []byte) (*LaneView, error) {
 	if n > 0 && acc != 0 {
 		return nil, corrupt("lane: nonzero padding after the last field")
 	}
+	return finishLane(t, lane, overFP, rest[8*packed:])
+}
+
+// finishLane returns a view of lane of t with the encoded overflow filter
+// over (none if empty).
+func finishLane(t *LaneTable, lane int, overFP float64, over []byte) (*LaneView, error) {
 	v := &LaneView{t: t, lane: lane, overFP: overFP}
-	if overLen > 0 {
-		f, err := Unmarshal(rest[8*packed:])
+	if len(over) > 0 {
+		f, err := Unmarshal(over)
 		if err != nil {
 			return nil, fmt.Errorf("lane overflow: %w", err)
 		}

@@ -34,6 +34,8 @@ func TestProbeAllMatchesTest(t *testing.T) {
 	add(Bloom, 5000, 0.01, 5000)
 	add(Cuckoo, 5000, 0.05, 5000)
 	add(Interleaved, 5000, 0.01, 5000)
+	add(Wide, 5000, 0.01, 5000)
+	add(Wide, 1000, 0.01, 4000) // overflowed
 	if c := fs[1].(*chain); len(c.links) < 2 || fs[3].(*chain).links[0].(*blocked).k == 8 {
 		t.Fatalf("the mix is not the one meant: %d links", len(c.links))
 	}
@@ -76,7 +78,7 @@ func TestProbeAllMatchesTest(t *testing.T) {
 // chaining, repeats included, and for bloom and interleaved.
 func TestAddAllMatchesAdd(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, k := range []Kind{Blocked, Bloom, Interleaved} { // cuckoo evicts at random: its encoding varies
+	for _, k := range []Kind{Blocked, Bloom, Interleaved, Wide} { // cuckoo evicts at random: its encoding varies
 		a, err := New(k, 3000, 0.01)
 		if err != nil {
 			t.Fatal(err)

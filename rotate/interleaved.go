@@ -6,8 +6,9 @@ import (
 	"github.com/streamdedup/dedup/filter"
 )
 
-// With Kind filter.Interleaved the ring's generations share lane tables
-// (filter.LaneTable): each table has N+1 lanes, a generation's filter is a
+// With Kind filter.Interleaved or filter.Wide the ring's generations share
+// lane tables (filter.LaneTable, packed or wide layout): each table has N+1
+// lanes, a generation's filter is a
 // filter.LaneView of one lane, and a lookup asks every generation with one
 // memory access per table instead of one per generation. An expired
 // generation's lane is cleared in one pass over the table and taken by a
@@ -27,6 +28,7 @@ import (
 // the tables are sized for, not half of it.
 type laneTables struct {
 	lanes    int     // N+1
+	wide     bool    // Kind filter.Wide: a whole line per lane
 	fp       float64 // each table's target, across its lanes
 	overFP   float64 // each overflow filter's target
 	tables   []*laneTable
@@ -63,8 +65,14 @@ const minLaneCapacity = 1024
 
 func newLaneTables(cfg Options) *laneTables {
 	lanes := cfg.Generations + 1
+	// The tables' sizing (k and keys per bucket for the target, cached
+	// per target in package filter) takes up to ~30 ms to compute for a
+	// new target: do it when the ring is made, not on its first key.
+	_, _ = filter.EstimateLaneTableBytes(filter.LaneTableOptions{Lanes: lanes, Capacity: 1,
+		FalsePositiveRate: cfg.FalsePositiveRate * (1 - laneShare), Wide: cfg.Kind == filter.Wide})
 	return &laneTables{
 		lanes:      lanes,
+		wide:       cfg.Kind == filter.Wide,
 		fp:         cfg.FalsePositiveRate * (1 - laneShare),
 		overFP:     cfg.FalsePositiveRate * laneShare / float64(lanes),
 		minLanes:   min(cfg.Capacity, minLaneCapacity),
@@ -80,7 +88,7 @@ func EstimateBytes(cfg Options) (uint64, error) {
 	}
 	if cfg.Kind == filter.Interleaved {
 		lt := newLaneTables(cfg)
-		return filter.EstimateLaneTableBytes(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: cfg.Capacity, FalsePositiveRate: lt.fp})
+		return filter.EstimateLaneTableBytes(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: cfg.Capacity, FalsePositiveRate: lt.fp, Wide: lt.wide})
 	}
 	per, err := filter.EstimateBytes(cfg.Kind, cfg.Capacity, PerGenerationFP(cfg.FalsePositiveRate, cfg.Generations))
 	if err != nil {
@@ -101,7 +109,7 @@ func (lt *laneTables) freeLane(like *filter.LaneTable) (*laneTable, int, error) 
 			}
 		}
 	}
-	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: like.Capacity(), FalsePositiveRate: like.TargetFP()})
+	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: like.Capacity(), FalsePositiveRate: like.TargetFP(), Wide: like.Wide()})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -116,7 +124,7 @@ func (lt *laneTables) freeLane(like *filter.LaneTable) (*laneTable, int, error) 
 func (lt *laneTables) newGeneration(capacity, measured uint64) (*filter.LaneView, error) {
 	if lt.current == nil {
 		start := min(capacity, youngStart)
-		t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: start, FalsePositiveRate: lt.fp})
+		t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: start, FalsePositiveRate: lt.fp, Wide: lt.wide})
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +150,7 @@ func (lt *laneTables) newGeneration(capacity, measured uint64) (*filter.LaneView
 		// Outgrown by more than 1/16 (less is the overflow filter's job:
 		// a generation's count wobbles), or 3x too large.
 		if have+have/16 < measured || have > 3*want {
-			t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
+			t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp, Wide: lt.wide})
 			if err != nil {
 				return nil, err
 			}
@@ -169,7 +177,7 @@ func (lt *laneTables) growYoung(v *filter.LaneView) bool {
 		lt.stopYoung()
 		return false
 	}
-	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
+	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp, Wide: lt.wide})
 	if err == nil {
 		err = v.Regrow(t)
 	}
@@ -193,7 +201,7 @@ func (lt *laneTables) settleYoung() error {
 	if have := c.t.Capacity(); have >= want && have <= want+want/2 {
 		return nil
 	}
-	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp})
+	t, err := filter.NewLaneTable(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: want, FalsePositiveRate: lt.fp, Wide: lt.wide})
 	if err != nil {
 		return err
 	}
@@ -340,14 +348,15 @@ func (r *Ring) probeLanes(hashes []uint64, group []int32, maybe []bool) {
 			continue
 		}
 		t, used := c.t, c.used
-		for _, i := range group[:min(probeAhead, len(group))] {
+		ahead := probeAhead
+		for _, i := range group[:min(ahead, len(group))] {
 			t.Prefetch(hashes[i])
 		}
 		for j, i := range group {
-			if k := j + probeAhead; k < len(group) {
+			if k := j + ahead; k < len(group) {
 				t.Prefetch(hashes[group[k]])
 			}
-			maybe[j] = maybe[j] || t.Test(hashes[i])&used != 0
+			maybe[j] = maybe[j] || t.TestIn(hashes[i], used) != 0
 		}
 	}
 	for _, g := range r.gens {
@@ -366,7 +375,7 @@ func (r *Ring) containsLanes(h uint64) bool {
 
 func (r *Ring) matchLanes(h uint64) bool {
 	for _, c := range r.lanes.tables {
-		if c.t.Test(h)&c.used != 0 {
+		if c.t.TestIn(h, c.used) != 0 {
 			return true
 		}
 	}

@@ -3,15 +3,34 @@ package rotate
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/streamdedup/dedup/filter"
 )
 
+// laneKinds are the kinds whose rings share lane tables: every TestLanes
+// test runs with each (a subtest per kind, which newLaneRing reads).
+var laneKinds = []filter.Kind{filter.Interleaved, filter.Wide}
+
+func forLaneKinds(t *testing.T, test func(t *testing.T)) {
+	for _, k := range laneKinds {
+		t.Run(k.String(), test)
+	}
+}
+
+// laneKindOf returns the lane kind of the forLaneKinds subtest t runs in.
+func laneKindOf(t testing.TB) filter.Kind {
+	if strings.Contains(t.Name(), "/"+filter.Wide.String()) {
+		return filter.Wide
+	}
+	return filter.Interleaved
+}
+
 func newLaneRing(t testing.TB, gens int, capacity uint64) *Ring {
 	t.Helper()
-	r, err := New(Options{Window: time.Duration(gens) * 10 * time.Second, Generations: gens, Kind: filter.Interleaved, Capacity: capacity, FalsePositiveRate: 0.01})
+	r, err := New(Options{Window: time.Duration(gens) * 10 * time.Second, Generations: gens, Kind: laneKindOf(t), Capacity: capacity, FalsePositiveRate: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +42,9 @@ func newLaneRing(t testing.TB, gens int, capacity uint64) *Ring {
 // was added: a hash added at t is present at every probe before t + W, and
 // every batch Probe agrees with Contains. Lanes are reused: the ring keeps
 // one table throughout.
-func TestLanesOracle(t *testing.T) {
+func TestLanesOracle(t *testing.T) { forLaneKinds(t, testLanesOracle) }
+
+func testLanesOracle(t *testing.T) {
 	// About 2000 hashes per generation: the lanes are sized for 3000, so the
 	// measured rate asks for no other table.
 	r := newLaneRing(t, 4, 3000)
@@ -92,7 +113,9 @@ func TestLanesOracle(t *testing.T) {
 // table with its first generation and settles it from the measured rate,
 // ending within 2x of the memory of a ring sized right; one whose rate
 // then rises 20x grows back, losing nothing.
-func TestLanesFollowTraffic(t *testing.T) {
+func TestLanesFollowTraffic(t *testing.T) { forLaneKinds(t, testLanesFollowTraffic) }
+
+func testLanesFollowTraffic(t *testing.T) {
 	const gens, rate = 4, 20_000 // keys per generation
 	big := newLaneRing(t, gens, 100*rate)
 	right := newLaneRing(t, gens, rate)
@@ -144,7 +167,9 @@ func TestLanesFollowTraffic(t *testing.T) {
 // the decoded lanes into a new ring, and checks that every hash is there,
 // the lanes share tables again as they did, and the new ring keeps
 // rotating, dropping the tables it no longer needs.
-func TestLanesRestore(t *testing.T) {
+func TestLanesRestore(t *testing.T) { forLaneKinds(t, testLanesRestore) }
+
+func testLanesRestore(t *testing.T) {
 	r := newLaneRing(t, 4, 5000)
 	rng := rand.New(rand.NewPCG(5, 6))
 	var hs []uint64
@@ -225,7 +250,9 @@ func mustFilter(t *testing.T, r *Ring) filter.Filter {
 // TestLanesFP measures the rate at which absent hashes match a ring whose
 // N+1 generations are all at capacity: within [0.9, 1] x the target (the
 // tables get 31/32 of it), +-5 binomial sigma.
-func TestLanesFP(t *testing.T) {
+func TestLanesFP(t *testing.T) { forLaneKinds(t, testLanesFP) }
+
+func testLanesFP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills 5 generations of 200k keys")
 	}
@@ -260,14 +287,16 @@ func TestLanesFP(t *testing.T) {
 	}
 }
 
-func TestLanesConfig(t *testing.T) {
-	if _, err := New(Options{Window: time.Hour, Generations: 16, Kind: filter.Interleaved, Capacity: 10, FalsePositiveRate: 0.01}); err == nil {
+func TestLanesConfig(t *testing.T) { forLaneKinds(t, testLanesConfig) }
+
+func testLanesConfig(t *testing.T) {
+	if _, err := New(Options{Window: time.Hour, Generations: 16, Kind: laneKindOf(t), Capacity: 10, FalsePositiveRate: 0.01}); err == nil {
 		t.Fatal("16 generations (17 lanes) accepted")
 	}
-	if _, err := New(Options{Window: time.Hour, Generations: 15, Kind: filter.Interleaved, Capacity: 10, FalsePositiveRate: 0.01}); err != nil {
+	if _, err := New(Options{Window: time.Hour, Generations: 15, Kind: laneKindOf(t), Capacity: 10, FalsePositiveRate: 0.01}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := EstimateBytes(Options{Window: time.Hour, Generations: 4, Kind: filter.Interleaved, Capacity: 1 << 20, FalsePositiveRate: 0.01})
+	a, err := EstimateBytes(Options{Window: time.Hour, Generations: 4, Kind: laneKindOf(t), Capacity: 1 << 20, FalsePositiveRate: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +311,9 @@ func TestLanesConfig(t *testing.T) {
 // the second generation settles the table (rebuilt for 1.5x the first
 // one's keys unless within 1.5x of that already) and drops the journal; a first generation that reaches Options.Capacity
 // stops growing the table and overflows as usual.
-func TestLanesYoung(t *testing.T) {
+func TestLanesYoung(t *testing.T) { forLaneKinds(t, testLanesYoung) }
+
+func testLanesYoung(t *testing.T) {
 	r := newLaneRing(t, 4, 1<<20)
 	rng := rand.New(rand.NewPCG(11, 12))
 	now := t0

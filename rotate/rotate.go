@@ -47,8 +47,8 @@ type Options struct {
 	// in [1, MaxGenerations]; a hash may be remembered up to Window +
 	// Window/N.
 	Generations int
-	// Kind is the filter backend. With filter.Interleaved the generations
-	// share lane tables (see interleaved.go), and Generations is at most
+	// Kind is the filter backend. With filter.Interleaved or filter.Wide
+	// the generations share lane tables (see interleaved.go), and Generations is at most
 	// filter.MaxLanes-1. With filter.Fuse the newest generation is a
 	// blocked filter keeping a journal of its hashes and every older one a
 	// static binary fuse filter built from it (see fuse.go).
@@ -93,8 +93,8 @@ func (c *Options) validate() error {
 			return err
 		}
 	}
-	if c.Kind == filter.Interleaved && c.Generations+1 > filter.MaxLanes {
-		return fmt.Errorf("rotate: Generations must be at most %d with Kind interleaved (one lane each, plus one), got %d", filter.MaxLanes-1, c.Generations)
+	if filter.Laned(c.Kind) && c.Generations+1 > filter.MaxLanes {
+		return fmt.Errorf("rotate: Generations must be at most %d with Kind %v (one lane each, plus one), got %d", filter.MaxLanes-1, c.Kind, c.Generations)
 	}
 	return nil
 }
@@ -119,7 +119,8 @@ type Ring struct {
 	expireAt int64
 	// nextAt is the start (ns) of the generation after the newest one.
 	nextAt int64
-	// lanes holds the shared lane tables when Kind is filter.Interleaved.
+	// lanes holds the shared lane tables when Kind is filter.Interleaved
+	// or filter.Wide.
 	lanes *laneTables
 	// now is the latest clock reading (ns) given to Advance, Active or
 	// Add; 0 before any.
@@ -142,7 +143,7 @@ func New(cfg Options) (*Ring, error) {
 		window: int64(cfg.Window),
 		perGen: PerGenerationFP(cfg.FalsePositiveRate, cfg.Generations),
 	}
-	if cfg.Kind == filter.Interleaved {
+	if filter.Laned(cfg.Kind) {
 		r.lanes = newLaneTables(cfg)
 	}
 	if cfg.Kind == filter.Fuse {

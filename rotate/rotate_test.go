@@ -11,7 +11,7 @@ import (
 
 // ringKinds are the kinds a ring is tested with: the chained backends and
 // the interleaved lane tables.
-var ringKinds = append(filter.Kinds[:len(filter.Kinds):len(filter.Kinds)], filter.Interleaved, filter.Fuse)
+var ringKinds = append(filter.Kinds[:len(filter.Kinds):len(filter.Kinds)], filter.Interleaved, filter.Wide, filter.Fuse)
 
 var t0 = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
 

@@ -49,7 +49,7 @@ var tuneUsage = engineUsage{
 	window:        "remember keys for `DURATION`",
 	rate:          "expected distinct keys per second, `N` (filter sizing)",
 	fp:            "pre-filter false-positive `RATE`",
-	filter:        "pre-filter: blocked, bloom, cuckoo, interleaved or fuse (older generations static: less memory)",
+	filter:        "pre-filter: blocked, bloom, cuckoo, interleaved, wide (blocked's memory, one page per key) or fuse (older generations static: less memory)",
 	probabilistic: "no exact store: a filter hit is a duplicate (drops about --fp of new events, faster)",
 	generations:   "`N` generations the window is cut into",
 	shards:        "`N` engine shards",

@@ -8,3 +8,6 @@ import "unsafe"
 
 // Addr does nothing on this architecture.
 func Addr(unsafe.Pointer) {}
+
+// Lines does nothing on this architecture.
+func Lines(unsafe.Pointer, int) {}
