@@ -108,6 +108,9 @@ type cluster struct {
 	moveMu sync.Mutex // one move at a time on this node
 	saveMu sync.Mutex // one write of the map file at a time
 
+	// hasMap is set, once, when the node has a slot map (not emulated).
+	hasMap bool
+
 	mu     sync.RWMutex
 	me     string             // guarded by mu; the announced address
 	m      *SlotMap           // guarded by mu; nil in emulated mode
@@ -173,7 +176,7 @@ func (s *Server) openCluster() error {
 			return err
 		}
 	}
-	cl.m = m
+	cl.m, cl.hasMap = m, true
 	for _, r := range m.Ranges {
 		if r.Node != cl.me {
 			continue
@@ -284,14 +287,14 @@ func (cl *cluster) tables() []*table {
 // clusterTables returns the tables of the cluster's ranges, for the
 // commit loop, stats and Shutdown.
 func (s *Server) clusterTables() []*table {
-	if s.cluster == nil || s.cluster.m == nil {
+	if !s.sharded() {
 		return nil
 	}
 	return s.cluster.tables()
 }
 
 // sharded reports whether the plain commands' keys live in range tables.
-func (s *Server) sharded() bool { return s.cluster != nil && s.cluster.m != nil }
+func (s *Server) sharded() bool { return s.cluster != nil && s.cluster.hasMap }
 
 // announce returns this node's address.
 func (cl *cluster) announce() string {
@@ -366,7 +369,7 @@ func (cl *cluster) route(c *conn, cmd *command, args [][]byte) (kt *table, relea
 		c.WriteError(errCrossSlot)
 		return nil, nil, true
 	}
-	if slot < 0 || cl.m == nil {
+	if slot < 0 || !cl.hasMap {
 		return nil, nil, false
 	}
 	plain := cmd.table == noTable // SET, SETNX, EXISTS: the range table's keys

@@ -67,7 +67,7 @@ const clusterUsage = "DEDUP.CLUSTER MOVE start end host:port | MAP | IMPORT star
 // one another during a move.
 func (s *Server) cmdDedupCluster(c *conn, _ *table, args [][]byte) {
 	cl := s.cluster
-	if cl == nil || cl.m == nil {
+	if !s.sharded() {
 		c.WriteError("ERR DEDUP.CLUSTER needs a cluster slot map (dedup serve --cluster-map FILE)")
 		return
 	}
