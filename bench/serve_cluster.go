@@ -48,7 +48,8 @@ type ServeClusterResult struct {
 // yes, joined by redis-cli --cluster create), each node a child process:
 // cfg.Clients go-redis ClusterClient workers send cfg.Requests SET key 1 NX
 // EX ttl of distinct keys in pipelines of cfg.Pipeline. The Redis row is
-// left out without redis-server or redis-cli.
+// left out without redis-server or redis-cli, and under 3 nodes (a Redis
+// Cluster needs 3 masters).
 func ServeCluster(ctx context.Context, cfg ServeConfig, p Progress) (*ServeClusterResult, error) {
 	cfg.defaults()
 	if cfg.ClusterNodes < 2 {
@@ -80,7 +81,8 @@ func ServeCluster(ctx context.Context, cfg ServeConfig, p Progress) (*ServeClust
 	}
 	_, errS := exec.LookPath("redis-server")
 	_, errC := exec.LookPath("redis-cli")
-	if errS == nil && errC == nil {
+	// redis-cli --cluster create wants at least 3 masters.
+	if errS == nil && errC == nil && n >= 3 {
 		targets = append(targets, target{fmt.Sprintf("redis-server %d-node cluster", n), n,
 			func() (*procCluster, error) { return startRedisCluster(ctx, cfg, n) }})
 	}
