@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/streamdedup/dedup"
 )
@@ -88,6 +89,8 @@ type slotRange struct {
 	freshMu sync.Mutex
 	log     *os.File // guarded by freshMu
 	logged  int      // guarded by freshMu
+	// logSynced is when log was last synced; guarded by freshMu.
+	logSynced time.Time
 }
 
 // rangeTableName is the table of the plain commands' keys of a range.
@@ -484,8 +487,14 @@ func (s *Server) importingPlain(c *conn, rg *slotRange, args [][]byte) {
 		full := rg.logged >= maxFreshKeys
 		var err error
 		if !full {
-			err = appendImportLog(rg.log, args[1], s.cfg.Fsync == FsyncAlways)
+			// Synced before the reply under always, at most a second
+			// behind under everysec.
+			sync := s.cfg.Fsync == FsyncAlways || s.cfg.Fsync == FsyncEverySec && time.Since(rg.logSynced) >= time.Second
+			err = appendImportLog(rg.log, args[1], sync)
 			rg.logged++
+			if sync && err == nil {
+				rg.logSynced = time.Now()
+			}
 		}
 		rg.freshMu.Unlock()
 		if full {
