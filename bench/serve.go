@@ -63,6 +63,13 @@ type ServeConfig struct {
 	// Dir is the parent of the temporary state directories. Default the
 	// system's temporary directory.
 	Dir string
+	// ClusterNodes, at least 2, selects [ServeCluster]: one dedup node,
+	// ClusterNodes dedup nodes and a Redis Cluster of ClusterNodes
+	// redis-server nodes. Default 0: the single-server comparison.
+	ClusterNodes int `json:",omitempty"`
+	// DedupBin is the dedup binary ServeCluster runs; "" builds it with
+	// `go build` (run from the module).
+	DedupBin string `json:",omitempty"`
 }
 
 func (c *ServeConfig) defaults() {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/streamdedup/dedup"
 )
@@ -82,10 +83,14 @@ type slotRange struct {
 	// (rangeImporting).
 	peer string // guarded by mu
 	// fresh is the import table (rangeImporting): keys first seen on this
-	// node during the move, replayed into t when the move finishes.
-	fresh     *table // guarded by mu
-	freshMu   sync.Mutex
-	freshKeys [][]byte // guarded by freshMu: the keys fresh answered New
+	// node during the move. log holds every key sent to it, replayed into
+	// t when the move finishes; logged counts them.
+	fresh   *table // guarded by mu
+	freshMu sync.Mutex
+	log     *os.File // guarded by freshMu
+	logged  int      // guarded by freshMu
+	// logSynced is when log was last synced; guarded by freshMu.
+	logSynced time.Time
 }
 
 // rangeTableName is the table of the plain commands' keys of a range.
@@ -104,6 +109,10 @@ type cluster struct {
 	s      *Server
 	opts   ClusterOptions
 	moveMu sync.Mutex // one move at a time on this node
+	saveMu sync.Mutex // one write of the map file at a time
+
+	// hasMap is set, once, when the node has a slot map (not emulated).
+	hasMap bool
 
 	mu     sync.RWMutex
 	me     string             // guarded by mu; the announced address
@@ -170,7 +179,7 @@ func (s *Server) openCluster() error {
 			return err
 		}
 	}
-	cl.m = m
+	cl.m, cl.hasMap = m, true
 	for _, r := range m.Ranges {
 		if r.Node != cl.me {
 			continue
@@ -181,6 +190,74 @@ func (s *Server) openCluster() error {
 			return err
 		}
 		cl.ranges[r.Start] = &slotRange{start: r.Start, end: r.End, t: t}
+	}
+	if s.cfg.Dir == "" {
+		return nil
+	}
+	if err := cl.recoverMoves(); err != nil {
+		cl.closeRanges()
+		return err
+	}
+	return nil
+}
+
+// recoverMoves takes up the moves a crash interrupted (see movestate.go):
+// an import not finished here imports on; a move recorded here is driven
+// on, or, when the map says the target owns the range, its leftovers are
+// removed.
+func (cl *cluster) recoverMoves() error {
+	s := cl.s
+	ents, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		start, end, ok := parseRangeName(e.Name(), "@import-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(s.cfg.Dir, e.Name())
+		src, err := os.ReadFile(filepath.Join(dir, importSourceFile))
+		r := cl.m.Ranges[cl.m.find(start)]
+		if err != nil || r.Start != start || r.End != end || r.Node == cl.me {
+			// Never begun, or finished (the map says the range is here,
+			// its keys replayed): stale.
+			if err := os.RemoveAll(dir); err != nil {
+				return err
+			}
+			continue
+		}
+		rg, err := s.openImport(start, end, strings.TrimSpace(string(src)))
+		if err != nil {
+			return err
+		}
+		cl.ranges[start] = rg
+	}
+	recs, err := readMoveRecords(s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		rg := cl.ranges[rec.start]
+		if rg != nil && rg.state == rangeOwned && rg.end == rec.end {
+			rg.state, rg.peer = rangeMigrating, rec.target
+			cl.resumeMove(rec)
+			continue
+		}
+		// The range moved away: its copy here and the record are stale.
+		var errs []error
+		if rg == nil {
+			errs = append(errs, os.RemoveAll(filepath.Join(s.cfg.Dir, rangeTableName(rec.start, rec.end))))
+			names, err := s.rangeTables(rec.start, rec.end)
+			errs = append(errs, err)
+			for _, n := range names {
+				errs = append(errs, os.RemoveAll(filepath.Join(s.cfg.Dir, n)))
+			}
+		}
+		errs = append(errs, removeMoveRecord(s.cfg.Dir, rec.start, rec.end))
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -213,14 +290,14 @@ func (cl *cluster) tables() []*table {
 // clusterTables returns the tables of the cluster's ranges, for the
 // commit loop, stats and Shutdown.
 func (s *Server) clusterTables() []*table {
-	if s.cluster == nil || s.cluster.m == nil {
+	if !s.sharded() {
 		return nil
 	}
 	return s.cluster.tables()
 }
 
 // sharded reports whether the plain commands' keys live in range tables.
-func (s *Server) sharded() bool { return s.cluster != nil && s.cluster.m != nil }
+func (s *Server) sharded() bool { return s.cluster != nil && s.cluster.hasMap }
 
 // announce returns this node's address.
 func (cl *cluster) announce() string {
@@ -295,7 +372,7 @@ func (cl *cluster) route(c *conn, cmd *command, args [][]byte) (kt *table, relea
 		c.WriteError(errCrossSlot)
 		return nil, nil, true
 	}
-	if slot < 0 || cl.m == nil {
+	if slot < 0 || !cl.hasMap {
 		return nil, nil, false
 	}
 	plain := cmd.table == noTable // SET, SETNX, EXISTS: the range table's keys
@@ -397,22 +474,42 @@ func (s *Server) importingPlain(c *conn, rg *slotRange, args [][]byte) {
 	if setCmd && !s.setArgsOK(c, args) {
 		return
 	}
-	rg.freshMu.Lock()
-	full := len(rg.freshKeys) >= maxFreshKeys
-	rg.freshMu.Unlock()
-	if full {
-		c.WriteError(errTryAgain)
-		return
-	}
-	v, err := rg.fresh.observeOne(args[1])
-	if err != nil {
+	seen := []bool{false}
+	if err := rg.fresh.probe(args[1:2], seen); err != nil {
 		writeErr(c, err)
 		return
 	}
-	if v == dedup.New {
+	v := dedup.Duplicate
+	if !seen[0] {
+		// Log the key before it is marked, so that whatever the import
+		// table holds, the log holds, and is replayed after a crash.
 		rg.freshMu.Lock()
-		rg.freshKeys = append(rg.freshKeys, append([]byte(nil), args[1]...))
+		full := rg.logged >= maxFreshKeys
+		var err error
+		if !full {
+			// Synced before the reply under always, at most a second
+			// behind under everysec.
+			sync := s.cfg.Fsync == FsyncAlways || s.cfg.Fsync == FsyncEverySec && time.Since(rg.logSynced) >= time.Second
+			err = appendImportLog(rg.log, args[1], sync)
+			rg.logged++
+			if sync && err == nil {
+				rg.logSynced = time.Now()
+			}
+		}
 		rg.freshMu.Unlock()
+		if full {
+			c.WriteError(errTryAgain)
+			return
+		}
+		if err == nil {
+			v, err = rg.fresh.observeOne(args[1])
+		}
+		if err != nil {
+			writeErr(c, err)
+			return
+		}
+	}
+	if v == dedup.New {
 		s.marked(c, rg.fresh)
 	}
 	switch {

@@ -67,7 +67,7 @@ const clusterUsage = "DEDUP.CLUSTER MOVE start end host:port | MAP | IMPORT star
 // one another during a move.
 func (s *Server) cmdDedupCluster(c *conn, _ *table, args [][]byte) {
 	cl := s.cluster
-	if cl == nil || cl.m == nil {
+	if !s.sharded() {
 		c.WriteError("ERR DEDUP.CLUSTER needs a cluster slot map (dedup serve --cluster-map FILE)")
 		return
 	}
@@ -91,11 +91,12 @@ func (s *Server) cmdDedupCluster(c *conn, _ *table, args [][]byte) {
 		return
 	}
 	var err error
+	reply := "OK"
 	switch sub {
 	case "move":
 		err = cl.move(start, end, string(args[4]))
 	case "import":
-		err = cl.beginImport(start, end, string(args[4]))
+		reply, err = cl.beginImport(start, end, string(args[4]))
 	case "finish":
 		var epoch int64
 		if epoch, err = strconv.ParseInt(string(args[4]), 10, 64); err == nil {
@@ -113,7 +114,7 @@ func (s *Server) cmdDedupCluster(c *conn, _ *table, args [][]byte) {
 		writeErr(c, err)
 		return
 	}
-	c.WriteString("OK")
+	c.WriteString(reply)
 }
 
 // mapRange returns the map's range START-END exactly, or an error.
@@ -128,7 +129,9 @@ func (cl *cluster) mapRange(start, end int) (SlotRange, error) {
 	return r, nil
 }
 
-// move moves the range START-END from this node to target.
+// move moves the range START-END from this node to target. Once the
+// target has accepted the import the move only goes forward: an error
+// after that leaves it recorded and driven on in the background.
 func (cl *cluster) move(start, end int, target string) error {
 	s := cl.s
 	if cl.opts.Handover == "" {
@@ -152,31 +155,76 @@ func (cl *cluster) move(start, end int, target string) error {
 	case !known:
 		return fmt.Errorf("%s is not a node of the map: add it (node HOST:PORT) to every node's map first", target)
 	}
+	rg.mu.RLock()
+	moving, peer := rg.state == rangeMigrating, rg.peer
+	rg.mu.RUnlock()
+	if moving {
+		return fmt.Errorf("slots %d-%d are moving to %s already", start, end, peer)
+	}
+	rec := moveRecord{start: start, end: end, target: target, epoch: epoch}
+	if err := writeMoveRecord(s.cfg.Dir, rec); err != nil {
+		return fmt.Errorf("recording the move of slots %d-%d: %w", start, end, err)
+	}
+	err = cl.drive(rec)
+	if err == nil {
+		return nil
+	}
+	rg.mu.RLock()
+	moving = rg.state == rangeMigrating
+	rg.mu.RUnlock()
+	if !moving {
+		// The target never took a key of the range: nothing to carry on.
+		return errors.Join(err, removeMoveRecord(s.cfg.Dir, start, end))
+	}
+	cl.resumeMove(rec)
+	return fmt.Errorf("%w; the move goes on in the background until %s owns slots %d-%d", err, target, start, end)
+}
+
+// drive takes a recorded move as far as it goes: the target imports, the
+// range migrates (marks go to the target), is exported, the target
+// installs it, and this node hands it off. Every step may be repeated
+// after a crash of either side. cl.moveMu is held.
+func (cl *cluster) drive(rec moveRecord) error {
+	s := cl.s
+	start, end, target, epoch := rec.start, rec.end, rec.target, rec.epoch
+	cl.mu.RLock()
+	rg := cl.ranges[start]
+	me := cl.me
+	cl.mu.RUnlock()
+	if rg == nil {
+		return nil // handed off already
+	}
 	ctx := context.Background()
 	p := s.peer(target)
 	defer p.Close()
-	if err := p.Do(ctx, "dedup.cluster", "import", start, end, me).Err(); err != nil {
+	reply, err := p.Do(ctx, "dedup.cluster", "import", start, end, me).Text()
+	if err != nil {
 		return fmt.Errorf("target %s refused to import slots %d-%d: %w", target, start, end, err)
 	}
-	rg.mu.Lock()
-	rg.state, rg.peer = rangeMigrating, target
-	rg.mu.Unlock()
-	abort := func(err error) error {
+	if reply != "OWNED" {
 		rg.mu.Lock()
-		rg.state, rg.peer = rangeOwned, ""
+		rg.state, rg.peer = rangeMigrating, target
 		rg.mu.Unlock()
-		return errors.Join(err, p.Do(ctx, "dedup.cluster", "abort", start, end).Err())
-	}
-	names, err := s.exportRange(ctx, rg, epoch)
-	if err != nil {
-		return abort(fmt.Errorf("exporting slots %d-%d: %w", start, end, err))
-	}
-	if err := p.Do(ctx, "dedup.cluster", "finish", start, end, epoch).Err(); err != nil {
-		return abort(fmt.Errorf("target %s could not finish importing slots %d-%d: %w", target, start, end, err))
+		hook("migrating")
+		if err := s.exportRange(ctx, rg, epoch); err != nil {
+			return fmt.Errorf("exporting slots %d-%d: %w", start, end, err)
+		}
+		hook("exported")
+		if err := p.Do(ctx, "dedup.cluster", "finish", start, end, epoch).Err(); err != nil {
+			return fmt.Errorf("target %s could not finish importing slots %d-%d: %w", target, start, end, err)
+		}
+		hook("finished")
 	}
 	// The target owns the range now: give it up.
+	names, err := s.rangeTables(start, end)
+	if err != nil {
+		return err
+	}
 	if err := cl.setRangeLocked(start, end, target, epoch, true); err != nil {
-		s.logf("resp: slots %d-%d moved to %s, but the map could not be saved: %v", start, end, target, err)
+		return fmt.Errorf("slots %d-%d moved to %s, but the map could not be saved: %w", start, end, target, err)
+	}
+	if err := removeMoveRecord(s.cfg.Dir, start, end); err != nil {
+		s.logf("resp: slots %d-%d moved to %s; removing the move record: %v", start, end, target, err)
 	}
 	rg.mu.Lock()
 	rg.state = rangeGone
@@ -184,8 +232,10 @@ func (cl *cluster) move(start, end int, target string) error {
 	rg.t = nil
 	rg.mu.Unlock()
 	var errs []error
-	t.handedOver.Store(true)
-	errs = append(errs, t.close(false), os.RemoveAll(filepath.Join(s.cfg.Dir, t.name)))
+	if t != nil {
+		t.handedOver.Store(true)
+		errs = append(errs, t.close(false), os.RemoveAll(filepath.Join(s.cfg.Dir, t.name)))
+	}
 	for _, name := range names {
 		errs = append(errs, s.dropTable(name))
 	}
@@ -244,16 +294,16 @@ func (s *Server) rangeTables(start, end int) ([]string, error) {
 }
 
 // exportRange commits and backs up the range's engine and its named
-// tables, and exports them as one export of epoch; it returns the named
-// tables'. Their commands are answered -TRYAGAIN (the range migrates).
-func (s *Server) exportRange(ctx context.Context, rg *slotRange, epoch int64) ([]string, error) {
+// tables, and exports them as one export of epoch. The named tables'
+// commands are answered -TRYAGAIN (the range migrates).
+func (s *Server) exportRange(ctx context.Context, rg *slotRange, epoch int64) error {
 	names, err := s.rangeTables(rg.start, rg.end)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	dir, err := os.MkdirTemp(s.cfg.Dir, ".export-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	backup := func(t *table) error {
@@ -278,7 +328,7 @@ func (s *Server) exportRange(ctx context.Context, rg *slotRange, epoch int64) ([
 		return t.eng.Backup(filepath.Join(dir, t.name, engineDir))
 	}
 	if err := backup(rg.t); err != nil {
-		return nil, fmt.Errorf("table %q: %w", rg.t.name, err)
+		return fmt.Errorf("table %q: %w", rg.t.name, err)
 	}
 	for _, name := range names {
 		t, err := s.lookup(name, false)
@@ -286,17 +336,17 @@ func (s *Server) exportRange(ctx context.Context, rg *slotRange, epoch int64) ([
 			err = backup(t)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("table %q: %w", name, err)
+			return fmt.Errorf("table %q: %w", name, err)
 		}
 	}
 	st, err := handover.Open(ctx, s.cluster.opts.Handover)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer st.Close()
 	_, _, err = st.Export(ctx, movePartition(rg.start, rg.end), dir,
 		handover.Manifest{Offset: epoch, Window: s.cfg.Engine.Window, Format: moveFormat}, nil)
-	return names, err
+	return err
 }
 
 // dropTable closes a named table that moved away and removes its state.
@@ -313,35 +363,91 @@ func (s *Server) dropTable(name string) error {
 	return errors.Join(err, os.RemoveAll(filepath.Join(s.cfg.Dir, name)))
 }
 
-// beginImport makes this node import START-END from source: an empty
-// import table serves the keys the source sends here with -ASK.
-func (cl *cluster) beginImport(start, end int, source string) error {
+// beginImport makes this node import START-END from source: an import
+// table serves the keys the source sends here with -ASK. It answers OK
+// also when the import is under way already (a source resuming a move),
+// and OWNED when the range is this node's already (the move finished
+// here).
+func (cl *cluster) beginImport(start, end int, source string) (string, error) {
 	s := cl.s
 	if s.cfg.Dir == "" || cl.opts.Handover == "" {
-		return errors.New("importing a range needs a state directory and a handover store (--state, --cluster-handover)")
+		return "", errors.New("importing a range needs a state directory and a handover store (--state, --cluster-handover)")
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	r, err := cl.mapRange(start, end)
-	switch {
-	case err != nil:
-		return err
-	case r.Node != source:
-		return fmt.Errorf("slots %d-%d belong to %s, not to %s, in this node's map", start, end, r.Node, source)
-	case cl.ranges[start] != nil:
-		return fmt.Errorf("slots %d-%d are on this node already, or moving here", start, end)
+	if err != nil {
+		return "", err
+	}
+	if rg := cl.ranges[start]; rg != nil {
+		rg.mu.RLock()
+		state, peer := rg.state, rg.peer
+		rg.mu.RUnlock()
+		switch {
+		case state == rangeImporting && peer == source:
+			return "OK", nil
+		case state == rangeOwned && r.Node == cl.me:
+			return "OWNED", nil
+		}
+		return "", fmt.Errorf("slots %d-%d are on this node already, or moving here", start, end)
+	}
+	if r.Node != source {
+		return "", fmt.Errorf("slots %d-%d belong to %s, not to %s, in this node's map", start, end, r.Node, source)
 	}
 	name := importTableName(start, end)
-	// What a move that did not finish left behind is stale.
+	// What an import that never began (its source file unwritten) or was
+	// aborted left behind is stale.
 	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, name)); err != nil {
-		return err
+		return "", err
 	}
+	rg, err := s.openImport(start, end, source)
+	if err != nil {
+		return "", err
+	}
+	cl.ranges[start] = rg
+	return "OK", nil
+}
+
+// openImport opens the import of START-END from source: its table, its
+// source file (written if missing) and its key log.
+func (s *Server) openImport(start, end int, source string) (*slotRange, error) {
+	name := importTableName(start, end)
+	dir := filepath.Join(s.cfg.Dir, name)
 	fresh, err := s.openTable(name, s.defaultTableOptions())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cl.ranges[start] = &slotRange{start: start, end: end, state: rangeImporting, peer: source, fresh: fresh}
-	return nil
+	src := filepath.Join(dir, importSourceFile)
+	if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
+		if err = writeSync(src+".tmp", []byte(source+"\n")); err == nil {
+			if err = os.Rename(src+".tmp", src); err == nil {
+				err = syncDir(dir)
+			}
+		}
+		if err != nil {
+			return nil, errors.Join(err, fresh.close(false))
+		}
+	}
+	log, n, err := openImportLog(dir)
+	if err != nil {
+		return nil, errors.Join(err, fresh.close(false))
+	}
+	return &slotRange{start: start, end: end, state: rangeImporting, peer: source, fresh: fresh, log: log, logged: n}, nil
+}
+
+// closeImport closes an import's table and log and removes them.
+func (s *Server) closeImport(rg *slotRange) error {
+	var errs []error
+	if rg.log != nil {
+		errs = append(errs, rg.log.Close())
+		rg.log = nil
+	}
+	if rg.fresh != nil {
+		rg.fresh.handedOver.Store(true)
+		errs = append(errs, rg.fresh.close(false), os.RemoveAll(filepath.Join(s.cfg.Dir, rg.fresh.name)))
+		rg.fresh = nil
+	}
+	return errors.Join(errs...)
 }
 
 // abortImport drops an import that did not finish.
@@ -355,20 +461,28 @@ func (cl *cluster) abortImport(start, end int) error {
 	delete(cl.ranges, start)
 	cl.mu.Unlock()
 	rg.mu.Lock()
+	defer rg.mu.Unlock()
 	rg.state = rangeGone
-	fresh := rg.fresh
-	rg.fresh = nil
-	rg.mu.Unlock()
-	return errors.Join(fresh.close(false), os.RemoveAll(filepath.Join(cl.s.cfg.Dir, fresh.name)))
+	return cl.s.closeImport(rg)
 }
 
 // finishImport installs the export epoch of START-END, replays into it
-// the keys the import table answered New, and owns the range.
+// the keys the import table was sent, and owns the range. It answers OK
+// at once when the range is this node's already (a repeated FINISH).
 func (cl *cluster) finishImport(start, end int, epoch int64) error {
 	s := cl.s
 	cl.mu.RLock()
 	rg := cl.ranges[start]
+	owned := rg != nil && cl.m.owner(start) == cl.me
 	cl.mu.RUnlock()
+	if owned && rg.end == end {
+		rg.mu.RLock()
+		st := rg.state
+		rg.mu.RUnlock()
+		if st == rangeOwned {
+			return nil
+		}
+	}
 	if rg == nil || rg.state != rangeImporting || rg.end != end {
 		return fmt.Errorf("slots %d-%d are not being imported here", start, end)
 	}
@@ -401,15 +515,12 @@ func (cl *cluster) finishImport(start, end int, epoch int64) error {
 		return err
 	}
 	rangeName := rangeTableName(start, end)
-	var named []string
 	for _, e := range ents {
 		name := e.Name()
 		if name != rangeName && !validTableName(name) {
 			return fmt.Errorf("%w: export of slots %d-%d holds %q, not a table", handover.ErrDamaged, start, end, name)
 		}
-		if name != rangeName {
-			named = append(named, name)
-		}
+		// Named tables open from disk on their first command.
 		if err := s.installTable(filepath.Join(got, name), name); err != nil {
 			return fmt.Errorf("table %q: %w", name, err)
 		}
@@ -425,27 +536,37 @@ func (cl *cluster) finishImport(start, end int, epoch int64) error {
 	if err != nil {
 		return err
 	}
+	newMap, err := cl.withOwner(start, end, cl.announce(), epoch)
+	if err != nil {
+		return errors.Join(err, t.close(false))
+	}
+	// Hold the range alone: no key is sent to the import table while its
+	// keys are replayed, and none marked in t before the map saying the
+	// range is here is durable (a restart before that installs again).
 	rg.mu.Lock()
-	rg.freshMu.Lock()
-	keys := rg.freshKeys
-	rg.freshKeys = nil
-	rg.freshMu.Unlock()
-	err = replay(t, keys)
+	keys, _, err := readImportLog(filepath.Join(s.cfg.Dir, rg.fresh.name, importLogFile))
+	if err == nil {
+		err = replay(t, keys)
+	}
+	if err == nil {
+		hook("installed")
+		err = cl.saveMap(newMap)
+	}
 	if err != nil {
 		rg.mu.Unlock()
 		return errors.Join(err, t.close(false))
 	}
-	fresh := rg.fresh
-	rg.t, rg.fresh, rg.state, rg.peer = t, nil, rangeOwned, ""
+	imp := &slotRange{fresh: rg.fresh, log: rg.log}
+	rg.t, rg.fresh, rg.log, rg.state, rg.peer = t, nil, nil, rangeOwned, ""
 	rg.mu.Unlock()
-	if err := cl.setRangeLocked(start, end, cl.announce(), epoch, false); err != nil {
-		s.logf("resp: slots %d-%d imported, but the map could not be saved: %v", start, end, err)
+	cl.mu.Lock()
+	if newMap.Epoch >= cl.m.Epoch {
+		cl.m = newMap
 	}
-	fresh.handedOver.Store(true)
-	if err := errors.Join(fresh.close(false), os.RemoveAll(filepath.Join(s.cfg.Dir, fresh.name))); err != nil {
+	cl.mu.Unlock()
+	if err := s.closeImport(imp); err != nil {
 		s.logf("resp: slots %d-%d imported; removing the import table: %v", start, end, err)
 	}
-	_ = named // opened from disk on their first command
 	return nil
 }
 
@@ -512,13 +633,34 @@ func (cl *cluster) setRange(start, end int, node string, epoch int64) error {
 // setRangeLocked changes the owner of START-END in the map, saves it
 // under the state root, and, with drop, forgets the range's state here.
 func (cl *cluster) setRangeLocked(start, end int, node string, epoch int64, drop bool) error {
-	if err := checkNodeAddr(node); err != nil {
+	m, err := cl.withOwner(start, end, node, epoch)
+	if err != nil {
+		return err
+	}
+	if err := cl.saveMap(m); err != nil {
 		return err
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	if m.Epoch >= cl.m.Epoch {
+		cl.m = m
+	}
+	if drop {
+		delete(cl.ranges, start)
+	}
+	return nil
+}
+
+// withOwner returns the current map with node owning START-END from
+// epoch on.
+func (cl *cluster) withOwner(start, end int, node string, epoch int64) (*SlotMap, error) {
+	if err := checkNodeAddr(node); err != nil {
+		return nil, err
+	}
+	cl.mu.RLock()
+	defer cl.mu.RUnlock()
 	if _, err := cl.mapRange(start, end); err != nil {
-		return err
+		return nil, err
 	}
 	m := cl.m.clone()
 	m.Ranges[m.find(start)].Node = node
@@ -526,13 +668,16 @@ func (cl *cluster) setRangeLocked(start, end int, node string, epoch int64, drop
 	if !containsStr(m.Nodes, node) {
 		m.Nodes = append(m.Nodes, node)
 	}
-	cl.m = m
-	if drop {
-		delete(cl.ranges, start)
-	}
+	return m, nil
+}
+
+// saveMap writes m durably as the node's map under the state root.
+func (cl *cluster) saveMap(m *SlotMap) error {
 	if cl.s.cfg.Dir == "" {
 		return nil
 	}
+	cl.saveMu.Lock()
+	defer cl.saveMu.Unlock()
 	tmp := filepath.Join(cl.s.cfg.Dir, clusterMapFile+".tmp")
 	if err := writeSync(tmp, []byte(m.String())); err != nil {
 		return err

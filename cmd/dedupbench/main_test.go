@@ -110,10 +110,59 @@ func TestBadArguments(t *testing.T) {
 		{"idem-target", "--kind", "redis"},
 		{"idem-target", "--kind", "memory"},
 		{"idem-target", "--kind", "constant", "--body", "-1"},
+		{"serve", "--cluster-nodes", "1"},
 	} {
 		var out, errb bytes.Buffer
 		if err := run(context.Background(), args, &out, &errb); err == nil {
 			t.Errorf("%q: no error", args)
+		}
+	}
+}
+
+// TestServeCluster: `dedupbench serve --cluster-nodes 3` runs one dedup
+// node, three, and a Redis Cluster of three (when redis-server and redis-cli
+// are on PATH, and leaves that row out cleanly when they are not), and
+// every row holds the keys sent.
+func TestServeCluster(t *testing.T) {
+	dedupBin := filepath.Join(t.TempDir(), "dedup")
+	if out, err := exec.Command("go", "build", "-o", dedupBin, "../dedup").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/dedup: %v\n%s", err, out)
+	}
+	_, errS := exec.LookPath("redis-server")
+	_, errC := exec.LookPath("redis-cli")
+	for _, withRedis := range []bool{errS == nil && errC == nil, false} {
+		if !withRedis {
+			t.Setenv("PATH", t.TempDir()) // no redis-server
+		}
+		var out, errb bytes.Buffer
+		if err := run(context.Background(), []string{"serve", "--cluster-nodes", "3", "-n", "3000", "--dedup-bin", dedupBin, "--json"}, &out, &errb); err != nil {
+			t.Fatalf("%v\nstderr: %s", err, errb.String())
+		}
+		var res struct {
+			Rows []struct {
+				Target string  `json:"target"`
+				Nodes  int     `json:"nodes"`
+				Keys   uint64  `json:"keys"`
+				Ops    float64 `json:"ops_per_sec"`
+			} `json:"cluster"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		want := 2
+		if withRedis {
+			want = 3
+		}
+		if len(res.Rows) != want {
+			t.Fatalf("redis %v: %d rows, want %d: %s", withRedis, len(res.Rows), want, out.String())
+		}
+		for _, r := range res.Rows {
+			if r.Keys != 3000 || r.Ops <= 0 {
+				t.Errorf("%s: %d keys at %.0f ops/s, want 3000", r.Target, r.Keys, r.Ops)
+			}
+		}
+		if withRedis && !strings.Contains(res.Rows[2].Target, "redis") {
+			t.Errorf("third row %q", res.Rows[2].Target)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/streamdedup/dedup/bench"
@@ -26,8 +27,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.MaddRequests, "madd-n", 100_000, "BF.MADD calls (negative: skip)")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the runs; report the median round of each target")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
+	fs.IntVar(&cfg.ClusterNodes, "cluster-nodes", 0, "instead: 1 dedup node against `N` (at least 2) and against an N-node Redis Cluster, each node a child process, through a go-redis ClusterClient")
+	fs.StringVar(&cfg.DedupBin, "dedup-bin", "", "with --cluster-nodes, the dedup binary to run (default: go build it)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if cfg.ClusterNodes != 0 {
+		if cfg.ClusterNodes < 2 {
+			return fmt.Errorf("--cluster-nodes %d: want at least 2 (0 runs the single-server comparison)", cfg.ClusterNodes)
+		}
+		res, err := bench.ServeCluster(ctx, cfg, newProgress(c, stderr))
+		if err != nil {
+			return err
+		}
+		return output(c, stdout, res, func() error { return res.WriteText(stdout) })
 	}
 	res, err := bench.Serve(ctx, cfg, newProgress(c, stderr))
 	if err != nil {
