@@ -181,8 +181,8 @@ func TestMemoryReleased(t *testing.T) {
 	for range 5 {
 		observe(20_000)
 		st := e.Stats()
-		if s.budget <= 0 || st.CacheBytes > uint64(s.budget) {
-			t.Fatalf("CacheBytes = %d, budget %d", st.CacheBytes, s.budget)
+		if s.budget <= 0 || st.CacheBytes > uint64(s.budget) || st.CacheBytes > max(st.FilterBytes/recentShare, recentFloor) {
+			t.Fatalf("CacheBytes = %d, budget %d, FilterBytes %d", st.CacheBytes, s.budget, st.FilterBytes)
 		}
 		t.Logf("cache: %d keys in %d bytes, budget %d", st.CacheKeys, st.CacheBytes, s.budget)
 		if st.CacheKeys == 0 || st.CacheKeys >= 20_000 {
@@ -201,6 +201,48 @@ func TestMemoryReleased(t *testing.T) {
 	}
 	if got := e.Stats().StoreLookups; got == lookups {
 		t.Fatalf("duplicate of a key past the cache's budget took no store lookup")
+	}
+}
+
+// TestRecentCacheFollowsFilters pins the cache's budget to the filters'
+// memory held now, not to what ExpectedRate projects for a full window:
+// a state holding few keys under a large ExpectedRate (dedup serve's
+// defaults) keeps a cache of at most an eighth of its filters' bytes,
+// and still answers the newest keys' duplicates from it.
+func TestRecentCacheFollowsFilters(t *testing.T) {
+	clk := testclock.New(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+	e, err := Open(Options{Dir: t.TempDir(), Shards: 2, Window: time.Hour, ExpectedRate: 10000, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	n := 0
+	for range 6 {
+		for range 5000 {
+			if v, err := e.Observe(fmt.Appendf(nil, "key:%012d", n)); err != nil || v != New {
+				t.Fatalf("Observe: %v, %v", v, err)
+			}
+			n++
+		}
+		if err := e.Commit(nil); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(100 * time.Millisecond)
+		st := e.Stats()
+		t.Logf("%d keys: cache %d keys in %d bytes, filters %d bytes", n, st.CacheKeys, st.CacheBytes, st.FilterBytes)
+		if st.CacheBytes > max(st.FilterBytes/recentShare, 2*recentFloor) {
+			t.Fatalf("CacheBytes = %d, over an eighth of FilterBytes %d", st.CacheBytes, st.FilterBytes)
+		}
+		if st.CacheKeys == 0 {
+			t.Fatalf("no key cached at %d keys", n)
+		}
+	}
+	lookups := e.Stats().StoreLookups
+	if v, _ := e.Observe(fmt.Appendf(nil, "key:%012d", n-1)); v != Duplicate {
+		t.Fatalf("newest key: %v", v)
+	}
+	if got := e.Stats().StoreLookups; got != lookups {
+		t.Fatalf("duplicate of the newest key took %d store lookups", got-lookups)
 	}
 }
 

@@ -246,8 +246,10 @@ func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 	for _, r := range fresh {
 		s.remember(r)
 	}
-	if s.recentFree == nil {
-		s.freeBytes = 0
+	// The arrays kept for the next set count against the budget: drop
+	// them when the cache fills it.
+	if s.recentFree == nil || s.recentBytes+s.freeBytes > uint64(max(s.budget, 0)) {
+		s.recentFree, s.freeBytes = nil, 0
 	}
 	return firstErr
 }
@@ -299,14 +301,21 @@ const recentSets = 8
 const recentShare = 8
 
 // recentBudget is the memory the cache of recently committed keys may
-// take in a shard whose filters take filterBytes: an eighth of it. The
+// take in a shard whose filters hold filterBytes now: an eighth of it
+// (at least recentFloor), the arrays kept for the next set (recentFree)
+// included. The
 // cache saves a store lookup for each duplicate of a key of the last
 // commits; its keys cost ~11 bytes each besides their own bytes, about
 // 15 times a key's share of the filters, so it holds about 1% of the
 // window's keys, or the keys of recentSets commits if fewer.
 func recentBudget(filterBytes uint64) int {
-	return int(min(filterBytes/recentShare, 1<<40))
+	return int(min(max(filterBytes/recentShare, recentFloor), 1<<40))
 }
+
+// recentFloor is the least budget of a shard's cache: a new state's
+// filters hold nothing yet, and a few KiB keep the last commit's newest
+// keys (about 150 of 16 bytes).
+const recentFloor = 4 << 10
 
 // recentBytesFor is the memory a recentSet of the keys of p takes.
 func recentBytesFor(p *inflightSet) int {
@@ -350,7 +359,15 @@ func (s *shard) compactCommitted() []*recentSet {
 			break
 		}
 		if r == s.recentFree {
-			s.recentFree = nil
+			s.recentFree, s.freeBytes = nil, 0
+			if int(r.bytes()) > left {
+				// The reused arrays are larger than the keys need (up
+				// to twice): lay the keys out in arrays of their size.
+				r = compactRecent(nil, s.committing[i].set, left)
+				if r == nil {
+					break
+				}
+			}
 		}
 		left -= int(r.bytes())
 		fresh = append(fresh, r)
@@ -393,19 +410,11 @@ func (s *shard) recentlyCommitted(h uint64, key []byte) bool {
 	return false
 }
 
-// filterBytes is the memory the shard's filters take when the window is
-// full: what they take now, or what Open planned for them (each of the
-// Generations+1 live generations at its capacity) if that is more.
+// filterBytes is the memory the shard's filters hold now, which the
+// cache's budget follows (see recentBudget): filters that grow with the
+// keys held give a cache that grows with them too.
 func (s *shard) filterBytes() uint64 {
-	var n uint64
-	for _, g := range s.ring.Generations() {
-		n += g.Filter.SizeBytes()
-	}
-	cfg := s.ring.Options()
-	if per, err := filter.EstimateBytes(cfg.Kind, cfg.Capacity, s.ring.PerGenerationFP()); err == nil {
-		n = max(n, per*uint64(cfg.Generations+1))
-	}
-	return n
+	return s.ring.FilterBytes()
 }
 
 // inflightBytes is the memory the shard's in-flight sets take, spares

@@ -204,6 +204,9 @@ func runServe(e *env, args []string) error {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	idle := make(chan struct{})
+	defer close(idle)
+	go releaseWhenIdle(func() uint64 { return srv.Stats().Commands }, time.Second, idle)
 	var serveErr error
 	select {
 	case <-e.sigs:
