@@ -3,9 +3,6 @@ package dedup
 import (
 	"context"
 	"math"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -262,7 +259,26 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 		batch.SetCheckpoint(cp)
 	}
 	seq, err := batch.Commit()
-	addErr := e.settle(n, err, now)
+	var addErr error
+	for i := range e.shards {
+		s := &e.shards[i]
+		var fresh []*recentSet
+		if err == nil && e.exactMode {
+			// Outside the lock: only the leader reads and writes these.
+			fresh = s.compactCommitted()
+		}
+		s.mu.Lock()
+		if err != nil {
+			// Not durable: back in flight, for a later Commit.
+			s.older = append(s.committing, s.older...)
+		} else {
+			if aerr := s.addCommitted(now, fresh); aerr != nil && addErr == nil {
+				addErr = aerr
+			}
+		}
+		s.committing = nil
+		s.mu.Unlock()
+	}
 	d := time.Since(start)
 	if err != nil {
 		e.stats.commitErrors.Add(1)
@@ -299,62 +315,4 @@ func (e *Engine) Checkpoint() []byte {
 		return nil
 	}
 	return append([]byte{}, e.checkpoint...)
-}
-
-// settleParallelKeys is the committed keys from which settle spreads the
-// shards over GOMAXPROCS goroutines: below it, starting them costs more
-// than the inserts they share.
-const settleParallelKeys = 1 << 14
-
-// settle ends a commit of n keys in every shard, once the batch is written
-// (err nil: durable) or failed: the keys go into their filters (or back
-// in flight). The shards are independent, each under its own lock, so a
-// large commit spreads them over the cores: the inserts are cache misses,
-// one per key, and on one goroutine a commit would hold the observers of
-// each shard, shard after shard, while the other cores idle. It runs for
-// the commit leader and returns the first error of the filters' inserts.
-func (e *Engine) settle(n int, err error, now time.Time) error {
-	var mu sync.Mutex
-	var addErr error
-	one := func(s *shard) {
-		var fresh []*recentSet
-		if err == nil && e.exactMode {
-			// Outside the lock: only the leader (or settle's goroutines
-			// on its behalf, one per shard) reads and writes these.
-			fresh = s.compactCommitted()
-		}
-		s.mu.Lock()
-		if err != nil {
-			// Not durable: back in flight, for a later Commit.
-			s.older = append(s.committing, s.older...)
-		} else if aerr := s.addCommitted(now, fresh); aerr != nil {
-			mu.Lock()
-			if addErr == nil {
-				addErr = aerr
-			}
-			mu.Unlock()
-		}
-		s.committing = nil
-		s.mu.Unlock()
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(e.shards))
-	if err != nil || n < settleParallelKeys || workers < 2 {
-		for i := range e.shards {
-			one(&e.shards[i])
-		}
-		return addErr
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(len(e.shards)); i = next.Add(1) - 1 {
-				one(&e.shards[i])
-			}
-		}()
-	}
-	wg.Wait()
-	return addErr
 }
