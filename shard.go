@@ -359,7 +359,9 @@ func (s *shard) compactCommitted() []*recentSet {
 			break
 		}
 		if r == s.recentFree {
-			s.recentFree, s.freeBytes = nil, 0
+			// freeBytes, which Stats reads under mu, is reset by
+			// addCommitted under mu.
+			s.recentFree = nil
 			if int(r.bytes()) > left {
 				// The reused arrays are larger than the keys need (up
 				// to twice): lay the keys out in arrays of their size.
