@@ -16,6 +16,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fspath"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
@@ -91,7 +92,7 @@ func (e *Engine) BackupWith(dest string, o BackupOptions) error {
 	if e.opts.Dir == "" {
 		return errors.New("dedup: backup: an in-memory engine has no state directory to back up")
 	}
-	if inside, err := pathInside(e.opts.Dir, dest); err != nil {
+	if inside, err := fspath.Inside(e.opts.Dir, dest); err != nil {
 		return wrap(err, "backup")
 	} else if inside {
 		return fmt.Errorf("dedup: backup: %q lies inside the state directory %q: give a destination outside it", dest, e.opts.Dir)
@@ -294,45 +295,6 @@ func syncDir(fsys vfs.FS, dir string) error {
 		return err
 	}
 	return errors.Join(d.Sync(), d.Close())
-}
-
-// pathInside reports whether p is dir or lies under it (after making both
-// absolute and resolving the symbolic links of their existing parts).
-func pathInside(dir, p string) (bool, error) {
-	d, err := realPath(dir)
-	if err != nil {
-		return false, err
-	}
-	q, err := realPath(p)
-	if err != nil {
-		return false, err
-	}
-	rel, err := filepath.Rel(d, q)
-	if err != nil {
-		return false, nil
-	}
-	return rel == "." || rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)), nil
-}
-
-// realPath is p absolute, with the symbolic links of its longest existing
-// prefix resolved.
-func realPath(p string) (string, error) {
-	a, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	rest := ""
-	for cur := a; ; {
-		if r, err := filepath.EvalSymlinks(cur); err == nil {
-			return filepath.Join(r, rest), nil
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return a, nil
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-		cur = parent
-	}
 }
 
 // copySnapshot writes snap into dir, with its commit sequence set to seq.

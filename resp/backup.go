@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fspath"
 )
 
 // Backups of a server's state. A backup of a state root is a directory
@@ -74,21 +75,15 @@ func (c *Options) validateBackupDir() []string {
 	if c.Dir == "" {
 		return []string{"BackupDir is set but Dir is not: an in-memory server has no state to back up"}
 	}
-	bd, err1 := filepath.Abs(c.BackupDir)
-	sd, err2 := filepath.Abs(c.Dir)
+	in1, err1 := fspath.Inside(c.Dir, c.BackupDir)
+	in2, err2 := fspath.Inside(c.BackupDir, c.Dir)
 	if err1 != nil || err2 != nil {
 		return []string{fmt.Sprintf("BackupDir %q: %v", c.BackupDir, errors.Join(err1, err2))}
 	}
-	if inside(sd, bd) || inside(bd, sd) {
+	if in1 || in2 {
 		return []string{fmt.Sprintf("BackupDir %q and Dir %q overlap: backups go outside the state, and the state outside the backups", c.BackupDir, c.Dir)}
 	}
 	return nil
-}
-
-// inside reports whether p is dir or lies under it (both absolute).
-func inside(dir, p string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && (rel == "." || rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)))
 }
 
 // Backup writes a consistent backup of every table of the running server
@@ -309,12 +304,9 @@ func BackupState(root, dest string, o dedup.BackupOptions) ([]string, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("resp: %q holds no table (no <table>/%s)", root, tableFile)
 	}
-	ra, err1 := filepath.Abs(root)
-	da, err2 := filepath.Abs(dest)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, err
-	}
-	if inside(ra, da) {
+	if in, err := fspath.Inside(root, dest); err != nil {
+		return nil, fmt.Errorf("resp: backup: %w", err)
+	} else if in {
 		return nil, fmt.Errorf("resp: backup: %q lies inside the state %q: give a destination outside it", dest, root)
 	}
 	if _, err := os.Lstat(dest); err == nil {

@@ -5,11 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/fspath"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/resp"
 )
@@ -40,7 +40,7 @@ func runBackup(e *env, args []string) error {
 	if _, err := os.Stat(dest); err == nil {
 		return fmt.Errorf("backup: %s already exists: the destination must be a new directory", dest)
 	}
-	if in, err := within(dir, dest); err != nil {
+	if in, err := fspath.Inside(dir, dest); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	} else if in {
 		return fmt.Errorf("backup: %s lies inside %s: give a destination outside the state", dest, dir)
@@ -88,42 +88,6 @@ func runBackup(e *env, args []string) error {
 		humanize.Bytes(size), describeOptions(opts), how, time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(e.stdout, "restore it with: dedup restore %s NEWDIR\n", dest)
 	return nil
-}
-
-// within reports whether p is dir or lies under it, both made absolute
-// with their symbolic links resolved as far as they exist.
-func within(dir, p string) (bool, error) {
-	d, err := resolved(dir)
-	if err != nil {
-		return false, err
-	}
-	q, err := resolved(p)
-	if err != nil {
-		return false, err
-	}
-	rel, err := filepath.Rel(d, q)
-	return err == nil && (rel == "." || rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))), nil
-}
-
-// resolved is p absolute, with the symbolic links of its longest existing
-// prefix resolved.
-func resolved(p string) (string, error) {
-	a, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	rest := ""
-	for cur := a; ; {
-		if r, err := filepath.EvalSymlinks(cur); err == nil {
-			return filepath.Join(r, rest), nil
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return a, nil
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-		cur = parent
-	}
 }
 
 // newRestoreFlags is the flag set of `dedup restore`: no flags.
