@@ -21,3 +21,16 @@ func Check(dir string) (CheckResult, error) {
 	}
 	return res, nil
 }
+
+// LastCommit returns the sequence number of the last commit the store of
+// the state directory dir holds, reading it without changing anything
+// (see [exact.LastCommit]); a state open in an engine is refused. A
+// snapshot (snapshot.Info.CommitSeq) past it is proof of commits the store
+// lost: [Open] refuses such a state with [ErrLostCommits].
+func LastCommit(dir string) (uint64, error) {
+	n, err := exact.LastCommit(dir, exact.Options{FS: vfs.Default})
+	if err != nil {
+		return 0, wrap(err, "last commit of %q", dir)
+	}
+	return n, nil
+}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -340,9 +341,17 @@ func runVerify(e *env, args []string) error {
 	if c.newest {
 		ms = ms[:1]
 	}
+	last, state, lerr := storeLastCommit(ms[0])
+	if lerr != nil {
+		fmt.Fprintf(e.stdout, "note    the snapshots are not compared with the store of %s: %v\n", state, lerr)
+	}
 	bad := 0
 	for _, m := range ms {
-		n, size, err := verify(m)
+		n, size, seq, err := verify(m)
+		if err == nil && state != "" && lerr == nil && seq > last {
+			err = fmt.Errorf("covers commit %d, past the store's last commit %d (%s): commits %d to %d were committed and are lost from the store; 'dedup repair %s' accepts the loss",
+				seq, last, state, last+1, seq, state)
+		}
 		if err != nil {
 			bad++
 			fmt.Fprintf(e.stdout, "INVALID %s: %v\n", m, err)
@@ -357,12 +366,13 @@ func runVerify(e *env, args []string) error {
 }
 
 // verify checks the snapshot whose manifest is path: every checksum (of
-// the manifest and of every segment) and every filter decoding.
-func verify(path string) (segments int, size int64, err error) {
+// the manifest and of every segment) and every filter decoding. seq is
+// the commit it covers.
+func verify(path string) (segments int, size int64, seq uint64, err error) {
 	// Read checks what Verify does, and hands over the payloads.
 	snap, err := snapshot.Read(vfs.Default, path)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	for i := range snap.Generations {
 		g := &snap.Generations[i]
@@ -370,10 +380,30 @@ func verify(path string) (segments int, size int64, err error) {
 		_, err := decodeSegment(g)
 		g.Payload = nil
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
-	return len(snap.Generations), size, nil
+	return len(snap.Generations), size, snap.Header.CommitSeq, nil
+}
+
+// storeLastCommit finds the state directory of the snapshot manifest (the
+// folder holding its snapshots folder) and the last commit its store
+// holds. state is "" when the snapshots are not a state's (a lone
+// snapshot folder, a backup's copy): there is no store to compare with.
+func storeLastCommit(manifest string) (last uint64, state string, err error) {
+	snaps := filepath.Dir(manifest)
+	if filepath.Base(snaps) != dedup.SnapshotDir {
+		return 0, "", nil
+	}
+	state = filepath.Dir(snaps)
+	if !isState(state) {
+		return 0, "", nil
+	}
+	last, err = dedup.LastCommit(state)
+	if errors.Is(err, dedup.ErrNotOurs) {
+		return 0, "", nil
+	}
+	return last, state, err
 }
 
 // newRebuildFlags is the flag set of `dedup snapshot rebuild`: no flags.

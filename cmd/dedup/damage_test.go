@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamdedup/dedup"
 )
 
 // corruptTableState makes a state of n distinct lines whose keys are in
@@ -139,5 +141,47 @@ func TestRestoreRebuildsDamagedSnapshot(t *testing.T) {
 	}
 	if out := filterLines(t, dst, "a\nb\nc\nd\n"); out != "d\n" {
 		t.Fatalf("restored state passes %q, want only the new key d", out)
+	}
+}
+
+// TestVerifyNamesLostCommits pins that `dedup snapshot verify` of a state
+// whose commit log was cut short under its snapshot calls that snapshot
+// INVALID, naming the commit it covers and the store's last commit (its
+// checksums alone are good), and that `dedup backup` refuses the state
+// instead of backing up what the store lost.
+func TestVerifyNamesLostCommits(t *testing.T) {
+	state := makeState(t, t.TempDir(), "a\nb\nc\n")
+	if code, stdout, stderr := runCmd(t, "", "snapshot", "verify", state); code != 0 || !strings.HasPrefix(stdout, "ok ") {
+		t.Fatalf("verify of a whole state: exit %d, %q %q", code, stdout, stderr)
+	}
+	last, err := dedup.LastCommit(state)
+	if err != nil || last == 0 {
+		t.Fatalf("LastCommit of a whole state: %d, %v", last, err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(state, "exact-commits-[0-9]*"))
+	if len(segs) != 1 {
+		t.Fatalf("segments %v, want one", segs)
+	}
+	if err := os.Truncate(segs[0], 10); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd(t, "", "snapshot", "verify", state)
+	want := []string{"INVALID", fmt.Sprintf("covers commit %d", last), "past the store's last commit 0", "dedup repair"}
+	for _, w := range want {
+		if code != 1 || !strings.Contains(stdout, w) {
+			t.Fatalf("verify of a state that lost commits 1 to %d: exit %d, stdout %q, stderr %q; want exit 1 and %q", last, code, stdout, stderr, w)
+		}
+	}
+	// The snapshots folder alone names the same loss (its state is found).
+	if code, stdout, _ := runCmd(t, "", "snapshot", "verify", filepath.Join(state, dedup.SnapshotDir)); code != 1 || !strings.Contains(stdout, "past the store's last commit 0") {
+		t.Fatalf("verify of the snapshots folder: exit %d, %q", code, stdout)
+	}
+	bk := filepath.Join(t.TempDir(), "bk")
+	code, _, stderr = runCmd(t, "", "backup", state, bk)
+	if code != 1 || !strings.Contains(stderr, "commits lost") || !strings.Contains(stderr, fmt.Sprintf("commits 1 to %d", last)) {
+		t.Fatalf("backup of a state that lost commits: exit %d, %q; want exit 1 naming them", code, stderr)
+	}
+	if _, err := os.Stat(bk); err == nil {
+		t.Fatal("a refused backup left its destination")
 	}
 }

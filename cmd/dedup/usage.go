@@ -214,7 +214,10 @@ Verifies the snapshots at PATH (a manifest file, a snapshots folder, or a
 state directory: every snapshot in it, usually the newest and the one
 kept before it): the manifest's checksums, each segment's size, metadata
 and checksums, and that each payload decodes to the filter the manifest
-describes. Prints "ok" or "INVALID" and the reason, naming the file, per
+describes. In a state directory, each snapshot is also compared with the
+last commit its store holds: a snapshot past it is INVALID, naming both
+commits (the store lost the commits between; 'dedup repair DIR' accepts
+the loss). Prints "ok" or "INVALID" and the reason, naming the file, per
 snapshot.
 
 A damaged newest snapshot does not lose keys: an exact-mode state falls
