@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -78,10 +76,11 @@ func (e *Engine) Backup(dest string) error { return e.BackupWith(dest, BackupOpt
 // Backup began, and its Checkpoint is one that was committed.
 //
 // The backup is built under a hidden name beside dest
-// (.NAME.partial-*), every file and directory fsynced, its
+// (.NAME.partial-PID-N), every file and directory fsynced, its
 // [BackupManifest] written last, and only then renamed to dest: an
 // interrupted backup (a crash, kill -9) never leaves a partial dest, only
-// the hidden folder, which may be removed. BackupWith needs a state
+// the hidden folder, which [RestoreBackup] refuses and the next backup to
+// dest removes (once its process is gone). BackupWith needs a state
 // directory (Options.Dir).
 func (e *Engine) BackupWith(dest string, o BackupOptions) error {
 	e.lifecycle.RLock()
@@ -104,7 +103,10 @@ func (e *Engine) BackupWith(dest string, o BackupOptions) error {
 	if err := e.fs.MkdirAll(parent, exact.PrivateDirMode); err != nil {
 		return wrap(err, "backup")
 	}
-	work := e.fs.PathJoin(parent, fmt.Sprintf(".%s.partial-%d-%d", filepath.Base(dest), os.Getpid(), time.Now().UnixNano()))
+	if err := e.removeStalePartials(dest); err != nil {
+		return err
+	}
+	work := fspath.Partial(dest)
 	if err := e.backupInto(work, o); err != nil {
 		return errors.Join(wrap(err, "backup"), e.fs.RemoveAll(work))
 	}
@@ -112,6 +114,26 @@ func (e *Engine) BackupWith(dest string, o BackupOptions) error {
 		return errors.Join(wrap(err, "backup: rename into %q", dest), e.fs.RemoveAll(work))
 	}
 	return wrapIf(syncDir(e.fs, parent), "backup: fsync %q", parent)
+}
+
+// removeStalePartials removes the folders that backups into dest killed
+// mid-way left beside it (fspath.StalePartials): the next backup to dest
+// cleans up after an interrupted one.
+func (e *Engine) removeStalePartials(dest string) error {
+	if vfs.Root(e.fs) != vfs.Default {
+		return nil
+	}
+	stale, err := fspath.StalePartials(dest)
+	if err != nil {
+		return wrap(err, "backup: look for what an interrupted backup left")
+	}
+	for _, p := range stale {
+		if err := e.fs.RemoveAll(p); err != nil {
+			return wrap(err, "backup: remove %q, left by an interrupted backup", p)
+		}
+		e.logf("dedup: backup: removed %s, left by an interrupted backup", p)
+	}
+	return nil
 }
 
 // backupInto writes the whole backup, manifest last, into work, a
@@ -309,318 +331,4 @@ func copySnapshot(fs vfs.FS, snap *snapshot.Snapshot, dir string, seq uint64) er
 	h.CommitSeq = seq
 	_, err := snapshot.Write(fs, dir, h, gens)
 	return err
-}
-
-// RestoreBackup installs src into the new state directory dst, verifying
-// it first; it refuses a dst that exists and is not empty, and a src or
-// dst that an engine holds open ([ErrStateInUse]). src is either a backup
-// written by [Engine.Backup] (a store, a snapshot and the
-// [BackupManifest]) or, for a probabilistic state, a lone snapshot folder
-// (the manifest and segments, as in a state's snapshots/ folder): the new
-// state then holds the snapshot's filters and no checkpoint.
-//
-// A directory without a manifest is not a backup ([ErrNotBackup]): a copy
-// of a state taken while it ran (cp -a) can miss committed keys and still
-// open. A backup whose files fail its manifest is damaged ([ErrCorrupt]),
-// naming the file. Every file written is fsynced, and so are the
-// directories, before the verified state is renamed to dst: an
-// interrupted restore leaves dst as it was. Errors name src's own files.
-// On success dst opens with the returned options.
-func RestoreBackup(src, dst string) (Options, error) {
-	if err := checkRestoreTarget(dst); err != nil {
-		return Options{}, err
-	}
-	if err := checkNotInUse(src, "restore", "a state directory that is open is not a backup: back it up with Engine.Backup (dedup backup, or DEDUP.BACKUP on a running dedup serve)"); err != nil {
-		return Options{}, err
-	}
-	m, err := readBackupManifest(src)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if _, serr := os.Stat(filepath.Join(src, SnapshotDir)); serr == nil {
-			return Options{}, fmt.Errorf("%w: restore: %q holds a state directory but no %s: it was not written by a backup; a copy of a running state (cp -a) can miss committed keys, so it is not accepted (a copy of a stopped state is a state directory: open it, or back it up with dedup backup)",
-				ErrNotBackup, src, BackupManifest)
-		}
-		return restoreLoneSnapshot(src, dst)
-	case err != nil:
-		return Options{}, err
-	case m.Format == ServeBackupFormat:
-		return Options{}, fmt.Errorf("%w: restore: %q is a backup of a dedup serve state: restore it with dedup restore (package resp, RestoreState)", ErrNotBackup, src)
-	case m.Format != BackupFormat:
-		return Options{}, fmt.Errorf("%w: restore: %q: backup format %q, this build reads %q", ErrNewerFormat, filepath.Join(src, BackupManifest), m.Format, BackupFormat)
-	}
-	return restoreFullBackup(src, dst, m)
-}
-
-// checkRestoreTarget refuses a dst that exists and is not empty, or that
-// an engine holds.
-func checkRestoreTarget(dst string) error {
-	if err := checkNotInUse(dst, "restore", "stop it first"); err != nil {
-		return err
-	}
-	if ents, err := os.ReadDir(dst); err == nil && len(ents) > 0 {
-		return fmt.Errorf("dedup: restore: %q is not empty", dst)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return wrap(err, "restore")
-	}
-	if err := os.MkdirAll(filepath.Dir(filepath.Clean(dst)), exact.PrivateDirMode); err != nil {
-		return wrap(err, "restore")
-	}
-	return nil
-}
-
-// checkNotInUse returns ErrStateInUse when an engine holds the state dir
-// open (its LOCK), naming the process when the system tells; advice ends
-// the message.
-func checkNotInUse(dir, op, advice string) error {
-	lock := filepath.Join(dir, "LOCK")
-	if _, err := os.Stat(lock); err != nil {
-		return nil
-	}
-	if pid := lockHolder(lock); pid > 0 {
-		return fmt.Errorf("%w: %s: %q is open in process %d: %s", ErrStateInUse, op, dir, pid, advice)
-	}
-	return nil
-}
-
-// readBackupManifest reads src's BackupManifest: fs.ErrNotExist when there
-// is none, ErrCorrupt when it does not parse.
-func readBackupManifest(src string) (backupManifest, error) {
-	var m backupManifest
-	p := filepath.Join(src, BackupManifest)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return m, err
-		}
-		return m, wrap(err, "restore")
-	}
-	if err := json.Unmarshal(b, &m); err != nil || m.Format == "" {
-		return m, fmt.Errorf("%w: restore: damaged backup: %s does not parse (%v)", ErrCorrupt, p, err)
-	}
-	return m, nil
-}
-
-// checkBackupFiles checks src's files against its manifest: each there,
-// of its length, and (outside the snapshot) with its hash.
-func checkBackupFiles(src string, m backupManifest) error {
-	for _, f := range m.Files {
-		p := filepath.Join(src, filepath.FromSlash(f.Name))
-		fi, err := os.Stat(p)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return fmt.Errorf("%w: restore: damaged backup: %s is missing (%s lists it)", ErrCorrupt, p, BackupManifest)
-		case err != nil:
-			return wrap(err, "restore")
-		case fi.Size() != f.Size:
-			return fmt.Errorf("%w: restore: damaged backup: %s holds %d bytes, %s says %d", ErrCorrupt, p, fi.Size(), BackupManifest, f.Size)
-		case f.XXHash == "":
-			continue
-		}
-		sum, err := fileHash(vfs.Default, p)
-		if err != nil {
-			return wrap(err, "restore")
-		}
-		if sum != f.XXHash {
-			return fmt.Errorf("%w: restore: damaged backup: %s has other bytes than when it was backed up (xxhash64 %s, %s says %s)", ErrCorrupt, p, sum, BackupManifest, f.XXHash)
-		}
-	}
-	return nil
-}
-
-// copyBackupFiles copies the files m lists from src into the new
-// directory work, fsyncing every file and directory.
-func copyBackupFiles(src, work string, m backupManifest) error {
-	dirs := map[string]bool{work: true}
-	if err := exact.MkdirPrivate(work); err != nil {
-		return err
-	}
-	fsys := exact.PrivateFS(vfs.Default)
-	for _, f := range m.Files {
-		to := filepath.Join(work, filepath.FromSlash(f.Name))
-		if d := filepath.Dir(to); !dirs[d] {
-			if err := fsys.MkdirAll(d, exact.PrivateDirMode); err != nil {
-				return err
-			}
-			dirs[d] = true
-		}
-		if err := vfs.CopyAcrossFS(vfs.Default, filepath.Join(src, filepath.FromSlash(f.Name)), fsys, to); err != nil {
-			return fmt.Errorf("copy %s: %w", f.Name, err)
-		}
-	}
-	for d := range dirs {
-		if err := syncDir(vfs.Default, d); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// renamedErr is err with the path from named to in its message: the
-// errors met on a restore's scratch copy name the backup's own files.
-type renamedErr struct {
-	err      error
-	from, to string
-}
-
-func (r *renamedErr) Error() string { return strings.ReplaceAll(r.err.Error(), r.from, r.to) }
-func (r *renamedErr) Unwrap() error { return r.err }
-
-func renamePath(err error, from, to string) error {
-	if err == nil {
-		return nil
-	}
-	return &renamedErr{err: err, from: from, to: to}
-}
-
-func restoreFullBackup(src, dst string, m backupManifest) (Options, error) {
-	if err := checkBackupFiles(src, m); err != nil {
-		return Options{}, err
-	}
-	// Verify on a scratch copy so that src is never written (opening a
-	// Pebble store may write to it).
-	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dst)), ".dedup-restore-*")
-	if err != nil {
-		return Options{}, wrap(err, "restore")
-	}
-	defer os.RemoveAll(tmp)
-	work := filepath.Join(tmp, "state")
-	if err := copyBackupFiles(src, work, m); err != nil {
-		return Options{}, wrap(renamePath(err, work, src), "restore: copy %q", src)
-	}
-	opts, err := verifyBackup(work)
-	if err != nil {
-		return Options{}, renamePath(err, work, src)
-	}
-	return installDir(work, dst, opts)
-}
-
-// verifyBackup checks the restored copy of a backup in work, whose files
-// passed the manifest: it holds a state's options and a snapshot, and it
-// opens with its filters restored from that snapshot. Its errors are
-// ErrCorrupt ("damaged backup") but for a state in use.
-func verifyBackup(work string) (Options, error) {
-	opts, err := StateOptions(work)
-	if err != nil {
-		return Options{}, damaged(err, "the store does not open")
-	}
-	if _, err := Check(work); err != nil {
-		return Options{}, damaged(err, "a table")
-	}
-	// An exact state rebuilds its filters from its store when its
-	// snapshot is damaged (restoredFrom's Close then writes a good one).
-	if _, err := snapshot.Latest(vfs.Default, filepath.Join(work, SnapshotDir)); err != nil && (opts.Probabilistic || !errors.Is(err, ErrCorrupt)) {
-		return Options{}, damaged(err, "backup snapshot")
-	}
-	from, err := restoredFrom(opts)
-	if err != nil {
-		return Options{}, damaged(err, "the backup does not open")
-	}
-	if from != RestoredSnapshot && from != RestoredFresh && (opts.Probabilistic || from != RestoredStore) {
-		return Options{}, fmt.Errorf("%w: restore: damaged backup: snapshot unusable (restored from %s)", ErrCorrupt, from)
-	}
-	return opts, nil
-}
-
-// damaged wraps err as a damaged backup's, in the corruption class.
-func damaged(err error, what string) error {
-	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrStateInUse) {
-		return wrap(err, "restore: damaged backup: %s", what)
-	}
-	return wrap(fmt.Errorf("%w: %w", ErrCorrupt, err), "restore: damaged backup: %s", what)
-}
-
-// restoredFrom opens the state of opts and closes it again, and reports
-// where Open restored its filters from (Stats.RestoredFrom).
-func restoredFrom(opts Options) (string, error) {
-	e, err := Open(opts)
-	if err != nil {
-		return "", err
-	}
-	from := e.Stats().RestoredFrom
-	return from, e.Close()
-}
-
-// installDir moves the verified state work into dst and fsyncs dst's
-// parent directory.
-func installDir(work, dst string, opts Options) (Options, error) {
-	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return Options{}, wrap(err, "restore")
-	}
-	if err := os.Rename(work, dst); err != nil {
-		return Options{}, wrap(err, "restore: install into %q", dst)
-	}
-	parent := filepath.Dir(filepath.Clean(dst))
-	if err := syncDir(vfs.Default, parent); err != nil {
-		return Options{}, wrap(err, "restore: fsync %q", parent)
-	}
-	opts.Dir = dst
-	return opts, nil
-}
-
-func restoreLoneSnapshot(src, dst string) (Options, error) {
-	snap, err := snapshot.Latest(vfs.Default, src)
-	if err != nil {
-		if errors.Is(err, snapshot.ErrNotFound) {
-			return Options{}, fmt.Errorf("%w: restore: %q holds neither a backup (%s) nor a snapshot", ErrNotBackup, src, BackupManifest)
-		}
-		return Options{}, wrap(err, "restore: %q holds no backup (%s) and no valid snapshot", src, BackupManifest)
-	}
-	p, err := decodePersisted(snap.Header.Options)
-	if err != nil {
-		return Options{}, wrap(err, "restore")
-	}
-	if !p.Probabilistic {
-		return Options{}, fmt.Errorf("dedup: restore: a lone snapshot can only restore a probabilistic state; an exact state needs a backup with its store (dedup backup)")
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dst)), ".dedup-restore-*")
-	if err != nil {
-		return Options{}, wrap(err, "restore")
-	}
-	defer os.RemoveAll(tmp)
-	work := filepath.Join(tmp, "state")
-	opts := p.options(work)
-	st, err := exact.Open(work, exact.Options{LogOnly: true})
-	if err != nil {
-		return Options{}, wrap(err, "restore")
-	}
-	err = errors.Join(
-		st.SetMeta(metaSeed, beUint64(snap.Header.Seed)),
-		st.SetMeta(metaOptions, p.encode()),
-		st.Close())
-	if err != nil {
-		return Options{}, wrap(err, "restore")
-	}
-	// The new store has no commits: the snapshot covers commit 0 of it.
-	if err := copySnapshot(exact.PrivateFS(vfs.Default), snap, filepath.Join(work, SnapshotDir), 0); err != nil {
-		return Options{}, wrap(err, "restore")
-	}
-	from, err := restoredFrom(opts)
-	if err != nil {
-		return Options{}, wrap(renamePath(err, work, dst), "restore")
-	}
-	if from != RestoredSnapshot {
-		return Options{}, fmt.Errorf("dedup: restore: the installed snapshot did not load (restored from %s)", from)
-	}
-	return installDir(work, dst, opts)
-}
-
-// RebuildSnapshot rebuilds the filters of the exact-mode state in dir from
-// its store, ignoring any snapshot, and writes a fresh snapshot: the repair
-// for a state whose snapshots are damaged. The state must not be open.
-func RebuildSnapshot(dir string) (Stats, error) {
-	o, err := StateOptions(dir)
-	if err != nil {
-		return Stats{}, err
-	}
-	if o.Probabilistic {
-		return Stats{}, errors.New("dedup: rebuild: a probabilistic state has no store to rebuild from (restore a snapshot instead)")
-	}
-	o.IgnoreSnapshots = true
-	e, err := Open(o)
-	if err != nil {
-		return Stats{}, err
-	}
-	err = e.Snapshot()
-	st := e.Stats()
-	return st, errors.Join(err, e.Close())
 }

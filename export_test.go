@@ -96,3 +96,6 @@ func ClaimsHeld(e *Engine) int {
 	}
 	return n
 }
+
+// RestoreBackupFS is RestoreBackup with every file operation on fsys.
+var RestoreBackupFS = restoreBackup

@@ -405,7 +405,11 @@ func RestoreState(src, dst string) ([]string, error) {
 	if err := os.Rename(work, dst); err != nil {
 		return nil, fmt.Errorf("resp: restore: install into %q: %w", dst, err)
 	}
-	return m.Tables, syncDir(parent)
+	if err := syncDir(parent); err != nil {
+		// Not durable: move it back, so that dst is as it was.
+		return nil, errors.Join(fmt.Errorf("resp: restore: %w", err), os.Rename(dst, work))
+	}
+	return m.Tables, nil
 }
 
 // cmdBackup serves DEDUP.BACKUP [name]: a backup of every table into the

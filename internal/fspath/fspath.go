@@ -1,7 +1,9 @@
 // Package fspath holds the path questions that backup, restore and the
 // commands ask of a state directory and a destination: whether one path
 // lies inside another ([Inside]), compared as the file system sees them
-// ([Real]: absolute, symbolic links resolved as far as the path exists).
+// ([Real]: absolute, symbolic links resolved as far as the path exists),
+// and the names of the hidden folders a destination is built in before it
+// is renamed into place ([Partial], [StalePartials]).
 package fspath
 
 import (

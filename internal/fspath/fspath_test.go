@@ -1,8 +1,11 @@
 package fspath
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -87,5 +90,42 @@ func TestUnder(t *testing.T) {
 		if got := Under(tc.dir, tc.p); got != tc.want {
 			t.Errorf("Under(%s, %s) = %v, want %v", tc.dir, tc.p, got, tc.want)
 		}
+	}
+}
+
+// TestPartial: a partial folder's name is recognised, and StalePartials
+// lists those of dest whose process is gone, not this process's, not a
+// live one's, not another destination's.
+func TestPartial(t *testing.T) {
+	root := t.TempDir()
+	dest := filepath.Join(root, "bk")
+	mine := Partial(dest)
+	if !IsPartial(mine) || filepath.Dir(mine) != root || !strings.HasPrefix(filepath.Base(mine), ".bk.partial-") {
+		t.Fatalf("Partial(%s) = %s", dest, mine)
+	}
+	for _, p := range []string{dest, filepath.Join(root, ".bk"), filepath.Join(root, ".bk.partial-x-1"), filepath.Join(root, ".partial-12-1")} {
+		if IsPartial(p) {
+			t.Errorf("IsPartial(%s) = true", p)
+		}
+	}
+	// A process that ran and was reaped.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(root, fmt.Sprintf(".bk.partial-%d-1", cmd.Process.Pid))
+	deadOther := filepath.Join(root, fmt.Sprintf(".other.partial-%d-1", cmd.Process.Pid))
+	live := filepath.Join(root, fmt.Sprintf(".bk.partial-%d-1", os.Getppid()))
+	for _, d := range []string{mine, dead, deadOther, live} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := StalePartials(dest)
+	if err != nil || len(got) != 1 || got[0] != dead {
+		t.Fatalf("StalePartials = %v, %v; want [%s]", got, err, dead)
+	}
+	if got, err := StalePartials(filepath.Join(root, "absent", "bk")); err != nil || len(got) != 0 {
+		t.Fatalf("StalePartials beside a missing folder = %v, %v", got, err)
 	}
 }
