@@ -323,3 +323,76 @@ func TestRestoreErrorsNameTheBackup(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestBackupKilledMidCopy kills a process with SIGKILL while a backup's
+// files are being written (its partial folder is there): no backup
+// appears under its final name without its manifest, the partial folder
+// (.NAME.partial-PID-N, beside it) is refused by RestoreBackup as a backup
+// that did not finish, and the next backup to the same name removes it
+// and is whole.
+func TestBackupKilledMidCopy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child processes")
+	}
+	const n = 20000
+	for round := 0; ; round++ {
+		if round == 10 {
+			t.Fatal("in 10 rounds, no kill landed while a backup was being written")
+		}
+		root := t.TempDir()
+		o := backupState(t, root, n)
+		cmd, stdout := startChild(t, "TestBackupKilledChild", backupChildEnv+"="+o.Dir)
+		sc := bufio.NewScanner(stdout)
+		if !sc.Scan() || sc.Text() != "ready" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("child: %q", sc.Text())
+		}
+		partials := func() []string {
+			m, _ := filepath.Glob(filepath.Join(root, ".bk-*.partial-*"))
+			return m
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for len(partials()) == 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		left := partials()
+		if len(left) == 0 {
+			continue // the backup was renamed between the look and the kill
+		}
+		ents, _ := os.ReadDir(root)
+		for _, de := range ents {
+			if strings.HasPrefix(de.Name(), "bk-") {
+				if _, err := os.Stat(filepath.Join(root, de.Name(), BackupManifest)); err != nil {
+					t.Fatalf("%s under its final name lacks its manifest", de.Name())
+				}
+			}
+		}
+		partial := left[0]
+		if _, err := RestoreBackup(partial, filepath.Join(root, "from-partial")); !errors.Is(err, ErrNotBackup) || !strings.Contains(err.Error(), "did not finish") {
+			t.Fatalf("restore of the partial %s: %v, want ErrNotBackup naming a backup that did not finish", partial, err)
+		}
+		if _, err := os.Stat(filepath.Join(root, "from-partial")); err == nil {
+			t.Fatal("a refused restore left its destination")
+		}
+		name := strings.TrimPrefix(filepath.Base(partial), ".")
+		name = name[:strings.Index(name, ".partial-")]
+		e := openT(t, o)
+		if err := e.Backup(filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the next backup to %s left the partial %s (%v)", name, partial, err)
+		}
+		checkRestored(t, filepath.Join(root, name), n, 101)
+		t.Logf("round %d: killed while %s was written", round, filepath.Base(partial))
+		return
+	}
+}

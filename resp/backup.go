@@ -265,8 +265,18 @@ func writeStateBackup(dest string, fill func(work string) ([]string, error)) err
 	if err := os.MkdirAll(parent, exact.PrivateDirMode); err != nil {
 		return fmt.Errorf("resp: backup: %w", err)
 	}
-	work, err := os.MkdirTemp(parent, "."+filepath.Base(dest)+".partial-*")
+	// What a backup into dest killed mid-way left is removed.
+	stale, err := fspath.StalePartials(dest)
 	if err != nil {
+		return fmt.Errorf("resp: backup: %w", err)
+	}
+	for _, p := range stale {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("resp: backup: remove %q, left by an interrupted backup: %w", p, err)
+		}
+	}
+	work := fspath.Partial(dest)
+	if err := exact.MkdirPrivate(work); err != nil {
 		return fmt.Errorf("resp: backup: %w", err)
 	}
 	fail := func(err error) error { return errors.Join(err, os.RemoveAll(work)) }
