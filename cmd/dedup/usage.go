@@ -266,9 +266,10 @@ committed key and the last committed checkpoint of 'dedup filter'. DIR is
 a state directory, or a 'dedup serve --state' directory: then every table
 is backed up, each with its table.json.
 
-The backup is written under a hidden name beside DEST (.DEST.partial-*)
-and renamed to DEST once whole: an interrupted backup never leaves a
-partial DEST (remove the hidden folder). Every file is copied, so the
+The backup is written under a hidden name beside DEST
+(.DEST.partial-PID-N) and renamed to DEST once whole: an interrupted
+backup never leaves a partial DEST, and the next backup to DEST removes
+the hidden folder it left ('dedup restore' refuses it). Every file is copied, so the
 backup shares no byte with DIR; --link hard-links the store's files
 instead where the file system allows (fast, no extra disk on the same
 file system, but a damaged block is then damaged in both: a view to roll
