@@ -16,13 +16,14 @@ import (
 
 // backupConfig holds the flags of `dedup backup`.
 type backupConfig struct {
-	link bool
+	link, copy bool
 }
 
 // newBackupFlags is the flag set of `dedup backup`.
 func newBackupFlags(e *env) (*flag.FlagSet, *backupConfig) {
 	c := &backupConfig{}
 	fs := newFlags(e, "dedup backup", backupHelp, "")
+	fs.BoolVar(&c.copy, "copy", false, "copy every file (the default, said explicitly; contradicts --link)")
 	fs.BoolVar(&c.link, "link", false, "hard-link the store's files where the file system allows instead of copying them (the backup then shares them with DIR)")
 	return fs, c
 }
@@ -34,6 +35,9 @@ func runBackup(e *env, args []string) error {
 		return err
 	}
 	dir, dest := pos[0], pos[1]
+	if c.copy && c.link {
+		return usagef("backup: --copy and --link contradict each other: give one (every file is copied unless --link)")
+	}
 	if !isState(dir) {
 		return fmt.Errorf("backup: %s is missing or empty, not a state directory", dir)
 	}

@@ -39,7 +39,7 @@ func runCheck(e *env, args []string) error {
 	}
 	res, err := dedup.Check(dir)
 	if err != nil {
-		return fmt.Errorf("check: %w", stateErr(dir, err))
+		return stateErr(dir, err) // "dedup: check DIR: ..."
 	}
 	fmt.Fprintf(e.stdout, "ok %s: %d tables (%s), every block checksum good; %d commit-log segments, %d commits\n",
 		dir, res.Tables, humanize.Bytes(uint64(res.TableBytes)), res.Segments, res.Commits)

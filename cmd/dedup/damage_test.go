@@ -80,8 +80,8 @@ func TestCorruptTableFailsLoudly(t *testing.T) {
 func TestCheckAndRestoreRefuseDamagedTable(t *testing.T) {
 	state, table, _ := corruptTableState(t, 20000)
 	code, _, stderr := runWithin(t, 30*time.Second, "", "check", state)
-	if code != 1 || !strings.Contains(stderr, table) || !strings.Contains(stderr, "corrupt") {
-		t.Fatalf("check of a damaged table: exit %d, stderr %q; want exit 1 naming %s", code, stderr, table)
+	if code != 1 || !strings.Contains(stderr, table) || !strings.Contains(stderr, "corrupt") || strings.Count(stderr, "check") != 1 {
+		t.Fatalf("check of a damaged table: exit %d, stderr %q; want exit 1 naming %s (once \"check\")", code, stderr, table)
 	}
 	dst := filepath.Join(t.TempDir(), "restored")
 	code, stdout, stderr := runWithin(t, 30*time.Second, "", "restore", state, dst)
@@ -183,5 +183,33 @@ func TestVerifyNamesLostCommits(t *testing.T) {
 	}
 	if _, err := os.Stat(bk); err == nil {
 		t.Fatal("a refused backup left its destination")
+	}
+}
+
+// TestBackupCopyFlag pins that `dedup backup --copy` (the default said
+// explicitly, as an operator reads "offer --copy") writes a backup that
+// shares no file with the state, and that --copy with --link is a usage
+// error rather than one of them silently winning.
+func TestBackupCopyFlag(t *testing.T) {
+	dir := t.TempDir()
+	src := makeState(t, dir, "a\nb\nc\n")
+	bk := filepath.Join(dir, "bk")
+	if code, _, stderr := runCmd(t, "", "backup", "--copy", src, bk); code != 0 {
+		t.Fatalf("backup --copy: exit %d: %s", code, stderr)
+	}
+	ents, _ := os.ReadDir(bk)
+	for _, de := range ents {
+		a, err1 := os.Stat(filepath.Join(bk, de.Name()))
+		b, err2 := os.Stat(filepath.Join(src, de.Name()))
+		if err1 == nil && err2 == nil && os.SameFile(a, b) {
+			t.Errorf("backup --copy shares %s with the state", de.Name())
+		}
+	}
+	code, _, stderr := runCmd(t, "", "backup", "--copy", "--link", src, filepath.Join(dir, "bk2"))
+	if code != 2 || !strings.Contains(stderr, "--copy and --link") {
+		t.Fatalf("backup --copy --link: exit %d, %q; want usage error 2", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", "check", bk); code != 0 {
+		t.Fatalf("check of the backup: exit %d, %q", code, stderr)
 	}
 }

@@ -256,7 +256,7 @@ Exit status
   2  bad usage
 `
 
-const backupHelp = `Usage: dedup backup [--link] DIR DEST
+const backupHelp = `Usage: dedup backup [--copy | --link] DIR DEST
 
 Writes a consistent copy of the state DIR into DEST, a directory that must
 not exist yet and must not lie inside DIR: a fresh snapshot of the filters,
@@ -269,8 +269,8 @@ is backed up, each with its table.json.
 The backup is written under a hidden name beside DEST
 (.DEST.partial-PID-N) and renamed to DEST once whole: an interrupted
 backup never leaves a partial DEST, and the next backup to DEST removes
-the hidden folder it left ('dedup restore' refuses it). Every file is copied, so the
-backup shares no byte with DIR; --link hard-links the store's files
+the hidden folder it left ('dedup restore' refuses it). Every file is copied (--copy, the
+default), so the backup shares no byte with DIR; --link hard-links the store's files
 instead where the file system allows (fast, no extra disk on the same
 file system, but a damaged block is then damaged in both: a view to roll
 back to, not a copy to keep).
