@@ -80,8 +80,8 @@ func TestCorruptTableFailsLoudly(t *testing.T) {
 func TestCheckAndRestoreRefuseDamagedTable(t *testing.T) {
 	state, table, _ := corruptTableState(t, 20000)
 	code, _, stderr := runWithin(t, 30*time.Second, "", "check", state)
-	if code != 1 || !strings.Contains(stderr, table) || !strings.Contains(stderr, "corrupt") || strings.Count(stderr, "check") != 1 {
-		t.Fatalf("check of a damaged table: exit %d, stderr %q; want exit 1 naming %s (once \"check\")", code, stderr, table)
+	if code != 1 || !strings.Contains(stderr, table) || !strings.Contains(stderr, "corrupt") || strings.Contains(stderr, "check: dedup: check") {
+		t.Fatalf("check of a damaged table: exit %d, stderr %q; want exit 1 naming %s (\"check\" once)", code, stderr, table)
 	}
 	dst := filepath.Join(t.TempDir(), "restored")
 	code, stdout, stderr := runWithin(t, 30*time.Second, "", "restore", state, dst)
