@@ -304,7 +304,7 @@ func (e *Engine) setAsideLost() error {
 	if err != nil {
 		return wrap(err, "set aside the snapshots past the store's last commit")
 	}
-	e.problem(fmt.Errorf("%w: accepted: snapshot %s covers commit %d, the store ends at commit %d: commits %d to %d are forgotten; kept as %s",
-		ErrLostCommits, path, seq, last, last+1, seq, strings.Join(moved, ", ")))
+	e.problem(fmt.Errorf("%w: accepted: snapshot %s covers commit %d, the store ends at commit %d: the keys of %s are forgotten; kept as %s",
+		ErrLostCommits, path, seq, last, exact.CommitSpan(last+1, seq), strings.Join(moved, ", ")))
 	return nil
 }

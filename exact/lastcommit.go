@@ -89,3 +89,12 @@ func LastCommit(dir string, opts Options) (uint64, error) {
 	}
 	return last, nil
 }
+
+// CommitSpan names the commits from through to, for messages: "commit 7",
+// or "commits 3 to 10".
+func CommitSpan(from, to uint64) string {
+	if from == to {
+		return fmt.Sprintf("commit %d", from)
+	}
+	return fmt.Sprintf("commits %d to %d", from, to)
+}

@@ -92,3 +92,12 @@ func TestLastCommit(t *testing.T) {
 		t.Fatalf("Open says the last commit is %d, LastCommit %d", got, n)
 	}
 }
+
+func TestCommitSpan(t *testing.T) {
+	if got := CommitSpan(7, 7); got != "commit 7" {
+		t.Errorf("CommitSpan(7, 7) = %q", got)
+	}
+	if got := CommitSpan(3, 10); got != "commits 3 to 10" {
+		t.Errorf("CommitSpan(3, 10) = %q", got)
+	}
+}

@@ -369,8 +369,8 @@ func (s *Store) replay() (err error) {
 		}
 	}
 	if k := s.opts.KnownCommit; k > s.lastSeq && !s.opts.AcceptLoss {
-		return fmt.Errorf("%w: %s covers commit %d, but the store %q ends at commit %d%s: commits %d to %d were committed and are gone. Nothing was changed; to go on without them, accept the loss (dedup repair, Options.AcceptLostCommits)",
-			ErrLostCommits, s.opts.KnownBy, k, s.dir, s.lastSeq, tornWhere, s.lastSeq+1, k)
+		return fmt.Errorf("%w: %s covers commit %d, but the store %q ends at commit %d%s: it lost %s, acknowledged as committed. Nothing was changed; to go on without them, accept the loss (dedup repair, Options.AcceptLostCommits)",
+			ErrLostCommits, s.opts.KnownBy, k, s.dir, s.lastSeq, tornWhere, CommitSpan(s.lastSeq+1, k))
 	}
 	s.nextSeq = s.lastSeq
 	s.pubFloor.Store(s.floor)

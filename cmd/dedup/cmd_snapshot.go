@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/internal/fprate"
 	"github.com/streamdedup/dedup/internal/humanize"
@@ -349,8 +350,8 @@ func runVerify(e *env, args []string) error {
 	for _, m := range ms {
 		n, size, seq, err := verify(m)
 		if err == nil && state != "" && lerr == nil && seq > last {
-			err = fmt.Errorf("covers commit %d, past the store's last commit %d (%s): commits %d to %d were committed and are lost from the store; 'dedup repair %s' accepts the loss",
-				seq, last, state, last+1, seq, state)
+			err = fmt.Errorf("covers commit %d, past the store's last commit %d (%s): the store lost %s, acknowledged as committed; 'dedup repair %s' accepts the loss",
+				seq, last, state, exact.CommitSpan(last+1, seq), state)
 		}
 		if err != nil {
 			bad++
