@@ -343,7 +343,10 @@ func runVerify(e *env, args []string) error {
 		ms = ms[:1]
 	}
 	last, state, lerr := storeLastCommit(ms[0])
-	if lerr != nil {
+	switch {
+	case lerr != nil && inUse(lerr):
+		fmt.Fprintf(e.stdout, "note    the snapshots are not compared with the store of %s: a running process holds it\n", state)
+	case lerr != nil:
 		fmt.Fprintf(e.stdout, "note    the snapshots are not compared with the store of %s: %v\n", state, lerr)
 	}
 	bad := 0
