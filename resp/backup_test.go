@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -219,9 +220,29 @@ func TestBackupStateStopped(t *testing.T) {
 	if _, err := resp.BackupState(state, filepath.Join(state, "bk"), dedup.BackupOptions{}); err == nil || !strings.Contains(err.Error(), "inside") {
 		t.Errorf("BackupState into the state: %v", err)
 	}
+	// Through a symbolic link, the state's inside is inside too.
+	if err := os.Symlink(state, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resp.BackupState(state, filepath.Join(root, "link", "bk"), dedup.BackupOptions{}); err == nil || !strings.Contains(err.Error(), "inside") {
+		t.Errorf("BackupState into the state through a link: %v", err)
+	}
+	// What a backup into bk killed mid-way left (its process gone) is
+	// removed by the next backup into bk.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(root, fmt.Sprintf(".bk.partial-%d-1", gone.Process.Pid))
+	if err := os.MkdirAll(filepath.Join(stale, "default"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	bk := filepath.Join(root, "bk")
 	if tables, err := resp.BackupState(state, bk, dedup.BackupOptions{}); err != nil || len(tables) != 2 {
 		t.Fatalf("BackupState = %v, %v", tables, err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the next backup into bk left %s (%v)", stale, err)
 	}
 	if !resp.IsStateBackup(bk) || resp.IsStateBackup(state) || !resp.IsState(state) {
 		t.Fatal("IsStateBackup / IsState")
