@@ -147,8 +147,12 @@
 //   - idem_store.go: the records behind them in the exact store
 //   - commit.go: group commit, barriers and the checkpoint
 //   - snapshot.go and restore.go: writing snapshots, restoring from them
-//   - backup.go: Backup, RestoreBackup and RebuildSnapshot
-//   - check.go and repair.go: Check (every block checksum of the store)
+//   - backup.go: Backup (a consistent copy of a live state, never partial
+//     under its name)
+//   - backup_restore.go: RestoreBackup (verify a backup, install it with
+//     every file fsynced) and RebuildSnapshot
+//   - check.go and repair.go: Check (every block checksum of the store),
+//     LastCommit (the last commit the store holds, read without a change)
 //     and Repair (accept the loss of commits a snapshot proves)
 //   - spool.go: the spool files of Filter fuse's newest generation
 //   - shadow.go: the sampled shadow behind the observed false-positive rate
