@@ -153,12 +153,12 @@
 //   - spool.go: the spool files of Filter fuse's newest generation
 //   - shadow.go: the sampled shadow behind the observed false-positive rate
 //   - stats.go: [Stats]
-//   - advisor.go: the window advisor's counts (duplicate delays by cohort age,
-//     the horizon past the window)
-//   - advisor_estimate.go: the advisor's estimate ([WindowAdvice]): censored
-//     delays, leaks per million and the window for a target
-//   - advisor_fit.go: the advisor's delay model, fitted to the censored
-//     histogram (exponential, lognormal, two exponentials)
+//   - clock.go: the event clock of [Options.EventTime]
+//
+// The window advisor ([WindowAdvice]: duplicate delays by cohort age, the
+// horizon past the window, the delay model and the window for a target)
+// is a package of its own, internal/advisor: a shard feeds it counts once
+// per group of keys observed, and the verdict path does not enter it.
 //
 // # Words
 //
