@@ -40,7 +40,9 @@ import (
 // false-positive rate (fresh keys answered Duplicate), and the wall-clock
 // ratios of each engine variant to bits-and-blooms and to the split-block
 // filter; and the default engine again with the advisor's horizon off
-// (HorizonSample -1): horizon-cost% is the wall time it adds. Keep b.N at
+// (HorizonSample -1) and with the whole window advisor and the observed-FP
+// shadow off (DisableAdvice): horizon-cost% and advice-cost% are the wall
+// time they add to the default engine's. Keep b.N at
 // most 4M (-benchtime=2000000x). -short uses a 1M-key window,
 // DEDUP_OBSERVE_WINDOW_KEYS=n one of n keys (the 100M-key run:
 // DEDUP_OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
@@ -95,6 +97,7 @@ func BenchmarkObserveWindow(b *testing.B) {
 	b.ReportMetric(byName["blocked"].wall.Seconds()/byName["wide"].wall.Seconds(), "wide-x-blocked")
 	// What the window advisor's horizon costs the default engine.
 	b.ReportMetric(100*(byName["blocked"].wall.Seconds()/byName["blocked-nohorizon"].wall.Seconds()-1), "horizon-cost%")
+	b.ReportMetric(100*(byName["blocked"].wall.Seconds()/byName["blocked-noadvice"].wall.Seconds()-1), "advice-cost%")
 	for _, v := range w.variants {
 		v.keys, v.wall, v.cpu, v.fps, v.fresh = 0, 0, 0, 0, 0
 	}
@@ -219,16 +222,22 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	span := W / gens
 	w := &windowBench{window: window}
 	timedKey := timedWindowKey(window)
-	for _, name := range []string{"blocked", "interleaved", "wide", "blocked-nohorizon"} {
+	for _, name := range []string{"blocked", "interleaved", "wide", "blocked-nohorizon", "blocked-noadvice"} {
 		kind, horizon := name, 0
-		if name == "blocked-nohorizon" {
+		switch name {
+		case "blocked-nohorizon":
 			kind, horizon = "blocked", -1
+		case "blocked-noadvice":
+			kind = "blocked"
 		}
 		clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		e, err := Open(Options{Filter: kind, Probabilistic: true, Window: W, Generations: gens,
 			ExpectedRate: float64(per) / span.Seconds(), MaxInFlight: 1 << 24, Now: clk.Now, HorizonSample: horizon})
 		if err != nil {
 			b.Fatal(err)
+		}
+		if name == "blocked-noadvice" {
+			DisableAdvice(e)
 		}
 		// Not closed: the engines outlive the first call of the benchmark
 		// (they are built once per process), and hold no files.

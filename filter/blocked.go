@@ -204,16 +204,28 @@ func blockedFP(lambda float64, k int) float64 {
 
 	lo := newWordTerm(cLo, jlo)
 	hi := newWordTerm(cLo+1, jlo)
+	// The Poisson weights by recurrence, P(j+1) = P(j) lambda/(j+1), from
+	// the first one taken in logs: the loop runs once per Tick of the
+	// window advisor for every shard's newest generation.
+	p := math.Exp(-lambda + float64(jlo)*math.Log(lambda) - lgammaInt(jlo+1))
 	var sum float64
 	for j := jlo; j <= jhi; j++ {
-		lp := -lambda + float64(j)*math.Log(lambda) - lgammaInt(j+1)
-		p := math.Exp(lp)
-		fj := math.Pow(hi.value(), float64(nHi)) * math.Pow(lo.value(), float64(blockWords-nHi))
+		fj := powInt(hi.value(), nHi) * powInt(lo.value(), blockWords-nHi)
 		sum += p * fj
+		p *= lambda / float64(j+1)
 		lo.next()
 		hi.next()
 	}
 	return math.Min(1, sum)
+}
+
+// powInt is x^n for a small n >= 0.
+func powInt(x float64, n int) float64 {
+	r := 1.0
+	for ; n > 0; n-- {
+		r *= x
+	}
+	return r
 }
 
 func lgammaInt(n int) float64 {
