@@ -199,8 +199,10 @@ func blockedFP(lambda float64, k int) float64 {
 	}
 	cLo, nHi := k/blockWords, k%blockWords // nHi words hold cLo+1 bits, the rest cLo
 	sd := math.Sqrt(lambda)
-	jlo := int(math.Max(0, math.Floor(lambda-14*sd-20)))
-	jhi := int(math.Ceil(lambda + 14*sd + 30))
+	// Loads past 10 sigmas (and a margin for small lambda) weigh under
+	// 1e-20: nothing at the rates a filter is sized for.
+	jlo := int(math.Max(0, math.Floor(lambda-10*sd-12)))
+	jhi := int(math.Ceil(lambda + 10*sd + 20))
 
 	lo := newWordTerm(cLo, jlo)
 	hi := newWordTerm(cLo+1, jlo)
@@ -210,11 +212,17 @@ func blockedFP(lambda float64, k int) float64 {
 	p := math.Exp(-lambda + float64(jlo)*math.Log(lambda) - lgammaInt(jlo+1))
 	var sum float64
 	for j := jlo; j <= jhi; j++ {
-		fj := powInt(hi.value(), nHi) * powInt(lo.value(), blockWords-nHi)
+		fj := 1.0
+		if nHi > 0 {
+			fj = powInt(hi.value(), nHi)
+			hi.next()
+		}
+		if nHi < blockWords {
+			fj *= powInt(lo.value(), blockWords-nHi)
+			lo.next()
+		}
 		sum += p * fj
 		p *= lambda / float64(j+1)
-		lo.next()
-		hi.next()
 	}
 	return math.Min(1, sum)
 }

@@ -83,3 +83,23 @@ func TestHorizonDrop(t *testing.T) {
 		t.Errorf("after Advance past the keep: keys %d, bytes %d, generations %d", hz.Keys(), hz.Bytes(), hz.Len())
 	}
 }
+
+// TestRadixSortSorts pins the fragments' sort: every length around the
+// switch to radix, uniform and clustered values, duplicates.
+func TestRadixSortSorts(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 255, 256, 257, 1000, 5000} {
+		for _, mask := range []uint32{0xffffffff, 0xff00, 0x7} {
+			a := make([]uint32, n)
+			for i := range a {
+				a[i] = r.Uint32() & mask
+			}
+			want := slices.Clone(a)
+			slices.Sort(want)
+			radixSort(a)
+			if !slices.Equal(a, want) {
+				t.Fatalf("n %d mask %#x: not sorted", n, mask)
+			}
+		}
+	}
+}

@@ -289,25 +289,27 @@ func (s *Shard) Record() {
 }
 
 // probe looks the sampled hashes hs observed New at now up in the
-// horizon.
+// horizon, all at once.
 func (s *Shard) probe(hs []uint64, now time.Time) {
 	a := s.adv
-	ns := now.UnixNano()
-	var l int
-	match := func(id uint64) {
-		if j := a.ageBin(id, ns) - a.j0; j >= 0 {
-			a.matches[l][j].Add(1)
-		}
-	}
+	// The level may have risen since the batch began: keep the hashes
+	// still in the sample.
+	n := 0
 	for _, h := range hs {
-		l = SampleLevel(h)
-		if l < s.level {
-			continue // the level rose since the batch began
+		if l := SampleLevel(h); l >= s.level {
+			s.probesAt[l]++
+			hs[n] = h
+			n++
 		}
-		s.probes++
-		s.probesAt[l]++
-		s.horizon.Probe(h, l, now, match)
 	}
+	hs = hs[:n]
+	s.probes += uint64(n)
+	ns := now.UnixNano()
+	s.horizon.ProbeAll(hs, SampleLevel, now, func(i int, id uint64) {
+		if j := a.ageBin(id, ns) - a.j0; j >= 0 {
+			a.matches[SampleLevel(hs[i])][j].Add(1)
+		}
+	})
 }
 
 // Renewed counts a key observed again while in flight after its first
@@ -335,10 +337,13 @@ func (s *Shard) Committed(gen uint64, hs []uint64) {
 		}
 	}
 	s.sync()
-	for _, h := range hs {
-		if l := SampleLevel(h); l >= s.level {
-			s.journal(gen, l, h)
-		}
+	s.horizon.AddAll(gen, hs, SampleLevel, s.level)
+	// Over its share of the budget, the shard raises the advisor's level
+	// (once per group of hashes: a group of at most a few thousand
+	// overshoots the share by that many fragments).
+	for s.horizon.Bytes() > s.adv.shardBudget && s.level < rotate.HorizonLevels-1 {
+		s.adv.level.CompareAndSwap(int32(s.level), int32(s.level+1))
+		s.sync()
 	}
 }
 
@@ -355,20 +360,6 @@ func (s *Shard) sync() {
 			s.leakFP[j] *= scale
 		}
 		s.level = k
-	}
-}
-
-// journal puts sampled hash h of level l into the horizon as a key of
-// generation gen, and raises the advisor's level while the shard's
-// horizon is over its share of the budget.
-func (s *Shard) journal(gen uint64, l int, h uint64) {
-	if l < s.level {
-		return // the level rose during this commit
-	}
-	s.horizon.Add(gen, l, h)
-	for s.horizon.Bytes() > s.adv.shardBudget && s.level < rotate.HorizonLevels-1 {
-		s.adv.level.CompareAndSwap(int32(s.level), int32(s.level+1))
-		s.sync()
 	}
 }
 
