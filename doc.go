@@ -141,7 +141,11 @@
 //     the store lookup behind a filter hit
 //   - peek.go: Peek
 //   - done.go: Done and DoneBatch (ExplicitDone)
-//   - pool.go: [Pool], the worker pool that owns the watermark and commits
+//   - pool.go: [Pool], the worker pool that owns the watermark and commits.
+//     It stays in this package, beside the engine it drives, because it
+//     refuses an engine opened without ExplicitDone and a closed one at
+//     NewPool, which the exported API does not tell; the rest of it uses
+//     only exported methods
 //   - idem.go: idempotency keys with stored results ([Engine.Begin],
 //     [Engine.Complete], [Engine.Release])
 //   - idem_store.go: the records behind them in the exact store
