@@ -3,6 +3,7 @@
 package dedup_test
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"runtime/pprof"
@@ -70,7 +71,11 @@ func BenchmarkObserveWindow(b *testing.B) {
 		n := min(round, b.N-done)
 		for _, v := range w.variants {
 			t0, c0 := time.Now(), cputime.Process()
-			fps, fresh := v.run(v.next, n)
+			var fps, fresh int
+			// Labelled for the profile: go tool pprof -tagfocus 'variant=^blocked$'.
+			pprof.Do(context.Background(), pprof.Labels("variant", v.name), func(context.Context) {
+				fps, fresh = v.run(v.next, n)
+			})
 			v.wall += time.Since(t0)
 			v.cpu += cputime.Process() - c0
 			v.next += uint64(n)
