@@ -141,7 +141,11 @@
 //     the store lookup behind a filter hit
 //   - peek.go: Peek
 //   - done.go: Done and DoneBatch (ExplicitDone)
-//   - pool.go: [Pool], the worker pool that owns the watermark and commits
+//   - pool.go: [Pool], the worker pool that owns the watermark and commits.
+//     It stays in this package, beside the engine it drives, because it
+//     refuses an engine opened without ExplicitDone and a closed one at
+//     NewPool, which the exported API does not tell; the rest of it uses
+//     only exported methods
 //   - idem.go: idempotency keys with stored results ([Engine.Begin],
 //     [Engine.Complete], [Engine.Release])
 //   - idem_store.go: the records behind them in the exact store
@@ -157,12 +161,12 @@
 //   - spool.go: the spool files of Filter fuse's newest generation
 //   - shadow.go: the sampled shadow behind the observed false-positive rate
 //   - stats.go: [Stats]
-//   - advisor.go: the window advisor's counts (duplicate delays by cohort age,
-//     the horizon past the window)
-//   - advisor_estimate.go: the advisor's estimate ([WindowAdvice]): censored
-//     delays, leaks per million and the window for a target
-//   - advisor_fit.go: the advisor's delay model, fitted to the censored
-//     histogram (exponential, lognormal, two exponentials)
+//   - clock.go: the event clock of [Options.EventTime]
+//
+// The window advisor ([WindowAdvice]: duplicate delays by cohort age, the
+// horizon past the window, the delay model and the window for a target)
+// is a package of its own, internal/advisor: a shard feeds it counts once
+// per group of keys observed, and the verdict path does not enter it.
 //
 // # Words
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/rotate"
 
+	"github.com/streamdedup/dedup/internal/advisor"
 	"github.com/streamdedup/dedup/internal/hashmix"
 )
 
@@ -60,8 +61,11 @@ type Engine struct {
 	// clock steps back, new keys still go there, in every shard alike.
 	newestGen atomic.Uint64
 	closed    atomic.Bool
-	// win is the event clock and the window advisor's setup (advisor.go).
-	win windowState
+	// clock is the event clock (Unix ns) under Options.EventTime
+	// (clock.go).
+	clock atomic.Int64
+	// adv is the window advisor (internal/advisor), fed by the shards.
+	adv *advisor.Advisor
 
 	// lifecycle is held shared by Commit, Snapshot, Backup and Stats, and
 	// exclusively by Close: nothing runs on a closing store.

@@ -1,6 +1,9 @@
 package dedup
 
-import "github.com/streamdedup/dedup/filter"
+import (
+	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/advisor"
+)
 
 // Internals that the external tests (package dedup_test) pin.
 
@@ -64,11 +67,11 @@ func LastCommitSeq(e *Engine) uint64 {
 // e's shadow covers (the observed false-positive rate).
 func Sampled(e *Engine, key []byte) bool { return sampled(e.hash(key)) }
 
-// The window advisor (advisor.go).
+// The window advisor (internal/advisor).
 
 // SampleLevel is the level of key in the window advisor's horizon sample:
 // the key is in a sample of 1 in 2^k when its level is k or more.
-func SampleLevel(e *Engine, key []byte) int { return sampleLevel(e.hash(key)) }
+func SampleLevel(e *Engine, key []byte) int { return advisor.SampleLevel(e.hash(key)) }
 
 // HorizonBytes is the memory the advisor's horizons hold, over shards.
 func HorizonBytes(e *Engine) uint64 {
@@ -76,12 +79,18 @@ func HorizonBytes(e *Engine) uint64 {
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
-		if s.adv.horizon != nil {
-			n += s.adv.horizon.Bytes()
-		}
+		n += s.adv.HorizonBytes()
 		s.mu.Unlock()
 	}
 	return n
+}
+
+// DisableAdvice turns e's window advisor and observed-FP shadow off, for
+// a benchmark of what they cost; e must not be in use.
+func DisableAdvice(e *Engine) {
+	for i := range e.shards {
+		e.shards[i].noAdvice = true
+	}
 }
 
 // ClaimsHeld is the number of claims of this process the engine keeps in

@@ -402,59 +402,62 @@ func (p *inflightSet) each(fn func(h uint64, en inflightEntry)) {
 	}
 }
 
-// genOf returns the generation of key (hash h) in p; without exact, of
-// the first entry of hash h. A nil set holds nothing.
-func (p *inflightSet) genOf(h uint64, key []byte, exactMode bool) (uint64, bool) {
+// entry returns the entry of key (hash h) in p, to read or move to
+// another generation; without exact, the first entry of hash h. A nil set
+// holds nothing.
+func (p *inflightSet) entry(h uint64, key []byte, exactMode bool) *inflightEntry {
 	if p == nil || p.n == 0 {
-		return 0, false
-	}
-	if h == 0 {
-		for _, en := range p.zero {
-			if !exactMode || string(p.key(en)) == string(key) {
-				return en.gen, true
-			}
-		}
-		return 0, false
-	}
-	if len(p.hashes) == 0 {
-		return 0, false
-	}
-	i, ok := p.probe(h, key, exactMode)
-	if !ok {
-		return 0, false
-	}
-	return p.ents[p.idx[i]].gen, true
-}
-
-// setGenIfBelow moves the entry of key (hash h) in p to generation gen if
-// its generation is below oldest, and returns the generation it had;
-// without exact, the first entry of hash h. A nil set holds nothing.
-func (p *inflightSet) setGenIfBelow(h uint64, key []byte, exactMode bool, oldest, gen uint64) (uint64, bool) {
-	if p == nil || p.n == 0 {
-		return 0, false
-	}
-	move := func(en *inflightEntry) (uint64, bool) {
-		old := en.gen
-		if old >= oldest {
-			return old, false
-		}
-		en.gen = gen
-		return old, true
+		return nil
 	}
 	if h == 0 {
 		for i := range p.zero {
 			if !exactMode || string(p.key(p.zero[i])) == string(key) {
-				return move(&p.zero[i])
+				return &p.zero[i]
 			}
 		}
-		return 0, false
+		return nil
 	}
 	if len(p.hashes) == 0 {
-		return 0, false
+		return nil
 	}
 	i, ok := p.probe(h, key, exactMode)
 	if !ok {
+		return nil
+	}
+	return &p.ents[p.idx[i]]
+}
+
+// uncommittedGen returns the generation the first sighting of key (hash
+// h), observed and not committed yet, went into: Done, in flight, or
+// being committed. The shard's lock is held.
+func (s *shard) uncommittedGen(h uint64, key []byte, exactMode bool) (uint64, bool) {
+	en := s.undone.entry(h, key, exactMode)
+	if en == nil {
+		en = s.inflight.entry(h, key, exactMode)
+	}
+	for _, sets := range [][]epochSet{s.older, s.committing} {
+		for i := 0; en == nil && i < len(sets); i++ {
+			en = sets[i].set.entry(h, key, exactMode)
+		}
+	}
+	if en == nil {
 		return 0, false
 	}
-	return move(&p.ents[p.idx[i]])
+	return en.gen, true
+}
+
+// renewInflight moves the entry of key (hash h), in flight and not being
+// committed, to generation gen if its generation is below oldest, and
+// returns the generation it had. The shard's lock is held.
+func (s *shard) renewInflight(h uint64, key []byte, exactMode bool, oldest, gen uint64) (uint64, bool) {
+	en := s.inflight.entry(h, key, exactMode)
+	for i := 0; en == nil && i < len(s.older); i++ {
+		en = s.older[i].set.entry(h, key, exactMode)
+	}
+	if en == nil || en.gen >= oldest {
+		return 0, false
+	}
+	old := en.gen
+	en.gen = gen
+	return old, true
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/advisor"
 	"github.com/streamdedup/dedup/rotate"
 )
 
@@ -235,11 +236,10 @@ func (e *Engine) observeGroup(s *shard, b *batchScratch, group []int32, keys [][
 		return ErrClosed
 	}
 	s.ring.Advance(now)
-	e.advTick(s, now)
 	s.rollEpoch(e.epoch.Load())
 	maybe := b.probe(s.ring, group)
 	inflight := b.probeInflight(s, group, keys, e.exactMode)
-	a := admit{gen: gen, now: now}
+	a := e.admitTo(s, gen, now)
 	e.reserve(&a, len(group))
 	// The set new keys join is asked here, key by key in order, not by
 	// probeInflight: a key first observed earlier in this group is in it
@@ -265,7 +265,7 @@ func (e *Engine) observeGroup(s *shard, b *batchScratch, group []int32, keys [][
 			s.mu.Unlock()
 			return wrap(err, "batch entry %d", i)
 		}
-		if v != InFlight && !done && sampled(b.hashes[i]) {
+		if v != InFlight && !done && sampled(b.hashes[i]) && a.adv != nil {
 			s.sample(b.hashes[i], maybe[j], now)
 		}
 		out[i] = v
@@ -281,9 +281,8 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 		return 0, ErrClosed
 	}
 	s.ring.Advance(now)
-	e.advTick(s, now)
 	s.rollEpoch(e.epoch.Load())
-	a := admit{gen: e.generationFor(now), now: now}
+	a := e.admitTo(s, e.generationFor(now), now)
 	// Under ExplicitDone the keys in flight outside newKeys are Done.
 	done := s.undone != nil && s.doneInFlight(h, key, e.exactMode)
 	inFlight := !done && s.undone == nil && s.otherInFlight(h, key, e.exactMode)
@@ -293,7 +292,7 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 	}
 	maybe := s.ring.Contains(h)
 	v, err := e.decide(s, key, h, maybe, inFlight, done, slot, &a)
-	if err == nil && v != InFlight && !done && sampled(h) {
+	if err == nil && v != InFlight && !done && sampled(h) && a.adv != nil {
 		s.sample(h, maybe, now)
 	}
 	e.finish(s, &a)
@@ -302,12 +301,28 @@ func (e *Engine) observeIn(s *shard, key []byte, h uint64, now time.Time) (Verdi
 
 // admit carries, through a group of decide calls under one shard lock, the
 // generation new keys go into and the in-flight slots reserved for them,
-// so that the shared counters are touched once per group, not per key.
+// so that the shared counters are touched once per group, not per key,
+// and the window advisor's counts of the group (nil with the advisor off).
 type admit struct {
 	gen      uint64
 	now      time.Time
 	reserved int64 // slots of MaxInFlight reserved and not yet used
 	news     int   // keys admitted into gen
+	adv      *advisor.Batch
+}
+
+// admitTo starts a group of keys observed in s at now, the New ones going
+// into generation gen: the advisor's clock ticks if due and its batch
+// begins. The shard's lock is held, the ring is advanced.
+func (e *Engine) admitTo(s *shard, gen uint64, now time.Time) admit {
+	a := admit{gen: gen, now: now}
+	if !s.noAdvice {
+		if s.adv.Due(now.UnixNano()) {
+			s.adv.Tick(now, s.ring.Generations())
+		}
+		a.adv = s.adv.Begin(gen, now)
+	}
+	return a
 }
 
 // reserve tries to reserve n in-flight slots at once; without them decide
@@ -325,7 +340,9 @@ func (e *Engine) reserve(a *admit, n int) {
 func (e *Engine) finish(s *shard, a *admit) {
 	if a.news > 0 {
 		s.inflightGens[a.gen] += a.news
-		s.adv.noteNews(a.gen, a.news)
+	}
+	if a.adv != nil {
+		s.adv.Record()
 	}
 	if a.reserved > 0 {
 		e.inflightCount.Add(-a.reserved)
@@ -343,7 +360,7 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 	if done {
 		s.observed++
 		s.dups++
-		e.noteUncommitted(s, h, key, a.now.UnixNano())
+		e.noteUncommitted(s, h, key, a)
 		return Duplicate, nil
 	}
 	if inFlight {
@@ -354,7 +371,7 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		}
 		s.inflightHits++
 		if !e.opts.ExplicitDone {
-			e.noteUncommitted(s, h, key, a.now.UnixNano())
+			e.noteUncommitted(s, h, key, a)
 		}
 		return InFlight, nil
 	}
@@ -362,7 +379,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		if !e.exactMode {
 			s.observed++
 			s.dups++
-			e.noteDuplicate(s, h, 0, a.now.UnixNano())
+			if a.adv != nil {
+				a.adv.Caught(s.oldestHolding(h))
+			}
 			return Duplicate, nil
 		}
 		found, gen, err := e.committedIn(s, h, key)
@@ -372,7 +391,12 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		if found {
 			s.observed++
 			s.dups++
-			e.noteDuplicate(s, h, gen, a.now.UnixNano())
+			if a.adv != nil {
+				if gen == 0 { // a cache of recent commits answered
+					gen = s.oldestHolding(h)
+				}
+				a.adv.Caught(gen)
+			}
 			return Duplicate, nil
 		}
 		s.falsePositives++
@@ -387,11 +411,66 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		return 0, fmt.Errorf("%w (MaxInFlight is %d)", ErrTooManyInFlight, e.opts.MaxInFlight)
 	}
 	s.newKeys().addAt(slot, h, key, a.gen, e.exactMode)
-	e.noteNew(s, h, a.now)
+	if a.adv != nil {
+		a.adv.New(h)
+	}
 	a.news++
 	s.observed++
 	s.news++
 	return New, nil
+}
+
+// oldestHolding returns the oldest live generation whose filter may hold
+// h, the one a Duplicate's first sighting most likely went into (0: none).
+// The shard's lock is held.
+func (s *shard) oldestHolding(h uint64) uint64 {
+	var gen uint64
+	s.ring.Lookup(h, func(g *rotate.Generation) bool {
+		gen = g.ID
+		return true // go on: the oldest match is the first sighting
+	})
+	return gen
+}
+
+// noteUncommitted counts, for the advisor, a duplicate of key (hash h) not
+// yet committed, at the cohort of the generation its first sighting went
+// into. decide calls it for every Duplicate of a Done key, and for
+// InFlight without ExplicitDone, where that answer is final (one loop
+// observes, processes and commits: a key repeated before its commit is a
+// duplicate, as `dedup filter` and RESP clients take it). Under
+// ExplicitDone a worker tries an InFlight event again until it is
+// Duplicate, counted then. The shard's lock is held.
+func (e *Engine) noteUncommitted(s *shard, h uint64, key []byte, a *admit) {
+	if a.adv == nil {
+		return
+	}
+	if gen, ok := s.uncommittedGen(h, key, e.exactMode); ok {
+		a.adv.Caught(gen)
+	}
+}
+
+// renewExpired is, under EventTime (without ExplicitDone), the answer to
+// an observe of a key in flight whose first sighting's generation has
+// left the window at the event clock: the sighting is past the window, so
+// the key is New again, and its entry moves to generation a.gen, where
+// its commit puts it (it would otherwise commit into an expired
+// generation, that is nowhere). A key being committed stays InFlight. The
+// advisor counts the duplicate as let through, at the old cohort's age.
+// The shard's lock is held.
+func (e *Engine) renewExpired(s *shard, h uint64, key []byte, a *admit) bool {
+	if !e.opts.EventTime || e.opts.ExplicitDone {
+		return false
+	}
+	old, ok := s.renewInflight(h, key, e.exactMode, s.ring.OldestLive(a.now), a.gen)
+	if !ok {
+		return false
+	}
+	s.uncount(old, 1)
+	s.inflightGens[a.gen]++
+	if a.adv != nil {
+		s.adv.Renewed(old, a.gen, a.now)
+	}
+	return true
 }
 
 // generationFor returns the generation a key observed New at now goes

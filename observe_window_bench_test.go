@@ -3,6 +3,7 @@
 package dedup_test
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"runtime/pprof"
@@ -40,7 +41,9 @@ import (
 // false-positive rate (fresh keys answered Duplicate), and the wall-clock
 // ratios of each engine variant to bits-and-blooms and to the split-block
 // filter; and the default engine again with the advisor's horizon off
-// (HorizonSample -1): horizon-cost% is the wall time it adds. Keep b.N at
+// (HorizonSample -1) and with the whole window advisor and the observed-FP
+// shadow off (DisableAdvice): horizon-cost% and advice-cost% are the wall
+// time they add to the default engine's. Keep b.N at
 // most 4M (-benchtime=2000000x). -short uses a 1M-key window,
 // DEDUP_OBSERVE_WINDOW_KEYS=n one of n keys (the 100M-key run:
 // DEDUP_OBSERVE_WINDOW_KEYS=100000000, about 1 GB).
@@ -68,7 +71,11 @@ func BenchmarkObserveWindow(b *testing.B) {
 		n := min(round, b.N-done)
 		for _, v := range w.variants {
 			t0, c0 := time.Now(), cputime.Process()
-			fps, fresh := v.run(v.next, n)
+			var fps, fresh int
+			// Labelled for the profile: go tool pprof -tagfocus 'variant=^blocked$'.
+			pprof.Do(context.Background(), pprof.Labels("variant", v.name), func(context.Context) {
+				fps, fresh = v.run(v.next, n)
+			})
 			v.wall += time.Since(t0)
 			v.cpu += cputime.Process() - c0
 			v.next += uint64(n)
@@ -95,6 +102,7 @@ func BenchmarkObserveWindow(b *testing.B) {
 	b.ReportMetric(byName["blocked"].wall.Seconds()/byName["wide"].wall.Seconds(), "wide-x-blocked")
 	// What the window advisor's horizon costs the default engine.
 	b.ReportMetric(100*(byName["blocked"].wall.Seconds()/byName["blocked-nohorizon"].wall.Seconds()-1), "horizon-cost%")
+	b.ReportMetric(100*(byName["blocked"].wall.Seconds()/byName["blocked-noadvice"].wall.Seconds()-1), "advice-cost%")
 	for _, v := range w.variants {
 		v.keys, v.wall, v.cpu, v.fps, v.fresh = 0, 0, 0, 0, 0
 	}
@@ -219,10 +227,13 @@ func buildObserveWindow(b *testing.B) *windowBench {
 	span := W / gens
 	w := &windowBench{window: window}
 	timedKey := timedWindowKey(window)
-	for _, name := range []string{"blocked", "interleaved", "wide", "blocked-nohorizon"} {
+	for _, name := range []string{"blocked", "interleaved", "wide", "blocked-nohorizon", "blocked-noadvice"} {
 		kind, horizon := name, 0
-		if name == "blocked-nohorizon" {
+		switch name {
+		case "blocked-nohorizon":
 			kind, horizon = "blocked", -1
+		case "blocked-noadvice":
+			kind = "blocked"
 		}
 		clk := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		e, err := Open(Options{Filter: kind, Probabilistic: true, Window: W, Generations: gens,
@@ -230,13 +241,25 @@ func buildObserveWindow(b *testing.B) *windowBench {
 		if err != nil {
 			b.Fatal(err)
 		}
+		if name == "blocked-noadvice" {
+			DisableAdvice(e)
+		}
 		// Not closed: the engines outlive the first call of the benchmark
 		// (they are built once per process), and hold no files.
+		// The clock moves with the keys, as a stream's does: a first
+		// generation filled at one instant would read as a rate without
+		// bound, and the young engine would chain its filter for it.
 		for g := range uint64(gens) {
-			for lo := uint64(0); lo < per; lo += 1 << 20 {
-				observeSpread(b, e, g*per+lo, int(min(1<<20, per-lo)), batch, freshWindowKey)
+			start := clk.Now()
+			chunk := uint64(1 << 20)
+			if g == 0 {
+				chunk = 1 << 12 // the young generation's sizing reads the rate
 			}
-			clk.Advance(span)
+			for lo := uint64(0); lo < per; lo += chunk {
+				n := min(chunk, per-lo)
+				observeSpread(b, e, g*per+lo, int(n), batch, freshWindowKey)
+				clk.Set(start.Add(time.Duration(float64(span) * float64(lo+n) / float64(per))))
+			}
 		}
 		w.variants = append(w.variants, &windowVariant{
 			name:  name,

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/advisor"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/internal/sysmem"
 	"github.com/streamdedup/dedup/rotate"
@@ -236,7 +237,12 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		logCommits: !opts.Probabilistic || opts.Dir != "",
 		shards:     make([]shard, opts.Shards),
 	}
-	e.initWindow()
+	e.initClock()
+	e.adv = advisor.New(advisor.Config{Window: opts.Window, Generations: opts.Generations, Shards: opts.Shards,
+		HorizonSample: opts.HorizonSample, HorizonBytes: opts.HorizonBytes, Probabilistic: opts.Probabilistic})
+	for i := range e.shards {
+		e.shards[i].adv = e.adv.NewShard()
+	}
 	span := opts.Window / time.Duration(opts.Generations)
 	cfg := ringConfig(kind, opts)
 	if err := fuseSpools(&cfg, fs, dir, opts.Dir != "", e.logf); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/advisor"
 	"github.com/streamdedup/dedup/rotate"
 )
 
@@ -173,7 +174,7 @@ type Options struct {
 }
 
 // defaultHorizonBytes is the default Options.HorizonBytes.
-const defaultHorizonBytes = 4 << 20
+const defaultHorizonBytes = advisor.DefaultHorizonBytes
 
 // Limits on option values.
 const (

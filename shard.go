@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/advisor"
 	"github.com/streamdedup/dedup/rotate"
 )
 
@@ -59,8 +60,11 @@ type shard struct {
 	shadow                   map[uint64]uint64
 	shadowFrom, shadowPruned uint64
 
-	// adv is the shard's part of the window advisor (advisor.go).
-	adv *shardAdvisor
+	// adv is the shard's part of the window advisor (internal/advisor).
+	// noAdvice turns it and the observed-FP shadow off: a benchmark's
+	// baseline (export_test.go); they are always on otherwise.
+	adv      *advisor.Shard
+	noAdvice bool
 
 	// Counters for Stats.
 	observed, news, dups, inflightHits uint64
@@ -260,33 +264,30 @@ func (s *shard) addCommitted(now time.Time, fresh []*recentSet) error {
 func (s *shard) addRun(run []inflightEntry, oldest uint64) error {
 	gen := run[0].gen
 	s.uncount(gen, len(run))
-	if gen < oldest {
-		// Expired before its commit: the advisor's horizon still takes
-		// its sample.
-		for _, en := range run {
-			if l, ok := s.adv.sampled(en.h); ok {
-				s.adv.journal(gen, l, en.h)
-			}
+	var g *rotate.Generation
+	if gen >= oldest {
+		var err error
+		if g, err = s.ring.Get(gen); err != nil {
+			return err
 		}
-		return nil
 	}
-	g, err := s.ring.Get(gen)
-	if err != nil {
-		return err
-	}
+	// Expired before its commit, a run goes into no filter; the advisor's
+	// horizon still takes its sample.
 	var buf [512]uint64
 	for len(run) > 0 {
 		n := min(len(run), len(buf))
 		for i, en := range run[:n] {
 			buf[i] = en.h
-			if sampled(en.h) {
+			if g != nil && sampled(en.h) && !s.noAdvice {
 				s.shadowAdd(en.h, gen)
 			}
-			if l, ok := s.adv.sampled(en.h); ok {
-				s.adv.journal(gen, l, en.h)
-			}
 		}
-		filter.AddAll(g.Filter, buf[:n])
+		if g != nil {
+			filter.AddAll(g.Filter, buf[:n])
+		}
+		if !s.noAdvice {
+			s.adv.Committed(gen, buf[:n])
+		}
 		run = run[n:]
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup/filter"
+	"github.com/streamdedup/dedup/internal/advisor"
 	"github.com/streamdedup/dedup/internal/diskuse"
 	"github.com/streamdedup/dedup/internal/fprate"
 )
@@ -171,7 +172,7 @@ func (e *Engine) Stats() Stats {
 	var order []uint64
 	var fpSum float64
 	var fpObserved uint64
-	advT := e.newAdvTotals()
+	advT := e.adv.NewTotals()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
@@ -223,11 +224,11 @@ func (e *Engine) Stats() Stats {
 			gs.FPRate += fp / float64(len(e.shards))
 		}
 		fpSum += fprate.Any(fps...)
-		advT.add(s.adv)
+		advT.Add(s.adv)
 		s.mu.Unlock()
 	}
 	st.EstimatedFPRate = fpSum / float64(len(e.shards))
-	st.WindowAdvice = e.advice(advT, e.opts.Now(), st.Observed, st.New)
+	st.WindowAdvice = advT.Advice(e.opts.Now(), st.Observed, st.New)
 	if st.ObservedFPSamples > 0 {
 		st.ObservedFPRate = float64(fpObserved) / float64(st.ObservedFPSamples)
 	}
@@ -304,3 +305,8 @@ type engineStats struct {
 
 	droppedAtClose atomic.Int64
 }
+
+// WindowAdvice is the window advisor's estimate, in [Stats]: how late
+// duplicates come, how many the window lets through, and which window
+// would let fewer through. docs/window.md describes the estimator.
+type WindowAdvice = advisor.Advice

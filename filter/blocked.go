@@ -199,21 +199,41 @@ func blockedFP(lambda float64, k int) float64 {
 	}
 	cLo, nHi := k/blockWords, k%blockWords // nHi words hold cLo+1 bits, the rest cLo
 	sd := math.Sqrt(lambda)
-	jlo := int(math.Max(0, math.Floor(lambda-14*sd-20)))
-	jhi := int(math.Ceil(lambda + 14*sd + 30))
+	// Loads past 10 sigmas (and a margin for small lambda) weigh under
+	// 1e-20: nothing at the rates a filter is sized for.
+	jlo := int(math.Max(0, math.Floor(lambda-10*sd-12)))
+	jhi := int(math.Ceil(lambda + 10*sd + 20))
 
 	lo := newWordTerm(cLo, jlo)
 	hi := newWordTerm(cLo+1, jlo)
+	// The Poisson weights by recurrence, P(j+1) = P(j) lambda/(j+1), from
+	// the first one taken in logs: the loop runs once per Tick of the
+	// window advisor for every shard's newest generation.
+	p := math.Exp(-lambda + float64(jlo)*math.Log(lambda) - lgammaInt(jlo+1))
 	var sum float64
 	for j := jlo; j <= jhi; j++ {
-		lp := -lambda + float64(j)*math.Log(lambda) - lgammaInt(j+1)
-		p := math.Exp(lp)
-		fj := math.Pow(hi.value(), float64(nHi)) * math.Pow(lo.value(), float64(blockWords-nHi))
+		fj := 1.0
+		if nHi > 0 {
+			fj = powInt(hi.value(), nHi)
+			hi.next()
+		}
+		if nHi < blockWords {
+			fj *= powInt(lo.value(), blockWords-nHi)
+			lo.next()
+		}
 		sum += p * fj
-		lo.next()
-		hi.next()
+		p *= lambda / float64(j+1)
 	}
 	return math.Min(1, sum)
+}
+
+// powInt is x^n for a small n >= 0.
+func powInt(x float64, n int) float64 {
+	r := 1.0
+	for ; n > 0; n-- {
+		r *= x
+	}
+	return r
 }
 
 func lgammaInt(n int) float64 {

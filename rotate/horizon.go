@@ -3,6 +3,9 @@ package rotate
 import (
 	"slices"
 	"time"
+	"unsafe"
+
+	"github.com/streamdedup/dedup/internal/prefetch"
 )
 
 // HorizonLevels bounds the sample levels a Horizon distinguishes: a hash
@@ -86,6 +89,31 @@ func (hz *Horizon) Add(id uint64, level int, h uint64) {
 	hz.keys++
 	if hz.bmOK && id >= hz.bmFrom && id <= hz.bmTo {
 		hz.setBit(uint32(h)) // a late key of an expired generation
+	}
+}
+
+// AddAll journals the hashes of hs whose level (level(h)) is from or more
+// as keys of generation id, as Add does one by one.
+func (hz *Horizon) AddAll(id uint64, hs []uint64, level func(h uint64) int, from int) {
+	g := hz.get(id)
+	bm := hz.bmOK && id >= hz.bmFrom && id <= hz.bmTo
+	for _, h := range hs {
+		l := min(level(h), HorizonLevels-1)
+		if l < from {
+			continue
+		}
+		if l >= len(g.levels) {
+			g.levels = append(g.levels, make([]horizonLevel, l+1-len(g.levels))...)
+		}
+		lv := &g.levels[l]
+		c := cap(lv.frags)
+		lv.frags = append(lv.frags, uint32(h))
+		lv.sorted = false
+		hz.bytes += 4 * uint64(cap(lv.frags)-c)
+		hz.keys++
+		if bm {
+			hz.setBit(uint32(h)) // a late key of an expired generation
+		}
 	}
 }
 
@@ -215,8 +243,16 @@ func (hz *Horizon) Drop(level int) {
 // that level matches a hash it does not hold with probability n/2^32
 // (Expired reports n).
 func (hz *Horizon) Probe(h uint64, level int, now time.Time, fn func(id uint64)) {
+	hz.ProbeAll([]uint64{h}, func(uint64) int { return level }, now, func(_ int, id uint64) { fn(id) })
+}
+
+// ProbeAll is Probe for every hash of hs, of level level(h), at one now:
+// the generations expired and the bitmap over them are brought up to date
+// once, and the bitmap's words are prefetched a few hashes ahead. fn gets
+// the index in hs of the hash matched.
+func (hz *Horizon) ProbeAll(hs []uint64, level func(h uint64) int, now time.Time, fn func(i int, id uint64)) {
 	from, to := hz.expired(now.UnixNano())
-	if from == to {
+	if from == to || len(hs) == 0 {
 		return
 	}
 	switch {
@@ -232,25 +268,74 @@ func (hz *Horizon) Probe(h uint64, level int, now time.Time, fn func(id uint64))
 			hz.buildBitmap(from, to)
 		}
 	}
-	f := uint32(h)
-	if !hz.hasBit(f) {
-		return
+	const ahead = 8
+	for _, h := range hs[:min(ahead, len(hs))] {
+		hz.prefetchBits(uint32(h))
 	}
-	level = min(level, HorizonLevels-1)
-	for i := from; i < to; i++ {
-		g := &hz.gens[i]
-		if level >= len(g.levels) {
+	for i, h := range hs {
+		if k := i + ahead; k < len(hs) {
+			hz.prefetchBits(uint32(hs[k]))
+		}
+		f := uint32(h)
+		if !hz.hasBit(f) {
 			continue
 		}
-		l := &g.levels[level]
-		if !l.sorted {
-			slices.Sort(l.frags)
-			l.sorted = true
-		}
-		if contains(l.frags, f) {
-			fn(g.id)
+		l := min(level(h), HorizonLevels-1)
+		for gi := from; gi < to; gi++ {
+			g := &hz.gens[gi]
+			if l >= len(g.levels) {
+				continue
+			}
+			lv := &g.levels[l]
+			if !lv.sorted {
+				hz.sort(lv.frags)
+				lv.sorted = true
+			}
+			if contains(lv.frags, f) {
+				fn(i, g.id)
+			}
 		}
 	}
+}
+
+// prefetchBits prefetches the bitmap's words of fragment f.
+func (hz *Horizon) prefetchBits(f uint32) {
+	for _, c := range bmHashes {
+		i := (f * c) >> hz.bmShift
+		prefetch.Addr(unsafe.Pointer(&hz.bitmap[i/64]))
+	}
+}
+
+// sort sorts fragments a in place: a least-significant-digit radix sort
+// by bytes for large slices (a generation's fragments are sorted once,
+// at its first probe past the window, and every key of the stream goes
+// through it), insertion sort and pdqsort for small ones.
+func (hz *Horizon) sort(a []uint32) { radixSort(a) }
+
+func radixSort(a []uint32) {
+	if len(a) < 256 {
+		slices.Sort(a)
+		return
+	}
+	src, dst := a, make([]uint32, len(a))
+	for shift := uint(0); shift < 32; shift += 8 {
+		var count [256]int
+		for _, x := range src {
+			count[(x>>shift)&0xff]++
+		}
+		pos := 0
+		for d, c := range count {
+			count[d] = pos
+			pos += c
+		}
+		for _, x := range src {
+			d := (x >> shift) & 0xff
+			dst[count[d]] = x
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	// Four passes: the sorted fragments are back in a.
 }
 
 // expired returns the range gens[from:to] of the generations expired

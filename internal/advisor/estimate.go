@@ -1,4 +1,4 @@
-package dedup
+package advisor
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/streamdedup/dedup/rotate"
 )
 
-// WindowAdvice is the window advisor's estimate, in [Stats]: how late
+// Advice is the window advisor's estimate, dedup.Stats.WindowAdvice: how late
 // duplicates come, how many the window lets through, and which window
 // would let fewer through. docs/window.md describes the estimator.
 //
@@ -18,13 +18,13 @@ import (
 // fitted to them (Model): the leaks and windows come from it, past Horizon
 // from it alone. Counts restart at Open: a restored generation's keys are
 // not counted.
-type WindowAdvice struct {
+type Advice struct {
 	// Caught counts the duplicates the window caught whose first sighting
 	// the advisor saw; HorizonMatches the keys of its sample (1 in Sample
 	// of the hash space) seen again after the window had let them go. The
 	// estimate rests on Duplicates: Caught + Late + Sample*HorizonMatches.
 	Caught, HorizonMatches, Duplicates uint64
-	// Late counts, under [Options.EventTime], the keys observed again
+	// Late counts, under [github.com/streamdedup/dedup.Options.EventTime], the keys observed again
 	// while in flight, after their first sighting had left the window:
 	// New again, let through and counted exactly.
 	Late uint64
@@ -63,16 +63,17 @@ type WindowAdvice struct {
 	// duplicates yet, or past Horizon without a tail fit).
 	WindowFor100, WindowFor10, WindowFor1 time.Duration
 	// Sample is the horizon's sample now: it keeps 1 key in Sample, a
-	// power of two that starts at [Options.HorizonSample] and doubles
+	// power of two that starts at [github.com/streamdedup/dedup.Options.HorizonSample] and doubles
 	// whenever the horizon would outgrow BudgetBytes; 0 without a horizon.
 	Sample uint64
 	// Bytes is the memory the advisor takes, mostly its horizon's sample,
-	// and BudgetBytes the horizon's budget ([Options.HorizonBytes]).
+	// and BudgetBytes the horizon's budget ([github.com/streamdedup/dedup.Options.HorizonBytes]).
 	Bytes, BudgetBytes uint64
 }
 
-// advTotals is the advisor's counts summed over shards.
-type advTotals struct {
+// Totals is the advisor's counts summed over shards, for an estimate.
+type Totals struct {
+	adv           *Advisor
 	caught, leaks []uint64
 	late          []uint64
 	fpExp, leakFP []float64
@@ -85,14 +86,15 @@ type advTotals struct {
 	level     int
 }
 
-func (e *Engine) newAdvTotals() *advTotals {
-	n := e.win.nbins
-	return &advTotals{caught: make([]uint64, n), late: make([]uint64, n), leaks: make([]uint64, n), fpExp: make([]float64, n),
+// NewTotals returns empty totals for [Totals.Add].
+func (a *Advisor) NewTotals() *Totals {
+	n := a.nbins
+	return &Totals{adv: a, caught: make([]uint64, n), late: make([]uint64, n), leaks: make([]uint64, n), fpExp: make([]float64, n),
 		leakFP: make([]float64, n), cohorts: map[uint64]*cohort{}}
 }
 
-// add sums a shard's advisor into t; the shard's lock is held.
-func (t *advTotals) add(a *shardAdvisor) {
+// Add sums a shard's advisor into t; the shard's lock is held.
+func (t *Totals) Add(a *Shard) {
 	for j := range t.caught {
 		t.caught[j] += a.caught[j]
 		t.late[j] += a.late[j]
@@ -106,7 +108,7 @@ func (t *advTotals) add(a *shardAdvisor) {
 			t.fpByLevel[a.level] = fp
 		}
 		for j, x := range a.leakFP {
-			fp[a.win.j0+j] += x
+			fp[a.adv.j0+j] += x
 		}
 	}
 	for id, c := range a.cohorts {
@@ -119,15 +121,15 @@ func (t *advTotals) add(a *shardAdvisor) {
 		m.dups += c.dups
 	}
 	t.foldedN += a.foldedN
-	t.bytes += a.bytes()
+	t.bytes += a.Bytes()
 }
 
 // collect sets leaks and leakFP to the horizon's counts of the sample at
 // the engine's level (matches of the levels from it up; the false matches
-// expected of each shard, scaled as shardAdvisor.sync does), and returns the
+// expected of each shard, scaled as Shard.sync does), and returns the
 // sample factor, 2^level (0 without a horizon). It adds the engine-wide
 // counts' memory to bytes.
-func (t *advTotals) collect(w *windowState) int {
+func (t *Totals) collect(w *Advisor) int {
 	if !w.horizon {
 		return 0
 	}
@@ -153,11 +155,11 @@ func (t *advTotals) collect(w *windowState) int {
 	return 1 << t.level
 }
 
-// advice turns the totals into the estimate at now, with observed events
+// Advice turns the totals into the estimate at now, with observed events
 // of which news were New.
-func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) WindowAdvice {
-	w := &e.win
-	var adv WindowAdvice
+func (t *Totals) Advice(now time.Time, observed, news uint64) Advice {
+	w := t.adv
+	var adv Advice
 	adv.Bytes = t.bytes
 	adv.BudgetBytes = w.budget
 	sampleN := t.collect(w)
@@ -167,7 +169,7 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	b := float64(w.bin)
 	span := float64(w.span)
 	ns := now.UnixNano()
-	j0 := (e.opts.Generations + 1) * K // first bin past the window: age Window + span
+	j0 := (w.cfg.Generations + 1) * K // first bin past the window: age Window + span
 	sample := float64(sampleN)
 	// Exposure: originals times the share of each bin their cohort has
 	// lived through. A cohort still current has seen age/span of its keys
@@ -219,8 +221,8 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 		return adv
 	}
 	perEvent := float64(news) / float64(observed)
-	gens := float64(e.opts.Generations)
-	window := float64(e.opts.Window)
+	gens := float64(w.cfg.Generations)
+	window := float64(w.cfg.Window)
 	// The delay model, fitted to every bin measured; ages in windows.
 	h := &histogram{width: b / window, k: K, w: make([]float64, jm), y: make([]float64, jm), g: make([]float64, jm)}
 	for j := range jm {
@@ -242,9 +244,9 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 	// Tail: an exponential fitted to the measured range past half the
 	// window.
 	fit := tailFit{}
-	lo := (e.opts.Generations * K) / 2
+	lo := (w.cfg.Generations * K) / 2
 	if jm-lo >= 2 {
-		fit = fitTail(q, d, v, expo, lo, jm, j0, b, float64(e.opts.Window), sample)
+		fit = fitTail(q, d, v, expo, lo, jm, j0, b, float64(w.cfg.Window), sample)
 	}
 	if fit.relErr >= 1 {
 		fit = tailFit{} // too unsure to extrapolate
@@ -341,7 +343,7 @@ func (e *Engine) advice(t *advTotals, now time.Time, observed, news uint64) Wind
 }
 
 // setWindowsFor sets the windows for 100, 10 and 1 per million.
-func setWindowsFor(adv *WindowAdvice, leaksAt func(float64) (float64, bool), window, bin float64) {
+func setWindowsFor(adv *Advice, leaksAt func(float64) (float64, bool), window, bin float64) {
 	for _, x := range []struct {
 		target float64
 		out    *time.Duration
@@ -352,7 +354,7 @@ func setWindowsFor(adv *WindowAdvice, leaksAt func(float64) (float64, bool), win
 
 // modelAdvice fills adv from the delay model m: ages in windows, horizon
 // the end of the ages measured, bin the age bin (ns).
-func modelAdvice(adv *WindowAdvice, m *delayFit, perEvent, gens, window, horizon, bin float64) {
+func modelAdvice(adv *Advice, m *delayFit, perEvent, gens, window, horizon, bin float64) {
 	dist := m.dist
 	perM := 1e6 * perEvent
 	adv.Model = dist.describe(time.Duration(window))

@@ -1,4 +1,4 @@
-package dedup
+package advisor
 
 import (
 	"fmt"
@@ -40,7 +40,7 @@ func advBound(t *testing.T, d delayDist, p, rate float64, dur, window time.Durat
 // window), each bin's count its expectation under d and p; j0 is the
 // first bin past the window.
 func expectedHistogram(d delayDist, p, rate float64, dur, window time.Duration, sample, horizon int) (h *histogram, j0 int) {
-	var w windowState
+	var w Advisor
 	w.setGeometry(window, 4, horizon)
 	K, b := w.binsPerSpan, float64(w.bin)
 	// Exposure at the stream's end: cohort g, rate*span originals, has
@@ -83,9 +83,9 @@ func expectedHistogram(d delayDist, p, rate float64, dur, window time.Duration, 
 // them in a shorter stream), 4 bytes each and about one of Bloom filter,
 // plus up to a fifth for the slices' growth.
 func budgetSample(rate float64, window, dur time.Duration) int {
-	keys := rate * min((1.25+advHorizonWindows)*window.Seconds(), dur.Seconds())
+	keys := rate * min((1.25+HorizonWindows)*window.Seconds(), dur.Seconds())
 	s := 1
-	for 6*keys/float64(s) > defaultHorizonBytes {
+	for 6*keys/float64(s) > DefaultHorizonBytes {
 		s *= 2
 	}
 	return s
@@ -147,7 +147,7 @@ func TestAdvisorBound(t *testing.T) {
 		}
 	}
 	for _, s := range shapes[:2] {
-		b, samples := bounds(s, 200, 0, advHorizonWindows)
+		b, samples := bounds(s, 200, 0, HorizonWindows)
 		t.Logf("%s, rate 200, samples%s:%s", s.name, samples, pct(b))
 		check(s.name, b, 0, 0.11)
 	}
@@ -157,10 +157,10 @@ func TestAdvisorBound(t *testing.T) {
 		sample, horizon int
 		lo, hi          float64
 	}{
-		{200, 0, advHorizonWindows, 0.08, 0.20},
-		{200, 16, advHorizonWindows, 0.30, 1},
+		{200, 0, HorizonWindows, 0.08, 0.20},
+		{200, 16, HorizonWindows, 0.30, 1},
 		{200, 0, 3, 0.12, 0.25},
-		{566, 0, advHorizonWindows, 0, 0.12},
+		{566, 0, HorizonWindows, 0, 0.12},
 	} {
 		b, samples := bounds(mix, c.rate, c.sample, c.horizon)
 		name := fmt.Sprintf("mixture, rate %v, horizon %d windows, samples%s", c.rate, c.horizon, samples)
@@ -170,7 +170,7 @@ func TestAdvisorBound(t *testing.T) {
 	// The duplicates a 20-minute stream holds at the rates where the
 	// mixture's bound falls under 12% at every window.
 	for rate := 200.0; rate <= 12800; rate *= math.Sqrt2 {
-		b, samples := bounds(mix, rate, 0, advHorizonWindows)
+		b, samples := bounds(mix, rate, 0, HorizonWindows)
 		t.Logf("mixture, rate %.0f (%.0f duplicates), samples%s:%s", rate, rate*0.02*1200, samples, pct(b))
 	}
 }
