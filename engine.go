@@ -62,6 +62,9 @@ type Engine struct {
 	closed    atomic.Bool
 	// win is the event clock and the window advisor's setup (advisor.go).
 	win windowState
+	// auto is the self-sizing window's controller (autowindow.go), nil
+	// without Options.AutoWindow.
+	auto *autoWindow
 
 	// lifecycle is held shared by Commit, Snapshot, Backup and Stats, and
 	// exclusively by Close: nothing runs on a closing store.

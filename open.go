@@ -249,6 +249,8 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	if e.timing, err = rotate.New(cfg); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
+	// Every shard follows e.timing's window schedule.
+	cfg = e.timing.Options()
 	for i := range e.shards {
 		s := &e.shards[i]
 		if s.ring, err = rotate.New(cfg); err != nil {
@@ -358,6 +360,10 @@ func (e *Engine) load() error {
 	}
 	e.checkpoint = cp
 	e.commitSeq = e.store.CommitSeq()
+	if err := e.loadWindowSchedule(); err != nil {
+		return err
+	}
+	e.initAutoWindow()
 	return e.restore()
 }
 

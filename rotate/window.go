@@ -121,10 +121,33 @@ func (s *Schedule) set(w time.Duration, now time.Time) (bool, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	next, ok := s.next(w, now)
+	if ok {
+		s.segs.Store(&next)
+	}
+	return ok, nil
+}
+
+// Preview returns the entries the schedule would hold after a change to
+// window w at now, without making it, and whether w differs from the
+// window in force. Unlike [Ring.SetWindow] it takes any positive w: a
+// state reopened under other options keeps the expiry of its keys.
+func (s *Schedule) Preview(w time.Duration, now time.Time) ([]WindowChange, bool, error) {
+	if w <= 0 {
+		return nil, false, fmt.Errorf("%w: %v is not positive", ErrWindowOutOfRange, w)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, ok := s.next(w, now)
+	return next, ok, nil
+}
+
+// next computes set's new entries; s.mu is held.
+func (s *Schedule) next(w time.Duration, now time.Time) ([]WindowChange, bool) {
 	segs := *s.segs.Load()
 	cur := segs[len(segs)-1].Window
 	if w == cur {
-		return false, nil
+		return append([]WindowChange(nil), segs...), false
 	}
 	ns := now.UnixNano()
 	c := s.newest.Load()
@@ -161,9 +184,7 @@ func (s *Schedule) set(w time.Duration, now time.Time) (bool, error) {
 	for i+1 < len(next) && next[i+1].From <= oldest {
 		i++
 	}
-	next = next[i:]
-	s.segs.Store(&next)
-	return true, nil
+	return next[i:], true
 }
 
 // windowAt is the window of the entry of segs that generation id falls in.
