@@ -294,6 +294,9 @@ func (f *filterRun) run() (err error) {
 		}
 		opts.Logf = engineLog(f.env)
 	}
+	if opts.AutoWindow != nil && opts.Logf == nil {
+		opts.Logf = engineLog(f.env) // every window change is logged
+	}
 	// What can fail is tried before any output is created or truncated:
 	// the metrics port, the state, the inputs.
 	if err := f.openMetricsPort(); err != nil {
