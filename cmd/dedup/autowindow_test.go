@@ -86,6 +86,15 @@ func TestWindowAutoFlags(t *testing.T) {
 	}
 }
 
+// TestServeWindowAuto checks that dedup serve refuses --window auto,
+// whose tables take a fixed window, rather than ignore it.
+func TestServeWindowAuto(t *testing.T) {
+	code, _, stderr := runCmd(t, "", "serve", "--window", "auto")
+	if code != 2 || !strings.Contains(stderr, "--window auto: dedup serve takes a fixed --window") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
 // TestWindowMetrics checks the window's metrics: the window in force, and
 // under AutoWindow the target and the changes.
 func TestWindowMetrics(t *testing.T) {
