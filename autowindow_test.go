@@ -164,6 +164,9 @@ func mixtureDelay(share float64, a, b time.Duration) func(*rand.Rand) time.Durat
 // of the target, and no duplicate is let through before the window in
 // force when its original arrived.
 func TestAutoWindowMeetsTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million events or more per stream: 15-30 s each")
+	}
 	cases := []struct {
 		name   string
 		stream autoStream
@@ -303,5 +306,65 @@ func TestAutoWindowOptions(t *testing.T) {
 	o.WithDefaults()
 	if got := *o.AutoWindow; got != (AutoWindow{MaxLeaks: 100, Min: 10 * time.Minute, Max: 80 * time.Minute}) {
 		t.Errorf("defaults = %+v", got)
+	}
+}
+
+// TestAutoWindowChangesRaceFree changes the window while goroutines
+// observe and commit across every shard (run under -race): every key
+// observed again within the window in force when it came is still held.
+func TestAutoWindowChangesRaceFree(t *testing.T) {
+	clock := testclock.New(t0)
+	e := openT(t, Options{Now: clock.Now, Shards: 16, ExpectedRate: 1000,
+		AutoWindow: &AutoWindow{Min: time.Minute, Max: 10 * time.Minute}})
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			time.Sleep(time.Millisecond)
+			clock.Advance(time.Second)
+			if _, err := e.SetWindowAt(time.Minute+time.Duration(i%10)*time.Minute, clock.Now()); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	type held struct {
+		key    string
+		at     time.Time
+		window time.Duration
+	}
+	err := onGoroutines(4, func(g int) error {
+		var hs []held
+		for i := range 300 {
+			k := fmt.Sprintf("g%d-%d", g, i)
+			now, w := clock.Now(), e.Window()
+			if v, err := e.Observe([]byte(k)); err != nil || v != New {
+				return fmt.Errorf("Observe(%s) = %v, %v", k, v, err)
+			}
+			if err := e.Commit(nil); err != nil {
+				return err
+			}
+			hs = append(hs, held{k, now, w})
+			old := hs[len(hs)/2]
+			if clock.Now().Sub(old.at) < old.window {
+				if v, err := e.Observe([]byte(old.key)); err != nil || v == New {
+					return fmt.Errorf("Observe(%s) %v after it came under a window of %v = %v, %v", old.key, clock.Now().Sub(old.at), old.window, v, err)
+				}
+			}
+		}
+		return nil
+	})
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
