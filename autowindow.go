@@ -193,13 +193,19 @@ func (e *Engine) loadWindowSchedule() error {
 	if err := e.timing.Schedule().Restore(changes); err != nil {
 		return fmt.Errorf("%w: window schedule: %w", ErrCorrupt, err)
 	}
-	if w := e.timing.Window(); e.opts.AutoWindow == nil && w != e.opts.Window {
-		// A fixed window again: from now on (the keys held keep theirs).
-		if _, err := e.setWindow(e.opts.Window, e.opts.Now(), true); err != nil {
-			return err
-		}
-	}
 	return nil
+}
+
+// settleWindow, once the filters are restored and the clock started,
+// goes back to the fixed Window on a state that an AutoWindow left at
+// another: from now on (the keys held keep theirs; the rings have noted
+// the generations they restored, so the change starts past them).
+func (e *Engine) settleWindow() error {
+	if w := e.timing.Window(); e.opts.AutoWindow != nil || w == e.opts.Window {
+		return nil
+	}
+	_, err := e.setWindow(e.opts.Window, e.opts.Now(), true)
+	return err
 }
 
 // setWindow makes w the window in force from now on, and keeps the

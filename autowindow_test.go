@@ -368,3 +368,37 @@ func TestAutoWindowChangesRaceFree(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAutoWindowKeptOnEventTime reopens, on event time, a state an
+// AutoWindow widened with a fixed window: the keys held keep the wide
+// window (the change back starts past the generations restored, not at
+// the event clock's zero before any event).
+func TestAutoWindowKeptOnEventTime(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Dir: dir, EventTime: true, ExpectedRate: 1000,
+		AutoWindow: &AutoWindow{Min: 2 * time.Minute, Max: 30 * time.Minute}}
+	e := openT(t, o)
+	observeAt := func(e *Engine, key string, at time.Time, want Verdict) {
+		t.Helper()
+		out := make([]Verdict, 1)
+		if err := e.ObserveBatchAt([][]byte{[]byte(key)}, at, out); err != nil || out[0] != want {
+			t.Fatalf("observe %s at %v = %v, %v, want %v", key, at.Sub(t0), out[0], err, want)
+		}
+	}
+	if _, err := e.SetWindowAt(20*time.Minute, t0); err != nil {
+		t.Fatal(err)
+	}
+	observeAt(e, "wide", t0, New)
+	for i := range 8 {
+		observeAt(e, fmt.Sprint("later-", i), t0.Add(time.Duration(i)*time.Minute), New)
+		mustCommit(t, e, "")
+	}
+	fixed := o
+	fixed.AutoWindow = nil
+	e = reopen(t, e, fixed)
+	if w := e.Window(); w != 2*time.Minute {
+		t.Errorf("Window = %v, want 2m", w)
+	}
+	observeAt(e, "wide", t0.Add(15*time.Minute), Duplicate)
+	observeAt(e, "later-7", t0.Add(25*time.Minute), Duplicate)
+}

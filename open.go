@@ -268,6 +268,9 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		return nil, err
 	}
 	e.startEventClock()
+	if err := e.settleWindow(); err != nil {
+		return nil, err
+	}
 	// The filters start small and follow the traffic (Stats.FilterBytes,
 	// Options.FilterCeiling): the ceiling is worth a line only when the
 	// machine could not hold it beside the rest of the process.

@@ -150,7 +150,9 @@ func (s *Schedule) next(w time.Duration, now time.Time) ([]WindowChange, bool) {
 		return append([]WindowChange(nil), segs...), false
 	}
 	ns := now.UnixNano()
-	c := s.newest.Load()
+	// The current generation: the clock's, and never one before a
+	// generation made or a change already made.
+	c := max(s.newest.Load(), segs[len(segs)-1].From)
 	if ns > 0 {
 		c = max(c, uint64(ns/s.span))
 	}
