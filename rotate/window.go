@@ -151,8 +151,9 @@ func (s *Schedule) next(w time.Duration, now time.Time) ([]WindowChange, bool) {
 	}
 	ns := now.UnixNano()
 	// The current generation: the clock's, and never one before a
-	// generation made or a change already made.
-	c := max(s.newest.Load(), segs[len(segs)-1].From)
+	// generation a ring has made (a change made before the rings restore
+	// theirs would start too early: see dedup's settleWindow).
+	c := s.newest.Load()
 	if ns > 0 {
 		c = max(c, uint64(ns/s.span))
 	}
