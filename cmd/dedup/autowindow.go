@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -72,9 +73,10 @@ func (f *engineFlags) autoOptions(o *dedup.Options) {
 		MaxMemory: int64(f.autoWin.maxMemory)}
 }
 
-// autoAlone names the auto window's flags given without --window auto.
-func autoAlone(o dedup.Options, explicit map[string]bool) []string {
-	if o.AutoWindow != nil {
+// checkAuto is a usage error naming the auto window's flags given
+// without --window auto (explicit, by flag name), nil if none.
+func (f *engineFlags) checkAuto(explicit map[string]bool) error {
+	if f.autoWin.auto {
 		return nil
 	}
 	var msgs []string
@@ -83,5 +85,8 @@ func autoAlone(o dedup.Options, explicit map[string]bool) []string {
 			msgs = append(msgs, "--"+fl+": needs --window auto")
 		}
 	}
-	return msgs
+	if len(msgs) == 0 {
+		return nil
+	}
+	return usagef("%s", strings.Join(msgs, "; "))
 }

@@ -93,6 +93,10 @@ func TestServeWindowAuto(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "--window auto: dedup serve takes a fixed --window") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
+	code, _, stderr = runCmd(t, "", "serve", "--max-leaks", "5")
+	if code != 2 || !strings.Contains(stderr, "--max-leaks: needs --window auto") {
+		t.Errorf("serve --max-leaks: exit %d, stderr %q", code, stderr)
+	}
 }
 
 // TestWindowMetrics checks the window's metrics: the window in force, and

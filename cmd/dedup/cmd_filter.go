@@ -279,6 +279,9 @@ func (f *filterRun) run() (err error) {
 	opts.EventTime = c.times.field != ""
 	opts.MaxInFlight = maxInFlight(c)
 	opts.MaxKeySize = c.keys.maxKey
+	if err := c.engine.checkAuto(c.explicit); err != nil {
+		return err
+	}
 	if err := checkOptions(opts, c.explicit); err != nil {
 		return err
 	}

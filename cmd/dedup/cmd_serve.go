@@ -113,6 +113,9 @@ func runServe(e *env, args []string) error {
 	}
 	opts := c.engine.options("")
 	opts.MaxKeySize = c.maxKey
+	if err := c.engine.checkAuto(explicitFlags(fs)); err != nil {
+		return err
+	}
 	if opts.AutoWindow != nil {
 		// Tables take their window from BF.RESERVE and DEDUP.RESERVE; the
 		// self-sizing window is not wired through them.

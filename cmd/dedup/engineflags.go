@@ -163,7 +163,6 @@ func checkOptions(o dedup.Options, explicit map[string]bool) error {
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = d.MaxInFlight
 	}
-	msgs = append(msgs, autoAlone(o, explicit)...)
 	err := o.Validate()
 	if err == nil && len(msgs) == 0 {
 		return nil
