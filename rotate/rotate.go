@@ -19,6 +19,11 @@
 // With Kind filter.Fuse, every generation older than the newest is sealed
 // into a static binary fuse filter built from its hashes (fuse.go).
 //
+// With Options.MaxWindow the window can change while the ring runs
+// (Ring.SetWindow, window.go): the span stays, each generation expires at
+// its end plus the window in force from it on, and never before the
+// generation before it, so a change shortens no hash already held.
+//
 // The clock is injected: every method takes the current time. A clock that
 // steps backwards never expires anything early (expiry only ever compares the
 // current time with a generation's end) and never creates an older generation

@@ -9,11 +9,6 @@ import (
 	"time"
 )
 
-// ErrWindowOutOfRange is returned by [Ring.SetWindow] and
-// [Schedule.Restore] for a window outside [Options.Window,
-// Options.MaxWindow].
-var ErrWindowOutOfRange = errors.New("rotate: window out of range")
-
 // Schedule is the window in force over the generations of one or more
 // rings: the rings of one engine share it ([Options.Schedule]), so that
 // they expire every generation at the same time and a change made through
