@@ -159,6 +159,8 @@
 //     delays, leaks per million and the window for a target
 //   - advisor_fit.go: the advisor's delay model, fitted to the censored
 //     histogram (exponential, lognormal, two exponentials)
+//   - autowindow.go: [AutoWindow], the window that sizes itself from the
+//     advice, and [Engine.Window]
 //
 // # Words
 //
