@@ -201,6 +201,7 @@ func (e *Engine) lead() {
 	}
 	e.cleader = false
 	e.cmu.Unlock()
+	e.autoAfterCommit()
 }
 
 // commitOnce writes the keys in flight and cp (of rank rank) in one batch. Keys stay

@@ -162,6 +162,8 @@
 //   - shadow.go: the sampled shadow behind the observed false-positive rate
 //   - stats.go: [Stats]
 //   - clock.go: the event clock of [Options.EventTime]
+//   - autowindow.go: [AutoWindow], the window that sizes itself from the
+//     advice, and [Engine.Window]
 //
 // The window advisor ([WindowAdvice]: duplicate delays by cohort age, the
 // horizon past the window, the delay model and the window for a target)

@@ -66,6 +66,9 @@ type Engine struct {
 	clock atomic.Int64
 	// adv is the window advisor (internal/advisor), fed by the shards.
 	adv *advisor.Advisor
+	// auto is the self-sizing window's controller (autowindow.go), nil
+	// without Options.AutoWindow.
+	auto *autoWindow
 
 	// lifecycle is held shared by Commit, Snapshot, Backup and Stats, and
 	// exclusively by Close: nothing runs on a closing store.

@@ -255,6 +255,8 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 	if e.timing, err = rotate.New(cfg); err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
+	// Every shard follows e.timing's window schedule.
+	cfg = e.timing.Options()
 	for i := range e.shards {
 		s := &e.shards[i]
 		if s.ring, err = rotate.New(cfg); err != nil {
@@ -272,6 +274,9 @@ func open(opts Options, fs vfs.FS, dir string, store *exact.Store) (*Engine, err
 		return nil, err
 	}
 	e.startEventClock()
+	if err := e.settleWindow(); err != nil {
+		return nil, err
+	}
 	// The filters start small and follow the traffic (Stats.FilterBytes,
 	// Options.FilterCeiling): the ceiling is worth a line only when the
 	// machine could not hold it beside the rest of the process.
@@ -364,6 +369,10 @@ func (e *Engine) load() error {
 	}
 	e.checkpoint = cp
 	e.commitSeq = e.store.CommitSeq()
+	if err := e.loadWindowSchedule(); err != nil {
+		return err
+	}
+	e.initAutoWindow()
 	return e.restore()
 }
 

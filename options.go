@@ -171,6 +171,12 @@ type Options struct {
 	// 1 (every key while it fits), HorizonBytes 4 MiB.
 	HorizonSample int
 	HorizonBytes  int64
+
+	// AutoWindow, when set, sizes the window from the delays measured, to
+	// a leak target within a memory budget (see [AutoWindow]); Window is
+	// then its shortest window, AutoWindow.Min. Default nil: the window is
+	// Window, fixed.
+	AutoWindow *AutoWindow
 }
 
 // defaultHorizonBytes is the default Options.HorizonBytes.
@@ -191,6 +197,7 @@ const (
 
 // WithDefaults fills every zero field with its default and returns o.
 func (o *Options) WithDefaults() *Options {
+	o.autoDefaults()
 	if o.Window == 0 {
 		o.Window = time.Hour
 	}
@@ -291,6 +298,7 @@ func (o *Options) validate() error {
 	if o.HorizonBytes < 1 {
 		bad("HorizonBytes", "must be positive, got %d", o.HorizonBytes)
 	}
+	o.validateAutoWindow(bad)
 	return errors.Join(errs...)
 }
 

@@ -87,6 +87,7 @@ func ringConfig(kind filter.Kind, opts Options) rotate.Options {
 		Kind:              kind,
 		Capacity:          shardCapacity(opts.ExpectedRate*span.Seconds(), opts.Shards),
 		FalsePositiveRate: opts.FalsePositiveRate,
+		MaxWindow:         autoMaxWindow(opts),
 	}
 }
 

@@ -125,6 +125,9 @@ type Stats struct {
 	// WindowAdvice is the window advisor's estimate: how late duplicates
 	// come and how many the window lets through (docs/window.md).
 	WindowAdvice WindowAdvice
+	// AutoWindow is the window in force and, under [Options.AutoWindow],
+	// what sized it.
+	AutoWindow AutoWindowStats
 	// DiskBytes is the space the state directory takes on its file system,
 	// as du counts it: the blocks allocated to the exact store (tables,
 	// write-ahead logs, manifest) and the snapshots. In memory (Dir "") it
@@ -229,6 +232,7 @@ func (e *Engine) Stats() Stats {
 	}
 	st.EstimatedFPRate = fpSum / float64(len(e.shards))
 	st.WindowAdvice = advT.Advice(e.opts.Now(), st.Observed, st.New)
+	st.AutoWindow = e.autoStats()
 	if st.ObservedFPSamples > 0 {
 		st.ObservedFPRate = float64(fpObserved) / float64(st.ObservedFPSamples)
 	}

@@ -168,7 +168,7 @@ func New(cfg Options) (*Consumer, error) {
 		cfg:      cfg,
 		engine:   eo,
 		tickMs:   max(1, tick.Milliseconds()),
-		lookback: eo.Window + eo.Window/time.Duration(eo.Generations),
+		lookback: lookback(eo),
 		parts:    make(map[tp]*partition),
 	}, nil
 }
@@ -522,4 +522,15 @@ func (c *Consumer) stage(fs kgo.Fetches) error {
 		err = c.process(pt, p.Records, true)
 	})
 	return err
+}
+
+// lookback is how far before a partition's committed record a rebuild
+// replays: the window and a span, or under AutoWindow the longest window
+// and a span (the window in force may be any in between).
+func lookback(eo dedup.Options) time.Duration {
+	w := eo.Window
+	if eo.AutoWindow != nil {
+		w = max(w, eo.AutoWindow.Max)
+	}
+	return w + eo.Window/time.Duration(eo.Generations)
 }

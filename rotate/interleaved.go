@@ -86,6 +86,8 @@ func EstimateBytes(cfg Options) (uint64, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}
+	// Sized for the generations of the longest window.
+	cfg.Generations, cfg.MaxWindow = cfg.sizedGenerations(), 0
 	if cfg.Kind == filter.Interleaved {
 		lt := newLaneTables(cfg)
 		return filter.EstimateLaneTableBytes(filter.LaneTableOptions{Lanes: lt.lanes, Capacity: cfg.Capacity, FalsePositiveRate: lt.fp, Wide: lt.wide})

@@ -19,6 +19,11 @@
 // With Kind filter.Fuse, every generation older than the newest is sealed
 // into a static binary fuse filter built from its hashes (fuse.go).
 //
+// With Options.MaxWindow the window can change while the ring runs
+// (Ring.SetWindow, window.go): the span stays, each generation expires at
+// its end plus the window in force from it on, and never before the
+// generation before it, so a change shortens no hash already held.
+//
 // The clock is injected: every method takes the current time. A clock that
 // steps backwards never expires anything early (expiry only ever compares the
 // current time with a generation's end) and never creates an older generation
@@ -66,6 +71,16 @@ type Options struct {
 	// hashes of new generation id until it is sealed; nil keeps them in
 	// memory (8 bytes a hash). Other kinds ignore it.
 	NewSpool func(id uint64) (Spool, error)
+	// MaxWindow is the longest window [Ring.SetWindow] may set, at least
+	// Window: the ring's filters are sized for its generations (a lookup
+	// across MaxWindow/span+1 of them meets FalsePositiveRate) and Window
+	// is the shortest. 0 means Window: the window is fixed.
+	MaxWindow time.Duration
+	// Schedule is the window schedule the ring follows, shared by the rings
+	// made with it (see [Schedule]); [Ring.Options] returns the ring's, so
+	// rings made from one ring's Options share it. nil gives the ring a
+	// schedule of its own, at Window.
+	Schedule *Schedule
 }
 
 // MaxGenerations is the largest Options.Generations.
@@ -88,13 +103,26 @@ func (c *Options) validate() error {
 	if _, err := filter.ParseKind(c.Kind.String()); err != nil {
 		return fmt.Errorf("rotate: Kind: %w", err)
 	}
+	if c.MaxWindow != 0 && c.MaxWindow < c.Window {
+		return fmt.Errorf("rotate: MaxWindow %v is shorter than Window %v", c.MaxWindow, c.Window)
+	}
+	n := c.sizedGenerations()
+	if n > MaxGenerations {
+		return fmt.Errorf("rotate: MaxWindow %v holds %d generations of %v, over %d", c.MaxWindow, n, c.Window/time.Duration(c.Generations), MaxGenerations)
+	}
 	if c.Kind == filter.Fuse {
-		if err := FuseFits(c.FalsePositiveRate, c.Generations); err != nil {
+		if err := FuseFits(c.FalsePositiveRate, n); err != nil {
 			return err
 		}
 	}
-	if filter.Laned(c.Kind) && c.Generations+1 > filter.MaxLanes {
+	if filter.Laned(c.Kind) && n+1 > filter.MaxLanes {
+		if n != c.Generations {
+			return fmt.Errorf("rotate: MaxWindow %v holds %d generations, over the %d of Kind %v (one lane each, plus one)", c.MaxWindow, n, filter.MaxLanes-1, c.Kind)
+		}
 		return fmt.Errorf("rotate: Generations must be at most %d with Kind %v (one lane each, plus one), got %d", filter.MaxLanes-1, c.Kind, c.Generations)
+	}
+	if s := c.Schedule; s != nil && (s.span != int64(c.Window/time.Duration(c.Generations)) || s.min != int64(c.Window) || s.max != int64(c.maxWindow())) {
+		return errors.New("rotate: Schedule was made for another Window, MaxWindow or Generations")
 	}
 	return nil
 }
@@ -111,9 +139,11 @@ type Generation struct {
 type Ring struct {
 	cfg    Options
 	span   int64 // nanoseconds
-	window int64 // nanoseconds
 	perGen float64
-	gens   []*Generation // ascending ID; gens[len-1] is the newest
+	// sched is the window in force over generations, maybe shared with
+	// other rings (window.go).
+	sched *Schedule
+	gens  []*Generation // ascending ID; gens[len-1] is the newest
 	// expireAt is the time (ns) at which the oldest generation expires;
 	// math.MaxInt64 when the ring is empty.
 	expireAt int64
@@ -137,17 +167,23 @@ func New(cfg Options) (*Ring, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// The filters are sized for the generations of the longest window.
+	sized := cfg
+	sized.Generations = cfg.sizedGenerations()
 	r := &Ring{
 		cfg:    cfg,
 		span:   int64(cfg.Window / time.Duration(cfg.Generations)),
-		window: int64(cfg.Window),
-		perGen: PerGenerationFP(cfg.FalsePositiveRate, cfg.Generations),
+		perGen: PerGenerationFP(cfg.FalsePositiveRate, sized.Generations),
 	}
+	if r.cfg.Schedule == nil {
+		r.cfg.Schedule = newSchedule(cfg, r.span)
+	}
+	r.sched = r.cfg.Schedule
 	if filter.Laned(cfg.Kind) {
-		r.lanes = newLaneTables(cfg)
+		r.lanes = newLaneTables(sized)
 	}
 	if cfg.Kind == filter.Fuse {
-		r.fuse = newFuseState(cfg)
+		r.fuse = newFuseState(sized)
 	}
 	r.reset()
 	return r, nil
@@ -191,20 +227,16 @@ func (r *Ring) Start(id uint64) time.Time { return time.Unix(0, int64(id)*r.span
 func (r *Ring) End(id uint64) time.Time { return time.Unix(0, int64(id+1)*r.span) }
 
 // Expiry returns the time at which generation id is dropped: its end plus
-// the window.
+// the window, or later after a narrower window (see [Schedule]).
 func (r *Ring) Expiry(id uint64) time.Time {
-	return time.Unix(0, int64(id+1)*r.span+r.window)
+	return time.Unix(0, r.sched.expiry(id))
 }
 
 // OldestLive returns the ID of the oldest generation still live at t: every
 // generation below it has expired.
 func (r *Ring) OldestLive(t time.Time) uint64 {
 	// Generation g is live while t < (g+1)*span + W, i.e. g > t/span - N - 1.
-	ns := t.UnixNano() - r.window
-	if ns < 0 {
-		return 0
-	}
-	return uint64(ns / r.span)
+	return r.sched.oldestLive(t.UnixNano())
 }
 
 // Advance brings the ring to time now: it drops every generation that has
@@ -289,6 +321,7 @@ func (r *Ring) Get(id uint64) (*Generation, error) {
 		return nil, fmt.Errorf("rotate: generation %d: %w", id, err)
 	}
 	g := &Generation{ID: id, Filter: f}
+	r.sched.noteGeneration(id)
 	if r.lanes == nil && r.fuse == nil && len(r.gens) == 0 {
 		r.startYoung(g)
 	}
@@ -304,6 +337,7 @@ func (r *Ring) Insert(g *Generation) (*Generation, error) {
 	// A restored generation ends the first one's journal: the ring is no
 	// longer fresh.
 	r.stopYoung()
+	r.sched.noteGeneration(g.ID)
 	return r.insert(g)
 }
 

@@ -279,6 +279,9 @@ func (f *filterRun) run() (err error) {
 	opts.EventTime = c.times.field != ""
 	opts.MaxInFlight = maxInFlight(c)
 	opts.MaxKeySize = c.keys.maxKey
+	if err := c.engine.checkAuto(c.explicit); err != nil {
+		return err
+	}
 	if err := checkOptions(opts, c.explicit); err != nil {
 		return err
 	}
@@ -293,6 +296,9 @@ func (f *filterRun) run() (err error) {
 			opts.SnapshotInterval = -1 // the engine's periodic and Close snapshots off: only the one finish writes
 		}
 		opts.Logf = engineLog(f.env)
+	}
+	if opts.AutoWindow != nil && opts.Logf == nil {
+		opts.Logf = engineLog(f.env) // every window change is logged
 	}
 	// What can fail is tried before any output is created or truncated:
 	// the metrics port, the state, the inputs.

@@ -175,6 +175,9 @@ func runKafka(e *env, args []string) error {
 	}
 	opts := c.engine.options("")
 	opts.MaxKeySize = c.maxKey
+	if err := c.engine.checkAuto(explicit); err != nil {
+		return err
+	}
 	if err := checkOptions(opts, explicit); err != nil {
 		return err
 	}

@@ -113,6 +113,14 @@ func runServe(e *env, args []string) error {
 	}
 	opts := c.engine.options("")
 	opts.MaxKeySize = c.maxKey
+	if err := c.engine.checkAuto(explicitFlags(fs)); err != nil {
+		return err
+	}
+	if opts.AutoWindow != nil {
+		// Tables take their window from BF.RESERVE and DEDUP.RESERVE; the
+		// self-sizing window is not wired through them.
+		return usagef("--window auto: dedup serve takes a fixed --window (dedup filter and dedup kafka size it)")
+	}
 	// The engine's options, as the default table's engine gets them:
 	// a bad value is an error naming its flag.
 	tableDir := ""

@@ -32,6 +32,7 @@ type engineFlags struct {
 	shards        int
 	horizon       int
 	horizonBytes  byteSize
+	autoWin       autoWindowFlags
 }
 
 // engineUsage is the help text of each engine flag; a `NAME` between
@@ -77,7 +78,11 @@ func (f *engineFlags) register(fs *flag.FlagSet, u engineUsage) {
 	if u.check {
 		d.Window, d.Filter, d.Generations, d.Shards = 0, "", 0, 0
 	}
-	fs.DurationVar(&f.window, "window", d.Window, u.window)
+	if u.check {
+		fs.DurationVar(&f.window, "window", d.Window, u.window)
+	} else {
+		f.registerWindow(fs, d, u.window)
+	}
 	fs.Float64Var(&f.rate, "rate", d.ExpectedRate, u.rate)
 	fs.Float64Var(&f.fp, "fp", d.FalsePositiveRate, u.fp)
 	fs.StringVar(&f.filter, "filter", d.Filter, u.filter)
@@ -94,15 +99,19 @@ func (f *engineFlags) register(fs *flag.FlagSet, u engineUsage) {
 // optionFlags names the flag that sets each engine option a command
 // takes from its flags.
 var optionFlags = map[string]string{
-	"Window":            "--window",
-	"ExpectedRate":      "--rate",
-	"FalsePositiveRate": "--fp",
-	"Filter":            "--filter",
-	"Generations":       "--generations",
-	"Shards":            "--shards",
-	"MaxKeySize":        "--max-key",
-	"HorizonSample":     "--horizon-sample",
-	"HorizonBytes":      "--horizon-bytes",
+	"Window":               "--window",
+	"ExpectedRate":         "--rate",
+	"FalsePositiveRate":    "--fp",
+	"Filter":               "--filter",
+	"Generations":          "--generations",
+	"Shards":               "--shards",
+	"MaxKeySize":           "--max-key",
+	"HorizonSample":        "--horizon-sample",
+	"HorizonBytes":         "--horizon-bytes",
+	"AutoWindow.MaxLeaks":  "--max-leaks",
+	"AutoWindow.Min":       "--window-min",
+	"AutoWindow.Max":       "--window-max",
+	"AutoWindow.MaxMemory": "--max-memory",
 }
 
 // optionWord matches the name of an option in a reason Options.Validate
@@ -181,7 +190,7 @@ func checkOptions(o dedup.Options, explicit map[string]bool) error {
 // options it sets itself, and adopts an existing state's shape
 // (adoptState) before dedup.Open.
 func (f *engineFlags) options(dir string) dedup.Options {
-	return dedup.Options{
+	o := dedup.Options{
 		Dir:               dir,
 		Window:            f.window,
 		ExpectedRate:      f.rate,
@@ -193,4 +202,6 @@ func (f *engineFlags) options(dir string) dedup.Options {
 		HorizonSample:     f.horizon,
 		HorizonBytes:      int64(f.horizonBytes),
 	}
+	f.autoOptions(&o)
+	return o
 }

@@ -55,6 +55,10 @@ var metricDefs = []struct {
 	{"dedup_engine_snapshot_errors_total", "Filter snapshots that failed.", true},
 	{"dedup_engine_snapshot_bytes", "Size of the last filter snapshot.", false},
 	{"dedup_engine_disk_bytes", "Space the state directory takes on disk as du counts it: the store and the snapshots.", false},
+	{"dedup_engine_window_seconds", "The window in force for the keys observed now (sized by the engine under --window auto).", false},
+	{"dedup_engine_window_target_seconds", "Under --window auto: the window the measured delays say lets --max-leaks through (0 while not known).", false},
+	{"dedup_engine_window_target_bytes", "Under --window auto: the filter memory the target window would take (0 while not known).", false},
+	{"dedup_engine_window_changes_total", "Under --window auto: window changes since the engine opened.", true},
 	{"dedup_filter_events_total", "Input lines read by this run, rejects included.", true},
 	{"dedup_filter_distinct_total", "Distinct events written by this run.", true},
 	{"dedup_filter_duplicates_total", "Duplicate events dropped by this run.", true},
@@ -129,6 +133,10 @@ func engineMetricValues(st dedup.Stats) map[string]float64 {
 		"dedup_engine_snapshot_errors_total":          float64(st.SnapshotErrors),
 		"dedup_engine_snapshot_bytes":                 float64(st.SnapshotBytes),
 		"dedup_engine_disk_bytes":                     float64(st.DiskBytes),
+		"dedup_engine_window_seconds":                 st.AutoWindow.Window.Seconds(),
+		"dedup_engine_window_target_seconds":          st.AutoWindow.Target.Seconds(),
+		"dedup_engine_window_target_bytes":            float64(st.AutoWindow.TargetBytes),
+		"dedup_engine_window_changes_total":           float64(st.AutoWindow.Changes),
 	}
 	for k, v := range adviceMetricValues(st.WindowAdvice) {
 		vals[adviceMetrics[k].name] = v
