@@ -16,6 +16,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fsperm"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
@@ -100,7 +101,7 @@ func (e *Engine) BackupWith(dest string, o BackupOptions) error {
 		return fmt.Errorf("dedup: backup: %q already exists", dest)
 	}
 	parent := filepath.Dir(filepath.Clean(dest))
-	if err := e.fs.MkdirAll(parent, exact.PrivateDirMode); err != nil {
+	if err := e.fs.MkdirAll(parent, fsperm.DirMode); err != nil {
 		return wrap(err, "backup")
 	}
 	work := e.fs.PathJoin(parent, fmt.Sprintf(".%s.partial-%d-%d", filepath.Base(dest), os.Getpid(), time.Now().UnixNano()))
@@ -154,7 +155,7 @@ func (e *Engine) backupInto(work string, o BackupOptions) error {
 // snapshot's files never change once written, and a name is never
 // reused).
 func putSnapshot(fs vfs.FS, info snapshot.Info, dir string, link bool) error {
-	if err := fs.MkdirAll(dir, exact.PrivateDirMode); err != nil {
+	if err := fs.MkdirAll(dir, fsperm.DirMode); err != nil {
 		return err
 	}
 	src := filepath.Dir(info.Path)
@@ -400,7 +401,7 @@ func checkRestoreTarget(dst string) error {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return wrap(err, "restore")
 	}
-	if err := os.MkdirAll(filepath.Dir(filepath.Clean(dst)), exact.PrivateDirMode); err != nil {
+	if err := os.MkdirAll(filepath.Dir(filepath.Clean(dst)), fsperm.DirMode); err != nil {
 		return wrap(err, "restore")
 	}
 	return nil
@@ -469,14 +470,14 @@ func checkBackupFiles(src string, m backupManifest) error {
 // directory work, fsyncing every file and directory.
 func copyBackupFiles(src, work string, m backupManifest) error {
 	dirs := map[string]bool{work: true}
-	if err := exact.MkdirPrivate(work); err != nil {
+	if err := fsperm.MkdirAll(work); err != nil {
 		return err
 	}
-	fsys := exact.PrivateFS(vfs.Default)
+	fsys := fsperm.FS(vfs.Default)
 	for _, f := range m.Files {
 		to := filepath.Join(work, filepath.FromSlash(f.Name))
 		if d := filepath.Dir(to); !dirs[d] {
-			if err := fsys.MkdirAll(d, exact.PrivateDirMode); err != nil {
+			if err := fsys.MkdirAll(d, fsperm.DirMode); err != nil {
 				return err
 			}
 			dirs[d] = true
@@ -629,7 +630,7 @@ func restoreLoneSnapshot(src, dst string) (Options, error) {
 		return Options{}, wrap(err, "restore")
 	}
 	// The new store has no commits: the snapshot covers commit 0 of it.
-	if err := copySnapshot(exact.PrivateFS(vfs.Default), snap, filepath.Join(work, SnapshotDir), 0); err != nil {
+	if err := copySnapshot(fsperm.FS(vfs.Default), snap, filepath.Join(work, SnapshotDir), 0); err != nil {
 		return Options{}, wrap(err, "restore")
 	}
 	from, err := restoredFrom(opts)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/internal/errclass"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // Sentinel errors. Test with errors.Is; returned errors wrap them with
@@ -130,7 +131,7 @@ func stateOpenError(err error, fsys vfs.FS, dir, given string) error {
 	if strings.Contains(err.Error(), "lock held by current process") {
 		return fmt.Errorf("%w: %q is open in this process already (close that Engine first): %w", ErrStateInUse, given, err)
 	}
-	if fsys == vfs.Default || fsys == exact.PrivateFS(vfs.Default) {
+	if fsys == vfs.Default || fsys == fsperm.FS(vfs.Default) {
 		if pid := lockHolder(filepath.Join(dir, "LOCK")); pid > 0 {
 			return fmt.Errorf("%w: %q is open in process %d (stop it, or give this one another Dir): %w", ErrStateInUse, given, pid, err)
 		}

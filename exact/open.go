@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // Open opens the store in dir, creating dir and the store if missing. A
@@ -27,9 +28,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.InMemory {
 		return openMem(opts)
 	}
-	opts.FS = PrivateFS(opts.FS)
+	opts.FS = fsperm.FS(opts.FS)
 	fs := opts.FS
-	if err := fs.MkdirAll(dir, PrivateDirMode); err != nil {
+	if err := fs.MkdirAll(dir, fsperm.DirMode); err != nil {
 		return nil, fmt.Errorf("exact: create %q: %w", dir, err)
 	}
 	ls, err := fs.List(dir)
@@ -86,8 +87,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// The directory holds this program's store: make what is in it
 	// private (a state written before, or copied in).
-	if _, ok := fs.(privateFS); ok {
-		if err := MakePrivate(dir); err != nil {
+	if fs == fsperm.FS(vfs.Default) {
+		if err := fsperm.MakePrivate(dir); err != nil {
 			return nil, errors.Join(err, s.closeDB())
 		}
 	}

@@ -71,7 +71,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fsperm"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// URLs
 	_ "gocloud.dev/blob/memblob"  // mem:// URLs
@@ -161,7 +161,7 @@ type Store struct {
 // Open opens the bucket at url: file:///DIR, s3://BUCKET?..., mem://.
 // On file://, DIR must be absolute (file://HOST/... is refused: the
 // host part would be dropped), DIR and its missing parents are created
-// [exact.PrivateDirMode], as the directories the store creates, unless
+// [fsperm.DirMode], as the directories the store creates, unless
 // the URL's dir_file_mode says otherwise, and no attribute sidecar files
 // are written (metadata=skip, unless the URL says otherwise): an export
 // needs none, and fileblob would compute an MD5 of every byte for them.
@@ -190,7 +190,7 @@ func fileOptions(rawURL string) (string, error) {
 	}
 	q := u.Query()
 	if !q.Has("dir_file_mode") {
-		q.Set("dir_file_mode", fmt.Sprintf("%#o", exact.PrivateDirMode))
+		q.Set("dir_file_mode", fmt.Sprintf("%#o", fsperm.DirMode))
 	}
 	if !q.Has("metadata") {
 		q.Set("metadata", "skip")
@@ -209,14 +209,14 @@ func fileOptions(rawURL string) (string, error) {
 }
 
 // privateObject, the BeforeWrite of every object a Store writes, makes
-// the file fileblob writes [exact.PrivateFileMode] before it is renamed
+// the file fileblob writes [fsperm.FileMode] before it is renamed
 // to the object's name; on other stores it does nothing.
 func privateObject(as func(any) bool) error {
 	var f *os.File
 	if !as(&f) {
 		return nil
 	}
-	if err := f.Chmod(exact.PrivateFileMode); err != nil {
+	if err := f.Chmod(fsperm.FileMode); err != nil {
 		return fmt.Errorf("handover: make %s private: %w", f.Name(), err)
 	}
 	return nil
@@ -592,7 +592,7 @@ func (s *Store) fetch(ctx context.Context, p Partition, m *Manifest, dst string,
 	err := each(ctx, len(m.Files), func(ctx context.Context, i int) error {
 		f := m.Files[i]
 		full := filepath.Join(dst, filepath.FromSlash(f.Path))
-		if err := os.MkdirAll(filepath.Dir(full), exact.PrivateDirMode); err != nil {
+		if err := os.MkdirAll(filepath.Dir(full), fsperm.DirMode); err != nil {
 			return fmt.Errorf("handover: fetch: %w", err)
 		}
 		key := p.prefix() + "/files/" + f.SHA256
@@ -627,7 +627,7 @@ func (s *Store) download(ctx context.Context, key, full string, f File) error {
 		return fmt.Errorf("handover: fetch %s: %w", key, err)
 	}
 	defer r.Close()
-	out, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, exact.PrivateFileMode)
+	out, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fsperm.FileMode)
 	if err != nil {
 		return fmt.Errorf("handover: fetch: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // Backups of a server's state. A backup of a state root is a directory
@@ -205,7 +205,7 @@ func (t *table) backup(dir, root string) error {
 	if err := t.eng.Commit(nil); err != nil {
 		return fmt.Errorf("resp: backup: table %q: commit: %w", t.name, err)
 	}
-	if err := exact.MkdirPrivate(dir); err != nil {
+	if err := fsperm.MkdirAll(dir); err != nil {
 		return err
 	}
 	if err := t.eng.Backup(filepath.Join(dir, engineDir)); err != nil {
@@ -267,7 +267,7 @@ func IsStateBackup(dir string) bool {
 // returns their names, then writes the manifest and renames it to dest.
 func writeStateBackup(dest string, fill func(work string) ([]string, error)) error {
 	parent := filepath.Dir(filepath.Clean(dest))
-	if err := os.MkdirAll(parent, exact.PrivateDirMode); err != nil {
+	if err := os.MkdirAll(parent, fsperm.DirMode); err != nil {
 		return fmt.Errorf("resp: backup: %w", err)
 	}
 	work, err := os.MkdirTemp(parent, "."+filepath.Base(dest)+".partial-*")
@@ -344,7 +344,7 @@ func backupStoppedTable(root, name, dir string, o dedup.BackupOptions) error {
 	if err != nil {
 		return fmt.Errorf("resp: backup: table %q: %w", name, err)
 	}
-	if err := exact.MkdirPrivate(dir); err != nil {
+	if err := fsperm.MkdirAll(dir); err != nil {
 		return errors.Join(err, eng.Close())
 	}
 	berr := eng.BackupWith(filepath.Join(dir, engineDir), o)
@@ -374,7 +374,7 @@ func RestoreState(src, dst string) ([]string, error) {
 		return nil, fmt.Errorf("resp: restore: %w", err)
 	}
 	parent := filepath.Dir(filepath.Clean(dst))
-	if err := os.MkdirAll(parent, exact.PrivateDirMode); err != nil {
+	if err := os.MkdirAll(parent, fsperm.DirMode); err != nil {
 		return nil, fmt.Errorf("resp: restore: %w", err)
 	}
 	tmp, err := os.MkdirTemp(parent, ".dedup-restore-*")
@@ -383,7 +383,7 @@ func RestoreState(src, dst string) ([]string, error) {
 	}
 	defer os.RemoveAll(tmp)
 	work := filepath.Join(tmp, "state")
-	if err := exact.MkdirPrivate(work); err != nil {
+	if err := fsperm.MkdirAll(work); err != nil {
 		return nil, fmt.Errorf("resp: restore: %w", err)
 	}
 	for _, n := range m.Tables {
@@ -394,7 +394,7 @@ func RestoreState(src, dst string) ([]string, error) {
 		if _, err := os.Stat(filepath.Join(from, tableFile)); err != nil {
 			return nil, fmt.Errorf("%w: restore: damaged backup: table %q: %w", dedup.ErrCorrupt, n, err)
 		}
-		if err := exact.MkdirPrivate(to); err != nil {
+		if err := fsperm.MkdirAll(to); err != nil {
 			return nil, fmt.Errorf("resp: restore: %w", err)
 		}
 		if _, err := dedup.RestoreBackup(filepath.Join(from, engineDir), filepath.Join(to, engineDir)); err != nil {

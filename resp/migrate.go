@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/handover"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // Moving a slot range between nodes. The old owner (the source) drives it
@@ -310,7 +310,7 @@ func (s *Server) exportRange(ctx context.Context, rg *slotRange, epoch int64) er
 		if err := t.commit(nil); err != nil {
 			return err
 		}
-		if err := exact.MkdirPrivate(filepath.Join(dir, t.name)); err != nil {
+		if err := fsperm.MkdirAll(filepath.Join(dir, t.name)); err != nil {
 			return err
 		}
 		b, err := os.ReadFile(filepath.Join(s.cfg.Dir, t.name, tableFile))
@@ -598,7 +598,7 @@ func (s *Server) installTable(src, name string) error {
 	if err := os.RemoveAll(dst); err != nil {
 		return err
 	}
-	if err := exact.MkdirPrivate(dst); err != nil {
+	if err := fsperm.MkdirAll(dst); err != nil {
 		return err
 	}
 	if _, err := dedup.RestoreBackup(filepath.Join(src, engineDir), filepath.Join(dst, engineDir)); err != nil {

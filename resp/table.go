@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // DefaultTable is the table behind the plain Redis commands (SET NX,
@@ -181,7 +181,7 @@ func (s *Server) writeTableOptions(name string, opts TableOptions) error {
 		return nil
 	}
 	dir := filepath.Join(s.cfg.Dir, name)
-	if err := exact.MkdirPrivate(dir); err != nil {
+	if err := fsperm.MkdirAll(dir); err != nil {
 		return fmt.Errorf("resp: table %q: %w", name, err)
 	}
 	b, err := json.MarshalIndent(opts, "", "  ")
@@ -199,7 +199,7 @@ func (s *Server) writeTableOptions(name string, opts TableOptions) error {
 }
 
 func writeSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, exact.PrivateFileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, fsperm.FileMode)
 	if err != nil {
 		return err
 	}
