@@ -18,6 +18,7 @@ import (
 	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/handover"
 	"github.com/streamdedup/dedup/kafka"
+	"github.com/streamdedup/dedup/stream"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -365,20 +366,20 @@ func kafkaKeyFunc(c *kafkaConfig, opts dedup.Options) (kafka.KeyFunc, error) {
 	if maxKey == 0 {
 		maxKey = engineDefaults.MaxKeySize
 	}
-	x, err := newExtractor(extractorConfig{format: "json", key: c.key, maxKey: maxKey, maxLine: 1 << 30})
+	x, err := stream.NewKeyer(stream.KeyConfig{Format: "json", Key: c.key, MaxKey: maxKey, MaxLine: 1 << 30})
 	if err != nil {
 		return nil, err
 	}
-	pool := sync.Pool{New: func() any { return x.clone() }}
+	pool := sync.Pool{New: func() any { return x.Clone() }}
 	return func(r *kgo.Record) ([]byte, error) {
 		if r.Value == nil {
 			return nil, fmt.Errorf("%w: a tombstone (null value), and --key reads the value", kafka.ErrNoKey)
 		}
-		xx := pool.Get().(*extractor)
+		xx := pool.Get().(*stream.Keyer)
 		defer pool.Put(xx)
-		key, _, rej := xx.extract(r.Value, nil)
-		if rej.code != rejNone {
-			return nil, fmt.Errorf("%w: %s", kafka.ErrNoKey, rej.describe(xx))
+		key, _, err := xx.Key(r.Value, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s", kafka.ErrNoKey, err)
 		}
 		return key, nil
 	}, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/streamdedup/dedup/internal/diskuse"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/snapshot"
+	"github.com/streamdedup/dedup/stream"
 )
 
 // statsConfig is what the flags of `dedup stats` say.
@@ -47,8 +48,8 @@ type statsReport struct {
 	InUse bool `json:"in_use,omitempty"`
 	// Options are the state's persisted options (in use: the newest
 	// snapshot's; nil if it has none yet).
-	Options    *stateOptionsJSON `json:"options,omitempty"`
-	Checkpoint *checkpoint       `json:"checkpoint,omitempty"`
+	Options    *stateOptionsJSON  `json:"options,omitempty"`
+	Checkpoint *stream.Checkpoint `json:"checkpoint,omitempty"`
 	// ForeignCheckpointBytes is set when another client committed the
 	// checkpoint: its size.
 	ForeignCheckpointBytes int `json:"foreign_checkpoint_bytes,omitempty"`
@@ -315,7 +316,7 @@ func (c *statsConfig) fromEngine(dir string, have dedup.Options, rep *statsRepor
 	}
 	rep.Options, rep.Engine = optionsJSON(have), engineJSON(eng.Stats())
 	if raw := eng.Checkpoint(); raw != nil {
-		if cp, err := decodeCheckpoint(raw); err == nil {
+		if cp, err := stream.DecodeCheckpoint(raw); err == nil {
 			rep.Checkpoint = &cp
 		} else {
 			rep.ForeignCheckpointBytes = len(raw)
