@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -111,25 +110,6 @@ func ParseToken(s string) (Token, error) {
 	}
 	return t, nil
 }
-
-var (
-	// ErrNeedsExact is returned by Begin, Complete and Release on an engine
-	// in probabilistic mode, which keeps no store for results.
-	ErrNeedsExact = errors.New("dedup: idempotency records need exact mode (Options.Probabilistic false)")
-	// ErrLeaseLost is returned by Complete and Release when the key is no
-	// longer in progress under the token: it was completed or released
-	// already, its lease passed and another caller claimed it, or the key
-	// left the window.
-	ErrLeaseLost = errors.New("dedup: key is not in progress under this token")
-	// ErrResultTooLarge is returned by Complete for a result over
-	// MaxResultSize bytes; the key stays in progress.
-	ErrResultTooLarge = errors.New("dedup: result too large")
-	// ErrBadLease is returned by Begin for a lease that is not positive or
-	// is longer than the window.
-	ErrBadLease = errors.New("dedup: lease must be positive and within the window")
-	// ErrBadToken is returned by ParseToken for text that is not a token.
-	ErrBadToken = errors.New("dedup: bad token")
-)
 
 // Begin claims key for the caller, or reports who has it. fingerprint
 // identifies the request the key came with (a hash of its payload, say);

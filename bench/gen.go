@@ -203,9 +203,6 @@ func NewStream(cfg StreamOptions) (*Stream, error) {
 	return s, nil
 }
 
-// Config returns the stream's configuration with defaults filled in.
-func (s *Stream) Config() StreamOptions { return s.cfg }
-
 func (s *Stream) expGap() time.Duration {
 	return time.Duration(s.rng.ExpFloat64() * s.gap)
 }

@@ -24,9 +24,6 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// ErrNoRedisBenchmark reports that redis-benchmark is not on PATH.
-var ErrNoRedisBenchmark = errors.New("bench: redis-benchmark not installed")
-
 // ServeConfig configures the drop-in comparison: redis-benchmark driving
 // `SET key:__rand_int__ 1 NX EX ttl` against a real redis-server and
 // against dedup's RESP server (package resp), one after the other on the

@@ -385,9 +385,10 @@ func endRecord(seg uint64) []byte {
 	return rec
 }
 
-// record is a decoded commit-log record. Its slices point into the
+// logEntry is a decoded record of the commit log (a log entry; a result
+// record is another thing, see records.go). Its slices point into the
 // payload it was decoded from.
-type record struct {
+type logEntry struct {
 	seq    uint64
 	seg    uint64
 	end    bool
@@ -401,8 +402,8 @@ type record struct {
 	recs   []logRecOp
 }
 
-// decodeRecord decodes a payload whose checksum matched.
-func decodeRecord(p []byte, r *record) error {
+// decodeLogEntry decodes a payload whose checksum matched.
+func decodeLogEntry(p []byte, r *logEntry) error {
 	bad := func(what string) error {
 		return fmt.Errorf("%w: commit log record: bad %s", ErrCorrupt, what)
 	}
@@ -558,17 +559,17 @@ type tornAt struct{ off int64 }
 func (t *tornAt) Error() string        { return fmt.Sprintf("%v at byte %d", errTorn, t.off) }
 func (t *tornAt) Is(target error) bool { return target == errTorn }
 
-// readRecords calls fn for every record of the file f, of size bytes, of
+// readLogEntries calls fn for every log entry of the file f, of size bytes, of
 // segment seg, in order, and returns nil at its end marker. It returns
 // errTorn at the end of the file or at a record that is short, fails its
 // checksum or belongs to another segment (an earlier use of the file). The
 // record passed to fn is valid only during the call.
-func readRecords(f io.Reader, size int64, seg uint64, fn func(*record) error) error {
+func readLogEntries(f io.Reader, size int64, seg uint64, fn func(*logEntry) error) error {
 	br := bufio.NewReaderSize(f, 1<<20)
 	var off int64
 	var hdr [recHeader]byte
 	var payload []byte
-	var r record
+	var r logEntry
 	for {
 		torn := &tornAt{off: off}
 		if _, err := io.ReadFull(br, hdr[:]); err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -593,7 +594,7 @@ func readRecords(f io.Reader, size int64, seg uint64, fn func(*record) error) er
 		if xxhash.Sum64(payload) != sum || binary.LittleEndian.Uint64(payload[8:]) != seg {
 			return torn
 		}
-		if err := decodeRecord(payload, &r); err != nil {
+		if err := decodeLogEntry(payload, &r); err != nil {
 			return err
 		}
 		if r.end {

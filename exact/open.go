@@ -347,7 +347,7 @@ func (s *Store) replay() (err error) {
 		if err != nil {
 			return errors.Join(fmt.Errorf("exact: stat commit log %q: %w", path, err), f.Close())
 		}
-		err = readRecords(f, fi.Size(), num, func(r *record) error {
+		err = readLogEntries(f, fi.Size(), num, func(r *logEntry) error {
 			if r.seq < next {
 				return nil // written to Pebble before the segment was removed
 			}
@@ -454,7 +454,7 @@ func (s *Store) newEpoch(highest uint64) error {
 }
 
 // apply adds a replayed record to m and to the published state.
-func (s *Store) apply(m *memTable, r *record) {
+func (s *Store) apply(m *memTable, r *logEntry) {
 	s.floor = max(s.floor, r.drop)
 	hashes, runs := r.hashes, r.runs
 	if r.seq <= s.truncated.Load() {

@@ -20,9 +20,6 @@ import (
 // MaxRecordSize is the largest value of a result record, in bytes.
 const MaxRecordSize = 4 << 20
 
-// ErrRecordTooLarge reports a record value longer than MaxRecordSize.
-var ErrRecordTooLarge = errors.New("exact: record too large")
-
 // recOp is a record put or deleted by a Batch: its value is
 // Batch.recVals[off:off+n].
 type recOp struct {

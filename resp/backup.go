@@ -26,19 +26,6 @@ import (
 // one from a running server (DEDUP.BACKUP, SAVE, BGSAVE), [BackupState]
 // from a stopped state, and [RestoreState] installs one.
 
-// Sentinel errors of backups.
-var (
-	// ErrBackupDisabled is returned by [Server.Backup] of a server without
-	// [Options.BackupDir]: a client never chooses where the server writes.
-	ErrBackupDisabled = errors.New("resp: backups are off: start the server with a backup directory (dedup serve --backup-dir DIR); backups are written only there")
-	// ErrBackupRunning is returned by [Server.Backup] while another backup
-	// of the server runs.
-	ErrBackupRunning = errors.New("resp: Background save already in progress")
-	// ErrBadBackupName is returned by [Server.Backup] for a name that is
-	// not one plain file name under the backup directory.
-	ErrBadBackupName = errors.New("resp: invalid backup name")
-)
-
 // serveManifest is the dedup-backup.json of a state root's backup.
 type serveManifest struct {
 	Format  string    `json:"format"`
