@@ -144,6 +144,7 @@
 //   - pool.go: [Pool], the worker pool that owns the watermark and commits
 //   - idem.go: idempotency keys with stored results ([Engine.Begin],
 //     [Engine.Complete], [Engine.Release])
+//   - idem_table.go: the claims held in memory, one owner a key
 //   - idem_store.go: the records behind them in the exact store
 //   - commit.go: group commit, barriers and the checkpoint
 //   - snapshot.go and restore.go: writing snapshots, restoring from them

@@ -69,7 +69,10 @@ type ServeConfig struct {
 	DedupBin string `json:",omitempty"`
 }
 
-func (c *ServeConfig) defaults() {
+// EnsureDefaults fills the zero fields of c with their defaults: the
+// one place they are defined (dedupbench takes its flags' defaults
+// from it).
+func (c *ServeConfig) EnsureDefaults() {
 	c.Requests = cmp.Or(c.Requests, 2_000_000)
 	c.Clients = cmp.Or(c.Clients, 8)
 	c.Pipeline = cmp.Or(c.Pipeline, 16)
@@ -120,7 +123,7 @@ type ServeResult struct {
 // Serve runs the comparison. It needs redis-benchmark; without
 // redis-server the Redis row is left out.
 func Serve(ctx context.Context, cfg ServeConfig, p Progress) (*ServeResult, error) {
-	cfg.defaults()
+	cfg.EnsureDefaults()
 	if _, err := exec.LookPath("redis-benchmark"); err != nil {
 		return nil, ErrNoRedisBenchmark
 	}

@@ -301,35 +301,10 @@ func (s *Store) replay() (err error) {
 	if err != nil {
 		return fmt.Errorf("exact: list %q: %w", s.dir, err)
 	}
-	var nums []uint64
-	var highest uint64 // the highest segment number a file is named with
-	removedFree := false
-	for _, name := range ls {
-		if n, ok := parseSegName(name); ok {
-			nums = append(nums, n)
-			highest = max(highest, n)
-			continue
-		}
-		if n, ok := parseFreeName(name); ok {
-			highest = max(highest, n)
-		}
-		// A retired segment of a store being upgraded holds keys: removed.
-		if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled && !s.upgraded {
-			path := s.fs.PathJoin(s.dir, name)
-			fi, err := s.fs.Stat(path)
-			if err != nil {
-				return fmt.Errorf("exact: stat %q: %w", path, err)
-			}
-			s.recycled = append(s.recycled, path)
-			s.logBytes.Add(fi.Size())
-		} else if strings.HasPrefix(name, freePrefix) {
-			if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil {
-				return fmt.Errorf("exact: remove %q: %w", name, err)
-			}
-			removedFree = true
-		}
+	nums, highest, removedFree, err := s.listSegments(ls)
+	if err != nil {
+		return err
 	}
-	slices.Sort(nums)
 	m := s.active
 	next := s.lastSeq + 1
 	torn := false
@@ -383,25 +358,8 @@ func (s *Store) replay() (err error) {
 			return err
 		}
 	}
-	// The replayed segments are in Pebble now: the last is kept for reuse
-	// (the first segment of this Open overwrites it), the others removed.
-	for i, num := range nums {
-		path := s.fs.PathJoin(s.dir, segName(num))
-		if i == len(nums)-1 && len(s.recycled) < maxRecycled && !s.upgraded {
-			fi, err := s.fs.Stat(path)
-			if err == nil {
-				free := s.fs.PathJoin(s.dir, freeName(num))
-				if err = s.fs.Rename(path, free); err == nil {
-					s.recycled = append(s.recycled, free)
-					s.logBytes.Add(fi.Size())
-					continue
-				}
-			}
-			return fmt.Errorf("exact: retire commit log: %w", err)
-		}
-		if err := s.fs.Remove(path); err != nil {
-			return fmt.Errorf("exact: remove commit log: %w", err)
-		}
+	if err := s.retireSegments(nums); err != nil {
+		return err
 	}
 	if len(nums) > 0 || removedFree {
 		if err := syncDir(s.fs, s.dir); err != nil {
@@ -429,6 +387,65 @@ func (s *Store) replay() (err error) {
 	}
 	s.seg = seg
 	s.active = &memTable{seg: seg, limit: s.memLimit}
+	return nil
+}
+
+// listSegments sorts the commit log's files in ls: the segments to replay
+// (nums, in order), and the highest segment number a file is named with.
+// A retired segment is kept for reuse, as many as maxRecycled, unless the
+// store is being upgraded (its segments held keys); the others are
+// removed (removedFree).
+func (s *Store) listSegments(ls []string) (nums []uint64, highest uint64, removedFree bool, err error) {
+	for _, name := range ls {
+		if n, ok := parseSegName(name); ok {
+			nums = append(nums, n)
+			highest = max(highest, n)
+			continue
+		}
+		if n, ok := parseFreeName(name); ok {
+			highest = max(highest, n)
+		}
+		// A retired segment of a store being upgraded holds keys: removed.
+		if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled && !s.upgraded {
+			path := s.fs.PathJoin(s.dir, name)
+			fi, err := s.fs.Stat(path)
+			if err != nil {
+				return nil, 0, false, fmt.Errorf("exact: stat %q: %w", path, err)
+			}
+			s.recycled = append(s.recycled, path)
+			s.logBytes.Add(fi.Size())
+		} else if strings.HasPrefix(name, freePrefix) {
+			if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil {
+				return nil, 0, false, fmt.Errorf("exact: remove %q: %w", name, err)
+			}
+			removedFree = true
+		}
+	}
+	slices.Sort(nums)
+	return nums, highest, removedFree, nil
+}
+
+// retireSegments removes the replayed segments nums, in Pebble now; the
+// last is kept for reuse (the first segment of this Open overwrites it).
+func (s *Store) retireSegments(nums []uint64) error {
+	for i, num := range nums {
+		path := s.fs.PathJoin(s.dir, segName(num))
+		if i == len(nums)-1 && len(s.recycled) < maxRecycled && !s.upgraded {
+			fi, err := s.fs.Stat(path)
+			if err == nil {
+				free := s.fs.PathJoin(s.dir, freeName(num))
+				if err = s.fs.Rename(path, free); err == nil {
+					s.recycled = append(s.recycled, free)
+					s.logBytes.Add(fi.Size())
+					continue
+				}
+			}
+			return fmt.Errorf("exact: retire commit log: %w", err)
+		}
+		if err := s.fs.Remove(path); err != nil {
+			return fmt.Errorf("exact: remove commit log: %w", err)
+		}
+	}
 	return nil
 }
 
