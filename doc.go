@@ -170,6 +170,10 @@
 // (bench.CompareConfig, bench.KafkaConfig, ...) or a command's parsed
 // flags. Seal is what Filter fuse does to a generation that takes no more
 // keys: its blocked filter becomes a static fuse filter; nothing else is
-// sealed. The environment variables the commands, benchmarks and tests
-// define are named DEDUP_*.
+// sealed. A record is a result record, the value kept with a key
+// ([Engine.Complete], exact's PutRecord); the commit log holds log
+// entries. An epoch is the span between two [Engine.Barrier] calls, the
+// keys observed New in it committed together; the commit log's number
+// raised by every Open is its era. The environment variables the
+// commands, benchmarks and tests define are named DEDUP_*.
 package dedup

@@ -31,7 +31,7 @@ import (
 //
 //	seq      8 bytes, little-endian (0 for the end marker)
 //	segment  8 bytes, little-endian: the number of the segment written to
-//	         (epoch<<32 | count: never given twice, see Store.newEpoch)
+//	         (era<<32 | count: never given twice, see Store.newEra)
 //	flags    1 byte: recCheckpoint, recDrop, recEnd, recRecords, recFPs,
 //	         recHashes (recKeys in format 2 only)
 //	[uvarint len, checkpoint]   if recCheckpoint

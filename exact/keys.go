@@ -17,7 +17,7 @@ const (
 	tagTruncated  = 0x07
 	tagFlushKey   = 0x08 // generation, flush, key
 	tagFilter     = 0x09 // generation, flush -> key filter
-	tagEpoch      = 0x0a // the commit log's epoch: one per Open
+	tagEra        = 0x0a // the commit log's era: one per Open
 	tagRecord     = 0x0b // generation, fingerprint -> result record
 	tagSecret     = 0x0c // the fingerprint secret
 	tagFP         = 0x0d // generation, flush, fingerprint
@@ -43,7 +43,7 @@ var (
 	floorKey      = []byte{tagFloor}
 	seqKey        = []byte{tagSeq}
 	truncatedKey  = []byte{tagTruncated}
-	epochKey      = []byte{tagEpoch}
+	eraKey        = []byte{tagEra}
 	secretKey     = []byte{tagSecret}
 )
 

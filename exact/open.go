@@ -241,7 +241,7 @@ func (s *Store) init(existing bool) (err error) {
 	}{
 		{seqKey, "seq", &s.lastSeq},
 		{floorKey, "floor", &s.floor},
-		{epochKey, "commit log epoch", &s.epoch},
+		{eraKey, "commit log era", &s.era},
 		{truncatedKey, "log truncation", &truncated},
 	} {
 		if err := s.getUint64(u.key, u.what, u.dst); err != nil {
@@ -373,7 +373,7 @@ func (s *Store) replay() (err error) {
 			return fmt.Errorf("exact: finish upgrade: %w", err)
 		}
 	}
-	if err := s.newEpoch(highest); err != nil {
+	if err := s.newEra(highest); err != nil {
 		return err
 	}
 	// The first segment reuses a retired one, as later ones do.
@@ -449,23 +449,23 @@ func (s *Store) retireSegments(nums []uint64) error {
 	return nil
 }
 
-// newEpoch starts a new epoch of the commit log, above the last one and
+// newEra starts a new era of the commit log, above the last one and
 // above that of every segment file (highest is the largest number a file
 // is named with), durably, and numbers the first segment of this Open
-// with it: segment numbers are epoch<<32 | count. A segment number is then
+// with it: segment numbers are era<<32 | count. A segment number is then
 // never given twice, not even after a crash lost the directory entry of a
 // segment, or the records it wrote into a reused file: a record of an
 // earlier use of a reused file never carries the number of the segment
 // now written to it, so replay never takes it for a new one.
-func (s *Store) newEpoch(highest uint64) error {
-	e := max(s.epoch, highest>>32) + 1
+func (s *Store) newEra(highest uint64) error {
+	e := max(s.era, highest>>32) + 1
 	if e >= 1<<31 {
-		return fmt.Errorf("%w: commit log epoch %d", ErrCorrupt, e)
+		return fmt.Errorf("%w: commit log era %d", ErrCorrupt, e)
 	}
-	if err := s.db.Set(epochKey, be64(e), pebble.Sync); err != nil {
-		return fmt.Errorf("exact: start commit log epoch: %w", err)
+	if err := s.db.Set(eraKey, be64(e), pebble.Sync); err != nil {
+		return fmt.Errorf("exact: start commit log era: %w", err)
 	}
-	s.epoch = e
+	s.era = e
 	s.segNum = e<<32 | 1
 	return nil
 }

@@ -198,7 +198,7 @@ type Store struct {
 	nextSeq   uint64 // last seq handed out
 	floor     uint64 // drop floor as of the last handed-out batch
 	seg       *segment
-	segNum    uint64   // number of the current segment: epoch<<32 | count
+	segNum    uint64   // number of the current segment: era<<32 | count
 	recycled  []string // retired segments to reuse
 	bgRunning bool     // a flushLoop runs
 
@@ -241,9 +241,9 @@ type Store struct {
 	// truncated is the log truncation mark: log records of seq <= it are
 	// gone.
 	truncated atomic.Uint64
-	// epoch is the commit log's epoch recorded by the last Open (see
-	// newEpoch).
-	epoch uint64
+	// era is the commit log's era recorded by the last Open (see
+	// newEra).
+	era uint64
 	// logBytes is the size of the commit log's segments.
 	logBytes atomic.Int64
 
