@@ -13,8 +13,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/internal/fspath"
+	"github.com/streamdedup/dedup/internal/fsperm"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
@@ -100,7 +100,7 @@ func (e *Engine) BackupWith(dest string, o BackupOptions) error {
 		return fmt.Errorf("dedup: backup: %q already exists", dest)
 	}
 	parent := filepath.Dir(filepath.Clean(dest))
-	if err := e.fs.MkdirAll(parent, exact.PrivateDirMode); err != nil {
+	if err := e.fs.MkdirAll(parent, fsperm.DirMode); err != nil {
 		return wrap(err, "backup")
 	}
 	if err := e.removeStalePartials(dest); err != nil {
@@ -177,7 +177,7 @@ func (e *Engine) backupInto(work string, o BackupOptions) error {
 // snapshot's files never change once written, and a name is never
 // reused).
 func putSnapshot(fs vfs.FS, info snapshot.Info, dir string, link bool) error {
-	if err := fs.MkdirAll(dir, exact.PrivateDirMode); err != nil {
+	if err := fs.MkdirAll(dir, fsperm.DirMode); err != nil {
 		return err
 	}
 	src := filepath.Dir(info.Path)

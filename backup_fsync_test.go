@@ -13,7 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	. "github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // syncCounter is an errorfs injector that records every fsync (of a file
@@ -87,7 +87,7 @@ func TestRestoreFsyncs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := treeBytes(t, bk)
-	fsFor := func(c *syncCounter) vfs.FS { return errorfs.Wrap(exact.PrivateFS(vfs.Default), c) }
+	fsFor := func(c *syncCounter) vfs.FS { return errorfs.Wrap(fsperm.FS(vfs.Default), c) }
 
 	// A clean run: count the fsyncs, and check that each file and
 	// directory of the restored state was fsynced (under the scratch name

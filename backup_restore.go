@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/internal/fspath"
+	"github.com/streamdedup/dedup/internal/fsperm"
 	"github.com/streamdedup/dedup/snapshot"
 )
 
@@ -36,7 +37,7 @@ import (
 // it was, and src is never written. Errors name src's own files. On
 // success dst opens with the returned options.
 func RestoreBackup(src, dst string) (Options, error) {
-	return restoreBackup(exact.PrivateFS(vfs.Default), src, dst)
+	return restoreBackup(fsperm.FS(vfs.Default), src, dst)
 }
 
 // restoreBackup is RestoreBackup with every file operation of its own on
@@ -78,7 +79,7 @@ func restoreBackup(fsys vfs.FS, src, dst string) (Options, error) {
 
 // engineFS is the file system under fsys that the engine verifying a
 // restore runs on (see restoreBackup).
-func engineFS(fsys vfs.FS) vfs.FS { return exact.PrivateFS(vfs.Root(fsys)) }
+func engineFS(fsys vfs.FS) vfs.FS { return fsperm.FS(vfs.Root(fsys)) }
 
 // checkRestoreTarget refuses a dst that exists and is not empty, or that
 // an engine holds, and makes its parent.
@@ -91,7 +92,7 @@ func checkRestoreTarget(fsys vfs.FS, dst string) error {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return wrap(err, "restore")
 	}
-	if err := fsys.MkdirAll(filepath.Dir(filepath.Clean(dst)), exact.PrivateDirMode); err != nil {
+	if err := fsys.MkdirAll(filepath.Dir(filepath.Clean(dst)), fsperm.DirMode); err != nil {
 		return wrap(err, "restore")
 	}
 	return nil
@@ -169,14 +170,14 @@ func checkBackupFiles(fsys vfs.FS, src string, m backupManifest) error {
 // copyBackupFiles copies the files m lists from src into the new
 // directory work, fsyncing every file and directory.
 func copyBackupFiles(fsys vfs.FS, src, work string, m backupManifest) error {
-	if err := fsys.MkdirAll(work, exact.PrivateDirMode); err != nil {
+	if err := fsys.MkdirAll(work, fsperm.DirMode); err != nil {
 		return err
 	}
 	dirs := map[string]bool{work: true}
 	for _, f := range m.Files {
 		to := fsys.PathJoin(work, filepath.FromSlash(f.Name))
 		if d := filepath.Dir(to); !dirs[d] {
-			if err := fsys.MkdirAll(d, exact.PrivateDirMode); err != nil {
+			if err := fsys.MkdirAll(d, fsperm.DirMode); err != nil {
 				return err
 			}
 			dirs[d] = true
@@ -247,7 +248,7 @@ func renamePath(err error, from, to string) error {
 func scratchDir(fsys vfs.FS, dst string) (string, func(), error) {
 	parent := filepath.Dir(filepath.Clean(dst))
 	tmp := fsys.PathJoin(parent, fmt.Sprintf(".dedup-restore-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	if err := fsys.MkdirAll(tmp, exact.PrivateDirMode); err != nil {
+	if err := fsys.MkdirAll(tmp, fsperm.DirMode); err != nil {
 		return "", nil, wrap(err, "restore")
 	}
 	return tmp, func() { _ = fsys.RemoveAll(tmp) }, nil
@@ -341,7 +342,7 @@ func installDir(fsys vfs.FS, work, dst string, opts Options) (Options, error) {
 	if err := fsys.Rename(work, dst); err != nil {
 		err = wrap(err, "restore: install into %q", dst)
 		if existed {
-			err = errors.Join(err, fsys.MkdirAll(dst, exact.PrivateDirMode))
+			err = errors.Join(err, fsys.MkdirAll(dst, fsperm.DirMode))
 		}
 		return Options{}, err
 	}
@@ -352,7 +353,7 @@ func installDir(fsys vfs.FS, work, dst string, opts Options) (Options, error) {
 			return Options{}, errors.Join(err, wrap(rerr, "restore: move %q back", dst))
 		}
 		if existed {
-			err = errors.Join(err, fsys.MkdirAll(dst, exact.PrivateDirMode))
+			err = errors.Join(err, fsys.MkdirAll(dst, fsperm.DirMode))
 		}
 		return Options{}, err
 	}

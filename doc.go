@@ -148,6 +148,7 @@
 //     only exported methods
 //   - idem.go: idempotency keys with stored results ([Engine.Begin],
 //     [Engine.Complete], [Engine.Release])
+//   - idem_table.go: the claims held in memory, one owner a key
 //   - idem_store.go: the records behind them in the exact store
 //   - commit.go: group commit, barriers and the checkpoint
 //   - snapshot.go and restore.go: writing snapshots, restoring from them
@@ -179,6 +180,10 @@
 // (bench.CompareConfig, bench.KafkaConfig, ...) or a command's parsed
 // flags. Seal is what Filter fuse does to a generation that takes no more
 // keys: its blocked filter becomes a static fuse filter; nothing else is
-// sealed. The environment variables the commands, benchmarks and tests
-// define are named DEDUP_*.
+// sealed. A record is a result record, the value kept with a key
+// ([Engine.Complete], exact's PutRecord); the commit log holds log
+// entries. An epoch is the span between two [Engine.Barrier] calls, the
+// keys observed New in it committed together; the commit log's number
+// raised by every Open is its era. The environment variables the
+// commands, benchmarks and tests define are named DEDUP_*.
 package dedup

@@ -167,7 +167,9 @@ func (e *Engine) every(interval time.Duration, fn func()) {
 // of the filters, unless the last one is current, so that the next Open
 // loads it instead of rebuilding them; its failure is returned wrapped in
 // [ErrSnapshot] (joined with any other), the committed state intact.
-// Every method returns ErrClosed afterwards.
+// Afterwards every method that returns an error returns [ErrClosed];
+// [Engine.Stats], [Engine.Checkpoint] and [Engine.Barrier], which return
+// none, still answer (the figures and the checkpoint as Close left them).
 func (e *Engine) Close() error {
 	if err := e.usable(); err != nil {
 		return err

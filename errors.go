@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/internal/errclass"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // Sentinel errors. Test with errors.Is; returned errors wrap them with
@@ -130,10 +131,41 @@ func stateOpenError(err error, fsys vfs.FS, dir, given string) error {
 	if strings.Contains(err.Error(), "lock held by current process") {
 		return fmt.Errorf("%w: %q is open in this process already (close that Engine first): %w", ErrStateInUse, given, err)
 	}
-	if fsys == vfs.Default || fsys == exact.PrivateFS(vfs.Default) {
+	if fsys == vfs.Default || fsys == fsperm.FS(vfs.Default) {
 		if pid := lockHolder(filepath.Join(dir, "LOCK")); pid > 0 {
 			return fmt.Errorf("%w: %q is open in process %d (stop it, or give this one another Dir): %w", ErrStateInUse, given, pid, err)
 		}
 	}
 	return fmt.Errorf("%w: %q is open in another process (stop it, or give this one another Dir): %w", ErrStateInUse, given, err)
 }
+
+// ErrPoolClosed is returned by [Pool.Submit] once [Pool.Close] has begun.
+var ErrPoolClosed = errors.New("dedup: pool closed")
+
+// ErrNoEventTime is returned by [Engine.ObserveAt] and
+// [Engine.ObserveBatchAt] on an engine opened without
+// [Options.EventTime], whose clock is Options.Now.
+var ErrNoEventTime = errors.New("dedup: ObserveAt needs Options.EventTime")
+
+// ErrEventTime rejects an event time before the Unix epoch or past the
+// year 2262 (outside int64 nanoseconds).
+var ErrEventTime = errors.New("dedup: event time out of range")
+
+var (
+	// ErrNeedsExact is returned by Begin, Complete and Release on an engine
+	// in probabilistic mode, which keeps no store for results.
+	ErrNeedsExact = errors.New("dedup: idempotency records need exact mode (Options.Probabilistic false)")
+	// ErrLeaseLost is returned by Complete and Release when the key is no
+	// longer in progress under the token: it was completed or released
+	// already, its lease passed and another caller claimed it, or the key
+	// left the window.
+	ErrLeaseLost = errors.New("dedup: key is not in progress under this token")
+	// ErrResultTooLarge is returned by Complete for a result over
+	// MaxResultSize bytes; the key stays in progress.
+	ErrResultTooLarge = errors.New("dedup: result too large")
+	// ErrBadLease is returned by Begin for a lease that is not positive or
+	// is longer than the window.
+	ErrBadLease = errors.New("dedup: lease must be positive and within the window")
+	// ErrBadToken is returned by ParseToken for text that is not a token.
+	ErrBadToken = errors.New("dedup: bad token")
+)

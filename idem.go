@@ -6,9 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -111,25 +109,6 @@ func ParseToken(s string) (Token, error) {
 	}
 	return t, nil
 }
-
-var (
-	// ErrNeedsExact is returned by Begin, Complete and Release on an engine
-	// in probabilistic mode, which keeps no store for results.
-	ErrNeedsExact = errors.New("dedup: idempotency records need exact mode (Options.Probabilistic false)")
-	// ErrLeaseLost is returned by Complete and Release when the key is no
-	// longer in progress under the token: it was completed or released
-	// already, its lease passed and another caller claimed it, or the key
-	// left the window.
-	ErrLeaseLost = errors.New("dedup: key is not in progress under this token")
-	// ErrResultTooLarge is returned by Complete for a result over
-	// MaxResultSize bytes; the key stays in progress.
-	ErrResultTooLarge = errors.New("dedup: result too large")
-	// ErrBadLease is returned by Begin for a lease that is not positive or
-	// is longer than the window.
-	ErrBadLease = errors.New("dedup: lease must be positive and within the window")
-	// ErrBadToken is returned by ParseToken for text that is not a token.
-	ErrBadToken = errors.New("dedup: bad token")
-)
 
 // Begin claims key for the caller, or reports who has it. fingerprint
 // identifies the request the key came with (a hash of its payload, say);
@@ -516,144 +495,6 @@ func decodeRecord(b []byte) (record, error) {
 	return r, nil
 }
 
-// idemTable serialises the calls on each key and remembers the claims
-// owned in this process. The zero value is ready.
-type idemTable struct {
-	shards  [64]idemShard
-	commits recordCommitter
-}
-
-type idemShard struct {
-	mu sync.Mutex
-	// busy holds the keys a Begin, Complete or Release is reading or
-	// writing; the channel closes when it is done.
-	busy map[recordID]chan struct{}
-	// owners holds the claims made by this process and not yet ended,
-	// but for those whose lease passed, which own drops once the map
-	// reaches sweepAt entries: a claim its caller abandoned (never
-	// completed nor released, and its key never claimed again) does not
-	// stay in memory for good.
-	owners  map[recordID]*owner
-	sweepAt int
-}
-
 // minSweep is the size of a shard's owners below which expired claims
 // are left for their key's next Begin to replace.
 const minSweep = 64
-
-// owner is a claim made in this process; done closes when it ends.
-type owner struct {
-	token    Token
-	digest   [16]byte
-	deadline int64
-	gen      uint64
-	done     chan struct{}
-}
-
-func (t *idemTable) shard(id recordID) *idemShard { return &t.shards[id[0]%64] }
-
-// acquire makes id busy for the caller, waiting for other calls on it;
-// release ends it.
-func (t *idemTable) acquire(ctx context.Context, id recordID) (release func(), err error) {
-	s := t.shard(id)
-	for {
-		s.mu.Lock()
-		ch, ok := s.busy[id]
-		if !ok {
-			break
-		}
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if s.busy == nil {
-		s.busy = make(map[recordID]chan struct{})
-	}
-	ch := make(chan struct{})
-	s.busy[id] = ch
-	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		delete(s.busy, id)
-		s.mu.Unlock()
-		close(ch)
-	}, nil
-}
-
-// own records a claim made in this process at now (Unix ns), ending the
-// one it replaces (a claim whose lease passed). When the shard's claims
-// have doubled since the last sweep, those whose lease passed are ended
-// and dropped too (their keys are read from the store if their owners
-// call again): amortised, a constant cost per claim.
-func (t *idemTable) own(id recordID, o *owner, now int64) {
-	s := t.shard(id)
-	var ended []*owner
-	s.mu.Lock()
-	if s.owners == nil {
-		s.owners = make(map[recordID]*owner)
-	}
-	if old := s.owners[id]; old != nil {
-		ended = append(ended, old)
-	}
-	s.owners[id] = o
-	if len(s.owners) >= max(s.sweepAt, minSweep) {
-		for k, x := range s.owners {
-			if x.deadline < now {
-				delete(s.owners, k)
-				ended = append(ended, x)
-			}
-		}
-		s.sweepAt = 2 * len(s.owners)
-	}
-	s.mu.Unlock()
-	for _, x := range ended {
-		close(x.done)
-	}
-}
-
-// disown ends the claim of this process on id under token, if it has one.
-func (t *idemTable) disown(id recordID, token Token) {
-	s := t.shard(id)
-	s.mu.Lock()
-	o := s.owners[id]
-	if o != nil && o.token == token {
-		delete(s.owners, id)
-	} else {
-		o = nil
-	}
-	s.mu.Unlock()
-	if o != nil {
-		close(o.done)
-	}
-}
-
-// renew sets the deadline and generation of the claim of this process on
-// id under token, if it has one. An owner is never changed in place
-// (owner's callers read it unlocked): a copy replaces it, with its done.
-func (t *idemTable) renew(id recordID, token Token, deadline int64, gen uint64) {
-	s := t.shard(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if o := s.owners[id]; o != nil && o.token == token {
-		n := *o
-		n.deadline, n.gen = deadline, gen
-		s.owners[id] = &n
-	}
-}
-
-func (t *idemTable) owner(id recordID) *owner {
-	s := t.shard(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.owners[id]
-}
-
-func (t *idemTable) ownerDone(id recordID) <-chan struct{} {
-	if o := t.owner(id); o != nil {
-		return o.done
-	}
-	return nil
-}

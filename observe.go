@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -100,15 +99,6 @@ func (e *Engine) Observe(key []byte) (Verdict, error) {
 	s.mu.Unlock()
 	return v, err
 }
-
-// ErrNoEventTime is returned by [Engine.ObserveAt] and
-// [Engine.ObserveBatchAt] on an engine opened without
-// [Options.EventTime], whose clock is Options.Now.
-var ErrNoEventTime = errors.New("dedup: ObserveAt needs Options.EventTime")
-
-// ErrEventTime rejects an event time before the Unix epoch or past the
-// year 2262 (outside int64 nanoseconds).
-var ErrEventTime = errors.New("dedup: event time out of range")
 
 // maxEventTime is the latest event time: int64 nanoseconds since the
 // epoch.

@@ -14,6 +14,7 @@ import (
 	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/filter"
 	"github.com/streamdedup/dedup/internal/advisor"
+	"github.com/streamdedup/dedup/internal/fsperm"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/internal/sysmem"
 	"github.com/streamdedup/dedup/rotate"
@@ -57,7 +58,7 @@ func Open(opts Options) (*Engine, error) {
 	} else if fs == nil {
 		fs = vfs.Default
 	}
-	fs = exact.PrivateFS(fs)
+	fs = fsperm.FS(fs)
 	store, err := openStore(fs, dir, given)
 	if err != nil {
 		return nil, stateOpenError(err, fs, dir, opts.Dir)

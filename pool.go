@@ -10,9 +10,6 @@ import (
 	"time"
 )
 
-// ErrPoolClosed is returned by [Pool.Submit] once [Pool.Close] has begun.
-var ErrPoolClosed = errors.New("dedup: pool closed")
-
 // PoolOptions configure a [Pool] of events of type T. Key and Process are
 // required; every other zero field selects its documented default.
 type PoolOptions[T any] struct {

@@ -66,7 +66,3 @@ func (s *shard) pruneShadow(oldest uint64) {
 		}
 	}
 }
-
-// shadowBytes estimates the memory of the shard's shadow: a Go map entry
-// of two words, with its share of buckets and control bytes.
-func (s *shard) shadowBytes() uint64 { return uint64(len(s.shadow)) * 40 }

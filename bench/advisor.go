@@ -1,15 +1,12 @@
 package bench
 
 import (
-	"container/heap"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/streamdedup/dedup"
@@ -70,7 +67,10 @@ type AdvisorConfig struct {
 	HorizonBytes  int64
 }
 
-func (c *AdvisorConfig) withDefaults() {
+// EnsureDefaults fills the zero fields of c with their defaults: the
+// one place they are defined (dedupbench takes its flags' defaults
+// from it).
+func (c *AdvisorConfig) EnsureDefaults() {
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
@@ -240,32 +240,13 @@ type AdvisorResult struct {
 	Machine *Machine `json:"machine,omitempty"`
 }
 
-// pending is a scheduled duplicate.
-type pending struct {
-	at  time.Duration
-	key uint64
-}
-
-type pendingHeap []pending
-
-func (h pendingHeap) Len() int           { return len(h) }
-func (h pendingHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h pendingHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *pendingHeap) Push(x any)        { *h = append(*h, x.(pending)) }
-func (h *pendingHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
 // advisorEpoch is the virtual clock's start.
 var advisorEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Advisor runs the check: one stream, one engine per window on event time,
 // commits every Window/16 of virtual time.
 func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
-	cfg.withDefaults()
+	cfg.EnsureDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -281,53 +262,28 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 	}()
 	minW := cfg.Windows[0]
 	for i, w := range cfg.Windows {
-		e, err := dedup.Open(dedup.Options{Window: w, Generations: cfg.Generations, EventTime: true,
-			Probabilistic: cfg.Probabilistic, ExpectedRate: cfg.Rate, MaxInFlight: 1 << 24, HorizonSample: cfg.HorizonSample, HorizonBytes: cfg.HorizonBytes})
+		e, err := cfg.openEngine(w)
 		if err != nil {
 			return nil, err
 		}
 		engines[i] = e
 		minW = min(minW, w)
-		res.Runs = append(res.Runs, AdvisorRun{Window: w,
-			ModelLeaksPerMillion: cfg.ModelLeaksPerMillion(w, cfg.Generations),
-			ModelWindowFor100:    cfg.ModelWindowFor(100, cfg.Generations),
-			ModelWindowFor10:     cfg.ModelWindowFor(10, cfg.Generations),
-			ModelWindowFor1:      cfg.ModelWindowFor(1, cfg.Generations)})
+		res.Runs = append(res.Runs, cfg.newRun(w))
 	}
-	// Originals arrive as a Poisson process at R(1-d); each gets one
-	// duplicate with probability d/(1-d), after a drawn delay.
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5eed))
-	origRate := cfg.Rate * (1 - cfg.DuplicateFraction)
-	pDup := cfg.DuplicateFraction / (1 - cfg.DuplicateFraction)
+	arr := newAdvisorArrivals(&cfg)
 	tick := min(max(minW/2000, time.Millisecond), time.Second)
 	commitEvery := max(minW/16, 10*time.Millisecond)
-	var pend pendingHeap
-	var next uint64
-	nextOrig := time.Duration(rng.ExpFloat64() / origRate * float64(time.Second))
 	keys := make([][]byte, 0, 512)
 	isDup := make([]bool, 0, 512)
 	verdicts := make([][]dedup.Verdict, len(engines))
 	leaked := make([]uint64, len(engines))
-	var arrivals uint64
-	var dups uint64
+	var arrivals, dups uint64
 	var batchAt, lastCommit time.Duration
 	checkEvery := cfg.Duration / time.Duration(cfg.Checkpoints)
 	nextCheck := checkEvery
-	measureFrom := make([]time.Duration, len(engines))
-	for i, w := range cfg.Windows {
-		measureFrom[i] = w + w/time.Duration(cfg.Generations)
-	}
+	measureFrom := cfg.measureFrom()
 	arrivalsFrom := make([]uint64, len(engines))
-	parallel := func(fn func(i int) error) error {
-		var wg sync.WaitGroup
-		errs := make([]error, len(engines))
-		for i := range engines {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = fn(i) }()
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	}
+	parallel := func(fn func(i int) error) error { return parallelN(len(engines), fn) }
 	flush := func() error {
 		if len(keys) == 0 {
 			return nil
@@ -344,34 +300,15 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 				return err
 			}
 			if batchAt >= measureFrom[i] {
-				for k, d := range isDup {
-					if d && v[k] == dedup.New {
-						leaked[i]++
-					}
-				}
+				leaked[i] += countLeaks(isDup, v)
 			}
 			return nil
 		})
 		keys, isDup = keys[:0], isDup[:0]
 		return err
 	}
-	var buf []byte
 	for {
-		// The next arrival: an original or the earliest pending duplicate.
-		var at time.Duration
-		var key uint64
-		dup := false
-		if pend.Len() > 0 && pend[0].at < nextOrig {
-			p := heap.Pop(&pend).(pending)
-			at, key, dup = p.at, p.key, true
-		} else {
-			at, key = nextOrig, next
-			next++
-			nextOrig += time.Duration(rng.ExpFloat64() / origRate * float64(time.Second))
-			if rng.Float64() < pDup {
-				heap.Push(&pend, pending{at: at + cfg.draw(rng), key: key})
-			}
-		}
+		at, key, dup := arr.next()
 		if at >= cfg.Duration {
 			break
 		}
@@ -397,20 +334,14 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 				return nil, err
 			}
 			for i, e := range engines {
-				a := e.Stats().WindowAdvice
-				res.Runs[i].Trace = append(res.Runs[i].Trace, AdvisorPoint{At: at, Duplicates: dups, Caught: a.Caught,
-					LeaksPerMillion: a.LeaksPerMillion, LeaksRelErr: a.LeaksRelErr, WindowFor100: a.WindowFor100})
+				res.Runs[i].trace(at, dups, e.Stats().WindowAdvice)
 			}
 			nextCheck += checkEvery
 		}
 		if len(keys) == 0 {
 			batchAt = at
 		}
-		buf = binary.BigEndian.AppendUint64(buf[:0], key*0x9e3779b97f4a7c15)
-		k := make([]byte, 12)
-		copy(k, "ev")
-		copy(k[2:], buf)
-		keys = append(keys, k)
+		keys = append(keys, advisorKey(key))
 		isDup = append(isDup, dup)
 		arrivals++
 		if dup {
@@ -430,21 +361,7 @@ func Advisor(ctx context.Context, cfg AdvisorConfig) (*AdvisorResult, error) {
 	}
 	res.Events = arrivals
 	for i, e := range engines {
-		r := &res.Runs[i]
-		st := e.Stats()
-		r.Advice, r.FilterBytes = st.WindowAdvice, st.FilterBytes
-		if arrivalsFrom[i] > 0 {
-			r.MeasuredLeaksPerMillion = 1e6 * float64(leaked[i]) / float64(arrivalsFrom[i])
-		}
-		r.Trace = append(r.Trace, AdvisorPoint{At: cfg.Duration, Duplicates: dups, Caught: r.Advice.Caught,
-			LeaksPerMillion: r.Advice.LeaksPerMillion, LeaksRelErr: r.Advice.LeaksRelErr, WindowFor100: r.Advice.WindowFor100})
-		for k := len(r.Trace) - 1; k >= 0; k-- {
-			p := r.Trace[k]
-			if math.Abs(p.LeaksPerMillion-r.ModelLeaksPerMillion) > 0.2*r.ModelLeaksPerMillion {
-				break
-			}
-			r.Within20At = p.Duplicates
-		}
+		res.Runs[i].finish(cfg.Duration, dups, e.Stats(), leaked[i], arrivalsFrom[i])
 	}
 	return res, nil
 }

@@ -13,7 +13,7 @@ import (
 // 2 minutes, 2% duplicates.
 func TestAdvisorModel(t *testing.T) {
 	c := AdvisorConfig{}
-	c.withDefaults()
+	c.EnsureDefaults()
 	if got := c.ModelLeaksPerMillion(5*time.Minute, 1024); math.Abs(got-1642) > 3 {
 		t.Errorf("leaks at 5m = %.1f, want 1642", got)
 	}

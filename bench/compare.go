@@ -80,13 +80,16 @@ type CompareConfig struct {
 	Child []string `json:"-"`
 }
 
-func (c *CompareConfig) withDefaults() {
+// EnsureDefaults fills the zero fields of c with their defaults: the
+// one place they are defined (dedupbench takes its flags' defaults
+// from it).
+func (c *CompareConfig) EnsureDefaults() {
 	s := &c.Stream
 	if s.Events == 0 && s.Duration == 0 {
 		s.Events = 400_000
 	}
 	s.ensureCompareDefaults()
-	s.withDefaults()
+	s.EnsureDefaults()
 	c.Window = cmp.Or(c.Window, 5*time.Second)
 	c.FalsePositiveRate = cmp.Or(c.FalsePositiveRate, 0.01)
 	if c.Modes == nil {
@@ -185,7 +188,7 @@ type CompareResult struct {
 // and through each baseline, then the memory sweep and the memory-at-scale
 // runs. With cfg.Child every target runs in a process of its own.
 func Compare(ctx context.Context, cfg CompareConfig, progress Progress) (*CompareResult, error) {
-	cfg.withDefaults()
+	cfg.EnsureDefaults()
 	if cfg.Batch < 1 || cfg.Window <= 0 {
 		return nil, errors.New("bench: compare Batch and Window must be positive")
 	}

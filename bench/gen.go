@@ -53,7 +53,10 @@ type DelayOptions struct {
 	ReplayMax time.Duration `json:"replay_max,omitempty"`
 }
 
-func (d *DelayOptions) withDefaults() {
+// EnsureDefaults fills the zero fields of d with their defaults: the
+// one place they are defined (dedupbench takes its flags' defaults
+// from it).
+func (d *DelayOptions) EnsureDefaults() {
 	d.Kind = cmp.Or(d.Kind, DelayExponential)
 	d.Mean = cmp.Or(d.Mean, 2*time.Minute)
 	d.RetryMean = cmp.Or(d.RetryMean, 5*time.Second)
@@ -93,17 +96,20 @@ type StreamOptions struct {
 	Events int64 `json:"events,omitempty"`
 }
 
-func (c *StreamOptions) withDefaults() {
+// EnsureDefaults fills the zero fields of c with their defaults: the
+// one place they are defined (dedupbench takes its flags' defaults
+// from it).
+func (c *StreamOptions) EnsureDefaults() {
 	c.Seed = cmp.Or(c.Seed, 1)
 	c.Rate = cmp.Or(c.Rate, 2000)
 	c.DuplicateFraction = cmp.Or(c.DuplicateFraction, 0.02)
 	c.Keys = cmp.Or(c.Keys, KeysMixed)
-	c.Delay.withDefaults()
+	c.Delay.EnsureDefaults()
 }
 
 // ensureCompareDefaults fills a zero Rate, DuplicateFraction and mean
 // delay with the stream Compare and FilterCmd run: 50,000 events/s, 5%
-// duplicates after a mean of 1s. withDefaults fills the rest.
+// duplicates after a mean of 1s. EnsureDefaults fills the rest.
 func (c *StreamOptions) ensureCompareDefaults() {
 	c.Rate = cmp.Or(c.Rate, 50_000)
 	c.DuplicateFraction = cmp.Or(c.DuplicateFraction, 0.05)
@@ -185,7 +191,7 @@ type session struct {
 
 // NewStream returns the stream cfg describes.
 func NewStream(cfg StreamOptions) (*Stream, error) {
-	cfg.withDefaults()
+	cfg.EnsureDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -202,9 +208,6 @@ func NewStream(cfg StreamOptions) (*Stream, error) {
 	s.next = s.expGap()
 	return s, nil
 }
-
-// Config returns the stream's configuration with defaults filled in.
-func (s *Stream) Config() StreamOptions { return s.cfg }
 
 func (s *Stream) expGap() time.Duration {
 	return time.Duration(s.rng.ExpFloat64() * s.gap)

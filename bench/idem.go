@@ -71,7 +71,10 @@ type IdemConfig struct {
 	SharedProxies []int
 }
 
-func (c *IdemConfig) defaults() {
+// EnsureDefaults fills the zero fields of c with their defaults: the
+// one place they are defined (dedupbench takes its flags' defaults
+// from it).
+func (c *IdemConfig) EnsureDefaults() {
 	if c.Requests == 0 {
 		c.Requests = 5_000
 	}
@@ -163,7 +166,7 @@ func (t *idemTarget) failed(stage string, err error) error {
 // which every target, in turn, gets Requests requests with new keys, then
 // Replays requests repeating them.
 func Idem(ctx context.Context, cfg IdemConfig, p Progress) (*IdemResult, error) {
-	cfg.defaults()
+	cfg.EnsureDefaults()
 	if p == nil {
 		p = nopProgress{}
 	}

@@ -24,7 +24,7 @@ func (a addrWriter) Write(p []byte) (int, error) {
 func testUpstream(t *testing.T) (IdemConfig, *upstream) {
 	t.Helper()
 	cfg := IdemConfig{}
-	cfg.defaults()
+	cfg.EnsureDefaults()
 	up, err := startUpstream(cfg)
 	if err != nil {
 		t.Fatal(err)

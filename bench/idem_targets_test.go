@@ -18,7 +18,7 @@ func TestDedupProxyDeathIsExplained(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := IdemConfig{Dir: t.TempDir()}
-	cfg.defaults()
+	cfg.EnsureDefaults()
 	up := &upstream{url: "http://127.0.0.1:1"}
 	tg, stop, err := startDedupProxy(context.Background(), cfg, script, up)
 	if err != nil {

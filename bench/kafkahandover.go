@@ -104,11 +104,7 @@ func handoverMove(ctx context.Context, cfg KafkaHandoverConfig, n int, dir strin
 		return row, fmt.Errorf("bench: kfake: %w", err)
 	}
 	defer cl.Close()
-	storeDir := filepath.Join(dir, "store")
-	if err := os.MkdirAll(storeDir, 0o755); err != nil {
-		return row, fmt.Errorf("bench: %w", err)
-	}
-	store, err := handover.Open(ctx, "file://"+filepath.ToSlash(storeDir))
+	store, err := openHandoverStore(ctx, filepath.Join(dir, "store"))
 	if err != nil {
 		return row, err
 	}
@@ -218,6 +214,14 @@ func handoverMove(ctx context.Context, cfg KafkaHandoverConfig, n int, dir strin
 		row.Ratio = row.Replay.Seconds() / row.Handover.Seconds()
 	}
 	return row, nil
+}
+
+// openHandoverStore opens a handover store of files in dir, creating it.
+func openHandoverStore(ctx context.Context, dir string) (*handover.Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return handover.Open(ctx, "file://"+filepath.ToSlash(dir))
 }
 
 func medianDur(ds []time.Duration) time.Duration {

@@ -35,7 +35,10 @@ type LoadConfig struct {
 	Dir string `json:"dir,omitempty"`
 }
 
-func (c *LoadConfig) withDefaults() {
+// EnsureDefaults fills the zero fields of c with their defaults: the
+// one place they are defined (dedupbench takes its flags' defaults
+// from it).
+func (c *LoadConfig) EnsureDefaults() {
 	e := &c.Engine
 	e.Filter = cmp.Or(e.Filter, "blocked")
 	e.Window = cmp.Or(e.Window, time.Minute)
@@ -112,7 +115,7 @@ type LoadResult struct {
 // Load offers each target rate in turn to a fresh engine on a temporary
 // state directory, through ObserveBatch with AutoCommit.
 func Load(ctx context.Context, cfg LoadConfig, progress Progress) (*LoadResult, error) {
-	cfg.withDefaults()
+	cfg.EnsureDefaults()
 	if cfg.Duration <= 0 || cfg.Tick <= 0 || cfg.Interval <= 0 {
 		return nil, errors.New("bench: load Duration, Tick and Interval must be positive")
 	}
@@ -213,29 +216,7 @@ func loadStep(ctx context.Context, cfg LoadConfig, rate float64, progress Progre
 			step.Batches++
 			step.Events += uint64(len(keys))
 			winEvents += uint64(len(keys))
-			for i := range truth {
-				k := string(truth[i].Key)
-				_, lost := dropped[k]
-				switch {
-				case truth[i].Dup && lost:
-					// The original was dropped (a filter false
-					// positive): this copy is the event's first
-					// delivery, and passing it is right.
-					if d[i] {
-						step.FalseDrops++
-					} else {
-						delete(dropped, k)
-					}
-				case truth[i].Dup:
-					step.Duplicates++
-					if !d[i] && truth[i].Delay < ec.Window {
-						step.DupsMissed++
-					}
-				case d[i]:
-					step.FalseDrops++
-					dropped[k] = struct{}{}
-				}
-			}
+			step.tally(truth, d, dropped, ec.Window)
 		}
 		elapsed := time.Since(start)
 		if elapsed >= nextSample {
@@ -257,17 +238,53 @@ func loadStep(ctx context.Context, cfg LoadConfig, rate float64, progress Progre
 	if err := t.Commit(); err != nil {
 		return step, err
 	}
+	return step, step.measureHeld(t)
+}
+
+// tally counts the verdicts d of the events truth: duplicates, those
+// missed within window, and false drops. dropped holds the originals a
+// false positive dropped, so that their copies count as first
+// deliveries, not as duplicates let through.
+func (step *LoadStep) tally(truth []Event, d []bool, dropped map[string]struct{}, window time.Duration) {
+	for i := range truth {
+		k := string(truth[i].Key)
+		_, lost := dropped[k]
+		switch {
+		case truth[i].Dup && lost:
+			// The original was dropped (a filter false
+			// positive): this copy is the event's first
+			// delivery, and passing it is right.
+			if d[i] {
+				step.FalseDrops++
+			} else {
+				delete(dropped, k)
+			}
+		case truth[i].Dup:
+			step.Duplicates++
+			if !d[i] && truth[i].Delay < window {
+				step.DupsMissed++
+			}
+		case d[i]:
+			step.FalseDrops++
+			dropped[k] = struct{}{}
+		}
+	}
+}
+
+// measureHeld fills step's memory and disk figures from t, after a
+// collection.
+func (step *LoadStep) measureHeld(t Target) error {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	u, err := t.Usage()
 	if err != nil {
-		return step, err
+		return err
 	}
 	step.Keys, step.HeapBytes, step.FilterBytes, step.DiskBytes, step.StoreLookups = u.Keys, ms.HeapAlloc, u.FilterBytes, u.Disk, u.StoreLookups
 	if u.Keys > 0 {
 		step.RAMPerKey = float64(ms.HeapAlloc) / float64(u.Keys)
 		step.DiskPerKey = float64(u.Disk) / float64(u.Keys)
 	}
-	return step, nil
+	return nil
 }

@@ -14,9 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNoRedis reports that redis-server is not on PATH.
-var ErrNoRedis = errors.New("bench: redis-server not installed")
-
 // RedisServer is a redis-server child process on a loopback port, without
 // persistence.
 type RedisServer struct {

@@ -24,9 +24,6 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// ErrNoRedisBenchmark reports that redis-benchmark is not on PATH.
-var ErrNoRedisBenchmark = errors.New("bench: redis-benchmark not installed")
-
 // ServeConfig configures the drop-in comparison: redis-benchmark driving
 // `SET key:__rand_int__ 1 NX EX ttl` against a real redis-server and
 // against dedup's RESP server (package resp), one after the other on the
@@ -72,7 +69,10 @@ type ServeConfig struct {
 	DedupBin string `json:",omitempty"`
 }
 
-func (c *ServeConfig) defaults() {
+// EnsureDefaults fills the zero fields of c with their defaults: the
+// one place they are defined (dedupbench takes its flags' defaults
+// from it).
+func (c *ServeConfig) EnsureDefaults() {
 	c.Requests = cmp.Or(c.Requests, 2_000_000)
 	c.Clients = cmp.Or(c.Clients, 8)
 	c.Pipeline = cmp.Or(c.Pipeline, 16)
@@ -123,7 +123,7 @@ type ServeResult struct {
 // Serve runs the comparison. It needs redis-benchmark; without
 // redis-server the Redis row is left out.
 func Serve(ctx context.Context, cfg ServeConfig, p Progress) (*ServeResult, error) {
-	cfg.defaults()
+	cfg.EnsureDefaults()
 	if _, err := exec.LookPath("redis-benchmark"); err != nil {
 		return nil, ErrNoRedisBenchmark
 	}

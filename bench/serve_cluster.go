@@ -51,7 +51,7 @@ type ServeClusterResult struct {
 // left out without redis-server or redis-cli, and under 3 nodes (a Redis
 // Cluster needs 3 masters).
 func ServeCluster(ctx context.Context, cfg ServeConfig, p Progress) (*ServeClusterResult, error) {
-	cfg.defaults()
+	cfg.EnsureDefaults()
 	if cfg.ClusterNodes < 2 {
 		return nil, fmt.Errorf("bench: serve cluster: %d nodes: want at least 2", cfg.ClusterNodes)
 	}

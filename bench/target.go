@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/internal/observeretry"
 )
 
 // Target is a dedup layer under test: this engine or a baseline. The
@@ -171,23 +172,9 @@ func (t *EngineTarget) Commit() error {
 
 func (t *EngineTarget) observe(keys [][]byte, out []dedup.Verdict) error {
 	err := t.eng.ObserveBatch(keys, out)
-	for tries := 0; err != nil && errors.Is(err, dedup.ErrTooManyInFlight) && tries < 8; tries++ {
-		if cerr := t.eng.Commit(nil); cerr != nil {
-			return fmt.Errorf("bench: engine commit: %w", cerr)
-		}
-		var restKeys [][]byte
-		var idx []int
-		for i, v := range out {
-			if v == 0 {
-				restKeys = append(restKeys, keys[i])
-				idx = append(idx, i)
-			}
-		}
-		rest := make([]dedup.Verdict, len(restKeys))
-		err = t.eng.ObserveBatch(restKeys, rest)
-		for j, i := range idx {
-			out[i] = rest[j]
-		}
+	if errors.Is(err, dedup.ErrTooManyInFlight) {
+		// Commit and observe what is left, the RESP server's rule.
+		err = observeretry.Finish(t.eng, keys, out, err, nil)
 	}
 	if err != nil {
 		return fmt.Errorf("bench: observe batch: %w", err)

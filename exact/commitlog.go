@@ -31,7 +31,7 @@ import (
 //
 //	seq      8 bytes, little-endian (0 for the end marker)
 //	segment  8 bytes, little-endian: the number of the segment written to
-//	         (epoch<<32 | count: never given twice, see Store.newEpoch)
+//	         (era<<32 | count: never given twice, see Store.newEra)
 //	flags    1 byte: recCheckpoint, recDrop, recEnd, recRecords, recFPs,
 //	         recHashes (recKeys in format 2 only)
 //	[uvarint len, checkpoint]   if recCheckpoint
@@ -385,169 +385,6 @@ func endRecord(seg uint64) []byte {
 	return rec
 }
 
-// record is a decoded commit-log record. Its slices point into the
-// payload it was decoded from.
-type record struct {
-	seq    uint64
-	seg    uint64
-	end    bool
-	cp     []byte
-	hasCP  bool
-	drop   uint64
-	runs   []run
-	hashes []uint64
-	fps    []Fingerprint // nil if the record holds none
-	keys   [][]byte      // a record of format 2: its keys, nil if none
-	recs   []logRecOp
-}
-
-// decodeRecord decodes a payload whose checksum matched.
-func decodeRecord(p []byte, r *record) error {
-	bad := func(what string) error {
-		return fmt.Errorf("%w: commit log record: bad %s", ErrCorrupt, what)
-	}
-	if len(p) < recFixed {
-		return bad("length")
-	}
-	r.seq = binary.LittleEndian.Uint64(p)
-	r.seg = binary.LittleEndian.Uint64(p[8:])
-	flags := p[16]
-	p = p[recFixed:]
-	if r.end = flags&recEnd != 0; r.end {
-		if flags != recEnd || len(p) != 0 {
-			return bad("end marker")
-		}
-		return nil
-	}
-	uv := func() (uint64, bool) {
-		v, n := binary.Uvarint(p)
-		if n <= 0 {
-			return 0, false
-		}
-		p = p[n:]
-		return v, true
-	}
-	r.cp, r.hasCP, r.drop = nil, false, 0
-	r.runs, r.hashes, r.keys, r.recs = r.runs[:0], r.hashes[:0], r.keys[:0], r.recs[:0]
-	if flags&recCheckpoint != 0 {
-		n, ok := uv()
-		if !ok || n > uint64(len(p)) {
-			return bad("checkpoint")
-		}
-		r.cp, r.hasCP, p = p[:n], true, p[n:]
-	}
-	if flags&recDrop != 0 {
-		var ok bool
-		if r.drop, ok = uv(); !ok {
-			return bad("drop")
-		}
-	}
-	keys := flags&recKeys != 0
-	withFPs := flags&recFPs != 0
-	hashed := flags&recHashes != 0
-	if (keys && (withFPs || hashed)) || (hashed && !withFPs) {
-		return bad("flags")
-	}
-	// entry is the size of an entry, the smallest for recKeys.
-	entry := uint64(8)
-	switch {
-	case hashed:
-		entry = 8 + fpSize
-	case withFPs:
-		entry = fpSize
-	case keys:
-		entry = 10
-	}
-	r.fps = r.fps[:0]
-	nruns, ok := uv()
-	if !ok || nruns > uint64(len(p)) {
-		return bad("run count")
-	}
-	for range nruns {
-		gen, ok1 := uv()
-		n, ok2 := uv()
-		if !ok1 || !ok2 || n > uint64(len(p))/entry {
-			return bad("run")
-		}
-		r.runs = append(r.runs, run{gen: gen, n: int(n)})
-		if withFPs {
-			for range n {
-				var h uint64
-				if hashed {
-					h = binary.LittleEndian.Uint64(p)
-					p = p[8:]
-				}
-				var fp Fingerprint
-				copy(fp[:], p)
-				p = p[fpSize:]
-				if !hashed {
-					h = FingerprintHash(&fp)
-				}
-				r.hashes = append(r.hashes, h)
-				r.fps = append(r.fps, fp)
-			}
-			continue
-		}
-		for range n {
-			if len(p) < 8 {
-				return bad("hash")
-			}
-			r.hashes = append(r.hashes, binary.LittleEndian.Uint64(p))
-			p = p[8:]
-			if keys {
-				kl, ok := uv()
-				if !ok || kl == 0 || kl > MaxKeySize || kl > uint64(len(p)) {
-					return bad("key")
-				}
-				r.keys = append(r.keys, p[:kl])
-				p = p[kl:]
-			}
-		}
-	}
-	if !keys {
-		r.keys = nil
-	}
-	if !withFPs {
-		r.fps = nil
-	}
-	if flags&recRecords != 0 {
-		n, ok := uv()
-		if !ok || n == 0 || n > uint64(len(p)) {
-			return bad("record count")
-		}
-		for range n {
-			var op logRecOp
-			var ok bool
-			if op.gen, ok = uv(); !ok || len(p) < len(op.fp)+1 {
-				return bad("record")
-			}
-			copy(op.fp[:], p)
-			kind := p[len(op.fp)]
-			p = p[len(op.fp)+1:]
-			switch kind {
-			case recordDelete:
-				op.del = true
-			case recordPut:
-				vl, ok := uv()
-				if !ok || vl > MaxRecordSize || vl > uint64(len(p)) {
-					return bad("record value")
-				}
-				op.val, p = p[:vl], p[vl:]
-			default:
-				return bad("record kind")
-			}
-			r.recs = append(r.recs, op)
-		}
-	}
-	if flags&^(recCheckpoint|recDrop|recKeys|recRecords|recFPs|recHashes) != 0 {
-		return bad("flags")
-	}
-	if len(p) != 0 {
-		return bad("trailing bytes")
-	}
-	return nil
-}
-
 // errTorn ends a replay: the end of the log, after which nothing was
 // acknowledged.
 var errTorn = errors.New("exact: end of the commit log")
@@ -558,17 +395,17 @@ type tornAt struct{ off int64 }
 func (t *tornAt) Error() string        { return fmt.Sprintf("%v at byte %d", errTorn, t.off) }
 func (t *tornAt) Is(target error) bool { return target == errTorn }
 
-// readRecords calls fn for every record of the file f, of size bytes, of
+// readLogEntries calls fn for every log entry of the file f, of size bytes, of
 // segment seg, in order, and returns nil at its end marker. It returns
 // errTorn at the end of the file or at a record that is short, fails its
 // checksum or belongs to another segment (an earlier use of the file). The
 // record passed to fn is valid only during the call.
-func readRecords(f io.Reader, size int64, seg uint64, fn func(*record) error) error {
+func readLogEntries(f io.Reader, size int64, seg uint64, fn func(*logEntry) error) error {
 	br := bufio.NewReaderSize(f, 1<<20)
 	var off int64
 	var hdr [recHeader]byte
 	var payload []byte
-	var r record
+	var r logEntry
 	for {
 		torn := &tornAt{off: off}
 		if _, err := io.ReadFull(br, hdr[:]); err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -593,7 +430,7 @@ func readRecords(f io.Reader, size int64, seg uint64, fn func(*record) error) er
 		if xxhash.Sum64(payload) != sum || binary.LittleEndian.Uint64(payload[8:]) != seg {
 			return torn
 		}
-		if err := decodeRecord(payload, &r); err != nil {
+		if err := decodeLogEntry(payload, &r); err != nil {
 			return err
 		}
 		if r.end {

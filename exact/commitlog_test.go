@@ -47,7 +47,7 @@ func readSeqs(t *testing.T, fs vfs.FS, path string, seg uint64) ([]uint64, error
 		t.Fatal(err)
 	}
 	var seqs []uint64
-	err = readRecords(f, fi.Size(), seg, func(r *record) error {
+	err = readLogEntries(f, fi.Size(), seg, func(r *logEntry) error {
 		if len(r.fps) != 1 || r.fps[0] != testFP(int(r.seq)) || r.hashes[0] != hashOf(int(r.seq)) {
 			return fmt.Errorf("record %d holds %x", r.seq, r.fps)
 		}

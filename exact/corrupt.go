@@ -132,7 +132,7 @@ func Check(dir string, opts Options) (CheckResult, error) {
 		}
 		fi, err := f.Stat()
 		if err == nil {
-			err = readRecords(f, fi.Size(), num, func(*record) error { res.Commits++; return nil })
+			err = readLogEntries(f, fi.Size(), num, func(*logEntry) error { res.Commits++; return nil })
 		}
 		err = errors.Join(err, f.Close())
 		if err != nil && !errors.Is(err, errTorn) {

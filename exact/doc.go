@@ -89,7 +89,7 @@
 //	0x07                          -> seq (8 bytes)             log records of seq <= it are truncated
 //	0x08 gen flush (8 bytes) key  -> empty                     a key stored by format 2 (upgraded away)
 //	0x09 gen flush (8 bytes)      -> key filter                a filter of format 2 (upgraded away)
-//	0x0a                          -> epoch (8 bytes)           commit log epoch of the last Open
+//	0x0a                          -> era (8 bytes)             commit log era of the last Open
 //	0x0b gen (8 bytes) fp (16)    -> value                     a result record (PutRecord)
 //	0x0c                          -> secret (16 bytes)         the fingerprint secret
 //	0x0d gen flush (8 bytes) fp (16) -> empty                  a key's fingerprint, written by flush number flush
@@ -110,7 +110,7 @@
 // Commits past the last flush are in the commit log's segments,
 // exact-commits-NNNNNN (retired ones waiting for reuse are
 // exact-commits-free-NNNNNN), described in commitlog.go. A segment's
-// number is epoch<<32 | count, the epoch raised durably by every Open, so
+// number is era<<32 | count, the era raised durably by every Open, so
 // that no number is ever given twice. Format 3 (this one) keeps
 // fingerprints instead of keys (tags 0x0d-0x0f); format 2 added the commit
 // log and tags 0x07-0x0a. A store of format 1 or 2 is upgraded when

@@ -11,7 +11,7 @@ import (
 )
 
 // batchOf returns a batch holding what the decoded record r holds.
-func batchOf(r *record) *Batch {
+func batchOf(r *logEntry) *Batch {
 	b := &Batch{s: &Store{}}
 	if r.hasCP {
 		b.SetCheckpoint(r.cp)
@@ -43,7 +43,7 @@ func batchOf(r *record) *Batch {
 
 // fingerprints returns the fingerprints of r's keys: those it holds, or
 // those of its keys of format 2 under the zero secret.
-func fingerprints(r *record) []Fingerprint {
+func fingerprints(r *logEntry) []Fingerprint {
 	if r.keys == nil {
 		return r.fps
 	}
@@ -55,8 +55,8 @@ func fingerprints(r *record) []Fingerprint {
 	return out
 }
 
-// sameRecord reports how a and b differ, "" if they do not.
-func sameRecord(a, b *record) string {
+// sameLogEntry reports how a and b differ, "" if they do not.
+func sameLogEntry(a, b *logEntry) string {
 	switch {
 	case a.seq != b.seq || a.seg != b.seg:
 		return "seq or segment"
@@ -142,8 +142,8 @@ func FuzzCommitRecord(f *testing.F) {
 	f.Add(endRecord(2)[recHeader:])
 	f.Add(format2Record())
 	f.Fuzz(func(t *testing.T, p []byte) {
-		var r record
-		if err := decodeRecord(p, &r); err != nil {
+		var r logEntry
+		if err := decodeLogEntry(p, &r); err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v is not ErrCorrupt", err)
 			}
@@ -158,7 +158,7 @@ func FuzzCommitRecord(f *testing.F) {
 
 // checkReencodes fails t unless the decoded record r makes a batch that
 // encodes back to a record decoding the same.
-func checkReencodes(t *testing.T, r *record) {
+func checkReencodes(t *testing.T, r *logEntry) {
 	t.Helper()
 	b := batchOf(r)
 	if b.err != nil {
@@ -166,11 +166,11 @@ func checkReencodes(t *testing.T, r *record) {
 	}
 	rec := encodeRecord(nil, b)
 	stampRecord(rec, r.seq, r.seg)
-	var r2 record
-	if err := decodeRecord(rec[recHeader:], &r2); err != nil {
+	var r2 logEntry
+	if err := decodeLogEntry(rec[recHeader:], &r2); err != nil {
 		t.Fatalf("re-encoded record does not decode: %v", err)
 	}
-	if d := sameRecord(r, &r2); d != "" {
+	if d := sameLogEntry(r, &r2); d != "" {
 		t.Fatalf("re-encoded record differs in its %s", d)
 	}
 }
@@ -205,7 +205,7 @@ func FuzzSegment(f *testing.F) {
 	f.Add(framed)
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
-		err := readRecords(bytes.NewReader(p), int64(len(p)), seg, func(r *record) error {
+		err := readLogEntries(bytes.NewReader(p), int64(len(p)), seg, func(r *logEntry) error {
 			checkReencodes(t, r)
 			return nil
 		})

@@ -17,7 +17,7 @@ const (
 	tagTruncated  = 0x07
 	tagFlushKey   = 0x08 // generation, flush, key
 	tagFilter     = 0x09 // generation, flush -> key filter
-	tagEpoch      = 0x0a // the commit log's epoch: one per Open
+	tagEra        = 0x0a // the commit log's era: one per Open
 	tagRecord     = 0x0b // generation, fingerprint -> result record
 	tagSecret     = 0x0c // the fingerprint secret
 	tagFP         = 0x0d // generation, flush, fingerprint
@@ -43,7 +43,7 @@ var (
 	floorKey      = []byte{tagFloor}
 	seqKey        = []byte{tagSeq}
 	truncatedKey  = []byte{tagTruncated}
-	epochKey      = []byte{tagEpoch}
+	eraKey        = []byte{tagEra}
 	secretKey     = []byte{tagSecret}
 )
 
@@ -59,9 +59,6 @@ func putRecordKey(dst []byte, gen uint64, fp Fingerprint) {
 	binary.BigEndian.PutUint64(dst[1:9], gen)
 	copy(dst[9:], fp[:])
 }
-
-// genPrefix returns tagKey|gen: the first key of generation gen.
-func genPrefix(gen uint64) []byte { return tagGen(tagKey, gen) }
 
 // keysEnd is the upper bound (exclusive) of the format-1 key range.
 var keysEnd = []byte{tagKey + 1}
@@ -99,14 +96,6 @@ func putFPKey(dst []byte, gen, flush uint64, fp *Fingerprint) {
 	copy(dst[17:], fp[:])
 }
 
-// appendFlushKey appends tagFlushKey|gen|flush|key to dst.
-func appendFlushKey(dst []byte, gen, flush uint64, key []byte) []byte {
-	dst = append(dst, tagFlushKey)
-	dst = binary.BigEndian.AppendUint64(dst, gen)
-	dst = binary.BigEndian.AppendUint64(dst, flush)
-	return append(dst, key...)
-}
-
 // filterKey returns tagFPFilter|gen|flush.
 func filterKey(gen, flush uint64) []byte {
 	b := make([]byte, 17)
@@ -114,13 +103,6 @@ func filterKey(gen, flush uint64) []byte {
 	binary.BigEndian.PutUint64(b[1:], gen)
 	binary.BigEndian.PutUint64(b[9:], flush)
 	return b
-}
-
-// putKey writes tagKey|gen|key into dst, which must be 9+len(key) long.
-func putKey(dst []byte, gen uint64, key []byte) {
-	dst[0] = tagKey
-	binary.BigEndian.PutUint64(dst[1:9], gen)
-	copy(dst[9:], key)
 }
 
 // logKey returns tagLog|seq.

@@ -68,7 +68,7 @@ func LastCommit(dir string, opts Options) (uint64, error) {
 		}
 		fi, err := f.Stat()
 		if err == nil {
-			err = readRecords(f, fi.Size(), num, func(r *record) error {
+			err = readLogEntries(f, fi.Size(), num, func(r *logEntry) error {
 				switch {
 				case r.seq <= last:
 				case r.seq == last+1:

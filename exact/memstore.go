@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
@@ -18,10 +17,6 @@ import (
 // where Pebble on an in-memory file system held every key twice or more
 // (its memtable, its tables) with their indexes. No file, no log: commits
 // apply at once, and nothing survives Close.
-
-// ErrInMemory reports an operation an in-memory store cannot do: it keeps
-// no log, no keys (only their fingerprints) and no files.
-var ErrInMemory = errors.New("exact: in-memory store (no directory) keeps no log, keys or files")
 
 // memStore is the state of an in-memory Store.
 type memStore struct {
@@ -152,17 +147,6 @@ func (m *memStore) has(gen uint64, fp Fingerprint) bool {
 	defer m.mu.RUnlock()
 	t := m.gens[gen]
 	return gen >= m.floor && t != nil && t.has(fp)
-}
-
-// bytes is the memory of the fingerprint tables.
-func (m *memStore) bytes() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	var n uint64
-	for _, t := range m.gens {
-		n += t.bytes()
-	}
-	return n
 }
 
 func (m *memStore) close() {

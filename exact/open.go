@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // Open opens the store in dir, creating dir and the store if missing. A
@@ -27,9 +28,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.InMemory {
 		return openMem(opts)
 	}
-	opts.FS = PrivateFS(opts.FS)
+	opts.FS = fsperm.FS(opts.FS)
 	fs := opts.FS
-	if err := fs.MkdirAll(dir, PrivateDirMode); err != nil {
+	if err := fs.MkdirAll(dir, fsperm.DirMode); err != nil {
 		return nil, fmt.Errorf("exact: create %q: %w", dir, err)
 	}
 	ls, err := fs.List(dir)
@@ -86,8 +87,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// The directory holds this program's store: make what is in it
 	// private (a state written before, or copied in).
-	if _, ok := fs.(privateFS); ok {
-		if err := MakePrivate(dir); err != nil {
+	if fs == fsperm.FS(vfs.Default) {
+		if err := fsperm.MakePrivate(dir); err != nil {
 			return nil, errors.Join(err, s.closeDB())
 		}
 	}
@@ -240,7 +241,7 @@ func (s *Store) init(existing bool) (err error) {
 	}{
 		{seqKey, "seq", &s.lastSeq},
 		{floorKey, "floor", &s.floor},
-		{epochKey, "commit log epoch", &s.epoch},
+		{eraKey, "commit log era", &s.era},
 		{truncatedKey, "log truncation", &truncated},
 	} {
 		if err := s.getUint64(u.key, u.what, u.dst); err != nil {
@@ -300,35 +301,10 @@ func (s *Store) replay() (err error) {
 	if err != nil {
 		return fmt.Errorf("exact: list %q: %w", s.dir, err)
 	}
-	var nums []uint64
-	var highest uint64 // the highest segment number a file is named with
-	removedFree := false
-	for _, name := range ls {
-		if n, ok := parseSegName(name); ok {
-			nums = append(nums, n)
-			highest = max(highest, n)
-			continue
-		}
-		if n, ok := parseFreeName(name); ok {
-			highest = max(highest, n)
-		}
-		// A retired segment of a store being upgraded holds keys: removed.
-		if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled && !s.upgraded {
-			path := s.fs.PathJoin(s.dir, name)
-			fi, err := s.fs.Stat(path)
-			if err != nil {
-				return fmt.Errorf("exact: stat %q: %w", path, err)
-			}
-			s.recycled = append(s.recycled, path)
-			s.logBytes.Add(fi.Size())
-		} else if strings.HasPrefix(name, freePrefix) {
-			if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil {
-				return fmt.Errorf("exact: remove %q: %w", name, err)
-			}
-			removedFree = true
-		}
+	nums, highest, removedFree, err := s.listSegments(ls)
+	if err != nil {
+		return err
 	}
-	slices.Sort(nums)
 	m := s.active
 	next := s.lastSeq + 1
 	torn := false
@@ -346,7 +322,7 @@ func (s *Store) replay() (err error) {
 		if err != nil {
 			return errors.Join(fmt.Errorf("exact: stat commit log %q: %w", path, err), f.Close())
 		}
-		err = readRecords(f, fi.Size(), num, func(r *record) error {
+		err = readLogEntries(f, fi.Size(), num, func(r *logEntry) error {
 			if r.seq < next {
 				return nil // written to Pebble before the segment was removed
 			}
@@ -382,8 +358,76 @@ func (s *Store) replay() (err error) {
 			return err
 		}
 	}
-	// The replayed segments are in Pebble now: the last is kept for reuse
-	// (the first segment of this Open overwrites it), the others removed.
+	if err := s.retireSegments(nums); err != nil {
+		return err
+	}
+	if len(nums) > 0 || removedFree {
+		if err := syncDir(s.fs, s.dir); err != nil {
+			return err
+		}
+	}
+	// The segments of an upgraded store, which held keys, are gone for
+	// good: so is the last of its keys at rest.
+	if s.upgraded {
+		if err := s.db.Delete(upgradingKey, pebble.Sync); err != nil {
+			return fmt.Errorf("exact: finish upgrade: %w", err)
+		}
+	}
+	if err := s.newEra(highest); err != nil {
+		return err
+	}
+	// The first segment reuses a retired one, as later ones do.
+	var reuse string
+	if n := len(s.recycled); n > 0 {
+		reuse, s.recycled = s.recycled[n-1], s.recycled[:n-1]
+	}
+	seg, err := createSegment(s.fs, s.dir, s.segNum, nil, reuse, segChunk(s.memLimit))
+	if err != nil {
+		return err
+	}
+	s.seg = seg
+	s.active = &memTable{seg: seg, limit: s.memLimit}
+	return nil
+}
+
+// listSegments sorts the commit log's files in ls: the segments to replay
+// (nums, in order), and the highest segment number a file is named with.
+// A retired segment is kept for reuse, as many as maxRecycled, unless the
+// store is being upgraded (its segments held keys); the others are
+// removed (removedFree).
+func (s *Store) listSegments(ls []string) (nums []uint64, highest uint64, removedFree bool, err error) {
+	for _, name := range ls {
+		if n, ok := parseSegName(name); ok {
+			nums = append(nums, n)
+			highest = max(highest, n)
+			continue
+		}
+		if n, ok := parseFreeName(name); ok {
+			highest = max(highest, n)
+		}
+		// A retired segment of a store being upgraded holds keys: removed.
+		if strings.HasPrefix(name, freePrefix) && len(s.recycled) < maxRecycled && !s.upgraded {
+			path := s.fs.PathJoin(s.dir, name)
+			fi, err := s.fs.Stat(path)
+			if err != nil {
+				return nil, 0, false, fmt.Errorf("exact: stat %q: %w", path, err)
+			}
+			s.recycled = append(s.recycled, path)
+			s.logBytes.Add(fi.Size())
+		} else if strings.HasPrefix(name, freePrefix) {
+			if err := s.fs.Remove(s.fs.PathJoin(s.dir, name)); err != nil {
+				return nil, 0, false, fmt.Errorf("exact: remove %q: %w", name, err)
+			}
+			removedFree = true
+		}
+	}
+	slices.Sort(nums)
+	return nums, highest, removedFree, nil
+}
+
+// retireSegments removes the replayed segments nums, in Pebble now; the
+// last is kept for reuse (the first segment of this Open overwrites it).
+func (s *Store) retireSegments(nums []uint64) error {
 	for i, num := range nums {
 		path := s.fs.PathJoin(s.dir, segName(num))
 		if i == len(nums)-1 && len(s.recycled) < maxRecycled && !s.upgraded {
@@ -402,58 +446,32 @@ func (s *Store) replay() (err error) {
 			return fmt.Errorf("exact: remove commit log: %w", err)
 		}
 	}
-	if len(nums) > 0 || removedFree {
-		if err := syncDir(s.fs, s.dir); err != nil {
-			return err
-		}
-	}
-	// The segments of an upgraded store, which held keys, are gone for
-	// good: so is the last of its keys at rest.
-	if s.upgraded {
-		if err := s.db.Delete(upgradingKey, pebble.Sync); err != nil {
-			return fmt.Errorf("exact: finish upgrade: %w", err)
-		}
-	}
-	if err := s.newEpoch(highest); err != nil {
-		return err
-	}
-	// The first segment reuses a retired one, as later ones do.
-	var reuse string
-	if n := len(s.recycled); n > 0 {
-		reuse, s.recycled = s.recycled[n-1], s.recycled[:n-1]
-	}
-	seg, err := createSegment(s.fs, s.dir, s.segNum, nil, reuse, segChunk(s.memLimit))
-	if err != nil {
-		return err
-	}
-	s.seg = seg
-	s.active = &memTable{seg: seg, limit: s.memLimit}
 	return nil
 }
 
-// newEpoch starts a new epoch of the commit log, above the last one and
+// newEra starts a new era of the commit log, above the last one and
 // above that of every segment file (highest is the largest number a file
 // is named with), durably, and numbers the first segment of this Open
-// with it: segment numbers are epoch<<32 | count. A segment number is then
+// with it: segment numbers are era<<32 | count. A segment number is then
 // never given twice, not even after a crash lost the directory entry of a
 // segment, or the records it wrote into a reused file: a record of an
 // earlier use of a reused file never carries the number of the segment
 // now written to it, so replay never takes it for a new one.
-func (s *Store) newEpoch(highest uint64) error {
-	e := max(s.epoch, highest>>32) + 1
+func (s *Store) newEra(highest uint64) error {
+	e := max(s.era, highest>>32) + 1
 	if e >= 1<<31 {
-		return fmt.Errorf("%w: commit log epoch %d", ErrCorrupt, e)
+		return fmt.Errorf("%w: commit log era %d", ErrCorrupt, e)
 	}
-	if err := s.db.Set(epochKey, be64(e), pebble.Sync); err != nil {
-		return fmt.Errorf("exact: start commit log epoch: %w", err)
+	if err := s.db.Set(eraKey, be64(e), pebble.Sync); err != nil {
+		return fmt.Errorf("exact: start commit log era: %w", err)
 	}
-	s.epoch = e
+	s.era = e
 	s.segNum = e<<32 | 1
 	return nil
 }
 
 // apply adds a replayed record to m and to the published state.
-func (s *Store) apply(m *memTable, r *record) {
+func (s *Store) apply(m *memTable, r *logEntry) {
 	s.floor = max(s.floor, r.drop)
 	hashes, runs := r.hashes, r.runs
 	if r.seq <= s.truncated.Load() {

@@ -2,13 +2,10 @@ package exact
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/dchest/siphash"
 )
 
 // Result records: a small value stored under a key's fingerprint in a
@@ -20,61 +17,8 @@ import (
 // (see the package doc). It leaves with its generation: below the drop
 // floor it is gone for GetRecord, and Reclaim excises it.
 
-// Fingerprint is a key's keyed 128-bit fingerprint (see [Store.Fingerprint]).
-type Fingerprint [16]byte
-
 // MaxRecordSize is the largest value of a result record, in bytes.
 const MaxRecordSize = 4 << 20
-
-// ErrRecordTooLarge reports a record value longer than MaxRecordSize.
-var ErrRecordTooLarge = errors.New("exact: record too large")
-
-// secretSize is the size of a state's fingerprint secret: SipHash's key.
-const secretSize = 16
-
-// Fingerprint returns the fingerprint of key: SipHash-2-4-128 keyed with
-// the store's secret, drawn at random when the store was created and kept
-// in it. Without the secret, no one can choose keys whose fingerprints
-// collide; with it, fingerprints are the same across Opens and in a
-// backup.
-func (s *Store) Fingerprint(key []byte) Fingerprint {
-	h0, h1 := siphash.Hash128(s.k0, s.k1, key)
-	var fp Fingerprint
-	binary.LittleEndian.PutUint64(fp[:8], h0)
-	binary.LittleEndian.PutUint64(fp[8:], h1)
-	return fp
-}
-
-// FingerprintHash returns the 64-bit hash of a key that a fingerprint
-// gives: its first 8 bytes, little-endian. A caller that hashes its keys
-// this way (the engine's filters in exact mode, over a directory) can
-// rebuild its hashes from the fingerprints a store keeps
-// ([Store.ScanFingerprints]), and a commit log entry of such a key holds
-// the fingerprint alone.
-func FingerprintHash(fp *Fingerprint) uint64 { return binary.LittleEndian.Uint64(fp[:8]) }
-
-// loadSecret reads the store's fingerprint secret, creating it durably if
-// the store has none (a new store, or one written before it existed).
-func (s *Store) loadSecret() error {
-	v, ok, err := s.get(secretKey)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		v = make([]byte, secretSize)
-		if _, err := rand.Read(v); err != nil {
-			return fmt.Errorf("exact: draw the fingerprint secret: %w", err)
-		}
-		if err := s.db.Set(secretKey, v, pebble.Sync); err != nil {
-			return fmt.Errorf("exact: write the fingerprint secret: %w", err)
-		}
-	} else if len(v) != secretSize {
-		return fmt.Errorf("%w: fingerprint secret of %d bytes, want %d", ErrCorrupt, len(v), secretSize)
-	}
-	s.k0 = binary.LittleEndian.Uint64(v)
-	s.k1 = binary.LittleEndian.Uint64(v[8:])
-	return nil
-}
 
 // recOp is a record put or deleted by a Batch: its value is
 // Batch.recVals[off:off+n].

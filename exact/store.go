@@ -12,36 +12,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/streamdedup/dedup/internal/errclass"
-)
-
-// Sentinel errors. Errors returned by the package wrap them with context;
-// test with errors.Is.
-var (
-	// ErrNotOurs reports a non-empty directory that does not hold an exact store.
-	ErrNotOurs = errors.New("exact: directory holds files that are not an exact store")
-	// ErrClosed reports a use of a closed Store.
-	ErrClosed = errors.New("exact: store closed")
-	// ErrBroken reports a Store on which a write failed; close and reopen it.
-	ErrBroken = errors.New("exact: store broken by an earlier write error")
-	// ErrCorrupt reports stored data that cannot be decoded. It matches
-	// dedup.ErrCorrupt too.
-	ErrCorrupt = errclass.Corrupt("exact: corrupt store")
-	// ErrEmptyKey reports an empty key.
-	ErrEmptyKey = errors.New("exact: empty key")
-	// ErrKeyTooLarge reports a key longer than MaxKeySize.
-	ErrKeyTooLarge = errors.New("exact: key too large")
-	// ErrLogOnly reports a per-key operation on a store opened with LogOnly.
-	ErrLogOnly = errors.New("exact: store keeps no keys (LogOnly)")
-	// ErrNewerFormat reports a store written in a format newer than this
-	// package reads.
-	ErrNewerFormat = errors.New("exact: store of a newer format")
-	// ErrLostCommits reports a store whose commits end before a commit
-	// the caller knows was made (Options.KnownCommit). It matches
-	// ErrCorrupt and dedup.ErrCorrupt too.
-	ErrLostCommits = errclass.Corrupt("exact: committed commits lost")
-	// ErrBatchDone reports a use of a committed or closed Batch.
-	ErrBatchDone = errors.New("exact: batch already committed or closed")
 )
 
 // MaxKeySize is the largest key the store accepts, in bytes.
@@ -228,7 +198,7 @@ type Store struct {
 	nextSeq   uint64 // last seq handed out
 	floor     uint64 // drop floor as of the last handed-out batch
 	seg       *segment
-	segNum    uint64   // number of the current segment: epoch<<32 | count
+	segNum    uint64   // number of the current segment: era<<32 | count
 	recycled  []string // retired segments to reuse
 	bgRunning bool     // a flushLoop runs
 
@@ -271,9 +241,9 @@ type Store struct {
 	// truncated is the log truncation mark: log records of seq <= it are
 	// gone.
 	truncated atomic.Uint64
-	// epoch is the commit log's epoch recorded by the last Open (see
-	// newEpoch).
-	epoch uint64
+	// era is the commit log's era recorded by the last Open (see
+	// newEra).
+	era uint64
 	// logBytes is the size of the commit log's segments.
 	logBytes atomic.Int64
 

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/handover"
 	"github.com/streamdedup/dedup/handover/handovertest"
+	"github.com/streamdedup/dedup/internal/fsperm"
 	"gocloud.dev/blob"
 )
 
@@ -320,9 +320,9 @@ func TestFileStoreIsPrivate(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			want := exact.PrivateFileMode
+			want := fsperm.FileMode
 			if d.IsDir() {
-				want = exact.PrivateDirMode
+				want = fsperm.DirMode
 			} else {
 				objects++
 			}
@@ -356,8 +356,8 @@ func TestFileStoreURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := fi.Mode().Perm(); got != exact.PrivateDirMode {
-			t.Errorf("%s has mode %v, want %v", d, got, exact.PrivateDirMode)
+		if got := fi.Mode().Perm(); got != fsperm.DirMode {
+			t.Errorf("%s has mode %v, want %v", d, got, fsperm.DirMode)
 		}
 	}
 	if _, err := handover.Open(context.Background(), "file://relative/dir"); err == nil || !strings.Contains(err.Error(), "file:///") {

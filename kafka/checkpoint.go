@@ -2,14 +2,8 @@ package kafka
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
-
-// ErrCheckpoint marks an engine checkpoint this package did not write. A
-// partition whose state holds one is rebuilt (rule 3 of the package doc);
-// the error is logged, not returned.
-var ErrCheckpoint = errors.New("kafka: malformed engine checkpoint")
 
 // checkpointVersion is the first byte of every checkpoint.
 const checkpointVersion = 1

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/handover"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // Fallback reasons: why a partition without current local state was
@@ -100,10 +100,10 @@ func (c *Consumer) stateFormat() string {
 // (what it holds is states, with their fingerprint secrets).
 func (c *Consumer) scratch(kind string, t tp) (string, error) {
 	root := filepath.Join(c.cfg.StateDir, handoverDir)
-	if err := os.MkdirAll(root, exact.PrivateDirMode); err != nil {
+	if err := os.MkdirAll(root, fsperm.DirMode); err != nil {
 		return "", err
 	}
-	if err := os.Chmod(root, exact.PrivateDirMode); err != nil {
+	if err := os.Chmod(root, fsperm.DirMode); err != nil {
 		return "", err
 	}
 	var b [6]byte

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/handover/handovertest"
+	"github.com/streamdedup/dedup/internal/fsperm"
 	"github.com/streamdedup/dedup/kafka/kafkatest"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -261,8 +261,8 @@ func TestHandoverScratchIsPrivate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fi.Mode().Perm(); got != exact.PrivateDirMode {
-		t.Fatalf("%s has mode %v, want %v", root, got, exact.PrivateDirMode)
+	if got := fi.Mode().Perm(); got != fsperm.DirMode {
+		t.Fatalf("%s has mode %v, want %v", root, got, fsperm.DirMode)
 	}
 }
 

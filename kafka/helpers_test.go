@@ -149,24 +149,6 @@ func genInput(prefix string, n, distinct, keylessEvery int, t0 time.Time) *input
 	return in
 }
 
-// waitDistinct waits until the output holds want distinct keys.
-func waitDistinct(t *testing.T, addrs []string, want int) {
-	t.Helper()
-	cl := kafkatest.ReadCommitted(t, addrs, outTopic)
-	defer cl.Close()
-	seen := map[string]bool{}
-	deadline := time.Now().Add(90 * time.Second)
-	for len(seen) < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("output holds %d distinct keys after 90s, want %d", len(seen), want)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Key)] = true })
-	}
-}
-
 // checkExactlyOnce checks the output topics against the inputs ins:
 // out holds every distinct key exactly once and nothing else, rejects the
 // keyless records, dups the rest.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fsperm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -257,7 +257,7 @@ func (c *Consumer) open(t tp) (*partition, error) {
 	if pt != nil {
 		return pt, nil
 	}
-	if err := exact.MkdirPrivate(c.cfg.StateDir); err != nil {
+	if err := fsperm.MkdirAll(c.cfg.StateDir); err != nil {
 		return nil, c.permanent(fmt.Errorf("kafka: state directory: %w", err))
 	}
 	pt, err := c.openState(t)

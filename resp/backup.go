@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
 	"github.com/streamdedup/dedup/internal/fspath"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // Backups of a server's state. A backup of a state root is a directory
@@ -26,19 +26,6 @@ import (
 // once whole: an interrupted backup leaves no DEST. [Server.Backup] writes
 // one from a running server (DEDUP.BACKUP, SAVE, BGSAVE), [BackupState]
 // from a stopped state, and [RestoreState] installs one.
-
-// Sentinel errors of backups.
-var (
-	// ErrBackupDisabled is returned by [Server.Backup] of a server without
-	// [Options.BackupDir]: a client never chooses where the server writes.
-	ErrBackupDisabled = errors.New("resp: backups are off: start the server with a backup directory (dedup serve --backup-dir DIR); backups are written only there")
-	// ErrBackupRunning is returned by [Server.Backup] while another backup
-	// of the server runs.
-	ErrBackupRunning = errors.New("resp: Background save already in progress")
-	// ErrBadBackupName is returned by [Server.Backup] for a name that is
-	// not one plain file name under the backup directory.
-	ErrBadBackupName = errors.New("resp: invalid backup name")
-)
 
 // serveManifest is the dedup-backup.json of a state root's backup.
 type serveManifest struct {
@@ -200,7 +187,7 @@ func (t *table) backup(dir, root string) error {
 	if err := t.eng.Commit(nil); err != nil {
 		return fmt.Errorf("resp: backup: table %q: commit: %w", t.name, err)
 	}
-	if err := exact.MkdirPrivate(dir); err != nil {
+	if err := fsperm.MkdirAll(dir); err != nil {
 		return err
 	}
 	if err := t.eng.Backup(filepath.Join(dir, engineDir)); err != nil {
@@ -262,7 +249,7 @@ func IsStateBackup(dir string) bool {
 // returns their names, then writes the manifest and renames it to dest.
 func writeStateBackup(dest string, fill func(work string) ([]string, error)) error {
 	parent := filepath.Dir(filepath.Clean(dest))
-	if err := os.MkdirAll(parent, exact.PrivateDirMode); err != nil {
+	if err := os.MkdirAll(parent, fsperm.DirMode); err != nil {
 		return fmt.Errorf("resp: backup: %w", err)
 	}
 	// What a backup into dest killed mid-way left is removed.
@@ -276,7 +263,7 @@ func writeStateBackup(dest string, fill func(work string) ([]string, error)) err
 		}
 	}
 	work := fspath.Partial(dest)
-	if err := exact.MkdirPrivate(work); err != nil {
+	if err := fsperm.MkdirAll(work); err != nil {
 		return fmt.Errorf("resp: backup: %w", err)
 	}
 	fail := func(err error) error { return errors.Join(err, os.RemoveAll(work)) }
@@ -346,7 +333,7 @@ func backupStoppedTable(root, name, dir string, o dedup.BackupOptions) error {
 	if err != nil {
 		return fmt.Errorf("resp: backup: table %q: %w", name, err)
 	}
-	if err := exact.MkdirPrivate(dir); err != nil {
+	if err := fsperm.MkdirAll(dir); err != nil {
 		return errors.Join(err, eng.Close())
 	}
 	berr := eng.BackupWith(filepath.Join(dir, engineDir), o)
@@ -376,7 +363,7 @@ func RestoreState(src, dst string) ([]string, error) {
 		return nil, fmt.Errorf("resp: restore: %w", err)
 	}
 	parent := filepath.Dir(filepath.Clean(dst))
-	if err := os.MkdirAll(parent, exact.PrivateDirMode); err != nil {
+	if err := os.MkdirAll(parent, fsperm.DirMode); err != nil {
 		return nil, fmt.Errorf("resp: restore: %w", err)
 	}
 	tmp, err := os.MkdirTemp(parent, ".dedup-restore-*")
@@ -385,7 +372,7 @@ func RestoreState(src, dst string) ([]string, error) {
 	}
 	defer os.RemoveAll(tmp)
 	work := filepath.Join(tmp, "state")
-	if err := exact.MkdirPrivate(work); err != nil {
+	if err := fsperm.MkdirAll(work); err != nil {
 		return nil, fmt.Errorf("resp: restore: %w", err)
 	}
 	for _, n := range m.Tables {
@@ -396,7 +383,7 @@ func RestoreState(src, dst string) ([]string, error) {
 		if _, err := os.Stat(filepath.Join(from, tableFile)); err != nil {
 			return nil, fmt.Errorf("%w: restore: damaged backup: table %q: %w", dedup.ErrCorrupt, n, err)
 		}
-		if err := exact.MkdirPrivate(to); err != nil {
+		if err := fsperm.MkdirAll(to); err != nil {
 			return nil, fmt.Errorf("resp: restore: %w", err)
 		}
 		if _, err := dedup.RestoreBackup(filepath.Join(from, engineDir), filepath.Join(to, engineDir)); err != nil {

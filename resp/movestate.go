@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fsperm"
 )
 
 // The durable state of a move, so that a node killed at any point of it
@@ -138,7 +138,7 @@ func openImportLog(dir string) (*os.File, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, exact.PrivateFileMode)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fsperm.FileMode)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -28,14 +28,6 @@ const (
 	FsyncNo = "no"
 )
 
-// Sentinel errors.
-var (
-	// ErrInvalidOptions wraps every field [Options.Validate] rejects.
-	ErrInvalidOptions = errors.New("resp: invalid options")
-	// ErrServerClosed is returned by [Server.Serve] after [Server.Shutdown].
-	ErrServerClosed = errors.New("resp: server closed")
-)
-
 // Options configures a [Server]. The zero value of every field selects its
 // documented default; [New] validates them all and names the bad one.
 type Options struct {

@@ -2,7 +2,6 @@ package resp
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,9 +14,6 @@ import (
 // Slots is the number of hash slots of a Redis Cluster: a key belongs to
 // slot [KeySlot](key), and every slot to one node.
 const Slots = 16384
-
-// ErrBadSlotMap wraps every reason [ParseSlotMap] refuses a slot map.
-var ErrBadSlotMap = errors.New("resp: bad cluster slot map")
 
 // crc16tab is the table of CRC16-CCITT (XMODEM: polynomial 0x1021,
 // initial value 0, no reflection), the checksum Redis Cluster hashes keys

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/streamdedup/dedup"
-	"github.com/streamdedup/dedup/exact"
+	"github.com/streamdedup/dedup/internal/fsperm"
+	"github.com/streamdedup/dedup/internal/observeretry"
 )
 
 // DefaultTable is the table behind the plain Redis commands (SET NX,
@@ -181,7 +182,7 @@ func (s *Server) writeTableOptions(name string, opts TableOptions) error {
 		return nil
 	}
 	dir := filepath.Join(s.cfg.Dir, name)
-	if err := exact.MkdirPrivate(dir); err != nil {
+	if err := fsperm.MkdirAll(dir); err != nil {
 		return fmt.Errorf("resp: table %q: %w", name, err)
 	}
 	b, err := json.MarshalIndent(opts, "", "  ")
@@ -199,7 +200,7 @@ func (s *Server) writeTableOptions(name string, opts TableOptions) error {
 }
 
 func writeSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, exact.PrivateFileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, fsperm.FileMode)
 	if err != nil {
 		return err
 	}
@@ -413,52 +414,15 @@ func (t *table) observeOne(key []byte) (dedup.Verdict, error) {
 }
 
 // observeRetry finishes an observation of keys that failed with err, the
-// verdicts given so far in out and the entries not observed 0 (as
-// [dedup.Engine.ObserveBatch] leaves them). While err is the engine's
-// bound on keys in flight ([dedup.ErrTooManyInFlight]) it commits and
-// observes again only the entries still 0, keeping every verdict given:
-// observing a key given New again would answer it InFlight, or, once the
-// commit made it durable, Duplicate, and a client would drop a first
-// sighting. It stops when a pass observes nothing (on an EXPLICITDONE
-// table a commit frees only the keys marked Done). On an error it
+// verdicts given so far in out (observeretry.Finish: commit and observe
+// again what is left while the engine's bound on keys in flight stops it,
+// until a pass observes nothing, as on an EXPLICITDONE table whose keys
+// are not Done). On an error it
 // releases the keys of this call still in flight, so that a command
 // answered an error leaves none behind to hold its retry; keys an
 // intermediate commit made durable stay remembered. t.mu is held shared.
 func (t *table) observeRetry(keys [][]byte, out []dedup.Verdict, err error) error {
-	var rest [][]byte
-	var idx []int
-	var sub []dedup.Verdict
-	for errors.Is(err, dedup.ErrTooManyInFlight) {
-		if cerr := t.eng.Commit(nil); cerr != nil {
-			err = cerr
-			break
-		}
-		t.fresh.Store(0)
-		rest, idx = rest[:0], idx[:0]
-		for i, v := range out[:len(keys)] {
-			if v == 0 {
-				rest = append(rest, keys[i])
-				idx = append(idx, i)
-			}
-		}
-		if len(rest) == 0 {
-			return nil
-		}
-		if cap(sub) < len(rest) {
-			sub = make([]dedup.Verdict, len(rest))
-		}
-		sub = sub[:len(rest)]
-		err = t.eng.ObserveBatch(rest, sub)
-		progress := false
-		for j, i := range idx {
-			if sub[j] != 0 {
-				out[i], progress = sub[j], true
-			}
-		}
-		if !progress {
-			break
-		}
-	}
+	err = observeretry.Finish(t.eng, keys, out, err, func() { t.fresh.Store(0) })
 	if err == nil {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/streamdedup/dedup/internal/fspath"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/resp"
+	"github.com/streamdedup/dedup/stream"
 )
 
 // backupConfig holds the flags of `dedup backup`.
@@ -142,7 +143,7 @@ func runRestore(e *env, args []string) error {
 	if snap := newestSnapshot(dir); snap != nil && snap.Error == "" {
 		fmt.Fprintf(e.stdout, "snapshot         %s, %s, commit %d, created %s\n", snap.Manifest, humanize.Bytes(uint64(snap.Bytes)), snap.CommitSeq, snap.Created.Format(time.RFC3339))
 	}
-	switch cp, err := decodeCheckpoint(raw); {
+	switch cp, err := stream.DecodeCheckpoint(raw); {
 	case raw == nil:
 		fmt.Fprintf(e.stdout, "checkpoint       none\n")
 	case err != nil:

@@ -5,17 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/http/httputil"
 	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -157,66 +152,20 @@ func runProxy(e *env, args []string) error {
 	case c.state != "" && c.store != "":
 		return usagef("proxy: --state and --store are exclusive: the keys live in one place")
 	}
-	var storeOpts *redis.Options
-	if c.store != "" {
-		if storeOpts, err = redis.ParseURL(c.store); err != nil {
-			return usagef("proxy: --store %q: %v", c.store, err)
-		}
-		q, _ := url.Parse(c.store)
-		if q != nil && !q.Query().Has("dialer_retries") {
-			// A store that is down answers 503 at once, not after five
-			// dials.
-			storeOpts.DialerRetries = 1
-		}
-		if q != nil && !q.Query().Has("pool_size") {
-			storeOpts.PoolSize = 256
-		}
-		if q != nil && !q.Query().Has("max_retries") {
-			// A command is not sent twice: a BEGIN answered but lost
-			// would leave the key in progress until its lease.
-			storeOpts.MaxRetries = -1
-		}
-		if c.table == "" {
-			return usagef("proxy: --table must name a table, got %q", c.table)
-		}
+	storeOpts, err := proxyStoreOptions(c)
+	if err != nil {
+		return err
 	}
 	storable, err := parseStoreStatus(c.storeStatus)
 	if err != nil {
 		return err
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"lease", c.lease}, {"window", c.window}, {"drain", c.drain}, {"timeout", c.timeout}, {"call-limit", c.callLimit}} {
-		if d.v <= 0 {
-			return usagef("proxy: --%s must be positive, got %v", d.name, d.v)
-		}
-	}
-	if c.header == "" {
-		// The middleware reads an empty Header as its default; an
-		// explicit --header '' is a mistake, not a request for it.
-		return usagef("proxy: --header must name a header, got %q", c.header)
-	}
-	if c.wait < 0 {
-		return usagef("proxy: --wait must not be negative, got %v", c.wait)
-	}
-	if int64(c.maxBody) > dedup.MaxResultSize-4096 {
-		return usagef("proxy: --max-body is at most %d bytes (a stored response holds its headers too), got %d", dedup.MaxResultSize-4096, c.maxBody)
-	}
-	if err := checkAddr("--listen", c.listen); err != nil {
+	if err := checkProxyFlags(c); err != nil {
 		return err
-	}
-	if c.metrics != "" {
-		if err := checkAddr("--metrics", c.metrics); err != nil {
-			return err
-		}
 	}
 	scope, err := proxyScope(c.scopeHeaders)
 	if err != nil {
 		return err
-	}
-	if c.minKeyLength < 1 {
-		return usagef("proxy: --min-key-length must be at least 1, got %d", c.minKeyLength)
 	}
 	var methods []string
 	for _, m := range strings.Split(c.methods, ",") {
@@ -233,14 +182,8 @@ func runProxy(e *env, args []string) error {
 			return err
 		}
 	}
-	if c.state != "" && c.lease > opts.Window {
-		// A claim leaves with its key's window: after a crash, a retry
-		// past the window would run again, however long the lease.
-		whose := ""
-		if !explicit["window"] {
-			whose = " (the state's)"
-		}
-		return usagef("proxy: --lease %v is longer than --window %v%s: after a crash a claim would leave with the window before its lease ends, and a retry would run again", c.lease, opts.Window, whose)
+	if err := checkLease(c, opts.Window, explicit["window"]); err != nil {
+		return err
 	}
 	pm := newProxyMetrics()
 	mwOpts := idempotency.Options{
@@ -292,21 +235,9 @@ func runProxy(e *env, args []string) error {
 		return errors.Join(usageErr(err), ln.Close(), closeStore())
 	}
 	handler := mw(newUpstreamProxy(up, upstreamLimits{timeout: c.timeout, callLimit: c.callLimit, maxBody: int(c.maxBody)}, keyedBy(methods, c.header), pm, &upstreamErrors{logf: mwOpts.ErrorLog}))
-	stopMetrics := func() error { return nil }
-	if c.metrics != "" {
-		cs := []prometheus.Collector{pm}
-		if eng != nil {
-			cs = append(cs, newCollector(eng, nil))
-		}
-		reg, err := newRegistry(cs...)
-		if err != nil {
-			return errors.Join(err, ln.Close(), closeStore())
-		}
-		mln, err := net.Listen("tcp", c.metrics)
-		if err != nil {
-			return errors.Join(listenErr("proxy", "metrics", c.metrics, err), ln.Close(), closeStore())
-		}
-		stopMetrics = serveRegistry(mln, reg)
+	stopMetrics, err := serveProxyMetrics(c.metrics, pm, eng)
+	if err != nil {
+		return errors.Join(err, ln.Close(), closeStore())
 	}
 	if host, _, _ := net.SplitHostPort(c.listen); !isLoopback(host) {
 		fmt.Fprintf(e.stderr, "dedup proxy: warning: --listen %s is not loopback: anyone who reaches it reaches the upstream through it\n", c.listen)
@@ -317,15 +248,124 @@ func runProxy(e *env, args []string) error {
 		window = "the table's"
 	}
 	fmt.Fprintf(e.stderr, "dedup proxy: listening on %s (upstream %s, window %s, lease %v, %s)\n", ln.Addr(), up, window, c.lease, where)
+	serveErr := serveHTTP(e, srv, ln, c.drain)
+	return errors.Join(serveErr, stopMetrics(), closeStore())
+}
+
+// proxyStoreOptions returns the client options of --store, nil without
+// it.
+func proxyStoreOptions(c *proxyConfig) (*redis.Options, error) {
+	if c.store == "" {
+		return nil, nil
+	}
+	storeOpts, err := redis.ParseURL(c.store)
+	if err != nil {
+		return nil, usagef("proxy: --store %q: %v", c.store, err)
+	}
+	q, _ := url.Parse(c.store)
+	if q != nil && !q.Query().Has("dialer_retries") {
+		// A store that is down answers 503 at once, not after five
+		// dials.
+		storeOpts.DialerRetries = 1
+	}
+	if q != nil && !q.Query().Has("pool_size") {
+		storeOpts.PoolSize = 256
+	}
+	if q != nil && !q.Query().Has("max_retries") {
+		// A command is not sent twice: a BEGIN answered but lost
+		// would leave the key in progress until its lease.
+		storeOpts.MaxRetries = -1
+	}
+	if c.table == "" {
+		return nil, usagef("proxy: --table must name a table, got %q", c.table)
+	}
+	return storeOpts, nil
+}
+
+// checkProxyFlags refuses the flags of dedup proxy that no value would
+// make right: a duration not positive, an empty --header, and the like.
+func checkProxyFlags(c *proxyConfig) error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"lease", c.lease}, {"window", c.window}, {"drain", c.drain}, {"timeout", c.timeout}, {"call-limit", c.callLimit}} {
+		if d.v <= 0 {
+			return usagef("proxy: --%s must be positive, got %v", d.name, d.v)
+		}
+	}
+	if c.header == "" {
+		// The middleware reads an empty Header as its default; an
+		// explicit --header '' is a mistake, not a request for it.
+		return usagef("proxy: --header must name a header, got %q", c.header)
+	}
+	if c.wait < 0 {
+		return usagef("proxy: --wait must not be negative, got %v", c.wait)
+	}
+	if int64(c.maxBody) > dedup.MaxResultSize-4096 {
+		return usagef("proxy: --max-body is at most %d bytes (a stored response holds its headers too), got %d", dedup.MaxResultSize-4096, c.maxBody)
+	}
+	if err := checkAddr("--listen", c.listen); err != nil {
+		return err
+	}
+	if c.metrics != "" {
+		if err := checkAddr("--metrics", c.metrics); err != nil {
+			return err
+		}
+	}
+	if c.minKeyLength < 1 {
+		return usagef("proxy: --min-key-length must be at least 1, got %d", c.minKeyLength)
+	}
+	return nil
+}
+
+// checkLease refuses a --lease longer than the window of a --state: a
+// claim leaves with its key's window, and after a crash a retry past the
+// window would run again, however long the lease.
+func checkLease(c *proxyConfig, window time.Duration, windowFlag bool) error {
+	if c.state == "" || c.lease <= window {
+		return nil
+	}
+	whose := ""
+	if !windowFlag {
+		whose = " (the state's)"
+	}
+	return usagef("proxy: --lease %v is longer than --window %v%s: after a crash a claim would leave with the window before its lease ends, and a retry would run again", c.lease, window, whose)
+}
+
+// serveProxyMetrics serves the metrics of dedup proxy (and of its engine,
+// if not nil) at addr until the returned stop; without addr it serves
+// nothing.
+func serveProxyMetrics(addr string, pm *proxyMetrics, eng *dedup.Engine) (stop func() error, err error) {
+	if addr == "" {
+		return func() error { return nil }, nil
+	}
+	cs := []prometheus.Collector{pm}
+	if eng != nil {
+		cs = append(cs, newCollector(eng, nil))
+	}
+	reg, err := newRegistry(cs...)
+	if err != nil {
+		return nil, err
+	}
+	mln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, listenErr("proxy", "metrics", addr, err)
+	}
+	return serveRegistry(mln, reg), nil
+}
+
+// serveHTTP serves srv on ln until it fails or a signal arrives; then it
+// waits up to drain for the requests in flight.
+func serveHTTP(e *env, srv *http.Server, ln net.Listener, drain time.Duration) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	var serveErr error
 	select {
 	case <-e.sigs:
-		fmt.Fprintf(e.stderr, "dedup proxy: shutting down: waiting up to %v for the requests in flight\n", c.drain)
-		ctx, cancel := context.WithTimeout(context.Background(), c.drain)
+		fmt.Fprintf(e.stderr, "dedup proxy: shutting down: waiting up to %v for the requests in flight\n", drain)
+		ctx, cancel := context.WithTimeout(context.Background(), drain)
 		if err := srv.Shutdown(ctx); err != nil {
-			fmt.Fprintf(e.stderr, "dedup proxy: requests still in flight after --drain %v keep their claims until their lease ends\n", c.drain)
+			fmt.Fprintf(e.stderr, "dedup proxy: requests still in flight after --drain %v keep their claims until their lease ends\n", drain)
 			srv.Close()
 		}
 		cancel()
@@ -335,7 +375,7 @@ func runProxy(e *env, args []string) error {
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
-	return errors.Join(serveErr, stopMetrics(), closeStore())
+	return serveErr
 }
 
 // redactURL is the --store URL without its password, for stderr.
@@ -424,355 +464,4 @@ func keyedBy(methods []string, header string) func(*http.Request) bool {
 		_, ok := r.Header[header]
 		return ok && set[r.Method]
 	}
-}
-
-// upstreamLimits bound a keyed request's upstream call: the client gets
-// 504 after timeout if no answer has begun; the call goes on up to
-// callLimit; a late answer of at most maxBody bytes is stored.
-type upstreamLimits struct {
-	timeout, callLimit time.Duration
-	maxBody            int
-}
-
-// upstreamProblem writes the proxy's own problem+json answer.
-func upstreamProblem(w http.ResponseWriter, status int, title string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, "{\"type\":%q,\"title\":%q,\"status\":%d}\n", idempotency.ProblemType(title), title, status)
-}
-
-// callState is what the proxy learns of a keyed request's upstream call.
-type callState struct {
-	sent    atomic.Bool // the request's headers were written to the upstream
-	unknown atomic.Bool // the call failed after sent: the upstream may have done the work
-}
-
-type callStateKey struct{}
-
-// newUpstreamProxy forwards requests to up. The call of a keyed request
-// does not follow the client: a client that hangs up does not cut a write
-// short whose response is to be stored. A keyed call with no answer begun
-// after lim.timeout gets 504 while the call goes on (idempotency.Defer):
-// the key stays claimed, renewed, until the upstream answers (its answer
-// is stored for the retry) or lim.callLimit cuts it off. A call that fails
-// after its request was sent (a connection broken) gets 502, and its key
-// stays in progress until its lease passes: the upstream may have done the
-// work, and a retry must not do it twice. Every other request (a GET, a
-// POST without a key) is a plain proxied call: it ends when its client
-// hangs up, and it has no time limit, so event streams and downloads go
-// on as long as the upstream sends.
-func newUpstreamProxy(up *url.URL, lim upstreamLimits, keyed func(*http.Request) bool, pm *proxyMetrics, errs *upstreamErrors) http.Handler {
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(up)
-			r.SetXForwarded()
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			status, title := http.StatusBadGateway, "Upstream unavailable"
-			if st, _ := r.Context().Value(callStateKey{}).(*callState); st != nil && st.sent.Load() {
-				st.unknown.Store(true)
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				// Only a keyed call has a deadline: --call-limit.
-				status, title = http.StatusGatewayTimeout, "Upstream timed out"
-				err = fmt.Errorf("no response within --call-limit %v: %w", lim.callLimit, err)
-			}
-			errs.log(r, status, err)
-			upstreamProblem(w, status, title)
-		},
-		// FlushInterval 0: responses are buffered as net/http does;
-		// streamed ones (unknown length, event streams) are flushed as
-		// they come.
-		Transport:  upstreamTransport(),
-		BufferPool: copyBuffers{},
-		// A call cut off mid-response (by --call-limit, or by the
-		// upstream) is told on stderr as the proxy's other failures are.
-		ErrorLog: log.New(logfWriter(errs.logf), "", 0),
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		defer func() { pm.upstream.Observe(time.Since(start).Seconds()) }()
-		if !keyed(r) {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		st := &callState{}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lim.callLimit)
-		ctx = context.WithValue(ctx, callStateKey{}, st)
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { st.sent.Store(true) }})
-		sw := &switchWriter{w: w, h: http.Header{}, max: lim.maxBody}
-		done := make(chan struct{})
-		var panicked any
-		go func() {
-			defer close(done)
-			defer cancel()
-			defer func() { panicked = recover() }()
-			rp.ServeHTTP(sw, r.WithContext(ctx))
-		}()
-		t := time.NewTimer(lim.timeout)
-		defer t.Stop()
-		select {
-		case <-done:
-		case <-t.C:
-			if sw.detach() {
-				end := idempotency.Defer(r)
-				errs.log(r, http.StatusGatewayTimeout, fmt.Errorf("no response within --timeout %v; the call goes on, its key claimed", lim.timeout))
-				upstreamProblem(w, http.StatusGatewayTimeout, "Upstream timed out")
-				go func() {
-					<-done
-					if status, h, body := sw.late(); panicked == nil && !st.unknown.Load() && status > 0 {
-						end(status, h, body)
-					} else {
-						end(0, nil, nil)
-					}
-				}()
-				return
-			}
-			<-done // the answer has begun: it goes on to the client
-		}
-		if panicked != nil {
-			if st.sent.Load() {
-				if end := idempotency.Defer(r); end != nil {
-					end(0, nil, nil)
-				}
-			}
-			panic(panicked)
-		}
-		if st.unknown.Load() {
-			if end := idempotency.Defer(r); end != nil {
-				end(0, nil, nil)
-			}
-		}
-	})
-}
-
-// switchWriter passes a keyed call's response on to the client until
-// detach, after which it keeps the response (up to max body bytes) for
-// late. Its own header map is copied to the client's at WriteHeader, so
-// that a response detached before its status keeps nothing of it in the
-// client's answer.
-type switchWriter struct {
-	w        http.ResponseWriter
-	h        http.Header
-	max      int
-	mu       sync.Mutex
-	started  bool
-	detached bool
-	status   int
-	body     []byte
-	over     bool
-}
-
-func (s *switchWriter) Header() http.Header { return s.h }
-
-func (s *switchWriter) WriteHeader(code int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.detached {
-		if code >= 200 && s.status == 0 {
-			s.status = code
-		}
-		return
-	}
-	dst := s.w.Header()
-	for k, v := range s.h {
-		dst[k] = v
-	}
-	if code >= 200 {
-		s.started = true
-	}
-	s.w.WriteHeader(code)
-}
-
-func (s *switchWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	if !s.started && !s.detached {
-		s.mu.Unlock()
-		s.WriteHeader(http.StatusOK)
-		s.mu.Lock()
-	}
-	defer s.mu.Unlock()
-	if s.detached {
-		if s.status == 0 {
-			s.status = http.StatusOK
-		}
-		if len(s.body)+len(p) > s.max {
-			s.over, s.body = true, nil
-		} else if !s.over {
-			s.body = append(s.body, p...)
-		}
-		return len(p), nil
-	}
-	return s.w.Write(p)
-}
-
-// FlushError flushes the client's response, for http.ResponseController.
-func (s *switchWriter) FlushError() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.detached {
-		return nil
-	}
-	return http.NewResponseController(s.w).Flush()
-}
-
-// detach stops passing the response on, unless it has begun.
-func (s *switchWriter) detach() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return false
-	}
-	s.detached = true
-	return true
-}
-
-// late returns the response kept after detach: status 0 if none, or one
-// over max.
-func (s *switchWriter) late() (int, http.Header, []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.over {
-		return 0, nil, nil
-	}
-	return s.status, s.h, s.body
-}
-
-// upstreamTransport is http.DefaultTransport keeping enough idle
-// connections to the one upstream for every concurrent request (with the
-// default two, a burst of concurrent requests opens and closes a
-// connection for most of them), and passing the client's Accept-Encoding
-// on as it is: it neither asks the upstream for gzip on its own nor
-// decompresses, so the client gets (and a replay repeats) the encoding it
-// asked for, with its Content-Length.
-func upstreamTransport() http.RoundTripper {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 1024
-	t.DisableCompression = true
-	return inMemoryBodies{t}
-}
-
-// inMemoryBodies sends a request whose body the middleware holds in
-// memory (it sets GetBody) with a fresh copy from GetBody. ReverseProxy
-// wraps the body it forwards in a reader the transport does not know, and
-// the transport then writes the headers and the body in two writes (two
-// packets); a body it knows to be in memory goes out with the headers.
-type inMemoryBodies struct{ http.RoundTripper }
-
-func (t inMemoryBodies) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.GetBody != nil && r.Body != nil && r.Body != http.NoBody {
-		if b, err := r.GetBody(); err == nil {
-			orig := r.Body
-			r2 := *r
-			r2.Body = b
-			res, err := t.RoundTripper.RoundTrip(&r2)
-			orig.Close()
-			return res, err
-		}
-	}
-	return t.RoundTripper.RoundTrip(r)
-}
-
-// upstreamErrors logs the upstream calls that failed (the client got 502
-// or 504): the first at once, then at most one a second with the count of
-// those not logged, so that an upstream that is down says why without
-// flooding stderr.
-type upstreamErrors struct {
-	logf    func(format string, args ...any)
-	mu      sync.Mutex
-	last    time.Time
-	skipped int
-}
-
-func (u *upstreamErrors) log(r *http.Request, status int, err error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	now := time.Now()
-	if now.Sub(u.last) < time.Second {
-		u.skipped++
-		return
-	}
-	more := ""
-	if u.skipped > 0 {
-		more = fmt.Sprintf(" (and %d more failed calls since the last line)", u.skipped)
-	}
-	u.last, u.skipped = now, 0
-	u.logf("upstream %s %s failed, answered %d: %v%s", r.Method, r.URL.Path, status, err, more)
-}
-
-// logfWriter writes each line given to it through a printf-like function.
-type logfWriter func(format string, args ...any)
-
-func (f logfWriter) Write(p []byte) (int, error) {
-	f("%s", strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
-// copyBuffers lends ReverseProxy the buffers it copies response bodies
-// through; without a pool it allocates 32 KiB per request.
-type copyBuffers struct{}
-
-var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
-
-func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b)) }
-
-// proxyMetrics are the proxy's own metrics.
-type proxyMetrics struct {
-	outcomes *prometheus.CounterVec
-	// byOutcome holds the counter of each outcome, resolved once: a
-	// lookup by label per request costs a hash of the label and a lock.
-	byOutcome [outcomeCount]prometheus.Counter
-	stored    prometheus.Counter
-	upstream  prometheus.Histogram
-}
-
-func newProxyMetrics() *proxyMetrics {
-	m := &proxyMetrics{
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dedup_proxy_requests_total",
-			Help: "Requests by outcome: executed (sent upstream, response stored), replayed, conflict (409), mismatch (422), released (sent upstream, not stored: 5xx, 429, too large), rejected (400, 413), failed (503: the store failed), overloaded (503: over --max-memory), deferred (504 after --timeout or 502 after a broken call, the key kept claimed), unkeyed (sent upstream without a key).",
-		}, []string{"outcome"}),
-		stored: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dedup_proxy_stored_bytes_total",
-			Help: "Bytes of responses stored (status, headers, body).",
-		}),
-		upstream: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "dedup_proxy_upstream_seconds",
-			Help:    "Latency of upstream calls.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}),
-	}
-	for o := idempotency.Unkeyed; int(o) < outcomeCount; o++ {
-		m.byOutcome[o] = m.outcomes.WithLabelValues(o.String())
-	}
-	return m
-}
-
-// outcomeCount bounds the idempotency.Outcome values (they start at 1).
-const outcomeCount = int(idempotency.Deferred) + 1
-
-func (m *proxyMetrics) report(_ *http.Request, o idempotency.Outcome, stored int) {
-	if int(o) < outcomeCount && m.byOutcome[o] != nil {
-		m.byOutcome[o].Inc()
-	} else {
-		m.outcomes.WithLabelValues(o.String()).Inc()
-	}
-	if stored > 0 {
-		m.stored.Add(float64(stored))
-	}
-}
-
-// Describe and Collect make proxyMetrics one prometheus.Collector.
-func (m *proxyMetrics) Describe(ch chan<- *prometheus.Desc) {
-	m.outcomes.Describe(ch)
-	m.stored.Describe(ch)
-	m.upstream.Describe(ch)
-}
-
-func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
-	m.outcomes.Collect(ch)
-	m.stored.Collect(ch)
-	m.upstream.Collect(ch)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/streamdedup/dedup"
 	"github.com/streamdedup/dedup/resp"
 )
 
@@ -111,48 +112,9 @@ func runServe(e *env, args []string) error {
 			return err
 		}
 	}
-	opts := c.engine.options("")
-	opts.MaxKeySize = c.maxKey
-	if err := c.engine.checkAuto(explicitFlags(fs)); err != nil {
+	opts, err := serveEngineOptions(c, explicitFlags(fs))
+	if err != nil {
 		return err
-	}
-	if opts.AutoWindow != nil {
-		// Tables take their window from BF.RESERVE and DEDUP.RESERVE; the
-		// self-sizing window is not wired through them.
-		return usagef("--window auto: dedup serve takes a fixed --window (dedup filter and dedup kafka size it)")
-	}
-	// The engine's options, as the default table's engine gets them:
-	// a bad value is an error naming its flag.
-	tableDir := ""
-	if c.state != "" {
-		tableDir = resp.EngineDir(c.state, resp.DefaultTable)
-	}
-	eo := c.engine.options(tableDir)
-	eo.MaxKeySize = c.maxKey
-	if err := checkOptions(eo, explicitFlags(fs)); err != nil {
-		return err
-	}
-	if c.state != "" {
-		// The default table keeps the shape it was created with; a flag
-		// that contradicts it is an error naming both.
-		dir := resp.EngineDir(c.state, resp.DefaultTable)
-		explicit := explicitFlags(fs)
-		if err := adoptState(dir, explicit, &opts); err != nil {
-			return err
-		}
-		// The rate and the false-positive target size the filters of the
-		// generations to come: a flag retunes them, no flag keeps them as
-		// the table was sized, as a named table keeps its BF.RESERVE.
-		have, ok, err := resp.ReadTableOptions(c.state, resp.DefaultTable)
-		if err != nil {
-			return stateErr(c.state, err)
-		}
-		if ok && !explicit["rate"] {
-			opts.ExpectedRate = have.ExpectedRate
-		}
-		if ok && !explicit["fp"] {
-			opts.FalsePositiveRate = have.FalsePositiveRate
-		}
 	}
 	cfg := resp.Options{
 		Dir:              c.state,
@@ -229,6 +191,55 @@ func runServe(e *env, args []string) error {
 		serveErr = nil
 	}
 	return errors.Join(serveErr, err)
+}
+
+// serveEngineOptions returns the engine options of dedup serve's default
+// table: the flags', checked under their names, and with --state the
+// shape the table was created with.
+func serveEngineOptions(c *serveConfig, explicit map[string]bool) (dedup.Options, error) {
+	opts := c.engine.options("")
+	opts.MaxKeySize = c.maxKey
+	if err := c.engine.checkAuto(explicit); err != nil {
+		return opts, err
+	}
+	if opts.AutoWindow != nil {
+		// Tables take their window from BF.RESERVE and DEDUP.RESERVE; the
+		// self-sizing window is not wired through them.
+		return opts, usagef("--window auto: dedup serve takes a fixed --window (dedup filter and dedup kafka size it)")
+	}
+	// The engine's options, as the default table's engine gets them:
+	// a bad value is an error naming its flag.
+	tableDir := ""
+	if c.state != "" {
+		tableDir = resp.EngineDir(c.state, resp.DefaultTable)
+	}
+	eo := c.engine.options(tableDir)
+	eo.MaxKeySize = c.maxKey
+	if err := checkOptions(eo, explicit); err != nil {
+		return opts, err
+	}
+	if c.state != "" {
+		// The default table keeps the shape it was created with; a flag
+		// that contradicts it is an error naming both.
+		dir := resp.EngineDir(c.state, resp.DefaultTable)
+		if err := adoptState(dir, explicit, &opts); err != nil {
+			return opts, err
+		}
+		// The rate and the false-positive target size the filters of the
+		// generations to come: a flag retunes them, no flag keeps them as
+		// the table was sized, as a named table keeps its BF.RESERVE.
+		have, ok, err := resp.ReadTableOptions(c.state, resp.DefaultTable)
+		if err != nil {
+			return opts, stateErr(c.state, err)
+		}
+		if ok && !explicit["rate"] {
+			opts.ExpectedRate = have.ExpectedRate
+		}
+		if ok && !explicit["fp"] {
+			opts.FalsePositiveRate = have.FalsePositiveRate
+		}
+	}
+	return opts, nil
 }
 
 func isLoopback(host string) bool {

@@ -95,18 +95,6 @@ func (f *filterFigures) setFill(keys uint64) {
 	}
 }
 
-// generationReport is one generation, summed over its shards.
-type generationReport struct {
-	ID        uint64    `json:"id"`
-	Start     time.Time `json:"start"`
-	End       time.Time `json:"end"`
-	Shards    int       `json:"shards"`
-	Final     bool      `json:"final"` // every shard's segment final
-	Keys      uint64    `json:"keys"`
-	FileBytes int64     `json:"file_bytes"`
-	filterFigures
-}
-
 // inspectReport is what `dedup snapshot inspect` prints.
 type inspectReport struct {
 	Manifest      string          `json:"manifest"`
@@ -125,9 +113,9 @@ type inspectReport struct {
 	// EstimatedFPRate is the false-positive rate a new key meets across
 	// the generations (fprate.Mean: 1 - prod(1 - fp) per shard, averaged
 	// over the shards).
-	EstimatedFPRate float64            `json:"estimated_fp_rate,omitempty"`
-	Generations     []generationReport `json:"generations"`
-	Segments        []segmentReport    `json:"segments"`
+	EstimatedFPRate float64          `json:"estimated_fp_rate,omitempty"`
+	Generations     []generationJSON `json:"generations"`
+	Segments        []segmentReport  `json:"segments"`
 }
 
 func runInspect(e *env, args []string) error {
@@ -226,18 +214,20 @@ func decodeSegment(g *snapshot.GenerationInfo) (filter.Filter, error) {
 // summarise fills the per-generation and overall figures of rep from its
 // segments.
 func summarise(rep *inspectReport) {
-	byID := map[uint64]*generationReport{}
+	byID := map[uint64]*generationJSON{}
 	var ids []uint64
 	shardFP := map[uint32][]float64{} // each shard's generations' rates
 	for _, s := range rep.Segments {
 		g := byID[s.Generation]
 		if g == nil {
-			g = &generationReport{ID: s.Generation, Start: s.Start, End: s.End, Final: true}
+			final := true
+			g = &generationJSON{ID: s.Generation, Start: s.Start, End: s.End, Final: &final}
 			byID[s.Generation] = g
 			ids = append(ids, s.Generation)
 		}
+		g.addKind(s.Kind)
 		g.Shards++
-		g.Final = g.Final && s.Final
+		*g.Final = *g.Final && s.Final
 		g.Keys += s.Keys
 		g.FileBytes += s.FileBytes
 		g.Capacity += s.Capacity
@@ -251,7 +241,9 @@ func summarise(rep *inspectReport) {
 	for _, id := range ids {
 		g := byID[id]
 		g.FPRate /= float64(g.Shards)
-		g.setFill(g.Keys)
+		if g.Capacity > 0 {
+			g.Fill = float64(g.Keys) / float64(g.Capacity)
+		}
 		rep.Generations = append(rep.Generations, *g)
 	}
 	shards := slices.Sorted(maps.Keys(shardFP))
@@ -289,7 +281,7 @@ func printInspect(e *env, r *inspectReport, segments bool) {
 	fmt.Fprintf(w, "generations  %d\n", len(r.Generations))
 	for _, g := range r.Generations {
 		state := "live"
-		if g.Final {
+		if *g.Final {
 			state = "final"
 		}
 		fmt.Fprintf(w, "  gen %-6d %s .. %s  %-6s %10d keys  %10s", g.ID, g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), state, g.Keys, humanize.Bytes(uint64(g.FileBytes)))

@@ -15,6 +15,7 @@ import (
 	"github.com/streamdedup/dedup/internal/diskuse"
 	"github.com/streamdedup/dedup/internal/humanize"
 	"github.com/streamdedup/dedup/snapshot"
+	"github.com/streamdedup/dedup/stream"
 )
 
 // statsConfig is what the flags of `dedup stats` say.
@@ -47,8 +48,8 @@ type statsReport struct {
 	InUse bool `json:"in_use,omitempty"`
 	// Options are the state's persisted options (in use: the newest
 	// snapshot's; nil if it has none yet).
-	Options    *stateOptionsJSON `json:"options,omitempty"`
-	Checkpoint *checkpoint       `json:"checkpoint,omitempty"`
+	Options    *stateOptionsJSON  `json:"options,omitempty"`
+	Checkpoint *stream.Checkpoint `json:"checkpoint,omitempty"`
 	// ForeignCheckpointBytes is set when another client committed the
 	// checkpoint: its size.
 	ForeignCheckpointBytes int `json:"foreign_checkpoint_bytes,omitempty"`
@@ -120,18 +121,6 @@ type engineStatsJSON struct {
 	WindowAdvice *windowAdviceJSON `json:"window_advice"`
 }
 
-// generationJSON is dedup.GenerationStats for JSON.
-type generationJSON struct {
-	ID     uint64    `json:"id"`
-	Start  time.Time `json:"start"`
-	End    time.Time `json:"end"`
-	Kind   string    `json:"kind"`
-	Sealed bool      `json:"sealed"`
-	Keys   uint64    `json:"keys"`
-	Bytes  uint64    `json:"bytes"`
-	FPRate float64   `json:"fp_rate"`
-}
-
 func engineJSON(st dedup.Stats) *engineStatsJSON {
 	j := &engineStatsJSON{
 		Observed: st.Observed, New: st.New, Duplicate: st.Duplicate, InFlight: st.InFlightVerdicts, InFlightKeys: st.InFlightKeys,
@@ -154,7 +143,7 @@ func engineJSON(st dedup.Stats) *engineStatsJSON {
 	}
 	for _, g := range st.GenerationStats {
 		j.GenerationStats = append(j.GenerationStats, generationJSON{ID: g.ID, Start: g.Start.UTC(), End: g.End.UTC(),
-			Kind: g.Kind, Sealed: g.Sealed, Keys: g.Keys, Bytes: g.Bytes, FPRate: g.FPRate})
+			Kind: g.Kind, Sealed: &g.Sealed, Keys: g.Keys, MemoryBytes: g.Bytes, FPRate: g.FPRate})
 	}
 	return j
 }
@@ -315,7 +304,7 @@ func (c *statsConfig) fromEngine(dir string, have dedup.Options, rep *statsRepor
 	}
 	rep.Options, rep.Engine = optionsJSON(have), engineJSON(eng.Stats())
 	if raw := eng.Checkpoint(); raw != nil {
-		if cp, err := decodeCheckpoint(raw); err == nil {
+		if cp, err := stream.DecodeCheckpoint(raw); err == nil {
 			rep.Checkpoint = &cp
 		} else {
 			rep.ForeignCheckpointBytes = len(raw)
@@ -417,7 +406,7 @@ func printStatsReport(e *env, r *statsReport) {
 	for i, g := range st.GenerationStats {
 		kind := g.Kind
 		switch {
-		case g.Sealed:
+		case g.Sealed != nil && *g.Sealed:
 			kind += ", sealed"
 		case fuse && strings.Contains(g.Kind, "fuse"):
 			kind += ", sealed in some shards"
@@ -429,7 +418,7 @@ func printStatsReport(e *env, r *statsReport) {
 			unsealed = true
 		}
 		fmt.Fprintf(w, "  gen %-8d %s .. %s  %-20s %10d keys  %10s  fp %.4g\n", g.ID,
-			g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), kind, g.Keys, humanize.Bytes(g.Bytes), g.FPRate)
+			g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), kind, g.Keys, humanize.Bytes(g.MemoryBytes), g.FPRate)
 	}
 	if fuse {
 		fmt.Fprintf(w, "  sealed: rebuilt as a static fuse filter once a newer generation took over; newest: takes the new keys\n")

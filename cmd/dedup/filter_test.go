@@ -263,6 +263,7 @@ func TestCollector(t *testing.T) {
 // still keeps every one.
 func TestMistypedKeyFloodsStderr(t *testing.T) {
 	const n = 5000
+	const stderrRejects = 10 // the rejects dedup filter shows on stderr without --rejects
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.ndjson")
 	var b strings.Builder

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/streamdedup/dedup"
+	"github.com/streamdedup/dedup/stream"
 )
 
 // collector is a prometheus.Collector that reads the engine's Stats and
@@ -85,11 +86,15 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	vals := engineMetricValues(c.eng.Stats())
 	if r := c.run; r != nil {
-		vals["dedup_filter_events_total"] = float64(r.pub.events.Load())
-		vals["dedup_filter_distinct_total"] = float64(r.pub.distinct.Load())
-		vals["dedup_filter_duplicates_total"] = float64(r.pub.dups.Load())
-		vals["dedup_filter_rejects_total"] = float64(r.pub.rejects.Load())
-		vals["dedup_filter_input_bytes_total"] = float64(r.pub.bytes.Load())
+		var cn stream.Counts // zero until the run's filter is made
+		if sf := r.filter.Load(); sf != nil {
+			cn = sf.Counts()
+		}
+		vals["dedup_filter_events_total"] = float64(cn.Events)
+		vals["dedup_filter_distinct_total"] = float64(cn.Distinct)
+		vals["dedup_filter_duplicates_total"] = float64(cn.Duplicates)
+		vals["dedup_filter_rejects_total"] = float64(cn.Rejects)
+		vals["dedup_filter_input_bytes_total"] = float64(cn.Bytes)
 	}
 	for _, d := range metricDefs {
 		v, ok := vals[d.name]

@@ -20,12 +20,14 @@ func (f *filterRun) startProgress() (stop func()) {
 	if !show {
 		return func() {}
 	}
-	bar := progressbar.NewOptions64(f.totalSize,
+	sf := f.filter.Load()
+	size := sf.InputSize()
+	bar := progressbar.NewOptions64(size,
 		progressbar.OptionSetWriter(f.env.stderr),
 		progressbar.OptionShowBytes(true),
 		progressbar.OptionSetWidth(20),
 		progressbar.OptionThrottle(progressEvery/2),
-		progressbar.OptionSetPredictTime(f.totalSize > 0),
+		progressbar.OptionSetPredictTime(size > 0),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionShowDescriptionAtLineEnd(),
 		progressbar.OptionSpinnerType(14),
@@ -44,15 +46,16 @@ func (f *filterRun) startProgress() (stop func()) {
 		start := time.Now()
 		// update shows the figures so far; the last line, at quit, too.
 		update := func() {
-			ev := f.pub.events.Load()
+			cn := sf.Counts()
+			ev := cn.Events
 			dup := 0.0
 			if ev > 0 {
-				dup = 100 * float64(f.pub.dups.Load()) / float64(ev)
+				dup = 100 * float64(cn.Duplicates) / float64(ev)
 			}
 			st := f.eng.Stats()
 			rate := float64(ev) / time.Since(start).Seconds()
 			bar.Describe(fmt.Sprintf("%s ev/s, %.1f%% dup, %d lookups", humanize.Count(math.Round(rate)), dup, st.StoreLookups))
-			_ = bar.Set64(f.pub.bytes.Load())
+			_ = bar.Set64(cn.Bytes)
 		}
 		for {
 			select {

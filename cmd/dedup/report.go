@@ -2,32 +2,33 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 )
 
-// printStats prints the end-of-run summary on stderr.
-func (f *filterRun) printStats() {
+// printStats prints the end-of-run summary on stderr, of a run that
+// started at start.
+func (f *filterRun) printStats(start time.Time) {
 	st := f.eng.Stats()
-	el := time.Since(f.start)
-	ev := f.pub.events.Load()
+	el := time.Since(start)
+	sf := f.filter.Load()
+	cn := sf.Counts()
+	ev := cn.Events
 	pct := func(n int64) string {
 		if ev == 0 {
 			return ""
 		}
 		return fmt.Sprintf(" (%.1f%%)", 100*float64(n)/float64(ev))
 	}
-	by := f.pub.bytes.Load()
+	by := cn.Bytes
 	w := f.env.stderr
-	if f.resumed {
-		fmt.Fprintf(w, "resumed at      %s\n", f.resumedAt)
+	if at := sf.ResumedAt(); at != "" {
+		fmt.Fprintf(w, "resumed at      %s\n", at)
 	}
 	fmt.Fprintf(w, "events          %d\n", ev)
-	fmt.Fprintf(w, "distinct        %d%s\n", f.pub.distinct.Load(), pct(f.pub.distinct.Load()))
-	fmt.Fprintf(w, "duplicates      %d%s\n", f.pub.dups.Load(), pct(f.pub.dups.Load()))
-	fmt.Fprintf(w, "rejects         %d%s\n", f.pub.rejects.Load(), pct(f.pub.rejects.Load()))
+	fmt.Fprintf(w, "distinct        %d%s\n", cn.Distinct, pct(cn.Distinct))
+	fmt.Fprintf(w, "duplicates      %d%s\n", cn.Duplicates, pct(cn.Duplicates))
+	fmt.Fprintf(w, "rejects         %d%s\n", cn.Rejects, pct(cn.Rejects))
 	fmt.Fprintf(w, "store lookups   %d\n", st.StoreLookups)
 	fmt.Fprintf(w, "false positives %d\n", st.FalsePositives)
 	fmt.Fprintf(w, "observed FP     %s\n", observedFP(st.ObservedFPSamples, st.ObservedFPRate))
@@ -38,84 +39,4 @@ func (f *filterRun) printStats() {
 	fmt.Fprintf(w, "commits         %d (mean %v)\n", st.Commits, st.CommitLatencyMean.Round(time.Microsecond))
 	fmt.Fprintf(w, "elapsed         %v\n", el.Round(time.Millisecond))
 	fmt.Fprintf(w, "throughput      %.1f MB/s, %s events/s\n", float64(by)/1e6/el.Seconds(), strconv.FormatFloat(float64(ev)/el.Seconds(), 'f', 0, 64))
-}
-
-// rejectKey is a reason for rejecting a line: its code, and for the JSON
-// key reasons the key path.
-type rejectKey struct {
-	code  rejectCode
-	field int
-}
-
-// Most rejected: a run that read at least rejectMinLines lines and
-// rejected more than half of them, or rejected every line it read, fails.
-const rejectMinLines = 1000
-
-// rejectVerdict fails a run that rejected every line it read, or more than
-// half of at least rejectMinLines: a wrong --key, --format or --field
-// rejects everything, and must not pass for a success that wrote nothing.
-// A resumed run (cron over a growing log) is judged with its job's counts,
-// so that a run that read one stray line does not fail, and on its own
-// only over rejectMinLines lines. Its one line names the commonest reason
-// and a hint. The lines and keys done were committed all the same.
-func (f *filterRun) rejectVerdict() error {
-	ev, rej := f.pub.events.Load(), f.pub.rejects.Load()
-	jobEv, jobRej := f.job.Counts.Events, f.job.Counts.Rejects
-	mostly := func(ev, rej int64) bool { return ev >= rejectMinLines && 2*rej > ev }
-	if ev == 0 || !(mostly(ev, rej) || (jobEv > 0 && (jobRej == jobEv || mostly(jobEv, jobRej)))) {
-		return nil
-	}
-	var top rejectKey
-	var n int64
-	for k, c := range f.rejectWhy {
-		if c > n || (c == n && (k.code < top.code || (k.code == top.code && k.field < top.field))) {
-			top, n = k, c
-		}
-	}
-	what := fmt.Sprintf("%d of %d lines were rejected", rej, ev)
-	if rej == ev {
-		what = fmt.Sprintf("every line was rejected (%d)", ev)
-	}
-	why := reject{code: top.code, field: top.field}.describe(f.x)
-	if i := strings.Index(why, ": "); i >= 0 && top.code == rejNotJSON {
-		why = why[:i] // "not JSON", without the first line's detail
-	}
-	return &exitError{code: exitBad, err: fmt.Errorf("%s, %d of them %s: %s", what, n, why, f.rejectHint(top))}
-}
-
-// rejectHint says what to check for lines rejected for reason k.
-func (f *filterRun) rejectHint(k rejectKey) string {
-	x := f.x
-	switch {
-	case x.mode != modeJSON && k.code == rejEmptyKey:
-		if x.mode == modeField {
-			return fmt.Sprintf("check --field %d and --delim %q against a line of the input", x.field, x.delim)
-		}
-		return "the lines are empty"
-	}
-	switch k.code {
-	case rejMissingKey, rejEmptyKey:
-		keys := f.cfg.keys.key
-		p := x.paths[k.field]
-		// A one-member path beside dotted ones is most likely a member of
-		// the same object: each path starts at the top.
-		for _, q := range x.paths {
-			if len(p) == 1 && len(q) > 1 {
-				return fmt.Sprintf("check --key %s: each path starts at the top of the object, so %q inside %q is %s",
-					keys, p[0], strings.Join(q[:len(q)-1], "."), strings.Join(append(slices.Clone(q[:len(q)-1]), p[0]), "."))
-			}
-		}
-		return fmt.Sprintf("check --key %s against a line of the input: each path is dotted from the top of the object (a member b inside a is a.b)", keys)
-	case rejNotJSON, rejNotObject, rejEmptyLine:
-		return "is the input NDJSON, one JSON object per line? --format lines reads other text"
-	case rejMissingField:
-		return fmt.Sprintf("check --field %d and --delim %q against a line of the input", x.field, x.delim)
-	case rejNoMatch:
-		return fmt.Sprintf("check --regex %q against a line of the input", x.re)
-	case rejKeyTooLarge:
-		return fmt.Sprintf("check the key, or raise --max-key %d", x.maxKey)
-	case rejLineTooLong:
-		return fmt.Sprintf("is this line-delimited text? or raise --max-line %d", x.maxLine)
-	}
-	return "see the rejected lines"
 }

@@ -170,21 +170,3 @@ func TestRotatedLogGrewAfterRead(t *testing.T) {
 		t.Fatalf("after the warning: exit %d: %s", code, stderr)
 	}
 }
-
-// TestTruncatedWhileReadMessage: an input truncated under a running job
-// (logrotate's copytruncate) failed its next commit with "input X: X ends
-// before byte 4096", which says nothing of what happened or what to do.
-func TestTruncatedWhileReadMessage(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "app.log")
-	writeFile(t, path, ndjsonLines("a", 2))
-	fl, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.Close()
-	f := &filterRun{job: checkpoint{Offset: 5000}, inFiles: []*os.File{fl}}
-	err = f.recordIdentity()
-	if err == nil || !strings.Contains(err.Error(), "truncated while it was read") || !strings.Contains(err.Error(), "run again") {
-		t.Fatalf("recordIdentity: %v", err)
-	}
-}

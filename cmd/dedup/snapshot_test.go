@@ -573,3 +573,54 @@ func TestRestoreRefusesAStateInUse(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerationJSONOneShape: dedup stats (engine.generation_stats) and
+// dedup snapshot inspect (generations) give a generation in one JSON
+// shape: the same names for what both know (id, start, end, kind, keys,
+// memory_bytes), "sealed" from the engine alone, "final" and "shards"
+// from the snapshot alone.
+func TestGenerationJSONOneShape(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	fuseState(t, state)
+	code, out, stderr := runCmd(t, "", "stats", "--json", state)
+	if code != 0 {
+		t.Fatalf("stats --json: exit %d: %s", code, stderr)
+	}
+	var st struct {
+		Engine struct {
+			Generations []map[string]any `json:"generation_stats"`
+		} `json:"engine"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = runCmd(t, "", "snapshot", "inspect", "--json", state)
+	if code != 0 {
+		t.Fatalf("inspect --json: exit %d: %s", code, stderr)
+	}
+	var in struct {
+		Generations []map[string]any `json:"generations"`
+	}
+	if err := json.Unmarshal([]byte(out), &in); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Engine.Generations) == 0 || len(in.Generations) == 0 {
+		t.Fatalf("%d generations in stats, %d in inspect", len(st.Engine.Generations), len(in.Generations))
+	}
+	check := func(what string, gens []map[string]any, own, others []string) {
+		for _, g := range gens {
+			for _, k := range append([]string{"id", "start", "end", "kind", "keys", "memory_bytes"}, own...) {
+				if _, ok := g[k]; !ok {
+					t.Errorf("%s: a generation without %q: %v", what, k, g)
+				}
+			}
+			for _, k := range others {
+				if _, ok := g[k]; ok {
+					t.Errorf("%s: a generation with %q: %v", what, k, g)
+				}
+			}
+		}
+	}
+	check("stats", st.Engine.Generations, []string{"sealed"}, []string{"final", "shards", "bytes"})
+	check("inspect", in.Generations, []string{"final", "shards", "file_bytes"}, []string{"sealed"})
+}

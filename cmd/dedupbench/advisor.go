@@ -24,17 +24,18 @@ func runAdvisor(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var seeds int
 	samples := []int{0}
 	cfg.Windows = []time.Duration{2 * time.Minute, 3 * time.Minute, 5 * time.Minute, 8 * time.Minute}
+	cfg.EnsureDefaults() // the flags' defaults
 	fs := newFlagSet("dedupbench advisor", stderr)
 	c.bind(fs)
 	fs.StringVar(&delays, "delay", "exponential,lognormal,mixture", "delay distributions, comma-separated: exponential, lognormal (of --mean and --sigma), mixture (80% of mean --mean/12, 20% of mean 5*--mean: 10s and 10m at 2m)")
 	fs.Var((*durations)(&cfg.Windows), "windows", "engine windows, comma-separated, one engine each on the same stream")
-	fs.Float64Var(&cfg.Rate, "rate", 2000, "arrivals per second of virtual time, duplicates included")
-	fs.Float64Var(&cfg.DuplicateFraction, "dup", 0.02, "share of arrivals that are duplicates")
-	fs.DurationVar(&cfg.Mean, "mean", 2*time.Minute, "mean delay of the exponential and the lognormal; the mixture's humps are mean/12 and 5*mean")
-	fs.Float64Var(&cfg.Sigma, "sigma", 1, "shape of the lognormal")
-	fs.DurationVar(&cfg.Duration, "duration", 40*time.Minute, "virtual length of each stream")
-	fs.IntVar(&cfg.Generations, "generations", 4, "engine generations")
-	fs.Uint64Var(&cfg.Seed, "seed", 1, "stream seed")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "arrivals per second of virtual time, duplicates included")
+	fs.Float64Var(&cfg.DuplicateFraction, "dup", cfg.DuplicateFraction, "share of arrivals that are duplicates")
+	fs.DurationVar(&cfg.Mean, "mean", cfg.Mean, "mean delay of the exponential and the lognormal; the mixture's humps are mean/12 and 5*mean")
+	fs.Float64Var(&cfg.Sigma, "sigma", cfg.Sigma, "shape of the lognormal")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "virtual length of each stream")
+	fs.IntVar(&cfg.Generations, "generations", cfg.Generations, "engine generations")
+	fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "stream seed")
 	fs.IntVar(&seeds, "seeds", 1, "run `N` streams per distribution, seeds --seed to --seed+N-1, and print the spread of the advice's errors over them")
 	fs.BoolVar(&cfg.Probabilistic, "probabilistic", false, "engines without the exact store")
 	fs.Var((*intList)(&samples), "horizon-sample", "the engines' HorizonSample: keep at most 1 key in `N` past the window, halving the sample to stay within --horizon-bytes; -1 none; 0 the engine's default (1); comma-separated: each runs on the same streams")

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/streamdedup/dedup/bench"
 )
@@ -17,15 +16,16 @@ import (
 func runIdem(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var cfg bench.IdemConfig
+	cfg.EnsureDefaults() // the flags' defaults
 	fs := newFlagSet("dedupbench idem", stderr)
 	c.bind(fs)
-	fs.IntVar(&cfg.Requests, "n", 5_000, "requests with new keys per target and round")
-	fs.IntVar(&cfg.Replays, "replays", 20_000, "requests repeating stored keys per target and round")
-	fs.IntVar(&cfg.Clients, "c", 64, "concurrent clients")
-	fs.IntVar(&cfg.Rounds, "rounds", 3, "rounds per upstream latency, the targets in turn")
-	latencies := durations{5 * time.Millisecond, 0}
+	fs.IntVar(&cfg.Requests, "n", cfg.Requests, "requests with new keys per target and round")
+	fs.IntVar(&cfg.Replays, "replays", cfg.Replays, "requests repeating stored keys per target and round")
+	fs.IntVar(&cfg.Clients, "c", cfg.Clients, "concurrent clients")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds per upstream latency, the targets in turn")
+	latencies := durations(cfg.UpstreamLatencies)
 	fs.Var(&latencies, "upstream-latency", "the upstream's service times per request, a comma-separated list, each compared in a table of its own (0: no work)")
-	fs.IntVar(&cfg.BodySize, "body", 256, "bytes of the upstream's response body")
+	fs.IntVar(&cfg.BodySize, "body", cfg.BodySize, "bytes of the upstream's response body")
 	fs.IntVar(&cfg.UpstreamWorkers, "upstream-workers", 0, "requests the upstream serves at a time, the others queued (an API bound by its workers or database pool); 0: any number")
 	fs.StringVar(&cfg.DedupBin, "dedup", "", "the dedup binary (default: go build it)")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")

@@ -16,16 +16,18 @@ func runKafka(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var c common
 	var cfg bench.KafkaConfig
+	cfg.EnsureDefaults() // the flags' defaults
+	cfg.Instances = nil  // --instances: its own list
 	var instances ints
 	fs := newFlagSet("dedupbench kafka", stderr)
 	c.bind(fs)
-	fs.IntVar(&cfg.Events, "events", 500000, "input events of each throughput run")
-	p := fs.Int("partitions", 4, "input partitions")
+	fs.IntVar(&cfg.Events, "events", cfg.Events, "input events of each throughput run")
+	p := fs.Int("partitions", int(cfg.Partitions), "input partitions")
 	fs.Var(&instances, "instances", "group sizes measured, comma-separated (default 1,2,3)")
-	fs.Float64Var(&cfg.DuplicateFraction, "dup", 0.2, "share of the input that repeats an earlier key")
-	fs.Float64Var(&cfg.LatencyRate, "latency-rate", 5000, "events/s of the end-to-end latency runs")
-	fs.DurationVar(&cfg.LatencyFor, "latency-for", 5e9, "how long each latency run produces")
-	fs.IntVar(&cfg.Repeat, "repeat", 3, "runs of each throughput measurement (the median is reported)")
+	fs.Float64Var(&cfg.DuplicateFraction, "dup", cfg.DuplicateFraction, "share of the input that repeats an earlier key")
+	fs.Float64Var(&cfg.LatencyRate, "latency-rate", cfg.LatencyRate, "events/s of the end-to-end latency runs")
+	fs.DurationVar(&cfg.LatencyFor, "latency-for", cfg.LatencyFor, "how long each latency run produces")
+	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "runs of each throughput measurement (the median is reported)")
 	fs.BoolVar(&cfg.Probabilistic, "probabilistic", false, "engines without exact stores")
 	fs.StringVar(&cfg.Dir, "dir", "", "state directory of the engines (default: a temporary one)")
 	if err := parse(fs, args); err != nil {

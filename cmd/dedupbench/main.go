@@ -213,15 +213,15 @@ func (w *words) Set(s string) error {
 }
 
 func bindStream(fs *flag.FlagSet, s *bench.StreamOptions) {
-	fs.Uint64Var(&s.Seed, "seed", 1, "stream seed")
+	fs.Uint64Var(&s.Seed, "seed", s.Seed, "stream seed")
 	fs.Float64Var(&s.DuplicateFraction, "dup", s.DuplicateFraction, "share of arrivals that are duplicates")
 	fs.StringVar(&s.Delay.Kind, "delay", s.Delay.Kind, "redelivery delay: exp or bimodal")
 	fs.DurationVar(&s.Delay.Mean, "mean", s.Delay.Mean, "mean redelivery delay (exp)")
-	fs.DurationVar(&s.Delay.RetryMean, "retry-mean", 5*time.Second, "mean delay of immediate retries (bimodal)")
-	fs.Float64Var(&s.Delay.ReplayShare, "replay-share", 0.3, "share of duplicates that are replays (bimodal)")
-	fs.DurationVar(&s.Delay.ReplayMin, "replay-min", time.Hour, "earliest replay (bimodal)")
-	fs.DurationVar(&s.Delay.ReplayMax, "replay-max", 6*time.Hour, "latest replay (bimodal)")
-	fs.StringVar(&s.Keys, "keys", bench.KeysMixed, "key format: uuid, composite or mixed")
+	fs.DurationVar(&s.Delay.RetryMean, "retry-mean", s.Delay.RetryMean, "mean delay of immediate retries (bimodal)")
+	fs.Float64Var(&s.Delay.ReplayShare, "replay-share", s.Delay.ReplayShare, "share of duplicates that are replays (bimodal)")
+	fs.DurationVar(&s.Delay.ReplayMin, "replay-min", s.Delay.ReplayMin, "earliest replay (bimodal)")
+	fs.DurationVar(&s.Delay.ReplayMax, "replay-max", s.Delay.ReplayMax, "latest replay (bimodal)")
+	fs.StringVar(&s.Keys, "keys", s.Keys, "key format: uuid, composite or mixed")
 }
 
 func output(c common, stdout io.Writer, v any, text func() error) error {
@@ -233,13 +233,13 @@ func output(c common, stdout io.Writer, v any, text func() error) error {
 
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
-	cfg := bench.SimConfig{Stream: bench.StreamOptions{Rate: 2000, DuplicateFraction: 0.02,
-		Delay: bench.DelayOptions{Kind: bench.DelayExponential, Mean: 2 * time.Minute}}}
+	var cfg bench.SimConfig
+	cfg.Stream.EnsureDefaults() // the flags' defaults
 	var mode string
 	fs := newFlagSet("dedupbench simulate", stderr)
 	c.bind(fs)
 	bindStream(fs, &cfg.Stream)
-	fs.Float64Var(&cfg.Stream.Rate, "rate", 2000, "requests per second, duplicates included")
+	fs.Float64Var(&cfg.Stream.Rate, "rate", cfg.Stream.Rate, "requests per second, duplicates included")
 	fs.Float64Var(&cfg.Scale, "scale", 0.1, "rate multiplier for the run (figures are rescaled)")
 	fs.DurationVar(&cfg.Window, "window", 5*time.Minute, "retention window under study")
 	fs.Var((*durations)(&cfg.Windows), "windows", "further windows to tabulate, comma-separated")
@@ -278,20 +278,19 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var cfg bench.LoadConfig
 	var mode string
 	var series bool
-	cfg.Stream.DuplicateFraction = 0.05
-	cfg.Stream.Delay = bench.DelayOptions{Kind: bench.DelayExponential, Mean: 2 * time.Second}
-	cfg.Rates = []float64{50000}
+	cfg.EnsureDefaults() // the flags' defaults
+	cfg.Stream.EnsureDefaults()
 	fs := newFlagSet("dedupbench load", stderr)
 	c.bind(fs)
 	bindStream(fs, &cfg.Stream)
 	fs.Var((*floats)(&cfg.Rates), "rate", "target events/s: one rate, a list, or from:to:points for a sweep")
-	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "time offered at each rate")
-	fs.DurationVar(&cfg.Tick, "tick", time.Millisecond, "one batch per tick")
-	fs.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval of the time series")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "time offered at each rate")
+	fs.DurationVar(&cfg.Tick, "tick", cfg.Tick, "one batch per tick")
+	fs.DurationVar(&cfg.Interval, "interval", cfg.Interval, "sampling interval of the time series")
 	fs.StringVar(&mode, "mode", "exact", "engine mode: exact or probabilistic")
 	fs.StringVar(&cfg.Engine.Filter, "filter", "blocked", "filter backend: bloom, cuckoo or blocked")
-	fs.DurationVar(&cfg.Engine.Window, "window", time.Minute, "engine window")
-	fs.DurationVar(&cfg.Engine.AutoCommit, "autocommit", 50*time.Millisecond, "engine AutoCommit interval")
+	fs.DurationVar(&cfg.Engine.Window, "window", cfg.Engine.Window, "engine window")
+	fs.DurationVar(&cfg.Engine.AutoCommit, "autocommit", cfg.Engine.AutoCommit, "engine AutoCommit interval")
 	fs.Float64Var(&cfg.Engine.FalsePositiveRate, "fp", 0.01, "engine false-positive target")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
 	fs.BoolVar(&series, "series", false, "print the time series of every rate")
@@ -315,31 +314,25 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func runCompare(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var cfg bench.CompareConfig
-	cfg.Stream.DuplicateFraction = 0.05
-	cfg.Stream.Delay = bench.DelayOptions{Kind: bench.DelayExponential, Mean: time.Second}
-	cfg.Modes = []string{"exact", "probabilistic"}
-	cfg.Filters = []string{"bloom", "cuckoo", "blocked"}
-	cfg.Baselines = []string{bench.BaselineRedis, bench.BaselinePebble, bench.BaselineMap, bench.BaselineBloom, bench.BaselineSBBF}
-	cfg.MemorySweep = []float64{0.1, 0.01, 0.001, 0.0001}
+	cfg.EnsureDefaults() // the flags' defaults
 	fs := newFlagSet(name, stderr)
 	c.bind(fs)
 	bindStream(fs, &cfg.Stream)
-	fs.Int64Var(&cfg.Stream.Events, "events", 400_000, "events in the stream")
-	fs.Float64Var(&cfg.Stream.Rate, "rate", 50_000, "nominal events per second of the stream's virtual clock")
-	fs.DurationVar(&cfg.Window, "window", 5*time.Second, "retention window of every target")
-	fs.Float64Var(&cfg.FalsePositiveRate, "fp", 0.01, "false-positive target of the filters")
+	fs.Int64Var(&cfg.Stream.Events, "events", cfg.Stream.Events, "events in the stream")
+	fs.Float64Var(&cfg.Stream.Rate, "rate", cfg.Stream.Rate, "nominal events per second of the stream's virtual clock")
+	fs.DurationVar(&cfg.Window, "window", cfg.Window, "retention window of every target")
+	fs.Float64Var(&cfg.FalsePositiveRate, "fp", cfg.FalsePositiveRate, "false-positive target of the filters")
 	fs.Var((*words)(&cfg.Modes), "modes", "engine modes: exact,probabilistic")
 	fs.Var((*words)(&cfg.Filters), "filters", "engine backends: bloom,cuckoo,blocked")
 	fs.Var((*words)(&cfg.Baselines), "baselines", "baselines: redis,pebble,map,bloom,sbbf (empty: none)")
-	fs.IntVar(&cfg.Batch, "batch", 512, "events per call")
-	fs.DurationVar(&cfg.CommitEvery, "commit-every", 100*time.Millisecond, "engine commit interval, on the stream's virtual clock")
+	fs.IntVar(&cfg.Batch, "batch", cfg.Batch, "events per call")
+	fs.DurationVar(&cfg.CommitEvery, "commit-every", cfg.CommitEvery, "engine commit interval, on the stream's virtual clock")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
 	fs.Var((*floats)(&cfg.MemorySweep), "sweep", "false-positive rates of the memory sweep")
-	fs.IntVar(&cfg.SweepKeys, "sweep-keys", 200_000, "keys per memory-sweep point")
+	fs.IntVar(&cfg.SweepKeys, "sweep-keys", cfg.SweepKeys, "keys per memory-sweep point")
 	fs.BoolVar(&cfg.SkipSweep, "no-sweep", false, "leave out the memory sweep")
 	scaleKeys := counts{100_000, 200_000, 1_000_000, 10_000_000}
 	fs.Var(&scaleKeys, "scale-keys", "sizes of the memory-at-scale runs, distinct keys (empty: none)")
-	cfg.ScaleTargets = []string{"exact/blocked", "probabilistic/blocked", bench.BaselineRedis}
 	fs.Var((*words)(&cfg.ScaleTargets), "scale-targets", "targets of the memory-at-scale runs: MODE/FILTER or a baseline")
 	inProcess := fs.Bool("in-process", false, "run every target in this process (no RSS but redis-server's)")
 	if err := parse(fs, args); err != nil {

@@ -13,19 +13,21 @@ import (
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var cfg bench.ServeConfig
+	cfg.EnsureDefaults() // the flags' defaults
+	cfg.Modes = nil      // --modes: its own list
 	fs := newFlagSet("dedupbench serve", stderr)
 	c.bind(fs)
-	fs.IntVar(&cfg.Requests, "n", 2_000_000, "SET NX requests (redis-benchmark -n)")
-	fs.IntVar(&cfg.Clients, "c", 8, "connections (redis-benchmark -c)")
-	fs.IntVar(&cfg.Pipeline, "P", 16, "pipeline depth (redis-benchmark -P)")
-	fs.IntVar(&cfg.KeySpace, "r", 10_000_000, "key space (redis-benchmark -r)")
-	fs.IntVar(&cfg.TTL, "ttl", 3600, "EX of every SET, seconds; dedup's window")
+	fs.IntVar(&cfg.Requests, "n", cfg.Requests, "SET NX requests (redis-benchmark -n)")
+	fs.IntVar(&cfg.Clients, "c", cfg.Clients, "connections (redis-benchmark -c)")
+	fs.IntVar(&cfg.Pipeline, "P", cfg.Pipeline, "pipeline depth (redis-benchmark -P)")
+	fs.IntVar(&cfg.KeySpace, "r", cfg.KeySpace, "key space (redis-benchmark -r)")
+	fs.IntVar(&cfg.TTL, "ttl", cfg.TTL, "EX of every SET, seconds; dedup's window")
 	fs.Var((*words)(&cfg.Modes), "modes", "dedup modes: exact,probabilistic")
-	fs.StringVar(&cfg.Fsync, "fsync", "everysec", "dedup durability: always, everysec or no")
-	fs.Float64Var(&cfg.FalsePositiveRate, "fp", 0.01, "dedup false-positive target")
-	fs.IntVar(&cfg.MaddItems, "madd-items", 100, "items per BF.MADD call")
-	fs.IntVar(&cfg.MaddRequests, "madd-n", 100_000, "BF.MADD calls (negative: skip)")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "repeat the runs; report the median round of each target")
+	fs.StringVar(&cfg.Fsync, "fsync", cfg.Fsync, "dedup durability: always, everysec or no")
+	fs.Float64Var(&cfg.FalsePositiveRate, "fp", cfg.FalsePositiveRate, "dedup false-positive target")
+	fs.IntVar(&cfg.MaddItems, "madd-items", cfg.MaddItems, "items per BF.MADD call")
+	fs.IntVar(&cfg.MaddRequests, "madd-n", cfg.MaddRequests, "BF.MADD calls (negative: skip)")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "repeat the runs; report the median round of each target")
 	fs.StringVar(&cfg.Dir, "dir", "", "parent of the temporary state directories")
 	fs.IntVar(&cfg.ClusterNodes, "cluster-nodes", 0, "instead: 1 dedup node against `N` (at least 2) and against an N-node Redis Cluster, each node a child process, through a go-redis ClusterClient")
 	fs.StringVar(&cfg.DedupBin, "dedup-bin", "", "with --cluster-nodes, the dedup binary to run (default: go build it)")

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"bytes"
@@ -19,41 +19,46 @@ import (
 // (from March 1973), below 1e17 microseconds, nanoseconds above. A
 // millisecond time before March 1973 therefore needs --time-unit ms.
 
-// timeConfig is what the flags say about event time.
-type timeConfig struct {
-	field string // --time-field: a JSON path, or a field number with --format lines
-	unit  string // --time-unit
+// TimeConfig says where a line's event time is, as the flags of dedup
+// filter do (its errors name them).
+type TimeConfig struct {
+	// Field is a JSON path, or a field number with Format lines
+	// (--time-field); "" runs the window on the wall clock.
+	Field string
+	// Unit is the unit of numeric times: s, ms, us, ns, or auto (by
+	// magnitude) (--time-unit).
+	Unit string
 }
 
 // timeUnits maps --time-unit to nanoseconds per unit; auto is 0.
 var timeUnits = map[string]int64{"auto": 0, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1}
 
 // setTime adds the event time of cfg to x; its errors are usage errors.
-func (x *extractor) setTime(cfg timeConfig, delim string) error {
-	if cfg.field == "" {
-		if cfg.unit != "auto" && cfg.unit != "" {
+func (x *Keyer) setTime(cfg TimeConfig, delim string) error {
+	if cfg.Field == "" {
+		if cfg.Unit != "auto" && cfg.Unit != "" {
 			return fmt.Errorf("--time-unit goes with --time-field")
 		}
 		return nil
 	}
-	unit, ok := timeUnits[cfg.unit]
+	unit, ok := timeUnits[cfg.Unit]
 	if !ok {
-		return fmt.Errorf("--time-unit %q: want auto, s, ms, us or ns", cfg.unit)
+		return fmt.Errorf("--time-unit %q: want auto, s, ms, us or ns", cfg.Unit)
 	}
-	x.timed, x.timeUnit, x.timeName = true, unit, cfg.field
+	x.timed, x.timeUnit, x.timeName = true, unit, cfg.Field
 	if x.mode == modeJSON {
-		p, err := parsePaths(cfg.field)
+		p, err := parsePaths(cfg.Field)
 		if err != nil || len(p) != 1 {
-			return fmt.Errorf("--time-field %q: want one dotted JSON path", cfg.field)
+			return fmt.Errorf("--time-field %q: want one dotted JSON path", cfg.Field)
 		}
 		x.nkeys = len(x.paths)
 		x.paths = append(x.paths, p[0])
 		x.scan = newJSONScanner(x.paths)
 		return nil
 	}
-	n, err := strconv.Atoi(cfg.field)
+	n, err := strconv.Atoi(cfg.Field)
 	if err != nil || n < 1 {
-		return fmt.Errorf("--time-field %q: with --format lines, want a field number (from 1) of --delim separated fields", cfg.field)
+		return fmt.Errorf("--time-field %q: with --format lines, want a field number (from 1) of --delim separated fields", cfg.Field)
 	}
 	if delim == "" {
 		return fmt.Errorf("--delim must not be empty")
@@ -64,7 +69,7 @@ func (x *extractor) setTime(cfg timeConfig, delim string) error {
 
 // eventTime returns the time of line, after extract accepted it (the JSON
 // scanner holds its values), in nanoseconds since the epoch.
-func (x *extractor) eventTime(line []byte) (int64, reject) {
+func (x *Keyer) eventTime(line []byte) (int64, reject) {
 	var raw []byte
 	quoted := false
 	if x.mode == modeJSON {
@@ -181,7 +186,7 @@ func clip(b []byte) string {
 }
 
 // describeTime names the time field for reject records.
-func (x *extractor) describeTime() string {
+func (x *Keyer) describeTime() string {
 	if x.mode == modeJSON {
 		return strconv.Quote(x.timeName)
 	}
@@ -189,7 +194,7 @@ func (x *extractor) describeTime() string {
 }
 
 // timeText formats the time rejects.
-func (r reject) timeText(x *extractor) string {
+func (r reject) timeText(x *Keyer) string {
 	if r.code == rejMissingTime {
 		return "missing time " + x.describeTime()
 	}
@@ -211,7 +216,7 @@ func unitName(u int64) string {
 // engine's clock never moves back, so a late line is observed at the
 // latest time seen). A run ends at a line more than the tick
 // (min(100ms, Window/1000)) past the run's first.
-func (f *filterRun) observeGroup(b *batch, k0, k1 int) error {
+func (f *Filter) observeGroup(b *batch, k0, k1 int) error {
 	if !f.x.timed {
 		return f.eng.ObserveBatch(b.keys[k0:k1], b.verdicts[k0:k1])
 	}
@@ -233,7 +238,7 @@ func (f *filterRun) observeGroup(b *batch, k0, k1 int) error {
 
 // eventCommitDue reports whether the key of time t is half a window past
 // the event time of the last commit it caused, and if so starts the next.
-func (f *filterRun) eventCommitDue(t int64) bool {
+func (f *Filter) eventCommitDue(t int64) bool {
 	if f.cmtAt == 0 {
 		f.cmtAt = t
 		return false
@@ -247,7 +252,7 @@ func (f *filterRun) eventCommitDue(t int64) bool {
 
 // cutAtEventLimit ends the group [k0, k1) of b before the first key half a
 // window past the last commit's event time.
-func (f *filterRun) cutAtEventLimit(b *batch, k0, k1 int) int {
+func (f *Filter) cutAtEventLimit(b *batch, k0, k1 int) int {
 	limit := f.cmtAt + int64(f.window/2)
 	for j := k0 + 1; j < k1; j++ {
 		if b.times[j] >= limit {

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"bufio"
@@ -58,7 +58,7 @@ type prevOut struct {
 
 // prevOutput returns what the state's checkpoint says of the output file
 // abs, get picking the role (out, dups or rejects) from the checkpoint.
-func (f *filterRun) prevOutput(abs string, get func(*checkpoint) (string, int64)) prevOut {
+func (f *Filter) prevOutput(abs string, get func(*Checkpoint) (string, int64)) prevOut {
 	if f.prev == nil {
 		return prevOut{}
 	}
@@ -73,22 +73,22 @@ func (f *filterRun) prevOutput(abs string, get func(*checkpoint) (string, int64)
 // (prev) is continued from its committed length when this run reads the
 // same inputs, or reads its inputs from the start on --from-start; any
 // other such file is refused unless --overwrite.
-func (f *filterRun) openOutput(fl, name string, committed int64, prev prevOut) (*output, error) {
+func (f *Filter) openOutput(fl, name string, committed int64, prev prevOut) (*output, error) {
 	switch name {
 	case "":
 		return nil, nil
 	case "-":
-		o := &output{name: "<stdout>", w: bufio.NewWriterSize(f.env.stdout, bufSize)}
+		o := &output{name: "<stdout>", w: bufio.NewWriterSize(f.cfg.Stdout, bufSize)}
 		f.closers = append(f.closers, func() error { return o.flush() })
 		return o, nil
 	}
 	c := f.cfg
 	keep := f.resumed // keep committed bytes, truncate what follows
-	if !f.resumed && !c.overwrite {
+	if !f.resumed && !c.Overwrite {
 		if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
 			sameInputs := f.prev != nil && slices.Equal(f.prev.Inputs, f.job.Inputs)
 			switch {
-			case prev.same && (sameInputs || c.fromStart):
+			case prev.same && (sameInputs || c.FromStart):
 				keep, committed = true, prev.n
 			case prev.same:
 				return nil, usagef("%s %s holds the output of the state's last job, which read %s; this run reads %s, and would start over, truncating it: the events in it are remembered by the state and would not be written again. "+
@@ -152,7 +152,7 @@ func displayInputs(in []string) string {
 }
 
 // writeLine writes line, which ends with its newline or gets one.
-func (f *filterRun) writeLine(o *output, line []byte) error {
+func (f *Filter) writeLine(o *output, line []byte) error {
 	if err := o.write(line); err != nil {
 		return fmt.Errorf("write %s: %w", o.name, err)
 	}
@@ -167,14 +167,14 @@ func (f *filterRun) writeLine(o *output, line []byte) error {
 
 // rejectRecord formats a rejected line: "NAME:LINE: REASON\tTEXT", TEXT
 // being the line cut to rejectShow bytes ("..." marks a cut).
-func (f *filterRun) rejectRecord(b *batch, li int, r reject) []byte {
+func (f *Filter) rejectRecord(b *batch, li int, r reject) []byte {
 	ln := b.lines[li]
 	text := b.buf[ln.start:ln.end]
 	cut := len(text) > rejectShow || r.code == rejLineTooLong
 	if len(text) > rejectShow {
 		text = text[:rejectShow]
 	}
-	rec := fmt.Appendf(nil, "%s:%d: %s\t", displayName(f.cfg.inputs[b.file]), b.firstLine+int64(li), r.describe(f.x))
+	rec := fmt.Appendf(nil, "%s:%d: %s\t", displayName(f.cfg.Inputs[b.file]), b.firstLine+int64(li), r.describe(f.x))
 	if f.rejects == nil {
 		// On the terminal: a binary line must not reach it raw.
 		rec = appendEscaped(rec, text)
@@ -215,7 +215,7 @@ const stderrRejects = 10
 
 // writeReject writes the reject record of line li of b to --rejects, or
 // to stderr while fewer than stderrRejects were shown there.
-func (f *filterRun) writeReject(b *batch, li int, r reject) error {
+func (f *Filter) writeReject(b *batch, li int, r reject) error {
 	if f.rejects == nil {
 		if f.rejectsShown >= stderrRejects {
 			f.rejectsHidden++
@@ -231,13 +231,13 @@ func (f *filterRun) writeReject(b *batch, li int, r reject) error {
 
 // noteHiddenRejects says on stderr how many reject records it did not
 // show (stderrRejects).
-func (f *filterRun) noteHiddenRejects() {
+func (f *Filter) noteHiddenRejects() {
 	if f.rejectsHidden > 0 {
-		fmt.Fprintf(f.env.stderr, "... %d more rejected lines not shown; use --rejects FILE to keep them\n", f.rejectsHidden)
+		fmt.Fprintf(f.cfg.Stderr, "... %d more rejected lines not shown; use --rejects FILE to keep them\n", f.rejectsHidden)
 	}
 }
 
-func (f *filterRun) flushAll() error {
+func (f *Filter) flushAll() error {
 	for _, o := range []*output{f.out, f.dups, f.rejects} {
 		if err := o.flush(); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"errors"
@@ -16,29 +16,25 @@ const groupSize = 1024
 // nbatch is the number of batches in the pipeline (see filterRun.loop).
 const nbatch = 6
 
-// maxInFlight bounds the engine's keys in flight for a run: those of the
-// commit running in the background and of the next one (each at most
-// --commit-every events and a group), and those observed ahead of the
-// writer (nbatch batches of at most chunk/2 keys: a key takes a byte and a
-// newline at least). It is a guard, not an allocation.
-func maxInFlight(c *filterConfig) int {
-	return max(1<<20, 2*(c.commitEvery+groupSize)+nbatch*(c.chunk/2+1))
+// MaxInFlight returns the engine's Options.MaxInFlight a run of c needs:
+// the keys of the commit running in the background and of the next one
+// (each at most CommitEvery events and a group), and those observed ahead
+// of the writer (nbatch batches of at most Chunk/2 keys: a key takes a
+// byte and a newline at least). It is a guard, not an allocation.
+func MaxInFlight(c *Config) int {
+	return max(1<<20, 2*(c.CommitEvery+groupSize)+nbatch*(c.Chunk/2+1))
 }
 
-// errInterrupted ends a run stopped by SIGINT or SIGTERM, after a commit
-// (interruptedErr says what a rerun does).
-var errInterrupted = errors.New("interrupted")
-
-// interruptedErr is errInterrupted with what is true of this run: without
+// interruptedErr is ErrInterrupted with what is true of this run: without
 // a state nothing is remembered, and stdin cannot be resumed.
-func (f *filterRun) interruptedErr() error {
+func (f *Filter) interruptedErr() error {
 	switch {
 	case !f.durable:
-		return errInterrupted
-	case slices.Contains(f.cfg.inputs, "-"):
-		return fmt.Errorf("%w; the keys read so far are committed (stdin cannot be resumed: a rerun counts them as duplicates)", errInterrupted)
+		return ErrInterrupted
+	case slices.Contains(f.cfg.Inputs, "-"):
+		return fmt.Errorf("%w; the keys read so far are committed (stdin cannot be resumed: a rerun counts them as duplicates)", ErrInterrupted)
 	}
-	return fmt.Errorf("%w; state committed, run the same command again to resume", errInterrupted)
+	return fmt.Errorf("%w; state committed, run the same command again to resume", ErrInterrupted)
 }
 
 // loop runs the reader over srcs, observes its batches' keys on this
@@ -50,7 +46,7 @@ func (f *filterRun) interruptedErr() error {
 // observed so far, and the batch carries a mark at the line after that
 // group. The writer, on reaching the mark, has written every line before it
 // and commits through that barrier with that position (do, then mark).
-func (f *filterRun) loop(srcs []source) error {
+func (f *Filter) loop(srcs []source) error {
 	c := f.cfg
 	j := &f.job
 	if len(srcs) == 0 {
@@ -62,7 +58,7 @@ func (f *filterRun) loop(srcs []source) error {
 	for range nbatch {
 		free <- &batch{}
 	}
-	rd := &reader{srcs: srcs, first: j.File, x: f.x, chunk: c.chunk, full: full, free: free, done: done,
+	rd := &reader{srcs: srcs, first: j.File, x: f.x, chunk: c.Chunk, full: full, free: free, done: done,
 		workers: min(runtime.GOMAXPROCS(0), 4)}
 	go rd.run()
 	interrupted := false
@@ -95,7 +91,7 @@ func (f *filterRun) loop(srcs []source) error {
 		}
 	}
 	// finish ends the run: the writer commits through a last barrier, after
-	// every line sent, and reports err (nil, errInterrupted or a read error).
+	// every line sent, and reports err (nil, ErrInterrupted or a read error).
 	finish := func(err error) error {
 		if !wdone && send(work{final: true, bar: f.eng.Barrier(), err: err}) {
 			werr = <-wres
@@ -104,7 +100,7 @@ func (f *filterRun) loop(srcs []source) error {
 	}
 
 	f.lastCmt = time.Now()
-	tick := time.NewTicker(min(c.commitInterval, 250*time.Millisecond))
+	tick := time.NewTicker(min(c.CommitInterval, 250*time.Millisecond))
 	defer tick.Stop()
 	for {
 		var b *batch
@@ -112,13 +108,13 @@ func (f *filterRun) loop(srcs []source) error {
 		select {
 		case b, ok = <-full:
 		case <-tick.C:
-			if f.sinceCmt > 0 && time.Since(f.lastCmt) >= c.commitInterval {
+			if f.sinceCmt > 0 && time.Since(f.lastCmt) >= c.CommitInterval {
 				if !send(work{bar: f.barrier()}) {
 					return werr
 				}
 			}
 			continue
-		case <-f.env.sigs:
+		case <-f.cfg.Interrupt:
 			interrupted = true
 			return finish(f.interruptedErr())
 		case werr = <-wres:
@@ -139,7 +135,7 @@ func (f *filterRun) loop(srcs []source) error {
 			return finish(rerr)
 		}
 		select {
-		case <-f.env.sigs:
+		case <-f.cfg.Interrupt:
 			interrupted = true
 			return finish(f.interruptedErr())
 		default:
@@ -176,7 +172,7 @@ type mark struct {
 
 // barrier marks the keys observed so far for a commit and restarts the
 // commit counters.
-func (f *filterRun) barrier() dedup.Barrier {
+func (f *Filter) barrier() dedup.Barrier {
 	f.sinceCmt = 0
 	f.lastCmt = time.Now()
 	return f.eng.Barrier()
@@ -186,7 +182,7 @@ func (f *filterRun) barrier() dedup.Barrier {
 // b.verdicts, and marks b where a commit falls due. It returns true if the
 // run ends within b (a --strict reject, an engine error): nothing past that
 // point is observed.
-func (f *filterRun) observe(b *batch) (stop bool) {
+func (f *Filter) observe(b *batch) (stop bool) {
 	c := f.cfg
 	b.marks = b.marks[:0]
 	if cap(b.verdicts) < len(b.keys) {
@@ -196,7 +192,7 @@ func (f *filterRun) observe(b *batch) (stop bool) {
 	// Under --strict nothing past the first reject is observed: its keys
 	// must not be committed with the position before it.
 	endLine, nkeys := len(b.lines), len(b.keys)
-	if c.strict && len(b.rejects) > 0 {
+	if c.Strict && len(b.rejects) > 0 {
 		endLine = int(b.rejects[0].line)
 		for nkeys > 0 && int(b.keyLine[nkeys-1]) > endLine {
 			nkeys--
@@ -219,14 +215,14 @@ func (f *filterRun) observe(b *batch) (stop bool) {
 		}
 		if k1 > ki {
 			if err := f.observeGroup(b, ki, k1); err != nil {
-				err = fmt.Errorf("%s:%d: %w", displayName(c.inputs[b.file]), b.firstLine+int64(b.keyLine[ki]), err)
+				err = fmt.Errorf("%s:%d: %w", displayName(c.Inputs[b.file]), b.firstLine+int64(b.keyLine[ki]), err)
 				b.marks = append(b.marks, mark{li: li, kind: markFail, err: err})
 				return true
 			}
 		}
 		f.sinceCmt += next - li
 		li, ki = next, k1
-		if f.sinceCmt >= c.commitEvery || time.Since(f.lastCmt) >= c.commitInterval {
+		if f.sinceCmt >= c.CommitEvery || time.Since(f.lastCmt) >= c.CommitInterval {
 			b.marks = append(b.marks, mark{li: li, kind: markCommit, bar: f.barrier()})
 		}
 	}
@@ -243,7 +239,7 @@ func (f *filterRun) observe(b *batch) (stop bool) {
 // write is the writer goroutine: it writes each batch's lines where their
 // verdicts send them, commits at the marks, and hands the batches back to
 // the reader. Its result ends the run.
-func (f *filterRun) write(wq <-chan work, free chan<- *batch) error {
+func (f *Filter) write(wq <-chan work, free chan<- *batch) error {
 	for {
 		var w work
 		select {
@@ -263,7 +259,7 @@ func (f *filterRun) write(wq <-chan work, free chan<- *batch) error {
 				continue
 			}
 			cerr := f.commitSync(w.bar)
-			if errors.Is(w.err, errInterrupted) && cerr != nil {
+			if errors.Is(w.err, ErrInterrupted) && cerr != nil {
 				return cerr
 			}
 			return errors.Join(w.err, cerr)
@@ -278,7 +274,7 @@ func (f *filterRun) write(wq <-chan work, free chan<- *batch) error {
 
 // writeBatch writes the lines of b and acts on its marks; end reports that
 // the run ends with b (with err, nil or not).
-func (f *filterRun) writeBatch(b *batch) (end bool, err error) {
+func (f *Filter) writeBatch(b *batch) (end bool, err error) {
 	j := &f.job
 	ki, ri, mi := 0, 0, 0
 	for li := 0; ; li++ {
@@ -355,7 +351,7 @@ func (f *filterRun) writeBatch(b *batch) (end bool, err error) {
 }
 
 // advance moves the job's position past the first n lines of b.
-func (f *filterRun) advance(b *batch, n int) {
+func (f *Filter) advance(b *batch, n int) {
 	j := &f.job
 	consumed := int64(0)
 	if n > 0 {
@@ -368,7 +364,7 @@ func (f *filterRun) advance(b *batch, n int) {
 	f.publish()
 }
 
-func (f *filterRun) publish() {
+func (f *Filter) publish() {
 	cn := &f.job.Counts
 	f.pub.events.Store(cn.Events - f.run0.Events)
 	f.pub.distinct.Store(cn.Distinct - f.run0.Distinct)
@@ -379,7 +375,7 @@ func (f *filterRun) publish() {
 
 // strictStop commits the position before line li of b, with the keys
 // before barrier bar, and reports the rejected line.
-func (f *filterRun) strictStop(b *batch, li int, bar dedup.Barrier) error {
+func (f *Filter) strictStop(b *batch, li int, bar dedup.Barrier) error {
 	f.advance(b, li)
 	cerr := f.commitSync(bar)
 	var r reject
@@ -388,6 +384,6 @@ func (f *filterRun) strictStop(b *batch, li int, bar dedup.Barrier) error {
 			r = ra.r
 		}
 	}
-	err := fmt.Errorf("--strict: %s:%d: %s", displayName(f.cfg.inputs[b.file]), b.firstLine+int64(li), r.describe(f.x))
-	return errors.Join(&exitError{code: exitBad, err: err}, cerr)
+	err := fmt.Errorf("--strict: %s:%d: %s", displayName(f.cfg.Inputs[b.file]), b.firstLine+int64(li), r.describe(f.x))
+	return errors.Join(rejected(err), cerr)
 }

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ import (
 // fsyncs the outputs (which covers at least the lengths recorded here) and
 // commits exactly the keys before the barrier (CommitThrough) with the
 // checkpoint. At most one commit runs at a time; commitSync waits for it.
-func (f *filterRun) commit(bar dedup.Barrier) error {
+func (f *Filter) commit(bar dedup.Barrier) error {
 	if err := f.flushAll(); err != nil {
 		return err
 	}
@@ -49,8 +49,8 @@ func (f *filterRun) commit(bar dedup.Barrier) error {
 			// The engine's error names the commit already.
 			err = f.eng.CommitThrough(bar, cp)
 		}
-		if err == nil && f.commitHist != nil {
-			f.commitHist.Observe(time.Since(start).Seconds())
+		if err == nil && f.cfg.OnCommit != nil {
+			f.cfg.OnCommit(time.Since(start))
 		}
 		done <- err
 	}()
@@ -58,7 +58,7 @@ func (f *filterRun) commit(bar dedup.Barrier) error {
 }
 
 // waitCommit waits for the commit running in the background, if any.
-func (f *filterRun) waitCommit() error {
+func (f *Filter) waitCommit() error {
 	if f.cmtDone == nil {
 		return nil
 	}
@@ -68,12 +68,12 @@ func (f *filterRun) waitCommit() error {
 }
 
 // commitSync commits and waits until it is durable.
-func (f *filterRun) commitSync(bar dedup.Barrier) error {
+func (f *Filter) commitSync(bar dedup.Barrier) error {
 	return errors.Join(f.commit(bar), f.waitCommit())
 }
 
 // syncOutputs fsyncs the outputs of a state-keeping run.
-func (f *filterRun) syncOutputs() error {
+func (f *Filter) syncOutputs() error {
 	if !f.durable {
 		return nil
 	}

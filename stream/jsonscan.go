@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ type reject struct {
 }
 
 // describe formats r for the rejects stream, naming fields from x.
-func (r reject) describe(x *extractor) string {
+func (r reject) describe(x *Keyer) string {
 	switch r.code {
 	case rejNotJSON:
 		return "not JSON: " + r.json.String()
@@ -78,9 +78,10 @@ const (
 	modeRegex                // the first group of --regex
 )
 
-// extractor takes the key out of a line. It is not safe for concurrent
-// use (it holds the JSON scanner's state); one goroutine owns it.
-type extractor struct {
+// Keyer takes the key (and with [TimeConfig] the event time) out of a
+// line. It is not safe for concurrent use (it holds the JSON scanner's
+// state); one goroutine owns it, others take a [Keyer.Clone].
+type Keyer struct {
 	mode    keyMode
 	paths   []jsonPath
 	scan    *jsonScanner
@@ -101,9 +102,9 @@ type extractor struct {
 	timeDelim []byte
 }
 
-// clone returns an extractor like x with its own scanner state, for
-// another goroutine.
-func (x *extractor) clone() *extractor {
+// Clone returns a Keyer like x with its own scanner state, for another
+// goroutine.
+func (x *Keyer) Clone() *Keyer {
 	c := *x
 	if x.scan != nil {
 		c.scan = newJSONScanner(x.paths)
@@ -111,52 +112,67 @@ func (x *extractor) clone() *extractor {
 	return &c
 }
 
-// extractorConfig is what the flags say about keys.
-type extractorConfig struct {
-	format string // "json" or "lines"
-	key    string // --key
-	field  int    // --field
-	// fieldSet says --field was given: --field 0 is then an error, not
-	// "no field".
-	fieldSet bool
-	delim    string // --delim
-	regex    string // --regex
-	maxKey   int
-	maxLine  int
+// KeyConfig says where a line's key is, as the flags of dedup filter do
+// (its errors name them).
+type KeyConfig struct {
+	// Format is "json" (NDJSON, one object per line) or "lines".
+	Format string
+	// Key is, for json, the key paths, comma-separated, each dotted from
+	// the top of the object (--key: "event_id", "user.id,user.seq").
+	Key string
+	// Field is, for lines, the key's field, from 1, of Delim separated
+	// fields (--field); 0 with FieldSet false is the whole line.
+	Field int
+	// FieldSet says Field was given: Field 0 is then an error, not "no
+	// field".
+	FieldSet bool
+	// Delim is the field delimiter for Field (--delim).
+	Delim string
+	// Regex is, for lines, a regular expression whose first group (or
+	// match) is the key (--regex).
+	Regex string
+	// MaxKey is the largest key in bytes; a longer one is rejected
+	// (--max-key). It must be at least 1.
+	MaxKey int
+	// MaxLine is the longest line in bytes; a longer one is rejected
+	// (--max-line).
+	MaxLine int
 }
 
-// newExtractor validates cfg; its errors are usage errors.
-func newExtractor(cfg extractorConfig) (*extractor, error) {
-	x := &extractor{maxKey: cfg.maxKey, maxLine: cfg.maxLine}
-	switch cfg.format {
+// NewKeyer returns the key extractor cfg describes, or an error naming
+// the flag of dedup filter that is wrong. A Keyer is not safe for
+// concurrent use: give each goroutine its own [Keyer.Clone].
+func NewKeyer(cfg KeyConfig) (*Keyer, error) {
+	x := &Keyer{maxKey: cfg.MaxKey, maxLine: cfg.MaxLine}
+	switch cfg.Format {
 	case "json", "ndjson":
-		if cfg.key == "" {
+		if cfg.Key == "" {
 			return nil, errors.New("--format json needs --key (e.g. --key event_id or --key user.id,seq)")
 		}
-		if cfg.fieldSet || cfg.field != 0 || cfg.regex != "" {
+		if cfg.FieldSet || cfg.Field != 0 || cfg.Regex != "" {
 			return nil, errors.New("--field and --regex go with --format lines")
 		}
-		paths, err := parsePaths(cfg.key)
+		paths, err := parsePaths(cfg.Key)
 		if err != nil {
 			return nil, err
 		}
 		x.mode, x.paths, x.scan = modeJSON, paths, newJSONScanner(paths)
 	case "lines":
-		if cfg.key != "" {
+		if cfg.Key != "" {
 			return nil, errors.New("--key goes with --format json; use --field or --regex with --format lines")
 		}
 		switch {
-		case (cfg.fieldSet || cfg.field != 0) && cfg.regex != "":
+		case (cfg.FieldSet || cfg.Field != 0) && cfg.Regex != "":
 			return nil, errors.New("--field and --regex are exclusive")
-		case cfg.field < 0 || (cfg.fieldSet && cfg.field == 0):
-			return nil, fmt.Errorf("--field %d: fields count from 1", cfg.field)
-		case cfg.field > 0:
-			if cfg.delim == "" {
+		case cfg.Field < 0 || (cfg.FieldSet && cfg.Field == 0):
+			return nil, fmt.Errorf("--field %d: fields count from 1", cfg.Field)
+		case cfg.Field > 0:
+			if cfg.Delim == "" {
 				return nil, errors.New("--delim must not be empty")
 			}
-			x.mode, x.field, x.delim = modeField, cfg.field, []byte(cfg.delim)
-		case cfg.regex != "":
-			re, err := regexp.Compile(cfg.regex)
+			x.mode, x.field, x.delim = modeField, cfg.Field, []byte(cfg.Delim)
+		case cfg.Regex != "":
+			re, err := regexp.Compile(cfg.Regex)
 			if err != nil {
 				return nil, fmt.Errorf("--regex: %w", err)
 			}
@@ -168,7 +184,7 @@ func newExtractor(cfg extractorConfig) (*extractor, error) {
 			x.mode = modeLine
 		}
 	default:
-		return nil, fmt.Errorf("--format %q: want json or lines", cfg.format)
+		return nil, fmt.Errorf("--format %q: want json or lines", cfg.Format)
 	}
 	return x, nil
 }
@@ -193,10 +209,22 @@ func parsePaths(spec string) ([]jsonPath, error) {
 	return paths, nil
 }
 
+// Key returns the key of line. A composite or unescaped key is built in
+// arena, which it returns grown; otherwise key aliases line. A line
+// without a usable key gives an error matching [ErrRejected] that says
+// why ("missing key user.id").
+func (x *Keyer) Key(line, arena []byte) (key, arenaOut []byte, err error) {
+	key, arena, r := x.extract(line, arena)
+	if r.code != rejNone {
+		return nil, arena, rejected(errors.New(r.describe(x)))
+	}
+	return key, arena, nil
+}
+
 // extract returns the key of line (without its newline). The key aliases
 // line, or arena when it has several fields; the grown arena is returned.
 // A rejected line has r.code != rejNone.
-func (x *extractor) extract(line, arena []byte) (key, arenaOut []byte, r reject) {
+func (x *Keyer) extract(line, arena []byte) (key, arenaOut []byte, r reject) {
 	switch x.mode {
 	case modeJSON:
 		ok, notObject := x.scan.scan(line)

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"bytes"
@@ -85,7 +85,7 @@ type source struct {
 type reader struct {
 	srcs    []source
 	first   int // index of srcs[0] among all inputs
-	x       *extractor
+	x       *Keyer
 	chunk   int // bytes read per batch
 	workers int // goroutines extracting keys; 0 or 1: the reader itself
 	full    chan<- *batch
@@ -104,7 +104,7 @@ func (rd *reader) run() {
 		rd.jobs = make(chan *batch, 16)
 		rd.order = make(chan *batch, 16)
 		for range rd.workers {
-			go rd.work(rd.x.clone())
+			go rd.work(rd.x.Clone())
 		}
 		go rd.forward()
 		defer close(rd.order)
@@ -120,7 +120,7 @@ func (rd *reader) run() {
 }
 
 // work cuts the lines of the batches it receives, with its own extractor.
-func (rd *reader) work(x *extractor) {
+func (rd *reader) work(x *Keyer) {
 	for b := range rd.jobs {
 		cutLines(b, x)
 		b.ready <- struct{}{}
@@ -321,7 +321,7 @@ func (rd *reader) skipLine(src *source, b *batch) (skipResult, error) {
 var newline = []byte{'\n'}
 
 // cutLines splits b.buf into lines and extracts their keys with x.
-func cutLines(b *batch, x *extractor) {
+func cutLines(b *batch, x *Keyer) {
 	buf := b.buf
 	for start := 0; start < len(buf); {
 		end := bytes.IndexByte(buf[start:], '\n')
@@ -393,19 +393,19 @@ func openInput(name string, stdin io.Reader) (io.Reader, func() error, os.FileIn
 // sums their sizes (-1 if unknown) for the progress bar. Resuming, the
 // input at the position must be the file the position was committed in
 // (checkIdentity).
-func (f *filterRun) openSources() ([]source, error) {
+func (f *Filter) openSources() ([]source, error) {
 	c := f.cfg
 	j := &f.job
 	var srcs []source
 	f.totalSize = 0
-	f.inFiles = make([]*os.File, len(c.inputs))
-	for i := j.File; i < len(c.inputs); i++ {
-		r, closeFn, fi, err := openInput(c.inputs[i], f.env.stdin)
+	f.inFiles = make([]*os.File, len(c.Inputs))
+	for i := j.File; i < len(c.Inputs); i++ {
+		r, closeFn, fi, err := openInput(c.Inputs[i], f.cfg.Stdin)
 		if err != nil {
 			return nil, fmt.Errorf("open input: %w", err)
 		}
 		f.closers = append(f.closers, closeFn)
-		src := source{name: c.inputs[i], r: r, line: 1}
+		src := source{name: c.Inputs[i], r: r, line: 1}
 		regular := fi != nil && fi.Mode().IsRegular()
 		if !regular {
 			f.totalSize = -1
@@ -418,13 +418,13 @@ func (f *filterRun) openSources() ([]source, error) {
 		// The last input of a job with a state keeps its end as the
 		// position, to read what is appended later: a line still being
 		// written there waits for that.
-		src.holdTail = f.durable && regular && i == len(c.inputs)-1
+		src.holdTail = f.durable && regular && i == len(c.Inputs)-1
 		if i == j.File && f.resumed {
-			if err := f.checkIdentity(c.inputs[i], fi); err != nil {
+			if err := f.checkIdentity(c.Inputs[i], fi); err != nil {
 				return nil, err
 			}
 			if _, err := r.(io.Seeker).Seek(j.Offset, io.SeekStart); err != nil {
-				return nil, fmt.Errorf("seek input %s: %w", c.inputs[i], err)
+				return nil, fmt.Errorf("seek input %s: %w", c.Inputs[i], err)
 			}
 			src.off, src.line = j.Offset, j.Line
 			if f.totalSize >= 0 {
@@ -441,18 +441,18 @@ func (f *filterRun) openSources() ([]source, error) {
 // inode, at least as long, and the same bytes before the offset; under
 // another name than the position's (found by locate), a copy of it with
 // the same bytes. Another file is an error naming the way out.
-func (f *filterRun) checkIdentity(name string, fi os.FileInfo) error {
+func (f *Filter) checkIdentity(name string, fi os.FileInfo) error {
 	j, p := &f.job, f.prev
 	copyOK := p != nil && p.File < len(p.Inputs) && j.Inputs[j.File] != p.Inputs[p.File]
 	if err := positionFileErr(f.inFiles[j.File], fi, j, copyOK); err != nil {
-		return fmt.Errorf("input %s %w: %s", name, err, rotationFix(name, f.cfg.inputs))
+		return fmt.Errorf("input %s %w: %s", name, err, rotationFix(name, f.cfg.Inputs))
 	}
 	return nil
 }
 
 // recordIdentity records in the job the identity of the input at its
 // position (see checkpoint.Ino), for the commit about to be made.
-func (f *filterRun) recordIdentity() error {
+func (f *Filter) recordIdentity() error {
 	j := &f.job
 	j.Dev, j.Ino, j.Sum = 0, 0, ""
 	if j.File >= len(f.inFiles) || f.inFiles[j.File] == nil {

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"bufio"
@@ -9,18 +9,19 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/streamdedup/dedup/internal/benchinput"
 	"github.com/streamdedup/dedup/internal/cputime"
 )
 
-func mustExtractor(t testing.TB, cfg extractorConfig) *extractor {
+func mustExtractor(t testing.TB, cfg KeyConfig) *Keyer {
 	t.Helper()
-	if cfg.maxKey == 0 {
-		cfg.maxKey = 4096
+	if cfg.MaxKey == 0 {
+		cfg.MaxKey = 4096
 	}
-	if cfg.maxLine == 0 {
-		cfg.maxLine = 1 << 20
+	if cfg.MaxLine == 0 {
+		cfg.MaxLine = 1 << 20
 	}
-	x, err := newExtractor(cfg)
+	x, err := NewKeyer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,15 +135,15 @@ func FuzzExtract(f *testing.F) {
 		}
 		checkAgainstEncodingJSON(t, line)
 		checkPastTheLine(t, line)
-		for _, cfg := range []extractorConfig{
-			{format: "json", key: "event_id"},
-			{format: "json", key: "user.id,seq"},
-			{format: "lines"},
-			{format: "lines", field: 3, delim: ","},
-			{format: "lines", regex: `id=(\w+)`},
-			{format: "lines", regex: `[a-z]+`},
+		for _, cfg := range []KeyConfig{
+			{Format: "json", Key: "event_id"},
+			{Format: "json", Key: "user.id,seq"},
+			{Format: "lines"},
+			{Format: "lines", Field: 3, Delim: ","},
+			{Format: "lines", Regex: `id=(\w+)`},
+			{Format: "lines", Regex: `[a-z]+`},
 		} {
-			cfg.maxKey = 64
+			cfg.MaxKey = 64
 			x := mustExtractor(t, cfg)
 			key, _, r := x.extract(line, nil)
 			if r.code == rejNone {
@@ -157,7 +158,7 @@ func FuzzExtract(f *testing.F) {
 }
 
 func TestCompositeKeysDiffer(t *testing.T) {
-	x := mustExtractor(t, extractorConfig{format: "json", key: "a,b"})
+	x := mustExtractor(t, KeyConfig{Format: "json", Key: "a,b"})
 	keys := map[string]string{}
 	for _, line := range []string{
 		`{"a":"x,y","b":"z"}`, `{"a":"x","b":"y,z"}`, `{"a":1,"b":23}`, `{"a":12,"b":3}`,
@@ -176,34 +177,34 @@ func TestCompositeKeysDiffer(t *testing.T) {
 
 func TestExtractModes(t *testing.T) {
 	cases := []struct {
-		cfg  extractorConfig
+		cfg  KeyConfig
 		line string
 		key  string // "" means rejected with code
 		code rejectCode
 	}{
-		{extractorConfig{format: "json", key: "id"}, `{"id":"a"}`, `"a"`, 0},
-		{extractorConfig{format: "json", key: "id"}, `{"id":1}`, `1`, 0},
-		{extractorConfig{format: "json", key: "u.id"}, `{"u":{"id":true}}`, `true`, 0},
-		{extractorConfig{format: "json", key: "u.id"}, `{"u":[1]}`, "", rejMissingKey},
-		{extractorConfig{format: "json", key: "id"}, `{"id":null}`, "", rejMissingKey},
-		{extractorConfig{format: "json", key: "id"}, `{"id":""}`, "", rejEmptyKey},
-		{extractorConfig{format: "json", key: "id"}, `{"id" : "" }`, "", rejEmptyKey},
-		{extractorConfig{format: "json", key: "a,b"}, `{"a":1,"b":""}`, "", rejEmptyKey},
-		{extractorConfig{format: "json", key: "id"}, `{"id":" "}`, `" "`, 0},
-		{extractorConfig{format: "json", key: "id"}, `{"id":1`, "", rejNotJSON},
-		{extractorConfig{format: "json", key: "id"}, `[1]`, "", rejNotObject},
-		{extractorConfig{format: "json", key: "id"}, `  `, "", rejEmptyLine},
-		{extractorConfig{format: "json", key: "id", maxKey: 3}, `{"id":"abcd"}`, "", rejKeyTooLarge},
-		{extractorConfig{format: "lines"}, "abc\r", "abc", 0},
-		{extractorConfig{format: "lines"}, "", "", rejEmptyKey},
-		{extractorConfig{format: "lines", field: 2, delim: "::"}, "a::b::c", "b", 0},
-		{extractorConfig{format: "lines", field: 3, delim: "::"}, "a::b::c\r", "c", 0},
-		{extractorConfig{format: "lines", field: 4, delim: "::"}, "a::b::c", "", rejMissingField},
-		{extractorConfig{format: "lines", field: 2, delim: ","}, "a,,c", "", rejEmptyKey},
-		{extractorConfig{format: "lines", regex: `id=(\w+)`}, "x id=42 y", "42", 0},
-		{extractorConfig{format: "lines", regex: `id=(\w+)`}, "x id= y", "", rejNoMatch},
-		{extractorConfig{format: "lines", regex: `\d+`}, "ab 123 c", "123", 0},
-		{extractorConfig{format: "lines", regex: `(a)|(b)`}, "b", "", rejNoMatch},
+		{KeyConfig{Format: "json", Key: "id"}, `{"id":"a"}`, `"a"`, 0},
+		{KeyConfig{Format: "json", Key: "id"}, `{"id":1}`, `1`, 0},
+		{KeyConfig{Format: "json", Key: "u.id"}, `{"u":{"id":true}}`, `true`, 0},
+		{KeyConfig{Format: "json", Key: "u.id"}, `{"u":[1]}`, "", rejMissingKey},
+		{KeyConfig{Format: "json", Key: "id"}, `{"id":null}`, "", rejMissingKey},
+		{KeyConfig{Format: "json", Key: "id"}, `{"id":""}`, "", rejEmptyKey},
+		{KeyConfig{Format: "json", Key: "id"}, `{"id" : "" }`, "", rejEmptyKey},
+		{KeyConfig{Format: "json", Key: "a,b"}, `{"a":1,"b":""}`, "", rejEmptyKey},
+		{KeyConfig{Format: "json", Key: "id"}, `{"id":" "}`, `" "`, 0},
+		{KeyConfig{Format: "json", Key: "id"}, `{"id":1`, "", rejNotJSON},
+		{KeyConfig{Format: "json", Key: "id"}, `[1]`, "", rejNotObject},
+		{KeyConfig{Format: "json", Key: "id"}, `  `, "", rejEmptyLine},
+		{KeyConfig{Format: "json", Key: "id", MaxKey: 3}, `{"id":"abcd"}`, "", rejKeyTooLarge},
+		{KeyConfig{Format: "lines"}, "abc\r", "abc", 0},
+		{KeyConfig{Format: "lines"}, "", "", rejEmptyKey},
+		{KeyConfig{Format: "lines", Field: 2, Delim: "::"}, "a::b::c", "b", 0},
+		{KeyConfig{Format: "lines", Field: 3, Delim: "::"}, "a::b::c\r", "c", 0},
+		{KeyConfig{Format: "lines", Field: 4, Delim: "::"}, "a::b::c", "", rejMissingField},
+		{KeyConfig{Format: "lines", Field: 2, Delim: ","}, "a,,c", "", rejEmptyKey},
+		{KeyConfig{Format: "lines", Regex: `id=(\w+)`}, "x id=42 y", "42", 0},
+		{KeyConfig{Format: "lines", Regex: `id=(\w+)`}, "x id= y", "", rejNoMatch},
+		{KeyConfig{Format: "lines", Regex: `\d+`}, "ab 123 c", "123", 0},
+		{KeyConfig{Format: "lines", Regex: `(a)|(b)`}, "b", "", rejNoMatch},
 	}
 	for _, tc := range cases {
 		x := mustExtractor(t, tc.cfg)
@@ -219,28 +220,28 @@ func TestExtractModes(t *testing.T) {
 }
 
 func TestExtractorUsage(t *testing.T) {
-	for _, cfg := range []extractorConfig{
-		{format: "json"},
-		{format: "json", key: "a,,b"},
-		{format: "json", key: "a..b"},
-		{format: "json", key: "a", field: 1},
-		{format: "lines", key: "a"},
-		{format: "lines", field: 1, regex: "x"},
-		{format: "lines", field: -1},
-		{format: "lines", field: 1, delim: ""},
-		{format: "lines", regex: "("},
-		{format: "xml"},
+	for _, cfg := range []KeyConfig{
+		{Format: "json"},
+		{Format: "json", Key: "a,,b"},
+		{Format: "json", Key: "a..b"},
+		{Format: "json", Key: "a", Field: 1},
+		{Format: "lines", Key: "a"},
+		{Format: "lines", Field: 1, Regex: "x"},
+		{Format: "lines", Field: -1},
+		{Format: "lines", Field: 1, Delim: ""},
+		{Format: "lines", Regex: "("},
+		{Format: "xml"},
 	} {
-		if _, err := newExtractor(cfg); err == nil {
+		if _, err := NewKeyer(cfg); err == nil {
 			t.Errorf("%+v: accepted", cfg)
 		}
 	}
 }
 
 func TestCheckpointRoundTrip(t *testing.T) {
-	cp := checkpoint{Inputs: []string{"/a", "/b"}, Out: "/o", Dups: "/d", File: 1, Offset: 99, Line: 7,
-		OutLen: 5, DupsLen: 6, RejectsLen: 0, Counts: counts{Events: 1, Distinct: 2, Duplicates: 3, Rejects: 4, Bytes: 5}}
-	got, err := decodeCheckpoint(cp.encode())
+	cp := Checkpoint{Inputs: []string{"/a", "/b"}, Out: "/o", Dups: "/d", File: 1, Offset: 99, Line: 7,
+		OutLen: 5, DupsLen: 6, RejectsLen: 0, Counts: Counts{Events: 1, Distinct: 2, Duplicates: 3, Rejects: 4, Bytes: 5}}
+	got, err := DecodeCheckpoint(cp.encode())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,8 +255,8 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	}
 	for _, bad := range []string{"", "xyz", `{"format":"other"}`, `{"format":"dedup-filter/1","line":0}`,
 		`{"format":"dedup-filter/1","inputs":["/a"],"file":2,"line":1}`, `{"format":"dedup-filter/1","offset":-1,"line":1}`} {
-		if _, err := decodeCheckpoint([]byte(bad)); err == nil {
-			t.Errorf("decodeCheckpoint(%q) accepted", bad)
+		if _, err := DecodeCheckpoint([]byte(bad)); err == nil {
+			t.Errorf("DecodeCheckpoint(%q) accepted", bad)
 		}
 	}
 }
@@ -266,7 +267,7 @@ const benchLine = `{"event_id":"7c9e6679-7425-40de-944b-e07fc1f90ae7","ts":"2026
 func BenchmarkExtractJSON(b *testing.B) {
 	line := []byte(benchLine)
 	b.Run("scanner", func(b *testing.B) {
-		x := mustExtractor(b, extractorConfig{format: "json", key: "event_id"})
+		x := mustExtractor(b, KeyConfig{Format: "json", Key: "event_id"})
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
 		cpu0 := cputime.Process()
@@ -275,10 +276,10 @@ func BenchmarkExtractJSON(b *testing.B) {
 				b.Fatal(r)
 			}
 		}
-		reportCPU(b, cpu0, int64(b.N*len(line)))
+		benchinput.ReportCPU(b, cpu0, int64(b.N*len(line)))
 	})
 	b.Run("scanner-composite", func(b *testing.B) {
-		x := mustExtractor(b, extractorConfig{format: "json", key: "user.id,seq"})
+		x := mustExtractor(b, KeyConfig{Format: "json", Key: "user.id,seq"})
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
 		var arena []byte
@@ -289,13 +290,13 @@ func BenchmarkExtractJSON(b *testing.B) {
 				b.Fatal(r)
 			}
 		}
-		reportCPU(b, cpu0, int64(b.N*len(line)))
+		benchinput.ReportCPU(b, cpu0, int64(b.N*len(line)))
 	})
 	b.Run("unmarshal-map", func(b *testing.B) {
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
 		cpu0 := cputime.Process()
-		defer func() { reportCPU(b, cpu0, int64(b.N*len(line))) }()
+		defer func() { benchinput.ReportCPU(b, cpu0, int64(b.N*len(line))) }()
 		for b.Loop() {
 			var m map[string]json.RawMessage
 			if err := json.Unmarshal(line, &m); err != nil || m["event_id"] == nil {
@@ -307,7 +308,7 @@ func BenchmarkExtractJSON(b *testing.B) {
 		b.SetBytes(int64(len(line)))
 		b.ReportAllocs()
 		cpu0 := cputime.Process()
-		defer func() { reportCPU(b, cpu0, int64(b.N*len(line))) }()
+		defer func() { benchinput.ReportCPU(b, cpu0, int64(b.N*len(line))) }()
 		for b.Loop() {
 			d := json.NewDecoder(bytes.NewReader(line))
 			found := false

@@ -1,8 +1,7 @@
-package main
+package stream
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -16,7 +15,7 @@ const checkpointFormat = "dedup-filter/1"
 // of the job in its inputs and the lengths of its outputs at the moment
 // the keys observed so far became durable. It is JSON (see the package
 // doc for the fields); it is small and written once per commit.
-type checkpoint struct {
+type Checkpoint struct {
 	Format string `json:"format"`
 	// The job: absolute paths of the inputs ("-" for stdin) and outputs
 	// ("-" for stdout, "" when absent). A run resumes only the job it is.
@@ -52,7 +51,7 @@ type checkpoint struct {
 	// (zero for stdin and other streams), so that a run over a rotated log
 	// tells the files it read from the others (see locate). Absent in
 	// checkpoints written before it was recorded.
-	Read []fileMark `json:"read,omitempty"`
+	Read []FileMark `json:"read,omitempty"`
 
 	// Lengths in bytes of the output files at the commit.
 	OutLen     int64 `json:"out_len"`
@@ -60,19 +59,19 @@ type checkpoint struct {
 	RejectsLen int64 `json:"rejects_len,omitempty"`
 
 	// Counters of the job up to this position.
-	Counts counts `json:"counts"`
+	Counts Counts `json:"counts"`
 }
 
-// fileMark identifies a file read up to byte Offset: its inode, and Sum,
+// FileMark identifies a file read up to byte Offset: its inode, and Sum,
 // inputSum of its bytes before Offset.
-type fileMark struct {
+type FileMark struct {
 	Ino    uint64 `json:"ino,omitempty"`
 	Offset int64  `json:"offset"`
 	Sum    string `json:"sum,omitempty"`
 }
 
 // counts are the job's counters.
-type counts struct {
+type Counts struct {
 	Events     int64 `json:"events"` // lines read, rejects included
 	Distinct   int64 `json:"distinct"`
 	Duplicates int64 `json:"duplicates"`
@@ -80,7 +79,7 @@ type counts struct {
 	Bytes      int64 `json:"bytes"` // input bytes consumed
 }
 
-func (c *checkpoint) encode() []byte {
+func (c *Checkpoint) encode() []byte {
 	c.Format = checkpointFormat
 	b, err := json.Marshal(c)
 	if err != nil {
@@ -89,32 +88,32 @@ func (c *checkpoint) encode() []byte {
 	return b
 }
 
-// errForeignCheckpoint reports a checkpoint that this command did not write.
-var errForeignCheckpoint = errors.New("checkpoint not written by dedup filter")
-
-func decodeCheckpoint(b []byte) (checkpoint, error) {
-	var c checkpoint
+// DecodeCheckpoint decodes a checkpoint a stream filter committed with
+// its engine ([dedup.Engine.Checkpoint]); one it did not write is an
+// error matching [ErrForeignCheckpoint].
+func DecodeCheckpoint(b []byte) (Checkpoint, error) {
+	var c Checkpoint
 	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("%w: %v", errForeignCheckpoint, err)
+		return c, fmt.Errorf("%w: %v", ErrForeignCheckpoint, err)
 	}
 	if c.Format != checkpointFormat {
-		return c, fmt.Errorf("%w: format %q", errForeignCheckpoint, c.Format)
+		return c, fmt.Errorf("%w: format %q", ErrForeignCheckpoint, c.Format)
 	}
 	if c.File < 0 || c.File > len(c.Inputs) || c.Offset < 0 || c.Line < 1 || len(c.Read) > c.File ||
 		c.OutLen < 0 || c.DupsLen < 0 || c.RejectsLen < 0 {
-		return c, fmt.Errorf("%w: position out of range", errForeignCheckpoint)
+		return c, fmt.Errorf("%w: position out of range", ErrForeignCheckpoint)
 	}
 	return c, nil
 }
 
 // sameJob reports whether c was committed by a run of the job j.
-func (c *checkpoint) sameJob(j *checkpoint) bool {
+func (c *Checkpoint) sameJob(j *Checkpoint) bool {
 	return slices.Equal(c.Inputs, j.Inputs) && c.sameOutputs(j)
 }
 
 // sameOutputs reports whether c was committed by a run writing the
 // outputs of the job j.
-func (c *checkpoint) sameOutputs(j *checkpoint) bool {
+func (c *Checkpoint) sameOutputs(j *Checkpoint) bool {
 	return c.Out == j.Out && c.Dups == j.Dups && c.Rejects == j.Rejects
 }
 
@@ -124,7 +123,7 @@ func (c *checkpoint) sameOutputs(j *checkpoint) bool {
 // to the state, is the path the job j names becomes j's. The identity of
 // the position's input is then its bytes alone (its inode is another
 // file's). It returns the paths moved, as "old -> new".
-func (c *checkpoint) moveTo(state string, j *checkpoint) []string {
+func (c *Checkpoint) moveTo(state string, j *Checkpoint) []string {
 	if c.State == "" || c.State == state {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ import (
 // (copytruncate's): then its bytes alone identify it, when there are any
 // before the offset. The device number is not compared: it may change when
 // the system restarts.
-func positionFileErr(fl *os.File, fi os.FileInfo, p *checkpoint, copyOK bool) error {
+func positionFileErr(fl *os.File, fi os.FileInfo, p *Checkpoint, copyOK bool) error {
 	if fi == nil || !fi.Mode().IsRegular() {
 		return fmt.Errorf("is no longer a regular file, and the committed position is at its byte %d", p.Offset)
 	}
@@ -47,7 +47,7 @@ func positionFileErr(fl *os.File, fi os.FileInfo, p *checkpoint, copyOK bool) er
 // positionFile tells whether the input name is the file of the committed
 // position p: mismatch says why not (positionFileErr), err that it could
 // not be opened or read.
-func positionFile(name string, p *checkpoint) (mismatch, err error) {
+func positionFile(name string, p *Checkpoint) (mismatch, err error) {
 	fl, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("open input: %w", err)
@@ -91,13 +91,13 @@ func rotationFix(name string, inputs []string) string {
 // it must be the first input, or, in the same job, come before the
 // position's input, and with other inputs none after it may have the name
 // of one the last job read.)
-func (f *filterRun) locate() error {
+func (f *Filter) locate() error {
 	j, p := &f.job, f.prev
 	if f.resumed {
 		if j.File >= len(j.Inputs) || (j.Ino == 0 && j.Sum == "") {
 			return nil // complete, or a position without an identity
 		}
-		mismatch, err := positionFile(f.cfg.inputs[j.File], p)
+		mismatch, err := positionFile(f.cfg.Inputs[j.File], p)
 		if err != nil {
 			return err // cannot be opened
 		}
@@ -107,7 +107,7 @@ func (f *filterRun) locate() error {
 		}
 		k := f.findPosition()
 		if k < 0 || !f.readBefore(k, true) || !f.unreadAfter(k, true) {
-			return fmt.Errorf("%w: %s", mismatch, rotationFix(f.cfg.inputs[j.File], f.cfg.inputs))
+			return fmt.Errorf("%w: %s", mismatch, rotationFix(f.cfg.Inputs[j.File], f.cfg.Inputs))
 		}
 		f.relocate(k)
 		return nil
@@ -121,7 +121,7 @@ func (f *filterRun) locate() error {
 		return nil
 	case !f.readBefore(k, false):
 		return usagef("input %s holds the committed position of the state's last job (byte %d of %s), but it comes after %s, which would be taken as read: give it first, or use --from-start to read every input from its start",
-			f.cfg.inputs[k], p.Offset, displayName(p.Inputs[p.File]), f.cfg.inputs[k-1])
+			f.cfg.Inputs[k], p.Offset, displayName(p.Inputs[p.File]), f.cfg.Inputs[k-1])
 	case !f.unreadAfter(k, false):
 		return nil // an input after it was read: not a resume (openOutput decides)
 	}
@@ -131,12 +131,12 @@ func (f *filterRun) locate() error {
 
 // readBefore reports whether the inputs before k are files the last job
 // read (see locate); sameJob: this run's inputs are the last job's.
-func (f *filterRun) readBefore(k int, sameJob bool) bool {
+func (f *Filter) readBefore(k int, sameJob bool) bool {
 	p := f.prev
 	if len(p.Read) != p.File {
 		return k == 0 || (sameJob && k < p.File)
 	}
-	for _, in := range f.cfg.inputs[:k] {
+	for _, in := range f.cfg.Inputs[:k] {
 		if i, _ := readMark(in, p.Read); i < 0 {
 			return false
 		}
@@ -147,7 +147,7 @@ func (f *filterRun) readBefore(k int, sameJob bool) bool {
 // unreadAfter reports whether none of the inputs after k is a file the
 // last job read (see locate); sameJob: this run's inputs are the last
 // job's.
-func (f *filterRun) unreadAfter(k int, sameJob bool) bool {
+func (f *Filter) unreadAfter(k int, sameJob bool) bool {
 	p := f.prev
 	if len(p.Read) != p.File {
 		if sameJob {
@@ -160,7 +160,7 @@ func (f *filterRun) unreadAfter(k int, sameJob bool) bool {
 		}
 		return true
 	}
-	for _, in := range f.cfg.inputs[k+1:] {
+	for _, in := range f.cfg.Inputs[k+1:] {
 		if i, _ := readMark(in, p.Read); i >= 0 {
 			return false
 		}
@@ -172,7 +172,7 @@ func (f *filterRun) unreadAfter(k int, sameJob bool) bool {
 // (the same inode, at least as long, the same bytes before the mark's
 // offset) and how many bytes it got since; -1 if none. A mark of a file
 // read empty identifies none: its inode may be another file's by now.
-func readMark(name string, marks []fileMark) (int, int64) {
+func readMark(name string, marks []FileMark) (int, int64) {
 	fl, err := os.Open(name)
 	if err != nil {
 		return -1, 0
@@ -198,14 +198,14 @@ func readMark(name string, marks []fileMark) (int, int64) {
 // the last job read them to their end (a writer that had not reopened its
 // rotated log yet): what they got since is not read. Resuming the same
 // job, their marks move to their end, so that the warning is given once.
-func (f *filterRun) warnGrown(n int) {
+func (f *Filter) warnGrown(n int) {
 	p := f.prev
 	if len(p.Read) != p.File {
 		return
 	}
-	for i, in := range f.cfg.inputs[:n] {
+	for i, in := range f.cfg.Inputs[:n] {
 		if k, grown := readMark(in, p.Read); k >= 0 && grown > 0 {
-			fmt.Fprintf(f.env.stderr, "dedup: warning: %s got %d bytes after a run read it to its end: they are not read (the writer should reopen its log when it is rotated)\n", in, grown)
+			fmt.Fprintf(f.cfg.Stderr, "dedup: warning: %s got %d bytes after a run read it to its end: they are not read (the writer should reopen its log when it is rotated)\n", in, grown)
 			if m, ok := markPath(in); ok && i < len(f.job.Read) {
 				f.job.Read[i] = m
 			}
@@ -216,8 +216,8 @@ func (f *filterRun) warnGrown(n int) {
 // findPosition returns the index of the first input that is the file of
 // the committed position, -1 if none is. An input that cannot be opened is
 // not it (and fails the run when it is opened).
-func (f *filterRun) findPosition() int {
-	for i, in := range f.cfg.inputs {
+func (f *Filter) findPosition() int {
+	for i, in := range f.cfg.Inputs {
 		if mismatch, err := positionFile(in, f.prev); err == nil && mismatch == nil {
 			return i
 		}
@@ -227,7 +227,7 @@ func (f *filterRun) findPosition() int {
 
 // relocate resumes the last job's position in input k, the inputs listed
 // in this run, and says so on stderr.
-func (f *filterRun) relocate(k int) {
+func (f *Filter) relocate(k int) {
 	j, p := &f.job, f.prev
 	f.warnGrown(k)
 	inputs := j.Inputs
@@ -235,7 +235,7 @@ func (f *filterRun) relocate(k int) {
 	j.Inputs, j.File = inputs, k
 	// The inputs before k, taken as read, as they are now.
 	j.Read = nil
-	for _, in := range f.cfg.inputs[:k] {
+	for _, in := range f.cfg.Inputs[:k] {
 		m, ok := markPath(in)
 		if !ok {
 			j.Read = nil
@@ -244,47 +244,47 @@ func (f *filterRun) relocate(k int) {
 		j.Read = append(j.Read, m)
 	}
 	f.resumed = true
-	fmt.Fprintf(f.env.stderr, "dedup: note: the committed position, byte %d of %s, is in %s now (rotated): resuming there\n",
-		p.Offset, displayName(p.Inputs[p.File]), f.cfg.inputs[k])
+	fmt.Fprintf(f.cfg.Stderr, "dedup: note: the committed position, byte %d of %s, is in %s now (rotated): resuming there\n",
+		p.Offset, displayName(p.Inputs[p.File]), f.cfg.Inputs[k])
 }
 
-// markPath is the fileMark of the input name at its end; false if it is
+// markPath is the FileMark of the input name at its end; false if it is
 // not a regular file that can be read.
-func markPath(name string) (fileMark, bool) {
+func markPath(name string) (FileMark, bool) {
 	fl, err := os.Open(name)
 	if err != nil {
-		return fileMark{}, false
+		return FileMark{}, false
 	}
 	defer fl.Close()
 	fi, err := fl.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
-		return fileMark{}, false
+		return FileMark{}, false
 	}
 	m, err := markAt(fl, fi, fi.Size())
 	return m, err == nil
 }
 
-// markInput is the fileMark of input i of the run read to byte off, a
+// markInput is the FileMark of input i of the run read to byte off, a
 // zero mark for a stream.
-func (f *filterRun) markInput(i int, off int64) (fileMark, error) {
+func (f *Filter) markInput(i int, off int64) (FileMark, error) {
 	fl := f.inFiles[i]
 	if fl == nil {
-		return fileMark{Offset: off}, nil
+		return FileMark{Offset: off}, nil
 	}
 	fi, err := fl.Stat()
 	if err != nil {
-		return fileMark{}, fmt.Errorf("stat input %s: %w", fl.Name(), err)
+		return FileMark{}, fmt.Errorf("stat input %s: %w", fl.Name(), err)
 	}
 	m, err := markAt(fl, fi, off)
 	if err != nil {
-		return fileMark{}, fmt.Errorf("input %s: %w", fl.Name(), err)
+		return FileMark{}, fmt.Errorf("input %s: %w", fl.Name(), err)
 	}
 	return m, nil
 }
 
-// markAt is the fileMark of the file fl (fi) read to byte off.
-func markAt(fl *os.File, fi os.FileInfo, off int64) (fileMark, error) {
+// markAt is the FileMark of the file fl (fi) read to byte off.
+func markAt(fl *os.File, fi os.FileInfo, off int64) (FileMark, error) {
 	_, ino, _ := fileID(fi)
 	sum, err := inputSum(fl, off)
-	return fileMark{Ino: ino, Offset: off, Sum: sum}, err
+	return FileMark{Ino: ino, Offset: off, Sum: sum}, err
 }

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,15 @@
-package exact
+// Package fsperm holds the modes of the engine's state directories and
+// their files, and the file system wrapper that sets them.
+//
+// State directories are private: what they hold (the keys of format-1
+// and format-2 stores, the fingerprint secret, result records) is for the
+// user running the engine alone. On the operating system's file system
+// (vfs.Default) directories are [DirMode] and files [FileMode] whatever
+// the umask: [FS] sets the mode of every file and directory it creates,
+// and exact.Open calls [MakePrivate] on everything already in a directory
+// that holds a store (a state written before, or copied in by a restore).
+// A directory exact.Open refuses is left as it was.
+package fsperm
 
 import (
 	"errors"
@@ -11,26 +22,19 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// State directories are private: what they hold (the keys of format-1
-// and format-2 stores, the fingerprint secret, result records) is for the
-// user running the engine alone. On the operating system's file system
-// (vfs.Default) directories are 0700 and files 0600 whatever the umask:
-// PrivateFS sets the mode of every file and directory it creates, and Open
-// sets the modes of everything already in a directory that holds a store
-// (a state written before, or copied in by a restore). A directory Open
-// refuses (ErrNotOurs) is left as it was.
-
 // Private modes of state directories and their files.
 const (
-	PrivateDirMode  os.FileMode = 0o700
-	PrivateFileMode os.FileMode = 0o600
+	// DirMode is the mode of a state directory: 0700.
+	DirMode os.FileMode = 0o700
+	// FileMode is the mode of a file in a state directory: 0600.
+	FileMode os.FileMode = 0o600
 )
 
-// PrivateFS returns fs, creating files with mode PrivateFileMode and
-// directories with PrivateDirMode whatever the umask, if fs is
+// FS returns fs, creating files with mode [FileMode] and
+// directories with [DirMode] whatever the umask, if fs is
 // vfs.Default; other file systems (in memory, wrapped for tests) are
 // returned as they are.
-func PrivateFS(fs vfs.FS) vfs.FS {
+func FS(fs vfs.FS) vfs.FS {
 	if fs == vfs.Default {
 		return privateFS{fs}
 	}
@@ -45,8 +49,8 @@ func private(f vfs.File, err error, name string) (vfs.File, error) {
 	if err != nil {
 		return f, err
 	}
-	if err := os.Chmod(name, PrivateFileMode); err != nil {
-		return nil, errors.Join(fmt.Errorf("exact: make %q private: %w", name, err), f.Close())
+	if err := os.Chmod(name, FileMode); err != nil {
+		return nil, errors.Join(fmt.Errorf("fsperm: make %q private: %w", name, err), f.Close())
 	}
 	return f, nil
 }
@@ -71,13 +75,13 @@ func (p privateFS) Lock(name string) (io.Closer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(name, PrivateFileMode); err != nil {
-		return nil, errors.Join(fmt.Errorf("exact: make %q private: %w", name, err), c.Close())
+	if err := os.Chmod(name, FileMode); err != nil {
+		return nil, errors.Join(fmt.Errorf("fsperm: make %q private: %w", name, err), c.Close())
 	}
 	return c, nil
 }
 
-// MkdirAll creates dir and its missing parents with PrivateDirMode and
+// MkdirAll creates dir and its missing parents with DirMode and
 // sets the mode of each directory it creates to it, whatever the umask.
 // A directory that exists keeps its mode: it may be the user's (a state
 // directory's parent, or a directory that Open then refuses as not a
@@ -93,31 +97,31 @@ func (p privateFS) MkdirAll(dir string, _ os.FileMode) error {
 			break
 		}
 	}
-	if err := p.FS.MkdirAll(dir, PrivateDirMode); err != nil {
+	if err := p.FS.MkdirAll(dir, DirMode); err != nil {
 		return err
 	}
 	for _, d := range created {
-		if err := os.Chmod(d, PrivateDirMode); err != nil {
-			return fmt.Errorf("exact: make %q private: %w", d, err)
+		if err := os.Chmod(d, DirMode); err != nil {
+			return fmt.Errorf("fsperm: make %q private: %w", d, err)
 		}
 	}
 	return nil
 }
 
-// MkdirPrivate creates dir and its missing parents on the operating
-// system's file system with PrivateDirMode, whatever the umask; an
+// MkdirAll creates dir and its missing parents on the operating
+// system's file system with DirMode, whatever the umask; an
 // existing directory keeps its mode.
-func MkdirPrivate(dir string) error {
-	return privateFS{vfs.Default}.MkdirAll(dir, PrivateDirMode)
+func MkdirAll(dir string) error {
+	return privateFS{vfs.Default}.MkdirAll(dir, DirMode)
 }
 
 // Unwrap returns the file system privateFS wraps.
 func (p privateFS) Unwrap() vfs.FS { return p.FS }
 
 // MakePrivate sets the modes of dir, a state directory on the operating
-// system's file system, and of everything in it: PrivateDirMode for
-// directories, PrivateFileMode for files. Open calls it only once dir is
-// known to hold a store (or nothing): a directory it refuses keeps every
+// system's file system, and of everything in it: DirMode for
+// directories, FileMode for files. exact.Open calls it only once dir is
+// known to hold a store (or nothing): a directory exact.Open refuses keeps every
 // mode. Symbolic links are not followed.
 func MakePrivate(dir string) error {
 	// The store is open: Pebble may delete an obsolete file (a manifest,
@@ -134,14 +138,14 @@ func MakePrivate(dir string) error {
 		}
 		switch {
 		case d.IsDir():
-			return gone(os.Chmod(path, PrivateDirMode))
+			return gone(os.Chmod(path, DirMode))
 		case d.Type().IsRegular():
-			return gone(os.Chmod(path, PrivateFileMode))
+			return gone(os.Chmod(path, FileMode))
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("exact: make %q private: %w", dir, err)
+		return fmt.Errorf("fsperm: make %q private: %w", dir, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package stream
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func TestReaderBatches(t *testing.T) {
 			}
 		}
 		const maxLine = 80
-		x := mustExtractor(t, extractorConfig{format: "lines", maxLine: maxLine})
+		x := mustExtractor(t, KeyConfig{Format: "lines", MaxLine: maxLine})
 		var src io.Reader = bytes.NewReader(in.Bytes())
 		switch seed % 3 {
 		case 1:
@@ -107,7 +107,7 @@ func (e errReader) Read(p []byte) (int, error) {
 }
 
 func TestReaderError(t *testing.T) {
-	x := mustExtractor(t, extractorConfig{format: "lines"})
+	x := mustExtractor(t, KeyConfig{Format: "lines"})
 	full := make(chan *batch, 4)
 	free := make(chan *batch, 4)
 	for range 4 {
