@@ -12,7 +12,7 @@ import (
 // TestStartRSS: the built binary, just written by go build, holds little
 // resident before its first key: dedup filter at most 24 MiB while it
 // waits for its first line (measured 9-21 MiB, 21-26 MiB without the
-// executable's pages were evicted after start-up), dedup serve at most
+// eviction of the executable's pages after start-up), dedup serve at most
 // 32 MiB once it listens (measured 14-18 MiB, 42-53 MiB without).
 func TestStartRSS(t *testing.T) {
 	if testing.Short() {
