@@ -6,10 +6,9 @@ import (
 )
 
 // TestMemTableSize: the exact store's memtable and block cache follow the
-// workload the options describe: the memtable the smaller of a full
-// window's keys at 128 bytes each and a minute of ExpectedRate at 40 bytes
-// each, as a power of two within [4 MiB, 64 MiB], the cache a quarter of
-// it, at least 4 MiB.
+// workload the options describe, the smaller of a full window's keys at
+// 128 bytes each and a minute of ExpectedRate at 40 bytes each, as a power
+// of two within [4 MiB, 64 MiB].
 func TestMemTableSize(t *testing.T) {
 	for _, tc := range []struct {
 		o    Options
@@ -30,8 +29,8 @@ func TestMemTableSize(t *testing.T) {
 		if got := memTableSize(o); got != tc.want {
 			t.Errorf("ExpectedRate %v, Window %v: memtable %d MiB, want %d MiB", o.ExpectedRate, o.Window, got>>20, tc.want>>20)
 		}
-		if got, want := blockCacheSize(o), int64(max(tc.want/4, 4<<20)); got != want {
-			t.Errorf("ExpectedRate %v, Window %v: block cache %d MiB, want %d MiB", o.ExpectedRate, o.Window, got>>20, want>>20)
+		if got := blockCacheSize(o); got != int64(tc.want) {
+			t.Errorf("ExpectedRate %v, Window %v: block cache %d MiB, want %d MiB", o.ExpectedRate, o.Window, got>>20, tc.want>>20)
 		}
 	}
 }

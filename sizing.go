@@ -51,17 +51,14 @@ const memTableSeconds = 60
 
 // blockCacheSize sizes the exact store's block cache (exact.Options.
 // CacheSize, on top of which Pebble charges its own two memtables, 8 MiB)
-// at a quarter of the memtable, at least 4 MiB, so that it follows
-// ExpectedRate. The cache serves the store's lookups, which the filters
-// send only for duplicates and false positives: the index blocks of a
-// window's tables take about 0.7% of them (a MiB at 10M keys), and a data
-// block is hit again only by a key looked up twice, so a cache beyond that
-// holds little that is read again, while its blocks are resident for good.
-// Measured at 8.6M keys (redis-benchmark -r 10M -n 20M SET NX EX against
-// dedup serve, half the requests duplicates): a cache as large as the
-// memtable, 32 MiB, left 179 MiB resident, a quarter of it 144 MiB.
+// as large as the memtable, so that both follow ExpectedRate. The cache
+// serves the store's lookups, which the filters send only for duplicates
+// and false positives, a share of the rate: the index blocks of a window's
+// tables take a few MiB, and a data block is hit again only by a key looked
+// up twice, so a cache beyond that holds little that is read again
+// (docs/benchmarks.md, dedup serve against redis-server).
 func blockCacheSize(opts Options) int64 {
-	return int64(max(memTableSize(opts)/4, minMemTable))
+	return int64(memTableSize(opts))
 }
 
 // checkMemory refuses options whose filters would not fit in the machine's
