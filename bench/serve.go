@@ -37,6 +37,11 @@ type ServeConfig struct {
 	Pipeline int
 	// KeySpace is -r: keys are key:0 .. key:KeySpace-1. Default 10,000,000.
 	KeySpace int
+	// KeySpaces, if set, replaces KeySpace and Requests: one run of every
+	// target per key space K, with -r K and -n 3K (95% of the K keys
+	// arrive), so that the memory tables have a row per size (the BF.MADD
+	// run is made at the first). Default none.
+	KeySpaces []int `json:",omitempty"`
 	// TTL is the EX of every SET, in seconds; dedup's window is TTL.
 	// Default 3600.
 	TTL int
@@ -90,7 +95,9 @@ func (c *ServeConfig) EnsureDefaults() {
 
 // ServeRow is one target's SET NX run.
 type ServeRow struct {
-	Target    string  `json:"target"`
+	Target string `json:"target"`
+	// KeySpace is the run's -r.
+	KeySpace  int     `json:"key_space"`
 	OpsPerSec float64 `json:"ops_per_sec"`
 	// Keys is DBSIZE after the run.
 	Keys uint64 `json:"keys"`
@@ -124,6 +131,31 @@ type ServeResult struct {
 // redis-server the Redis row is left out.
 func Serve(ctx context.Context, cfg ServeConfig, p Progress) (*ServeResult, error) {
 	cfg.EnsureDefaults()
+	if len(cfg.KeySpaces) > 0 {
+		var all *ServeResult
+		for i, k := range cfg.KeySpaces {
+			if k < 1 {
+				return nil, fmt.Errorf("bench: serve key space %d: want at least 1", k)
+			}
+			one := cfg
+			one.KeySpaces, one.KeySpace, one.Requests = nil, k, 3*k
+			if i > 0 {
+				one.MaddRequests = -1
+			}
+			res, err := Serve(ctx, one, p)
+			if err != nil {
+				return nil, err
+			}
+			if all == nil {
+				all = res
+				all.Config = cfg
+				continue
+			}
+			all.Set = append(all.Set, res.Set...)
+			all.Madd = append(all.Madd, res.Madd...)
+		}
+		return all, nil
+	}
 	if _, err := exec.LookPath("redis-benchmark"); err != nil {
 		return nil, ErrNoRedisBenchmark
 	}
@@ -305,7 +337,7 @@ func setRun(ctx context.Context, name, addr string, cfg ServeConfig, args []stri
 	if err != nil {
 		return ServeRow{}, err
 	}
-	row := ServeRow{Target: name, OpsPerSec: rps, Keys: uint64(keys),
+	row := ServeRow{Target: name, KeySpace: cfg.KeySpace, OpsPerSec: rps, Keys: uint64(keys),
 		UsedMemory: max(used, base) - base, RSS: max(usedRSS, baseRSS) - baseRSS}
 	if keys > 0 {
 		row.BytesPerKey = float64(row.UsedMemory) / float64(keys)
@@ -397,16 +429,16 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 	if c.Rounds > 1 {
 		fmt.Fprintf(w, "median of %d rounds (redis, then each dedup mode, fresh servers each round)\n", c.Rounds)
 	}
-	fmt.Fprintf(w, "redis-benchmark -P %d -c %d -r %d -n %d SET key:__rand_int__ 1 NX EX %d\n\n",
-		c.Pipeline, c.Clients, c.KeySpace, c.Requests, c.TTL)
-	var ref *ServeRow
-	for i := range r.Set {
-		if strings.HasPrefix(r.Set[i].Target, "redis") {
-			ref = &r.Set[i]
-		}
+	if len(c.KeySpaces) > 0 {
+		fmt.Fprintf(w, "redis-benchmark -P %d -c %d -r K -n 3K SET key:__rand_int__ 1 NX EX %d, K in %v\n\n",
+			c.Pipeline, c.Clients, c.TTL, c.KeySpaces)
+	} else {
+		fmt.Fprintf(w, "redis-benchmark -P %d -c %d -r %d -n %d SET key:__rand_int__ 1 NX EX %d\n\n",
+			c.Pipeline, c.Clients, c.KeySpace, c.Requests, c.TTL)
 	}
 	var rows [][]string
 	for _, s := range r.Set {
+		ref := r.redisRow(s.KeySpace)
 		ops, mem := "-", "-"
 		if ref != nil && ref.OpsPerSec > 0 && s.BytesPerKey > 0 {
 			ops = fmt.Sprintf("%.2fx", s.OpsPerSec/ref.OpsPerSec)
@@ -430,6 +462,17 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 	return table(w, "target\titems/call\tcalls/s\titems/s", rows)
 }
 
+// redisRow returns the redis-server row of the run with key space k, nil
+// if there is none.
+func (r *ServeResult) redisRow(k int) *ServeRow {
+	for i := range r.Set {
+		if s := &r.Set[i]; strings.HasPrefix(s.Target, "redis") && s.KeySpace == k {
+			return s
+		}
+	}
+	return nil
+}
+
 // PlotServe draws the SET NX throughput and the memory per key of each
 // target, redis-server as the 1x line: serve, as SVG and PNG in dir.
 func PlotServe(r *ServeResult, dir string) ([]string, error) {
@@ -440,8 +483,13 @@ func PlotServe(r *ServeResult, dir string) ([]string, error) {
 		var bs []Bar
 		ref := -1
 		for i, s := range r.Set {
-			bs = append(bs, Bar{Label: s.Target, Value: val(s)})
-			if strings.HasPrefix(s.Target, "redis") {
+			label := s.Target
+			if len(r.Config.KeySpaces) > 0 {
+				label += " -r " + humanize.Count(float64(s.KeySpace))
+			}
+			bs = append(bs, Bar{Label: label, Value: val(s)})
+			// One 1x line is redis-server's of a single key space.
+			if strings.HasPrefix(s.Target, "redis") && len(r.Config.KeySpaces) == 0 {
 				ref = i
 			}
 		}

@@ -78,7 +78,13 @@ func (s *Store) TruncateLog(throughSeq uint64) (err error) {
 	}
 	// The mark hides the records at once, in Pebble and in the memtables
 	// (whose flushes leave them out); the excision then drops their
-	// sstables from Pebble, which is only about disk space.
+	// sstables from Pebble, which is only about disk space. No flush may
+	// be under way: one that wrote its log table before the mark would
+	// ingest it after the excision, and those records (8 bytes a key)
+	// would stay on disk until the next truncation, for ever after the
+	// last one of a run (TestTruncateLogDuringFlush).
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	if err := s.db.Set(truncatedKey, be64(throughSeq), pebble.Sync); err != nil {
 		return s.fail(fmt.Errorf("exact: truncate log through %d: %w", throughSeq, err))
 	}

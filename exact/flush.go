@@ -254,6 +254,9 @@ func (s *Store) writeToPebble(m *memTable) error {
 		}
 	}
 	if len(paths) > 0 {
+		if s.beforeIngest != nil {
+			s.beforeIngest()
+		}
 		if err := s.db.Ingest(context.Background(), paths); err != nil {
 			return fmt.Errorf("ingest: %w", err)
 		}

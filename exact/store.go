@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -223,6 +224,9 @@ type Store struct {
 
 	// flushMu serialises flushes (flushOne).
 	flushMu sync.Mutex
+	// beforeIngest, for tests, runs in a flush between writing its tables
+	// and ingesting them (nil: nothing).
+	beforeIngest func()
 	// recTop is 1 + the newest generation of a record in Pebble (0: none),
 	// or more: GetRecord asks Pebble only for generations below it. Open
 	// sets it from Pebble's last record, flushes raise it (both under
@@ -333,7 +337,17 @@ func (s *Store) Close() error {
 		s.mem.close()
 		return nil
 	}
-	err := s.stopFlushes()
+	// A clean close puts every commit into Pebble's tables, so that the
+	// commit log holds nothing at rest: its segments are a memtable's
+	// worth of fingerprints and hashes (24 bytes a key, the tables take
+	// 18), and blocks of zeros ahead of them; the next Open replays
+	// nothing. A store broken by a failed write keeps its log for the
+	// next Open, as a crash would.
+	var err error
+	if s.brokenErr() == nil {
+		err = s.flushAll()
+	}
+	err = errors.Join(err, s.stopFlushes())
 	if err == nil {
 		// The segments of frozen memtables stay for the next Open to
 		// replay; their files are closed here (a flush that ran would have
@@ -356,8 +370,16 @@ func (s *Store) Close() error {
 		s.recycled = nil
 	}
 	if s.seg != nil {
+		osFile := s.seg.f.Fd() != vfs.InvalidFd
 		if cerr := s.seg.f.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("exact: close commit log: %w", cerr))
+		} else if err == nil && osFile {
+			// The segment's file ends at its records: no zeros grown
+			// ahead of them, nothing of a reused file's earlier records
+			// (which replay stops before anyway).
+			if terr := os.Truncate(s.seg.path, s.seg.written.Load()); terr != nil {
+				err = fmt.Errorf("exact: close commit log: %w", terr)
+			}
 		}
 	}
 	err = errors.Join(err, s.closeDB())

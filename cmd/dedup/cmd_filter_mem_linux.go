@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // releaseStartupPages unmaps from the process the pages of its own code and
@@ -41,7 +43,7 @@ func releaseStartupPages() {
 		return
 	}
 	var start, end uint64
-	candidate := false
+	candidate, released := false, false
 	sc := bufio.NewScanner(bytes.NewReader(smaps))
 	for sc.Scan() {
 		line := sc.Bytes()
@@ -65,11 +67,37 @@ func releaseStartupPages() {
 		if candidate && string(f[0]) == "Anonymous:" && len(f) >= 2 {
 			if string(f[1]) == "0" {
 				madvise(uintptr(start), uintptr(end-start), syscall.MADV_NOHUGEPAGE)
+				madvise(uintptr(start), uintptr(end-start), syscall.MADV_RANDOM)
 				madvise(uintptr(start), uintptr(end-start), syscall.MADV_DONTNEED)
+				released = true
 			}
 			candidate = false
 		}
 	}
+	if released {
+		evictExecutable(exe)
+	}
+}
+
+// evictExecutable drops from the page cache the pages of the executable
+// that no process maps. The page cache of a file written through a
+// mapping (as the Go linker writes its output) or read ahead holds large
+// folios, and the kernel maps a whole folio at a fault, up to 2 MiB for
+// one instruction: measured, 35 MiB of the binary resident two seconds
+// after dedup serve started, 12 MiB when the same bytes were written by
+// cat. Evicted, the pages the run uses come back one at a time
+// (MADV_RANDOM: no read-ahead), as small folios. Other processes running
+// the same binary keep the pages they map. A binary just written (a
+// build, an install) has dirty pages, which stay until written back: they
+// are written first (fdatasync, which costs nothing once they are clean).
+func evictExecutable(exe string) {
+	f, err := os.Open(exe)
+	if err != nil {
+		return
+	}
+	_ = unix.Fdatasync(int(f.Fd()))
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	_ = f.Close()
 }
 
 func madvise(addr, n uintptr, advice int) {

@@ -172,6 +172,10 @@ func runServe(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stderr, "dedup serve: listening on %s (fsync %s, window %v, state %s)\n", ln.Addr(), c.fsync, opts.Window, state)
 
+	// The tables are open: what start-up read of the binary (about 48 MiB
+	// of a server's resident set, mapped in 2 MiB blocks) need not stay
+	// resident while the server runs.
+	releaseStartupPages()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	idle := make(chan struct{})

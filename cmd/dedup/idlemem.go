@@ -35,8 +35,8 @@ func (r *idleRelease) tick(commands uint64) bool {
 	return true
 }
 
-// releaseWhenIdle gives the heap's free pages back (debug.FreeOSMemory)
-// at each pause in the commands counted by commands, checking every
+// releaseWhenIdle gives the heap's free pages back (debug.FreeOSMemory),
+// and the C allocator's (trimMalloc), at each pause in the commands counted by commands, checking every
 // interval, until stop is closed.
 func releaseWhenIdle(commands func() uint64, interval time.Duration, stop <-chan struct{}) {
 	r := idleRelease{last: commands(), released: true}
@@ -49,6 +49,7 @@ func releaseWhenIdle(commands func() uint64, interval time.Duration, stop <-chan
 		case <-t.C:
 			if r.tick(commands()) {
 				debug.FreeOSMemory()
+				trimMalloc()
 			}
 		}
 	}

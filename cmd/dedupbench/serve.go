@@ -21,6 +21,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.Clients, "c", cfg.Clients, "connections (redis-benchmark -c)")
 	fs.IntVar(&cfg.Pipeline, "P", cfg.Pipeline, "pipeline depth (redis-benchmark -P)")
 	fs.IntVar(&cfg.KeySpace, "r", cfg.KeySpace, "key space (redis-benchmark -r)")
+	var spaces counts
+	fs.Var(&spaces, "sizes", "instead of -r and -n: a run per key space K in this list (-r K -n 3K), e.g. 100000,200000,1000000,10000000")
 	fs.IntVar(&cfg.TTL, "ttl", cfg.TTL, "EX of every SET, seconds; dedup's window")
 	fs.Var((*words)(&cfg.Modes), "modes", "dedup modes: exact,probabilistic")
 	fs.StringVar(&cfg.Fsync, "fsync", cfg.Fsync, "dedup durability: always, everysec or no")
@@ -34,6 +36,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	cfg.KeySpaces = spaces
 	if cfg.ClusterNodes != 0 {
 		if cfg.ClusterNodes < 2 {
 			return fmt.Errorf("--cluster-nodes %d: want at least 2 (0 runs the single-server comparison)", cfg.ClusterNodes)
