@@ -164,8 +164,8 @@ func mixtureDelay(share float64, a, b time.Duration) func(*rand.Rand) time.Durat
 // of the target, and no duplicate is let through before the window in
 // force when its original arrived.
 func TestAutoWindowMeetsTarget(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a million events or more per stream: 15-30 s each")
+	if testing.Short() || raceEnabled {
+		t.Skip("a million events or more per stream: 15-30 s each (.ci/run runs it without -race)")
 	}
 	cases := []struct {
 		name   string
