@@ -440,34 +440,3 @@ func (e *Engine) noteUncommitted(s *shard, h uint64, key []byte, now int64) {
 		c.dups++
 	}
 }
-
-// renewExpired is, under EventTime (without ExplicitDone), the answer to
-// an observe of a key in flight whose first sighting's generation has
-// left the window at the event clock: the sighting is past the window, so
-// the key is New again, and its entry moves to generation a.gen, where
-// its commit puts it (it would otherwise commit into an expired
-// generation, that is nowhere). A key being committed stays InFlight. The
-// advisor counts the duplicate as let through, at the old cohort's age.
-// The shard's lock is held.
-func (e *Engine) renewExpired(s *shard, h uint64, key []byte, a *admit) bool {
-	if !e.opts.EventTime || e.opts.ExplicitDone {
-		return false
-	}
-	oldest := s.ring.OldestLive(a.now)
-	old, ok := s.inflight.setGenIfBelow(h, key, e.exactMode, oldest, a.gen)
-	for i := 0; !ok && i < len(s.older); i++ {
-		old, ok = s.older[i].set.setGenIfBelow(h, key, e.exactMode, oldest, a.gen)
-	}
-	if !ok {
-		return false
-	}
-	s.uncount(old, 1)
-	s.inflightGens[a.gen]++
-	s.adv.cohortOf(a.gen).n++
-	if c := s.adv.cohorts[old]; c != nil {
-		if j := e.win.ageBin(old, a.now.UnixNano()); j >= 0 {
-			s.adv.late[j]++
-		}
-	}
-	return true
-}

@@ -259,6 +259,12 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 		batch.SetCheckpoint(cp)
 	}
 	seq, err := batch.Commit()
+	// The filters take the keys still live when the write is done: under
+	// event time the clock may have gone far past now meanwhile, and a
+	// generation that expired since must not be created again.
+	if later := e.opts.Now(); later.After(now) {
+		now = later
+	}
 	var addErr error
 	for i := range e.shards {
 		s := &e.shards[i]

@@ -262,8 +262,10 @@ type filterRun struct {
 	// window is the engine's Window, for --time-field (eventtime.go);
 	// cmtAt is the event time (Unix ns) after which keys were last
 	// committed, 0 before any.
-	window                   time.Duration
-	cmtAt                    int64
+	window time.Duration
+	cmtAt  int64
+	// times holds a group's event times for ObserveBatchTimes.
+	times                    []time.Time
 	metricsLn                net.Listener         // --metrics, listening before anything is written
 	commitHist, snapshotHist prometheus.Histogram // with --metrics
 
