@@ -209,7 +209,7 @@ func TestEventTimeRenewedWhileCommitting(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- e.Commit([]byte("1")) }()
 	<-held
-	at(e, "x", t0.Add(2*window), New) // being committed, past the window
+	at(e, "x", t0.Add(2*window), New)                  // being committed, past the window
 	at(e, "x", t0.Add(2*window+time.Second), InFlight) // the new sighting, in flight
 	close(release)
 	if err := <-done; err != nil {
