@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"time"
@@ -213,12 +214,13 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 	now := e.opts.Now()
 	oldest := e.timing.OldestLive(now)
 	batch := e.store.NewBatch()
-	n := 0
+	n, renewals := 0, 0
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.roll(e.epoch.Load())
 		s.committing = s.takeThrough(limit)
+		renewals += s.takeRenewals()
 		if len(s.committing) == 0 && s.inflight.n == 0 {
 			s.idle()
 		}
@@ -246,6 +248,13 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 			c.each(func(h uint64, en inflightEntry) {
 				if en.gen >= oldest {
 					batch.Add(en.gen, c.key(en), h)
+				}
+			})
+		}
+		if e.logCommits {
+			s.renewingEach(func(h uint64, key []byte, gen uint64) {
+				if gen >= oldest {
+					batch.Add(gen, key, h)
 				}
 			})
 		}
@@ -281,6 +290,11 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 			if aerr := s.addCommitted(now, fresh); aerr != nil && addErr == nil {
 				addErr = aerr
 			}
+		}
+		if len(s.renewing) > 0 {
+			gone, rerr := e.settleRenewals(s, err == nil, s.ring.OldestLive(now))
+			e.inflightCount.Add(-int64(gone))
+			addErr = cmp.Or(addErr, rerr)
 		}
 		s.committing = nil
 		s.mu.Unlock()

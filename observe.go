@@ -344,6 +344,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		s.observed++
 		s.dups++
 		e.noteUncommitted(s, h, key, a.now.UnixNano())
+		if e.opts.Refresh {
+			e.refreshInFlight(s, h, key, a)
+		}
 		return Duplicate, nil
 	}
 	if inFlight {
@@ -351,6 +354,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		if e.renewExpired(s, h, key, a) {
 			s.news++
 			return New, nil
+		}
+		if e.opts.Refresh {
+			e.refreshInFlight(s, h, key, a)
 		}
 		s.inflightHits++
 		if !e.opts.ExplicitDone {
@@ -363,6 +369,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 			s.observed++
 			s.dups++
 			e.noteDuplicate(s, h, 0, a.now.UnixNano())
+			if e.opts.Refresh {
+				e.refreshDuplicate(s, h, key, 0, a)
+			}
 			return Duplicate, nil
 		}
 		found, gen, err := e.committedIn(s, h, key)
@@ -373,9 +382,17 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 			s.observed++
 			s.dups++
 			e.noteDuplicate(s, h, gen, a.now.UnixNano())
+			if e.opts.Refresh {
+				e.refreshDuplicate(s, h, key, gen, a)
+			}
 			return Duplicate, nil
 		}
 		s.falsePositives++
+	}
+	if e.opts.Refresh && e.renewedLive(s, h, key, a) {
+		s.observed++
+		s.dups++
+		return Duplicate, nil
 	}
 	if a.reserved > 0 {
 		a.reserved--
