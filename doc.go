@@ -139,6 +139,9 @@
 //   - recent.go: the compact copy of recently committed keys
 //   - observe.go: the [Verdict], Observe, ObserveBatch and Forget, and
 //     the store lookup behind a filter hit
+//   - eventtime.go: the window on event time ([Engine.ObserveBatchTimes]),
+//     keys in flight past their window New again
+//   - refresh.go: the sliding window ([Options.Refresh]): renewals
 //   - peek.go: Peek
 //   - done.go: Done and DoneBatch (ExplicitDone)
 //   - pool.go: [Pool], the worker pool that owns the watermark and commits

@@ -145,6 +145,14 @@ func runServe(e *env, args []string) error {
 		if ok && !explicit["fp"] {
 			opts.FalsePositiveRate = have.FalsePositiveRate
 		}
+		// The default table keeps its window kind: --refresh against it
+		// is an error, not ignored.
+		if ok && explicit["refresh"] && have.Refresh != opts.Refresh {
+			return usageErr(fmt.Errorf("--refresh=%v: the default table in %s was created with refresh %v", opts.Refresh, c.state, have.Refresh))
+		}
+		if ok {
+			opts.Refresh = have.Refresh
+		}
 	}
 	cfg := resp.Options{
 		Dir:              c.state,
