@@ -124,6 +124,13 @@ type Stats struct {
 	// WindowAdvice is the window advisor's estimate: how late duplicates
 	// come and how many the window lets through (docs/window.md).
 	WindowAdvice WindowAdvice
+	// SavedWindowAdvice is the last WindowAdvice measured with duplicates
+	// counted, by this engine or, kept in the state directory
+	// ([SavedAdviceFile]), by one before it on the same state, with the
+	// time it was measured; nil if none was. Every Stats call that
+	// measures one saves it, so a tool that only opens the state (dedup
+	// stats) shows what the last job measured.
+	SavedWindowAdvice *SavedWindowAdvice
 	// DiskBytes is the space the state directory takes on its file system,
 	// as du counts it: the blocks allocated to the exact store (tables,
 	// write-ahead logs, manifest) and the snapshots. In memory (Dir "") it
@@ -228,6 +235,7 @@ func (e *Engine) Stats() Stats {
 	}
 	st.EstimatedFPRate = fpSum / float64(len(e.shards))
 	st.WindowAdvice = e.advice(advT, e.opts.Now(), st.Observed, st.New)
+	st.SavedWindowAdvice = e.noteAdvice(st.WindowAdvice)
 	if st.ObservedFPSamples > 0 {
 		st.ObservedFPRate = float64(fpObserved) / float64(st.ObservedFPSamples)
 	}
