@@ -156,6 +156,8 @@
 //   - spool.go: the spool files of Filter fuse's newest generation
 //   - shadow.go: the sampled shadow behind the observed false-positive rate
 //   - stats.go: [Stats]
+//   - savedadvice.go: the last window advice measured, kept in the state
+//     ([Stats.SavedWindowAdvice])
 //   - advisor.go: the window advisor's counts (duplicate delays by cohort age,
 //     the horizon past the window)
 //   - advisor_estimate.go: the advisor's estimate ([WindowAdvice]): censored
