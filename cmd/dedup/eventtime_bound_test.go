@@ -1,8 +1,8 @@
 package main
 
 import (
-	"math/rand/v2"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
