@@ -71,30 +71,38 @@ func TestServeRefreshKeepsTableSetting(t *testing.T) {
 	}
 }
 
-// TestKafkaRefresh: `dedup kafka --refresh` renews a key at each sighting
-// on record timestamps: a key every 4 minutes of record time for 12
-// minutes, with a 5-minute window, is written once, and again after 6m16s
-// away.
+// TestKafkaRefresh: `dedup kafka` runs the window on record timestamps
+// whatever the batching (a whole poll is in flight until its transaction
+// commits): a key every 4 minutes of record time for 12 minutes, then
+// 6m16s later, with a 5-minute window, is written at 0, 8m and 18m16s; with
+// --refresh, which renews it at each sighting, at 0 and 18m16s.
 func TestKafkaRefresh(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t, dir)
-	addrs := kafkaBroker(t, 1)
-	base := time.Now().Add(-time.Hour)
-	var recs []*kgo.Record
-	for i, d := range []time.Duration{0, 4 * time.Minute, 8 * time.Minute, 12 * time.Minute, 18*time.Minute + 16*time.Second} {
-		recs = append(recs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte(fmt.Sprintf(`{"event_id":"k","n":%d}`, i)), Timestamp: base.Add(d)})
-	}
-	kafkatest.Produce(t, addrs, recs...)
-	c := startKafka(t, bin, addrs, dir, "r", "--window", "5m", "--refresh")
-	kafkatest.WaitCommitted(t, addrs, "g", c.output)
-	c.term(t)
-	_, out := kafkatest.ReadAll(t, addrs, "out", 500*time.Millisecond)
-	var got []string
-	for _, r := range out {
-		got = append(got, string(r.Value))
-	}
-	want := []string{`{"event_id":"k","n":0}`, `{"event_id":"k","n":4}`}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("out topic %q, want %q\n%s", got, want, c.output())
+	for _, refresh := range []bool{false, true} {
+		addrs := kafkaBroker(t, 1)
+		base := time.Now().Add(-time.Hour)
+		var recs []*kgo.Record
+		for i, d := range []time.Duration{0, 4 * time.Minute, 8 * time.Minute, 12 * time.Minute, 18*time.Minute + 16*time.Second} {
+			recs = append(recs, &kgo.Record{Topic: "in", Key: []byte("k"), Value: []byte(fmt.Sprintf(`{"event_id":"k","n":%d}`, i)), Timestamp: base.Add(d)})
+		}
+		kafkatest.Produce(t, addrs, recs...)
+		args := []string{"--window", "5m"}
+		want := []string{`{"event_id":"k","n":0}`, `{"event_id":"k","n":2}`, `{"event_id":"k","n":4}`}
+		if refresh {
+			args = append(args, "--refresh")
+			want = []string{`{"event_id":"k","n":0}`, `{"event_id":"k","n":4}`}
+		}
+		c := startKafka(t, bin, addrs, dir, fmt.Sprintf("r%v", refresh), args...)
+		kafkatest.WaitCommitted(t, addrs, "g", c.output)
+		c.term(t)
+		_, out := kafkatest.ReadAll(t, addrs, "out", 500*time.Millisecond)
+		var got []string
+		for _, r := range out {
+			got = append(got, string(r.Value))
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("--refresh %v: out topic %q, want %q\n%s", refresh, got, want, c.output())
+		}
 	}
 }
