@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"time"
@@ -214,12 +215,13 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 	now := e.opts.Now()
 	oldest := e.timing.OldestLive(now)
 	batch := e.store.NewBatch()
-	n := 0
+	n, renewals := 0, 0
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
 		s.roll(e.epoch.Load())
 		s.committing = s.takeThrough(limit)
+		renewals += s.takeRenewals()
 		if len(s.committing) == 0 && s.inflight.n == 0 {
 			s.idle()
 		}
@@ -250,6 +252,13 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 				}
 			})
 		}
+		if e.logCommits {
+			s.renewingEach(func(h uint64, key []byte, gen uint64) {
+				if gen >= oldest {
+					batch.Add(gen, key, h)
+				}
+			})
+		}
 	}
 	// A range delete only when a generation has expired since the last
 	// one: each tombstone costs every later lookup until compacted away.
@@ -260,6 +269,12 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 		batch.SetCheckpoint(cp)
 	}
 	seq, err := batch.Commit()
+	// The filters take the keys still live when the write is done: under
+	// event time the clock may have gone far past now meanwhile, and a
+	// generation that expired since must not be created again.
+	if later := e.opts.Now(); later.After(now) {
+		now = later
+	}
 	var addErr error
 	for i := range e.shards {
 		s := &e.shards[i]
@@ -276,6 +291,11 @@ func (e *Engine) commitOnce(limit uint64, cp []byte, rank uint64) error {
 			if aerr := s.addCommitted(now, fresh); aerr != nil && addErr == nil {
 				addErr = aerr
 			}
+		}
+		if len(s.renewing) > 0 {
+			gone, rerr := e.settleRenewals(s, err == nil, s.ring.OldestLive(now))
+			e.inflightCount.Add(-int64(gone))
+			addErr = cmp.Or(addErr, rerr)
 		}
 		s.committing = nil
 		s.mu.Unlock()

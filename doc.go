@@ -139,6 +139,9 @@
 //   - recent.go: the compact copy of recently committed keys
 //   - observe.go: the [Verdict], Observe, ObserveBatch and Forget, and
 //     the store lookup behind a filter hit
+//   - eventtime.go: the window on event time ([Engine.ObserveBatchTimes]),
+//     keys in flight past their window New again
+//   - refresh.go: the sliding window ([Options.Refresh]): renewals
 //   - peek.go: Peek
 //   - done.go: Done and DoneBatch (ExplicitDone)
 //   - pool.go: [Pool], the worker pool that owns the watermark and commits.
@@ -162,6 +165,8 @@
 //   - spool.go: the spool files of Filter fuse's newest generation
 //   - shadow.go: the sampled shadow behind the observed false-positive rate
 //   - stats.go: [Stats]
+//   - savedadvice.go: the last window advice measured, kept in the state
+//     ([Stats.SavedWindowAdvice])
 //   - clock.go: the event clock of [Options.EventTime]
 //   - autowindow.go: [AutoWindow], the window that sizes itself from the
 //     advice, and [Engine.Window]

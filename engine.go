@@ -33,7 +33,9 @@ import (
 // shard's mu held; no name suffix marks it.
 type Engine struct {
 	// Set by Open, then read-only.
-	opts      Options
+	opts Options
+	// saved is the last window advice measured (savedadvice.go).
+	saved     savedAdvice
 	kind      filter.Kind
 	exactMode bool // filter hits are resolved by the exact store
 	// logCommits: commits write keys (exact mode) or their hashes (the

@@ -446,18 +446,28 @@ func (s *shard) uncommittedGen(h uint64, key []byte, exactMode bool) (uint64, bo
 	return en.gen, true
 }
 
-// renewInflight moves the entry of key (hash h), in flight and not being
-// committed, to generation gen if its generation is below oldest, and
-// returns the generation it had. The shard's lock is held.
-func (s *shard) renewInflight(h uint64, key []byte, exactMode bool, oldest, gen uint64) (uint64, bool) {
-	en := s.inflight.entry(h, key, exactMode)
-	for i := 0; en == nil && i < len(s.older); i++ {
-		en = s.older[i].set.entry(h, key, exactMode)
+// genOf returns the generation of key's entry (hash h) in p; without
+// exact, of the first entry of hash h. A nil set holds nothing.
+func (p *inflightSet) genOf(h uint64, key []byte, exactMode bool) (uint64, bool) {
+	en := p.entry(h, key, exactMode)
+	if en == nil {
+		return 0, false
 	}
-	if en == nil || en.gen >= oldest {
+	return en.gen, true
+}
+
+// setGenIfBelow moves key's entry (hash h) in p to generation gen if its
+// generation is below oldest, and returns the generation it had; without
+// exact, the first entry of hash h. A nil set holds nothing.
+func (p *inflightSet) setGenIfBelow(h uint64, key []byte, exactMode bool, oldest, gen uint64) (uint64, bool) {
+	en := p.entry(h, key, exactMode)
+	if en == nil {
 		return 0, false
 	}
 	old := en.gen
+	if old >= oldest {
+		return old, false
+	}
 	en.gen = gen
 	return old, true
 }

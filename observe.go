@@ -351,6 +351,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		s.observed++
 		s.dups++
 		e.noteUncommitted(s, h, key, a)
+		if e.opts.Refresh {
+			e.refreshInFlight(s, h, key, a)
+		}
 		return Duplicate, nil
 	}
 	if inFlight {
@@ -358,6 +361,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		if e.renewExpired(s, h, key, a) {
 			s.news++
 			return New, nil
+		}
+		if e.opts.Refresh {
+			e.refreshInFlight(s, h, key, a)
 		}
 		s.inflightHits++
 		if !e.opts.ExplicitDone {
@@ -372,6 +378,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 			if a.adv != nil {
 				a.adv.Caught(s.oldestHolding(h))
 			}
+			if e.opts.Refresh {
+				e.refreshDuplicate(s, h, key, 0, a)
+			}
 			return Duplicate, nil
 		}
 		found, gen, err := e.committedIn(s, h, key)
@@ -381,6 +390,9 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 		if found {
 			s.observed++
 			s.dups++
+			if e.opts.Refresh {
+				e.refreshDuplicate(s, h, key, gen, a)
+			}
 			if a.adv != nil {
 				if gen == 0 { // a cache of recent commits answered
 					gen = s.oldestHolding(h)
@@ -390,6 +402,11 @@ func (e *Engine) decide(s *shard, key []byte, h uint64, maybe, inFlight, done bo
 			return Duplicate, nil
 		}
 		s.falsePositives++
+	}
+	if e.opts.Refresh && e.renewedLive(s, h, key, a) {
+		s.observed++
+		s.dups++
+		return Duplicate, nil
 	}
 	if a.reserved > 0 {
 		a.reserved--
@@ -437,30 +454,6 @@ func (e *Engine) noteUncommitted(s *shard, h uint64, key []byte, a *admit) {
 	if gen, ok := s.uncommittedGen(h, key, e.exactMode); ok {
 		a.adv.Caught(gen)
 	}
-}
-
-// renewExpired is, under EventTime (without ExplicitDone), the answer to
-// an observe of a key in flight whose first sighting's generation has
-// left the window at the event clock: the sighting is past the window, so
-// the key is New again, and its entry moves to generation a.gen, where
-// its commit puts it (it would otherwise commit into an expired
-// generation, that is nowhere). A key being committed stays InFlight. The
-// advisor counts the duplicate as let through, at the old cohort's age.
-// The shard's lock is held.
-func (e *Engine) renewExpired(s *shard, h uint64, key []byte, a *admit) bool {
-	if !e.opts.EventTime || e.opts.ExplicitDone {
-		return false
-	}
-	old, ok := s.renewInflight(h, key, e.exactMode, s.ring.OldestLive(a.now), a.gen)
-	if !ok {
-		return false
-	}
-	s.uncount(old, 1)
-	s.inflightGens[a.gen]++
-	if a.adv != nil {
-		s.adv.Renewed(old, a.gen, a.now)
-	}
-	return true
 }
 
 // generationFor returns the generation a key observed New at now goes

@@ -153,6 +153,20 @@ type Options struct {
 	// Default false.
 	EventTime bool
 
+	// Refresh makes the window slide: a Duplicate (or an InFlight or Done
+	// repeat) renews its key, so that the key is remembered at least
+	// Window and at most Window + Window/Generations after its last
+	// sighting, not its first, and a key that keeps coming back within
+	// Window is dropped for as long as it does. A renewal is written by
+	// the next commit, as a New key is (in exact mode one more store
+	// write, in probabilistic mode one more filter insert, per duplicate
+	// renewed), and counts against MaxInFlight until then without being
+	// refused; a renewal lost in a crash leaves the key remembered from
+	// its previous committed sighting. Not persisted: a state may be
+	// opened with or without it. See docs/window.md. Default false (a
+	// fixed window from the first sighting).
+	Refresh bool
+
 	// HorizonSample and HorizonBytes size the window advisor's horizon
 	// ([WindowAdvice]): past a generation's expiry, the hashes of a sample
 	// of its keys are kept 8 windows more, 4 bytes each, to count the

@@ -48,6 +48,10 @@ type shard struct {
 	recentFree  *recentSet
 	freeBytes   uint64
 	budget      int
+	// renew holds, under Options.Refresh, the renewals the next commit
+	// writes, renewing those a commit is writing (refresh.go).
+	renew    *inflightSet
+	renewing []*inflightSet
 	// inflightGens counts the keys in flight per generation: a past
 	// generation with none can never change again (it is final).
 	inflightGens map[uint64]int

@@ -128,6 +128,13 @@ type Stats struct {
 	// AutoWindow is the window in force and, under [Options.AutoWindow],
 	// what sized it.
 	AutoWindow AutoWindowStats
+	// SavedWindowAdvice is the last WindowAdvice measured with duplicates
+	// counted, by this engine or, kept in the state directory
+	// ([SavedAdviceFile]), by one before it on the same state, with the
+	// time it was measured; nil if none was. Every Stats call that
+	// measures one saves it, so a tool that only opens the state (dedup
+	// stats) shows what the last job measured.
+	SavedWindowAdvice *SavedWindowAdvice
 	// DiskBytes is the space the state directory takes on its file system,
 	// as du counts it: the blocks allocated to the exact store (tables,
 	// write-ahead logs, manifest) and the snapshots. In memory (Dir "") it
@@ -233,6 +240,7 @@ func (e *Engine) Stats() Stats {
 	st.EstimatedFPRate = fpSum / float64(len(e.shards))
 	st.WindowAdvice = advT.Advice(e.opts.Now(), st.Observed, st.New)
 	st.AutoWindow = e.autoStats()
+	st.SavedWindowAdvice = e.noteAdvice(st.WindowAdvice)
 	if st.ObservedFPSamples > 0 {
 		st.ObservedFPRate = float64(fpObserved) / float64(st.ObservedFPSamples)
 	}

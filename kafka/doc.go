@@ -66,7 +66,8 @@
 // transaction's commit and the engine's, C is ahead and the gap is
 // replayed. After the engine's commit, E == C. Replay decides exactly as
 // the first pass did because the engine's clock is the records' timestamps
-// ([dedup.Options.Now] is fed from them), not the wall clock: the same
+// ([dedup.Options.EventTime], each run of records observed at its
+// first's timestamp), not the wall clock: the same
 // records, in the same order, against the same state give the same
 // verdicts, and a replayed New key is one that the committed transaction
 // already wrote. Records are observed in runs whose timestamps lie within

@@ -74,8 +74,9 @@ type Options struct {
 	Key KeyFunc
 	// Engine is the template of every partition's engine options: Window,
 	// ExpectedRate (per partition), FalsePositiveRate, Probabilistic,
-	// Filter, ... Its Dir and Now are set per partition (they must be
-	// empty here). Default: the engine's defaults, with SnapshotInterval
+	// Filter, Refresh, ... Its Dir is set per partition and EventTime is
+	// turned on (the window runs on record timestamps): Dir and Now must
+	// be empty here. Default: the engine's defaults, with SnapshotInterval
 	// 1m so that a reassigned partition reopens from a snapshot.
 	Engine dedup.Options
 	// MaxTxnRecords bounds the input records of one transaction. Default

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/streamdedup/dedup"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,7 +29,7 @@ func (c *Consumer) process(pt *partition, recs []*kgo.Record, emit bool) error {
 		}
 		pt.clock.Store(lo)
 		verdicts := slices.Grow(scratch[:0], len(keys))[:len(keys)]
-		if err := pt.eng.ObserveBatch(keys, verdicts); err != nil {
+		if err := pt.eng.ObserveBatchAt(keys, time.UnixMilli(max(lo, 0)), verdicts); err != nil {
 			return fmt.Errorf("kafka: observe %s: %w", pt.tp, err)
 		}
 		if emit {

@@ -275,7 +275,11 @@ func (c *Consumer) openState(t tp) (*partition, error) {
 	pt.exported.Store(-1)
 	opts := c.engine
 	opts.Dir = c.dir(t)
-	opts.Now = func() time.Time { return time.UnixMilli(pt.clock.Load()) }
+	// The window runs on the records' timestamps (event time): a key still
+	// in flight past its window, as a replay or a lagging commit leaves
+	// it, is New again, and the clock never moves back.
+	opts.EventTime = true
+	opts.Now = nil
 	if c.cfg.Logf != nil && opts.Logf == nil {
 		opts.Logf = c.cfg.Logf
 	}

@@ -60,19 +60,22 @@ func (s *Server) cmdDone(c *conn, t *table, args [][]byte) {
 }
 
 // reserveUsage is the syntax of DEDUP.RESERVE, for its errors.
-const reserveUsage = "DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]"
+const reserveUsage = "DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE] [REFRESH]"
 
 // cmdReserve serves DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r]
-// [CAPACITY n] [EXPLICITDONE]: BF.RESERVE with dedup's own options, each
-// defaulting to the server's (--window, --fp, --rate over the window).
-// EXPLICITDONE gives the table per-key completion: its keys observed New
-// stay in flight until DEDUP.DONE (or DEDUP.FORGET).
+// [CAPACITY n] [EXPLICITDONE] [REFRESH]: BF.RESERVE with dedup's own
+// options, each defaulting to the server's (--window, --fp, --rate over
+// the window, --refresh). EXPLICITDONE gives the table per-key
+// completion: its keys observed New stay in flight until DEDUP.DONE (or
+// DEDUP.FORGET). REFRESH makes its window slide: a duplicate renews its
+// key ([dedup.Options.Refresh]).
 func (s *Server) cmdReserve(c *conn, t *table, args [][]byte) {
 	e := s.cfg.Engine
 	opts := TableOptions{
 		Window:            e.Window,
 		FalsePositiveRate: e.FalsePositiveRate,
 		Probabilistic:     e.Probabilistic,
+		Refresh:           e.Refresh,
 	}
 	var capacity int64
 	seen := map[string]bool{}
@@ -85,6 +88,10 @@ func (s *Server) cmdReserve(c *conn, t *table, args [][]byte) {
 		seen[opt] = true
 		if opt == "EXPLICITDONE" {
 			opts.ExplicitDone = true
+			continue
+		}
+		if opt == "REFRESH" {
+			opts.Refresh = true
 			continue
 		}
 		if !optionValue(c, args, i, opt, reserveUsage, "WINDOW", "ERROR_RATE", "CAPACITY") {

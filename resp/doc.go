@@ -36,7 +36,7 @@
 //
 // What Redis cannot say:
 //
-//	DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]
+//	DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE] [REFRESH]
 //	DEDUP.OBSERVE table key [key ...]   new, duplicate or in-flight per key
 //	DEDUP.FORGET table key [key ...]    release keys in flight (processing failed)
 //	DEDUP.DONE table key [key ...]      mark keys processed (EXPLICITDONE tables)

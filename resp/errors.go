@@ -11,6 +11,10 @@ var (
 	ErrInvalidOptions = errors.New("resp: invalid options")
 	// ErrServerClosed is returned by [Server.Serve] after [Server.Shutdown].
 	ErrServerClosed = errors.New("resp: server closed")
+	// ErrTableOptions is returned by [New] when the default table on disk
+	// was created with a window kind ([TableOptions.Refresh]) other than
+	// the server's.
+	ErrTableOptions = errors.New("resp: the default table's options differ")
 )
 
 // Sentinel errors of backups.

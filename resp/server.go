@@ -233,7 +233,16 @@ func New(cfg Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, tables: map[string]*table{}, started: time.Now(),
 		stop: make(chan struct{}), kick: make(chan struct{}, 1), served: map[*conn]struct{}{}}
-	def, err := s.openTable(DefaultTable, s.defaultTableOptions())
+	defOpts := s.defaultTableOptions()
+	// The default table keeps the window kind it was created with: a
+	// server whose Engine.Refresh says otherwise is refused, not obeyed
+	// on half of the keys.
+	if have, ok, err := s.readTableOptions(DefaultTable); err != nil {
+		return nil, err
+	} else if ok && have.Refresh != defOpts.Refresh {
+		return nil, fmt.Errorf("%w: table %q was created with refresh %v, Engine.Refresh is %v", ErrTableOptions, DefaultTable, have.Refresh, defOpts.Refresh)
+	}
+	def, err := s.openTable(DefaultTable, defOpts)
 	if err != nil {
 		return nil, err
 	}

@@ -597,9 +597,9 @@ func TestExplicitDone(t *testing.T) {
 		{[]any{"DEDUP.RESERVE", "jobs"}, "error: ERR item exists"},
 		{[]any{"DEDUP.RESERVE", "x", "WINDOW", 0}, "error: ERR WINDOW '0' is not a positive number of milliseconds"},
 		{[]any{"DEDUP.RESERVE", "x", "ERROR_RATE", "1"}, "error: ERR ERROR_RATE '1' is not between 0 and 1 (exclusive)"},
-		{[]any{"DEDUP.RESERVE", "x", "CAPACITY"}, "error: ERR CAPACITY needs a value: " + "DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]"},
-		{[]any{"DEDUP.RESERVE", "x", "NONSCALING"}, "error: ERR unknown option 'NONSCALING': DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]"},
-		{[]any{"DEDUP.RESERVE", "x", "explicitdone", "EXPLICITDONE"}, "error: ERR EXPLICITDONE given twice: DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE]"},
+		{[]any{"DEDUP.RESERVE", "x", "CAPACITY"}, "error: ERR CAPACITY needs a value: " + "DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE] [REFRESH]"},
+		{[]any{"DEDUP.RESERVE", "x", "NONSCALING"}, "error: ERR unknown option 'NONSCALING': DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE] [REFRESH]"},
+		{[]any{"DEDUP.RESERVE", "x", "explicitdone", "EXPLICITDONE"}, "error: ERR EXPLICITDONE given twice: DEDUP.RESERVE table [WINDOW ms] [ERROR_RATE r] [CAPACITY n] [EXPLICITDONE] [REFRESH]"},
 		// Eight events, one worker each: a-c succeed, d-e fail, f-h are
 		// still being processed at the restart.
 		{[]any{"DEDUP.OBSERVE", "jobs", "a", "b", "c", "d", "e", "f", "g", "h"}, "[new new new new new new new new]"},

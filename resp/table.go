@@ -49,6 +49,11 @@ type TableOptions struct {
 	// across the server's commits, until DEDUP.DONE marks it processed
 	// or DEDUP.FORGET releases it. DEDUP.RESERVE ... EXPLICITDONE sets it.
 	ExplicitDone bool `json:"explicit_done,omitempty"`
+	// Refresh makes the table's window slide ([dedup.Options.Refresh]): a
+	// duplicate renews its key, remembered Window after its last sighting.
+	// DEDUP.RESERVE ... REFRESH sets it; a table keeps it across restarts
+	// whatever the server's default.
+	Refresh bool `json:"refresh,omitempty"`
 }
 
 // table is one named engine. Its lock orders close against everything
@@ -124,6 +129,7 @@ func (s *Server) engineOptions(name string, opts TableOptions) dedup.Options {
 	o.FalsePositiveRate = opts.FalsePositiveRate
 	o.Probabilistic = opts.Probabilistic
 	o.ExplicitDone = opts.ExplicitDone
+	o.Refresh = opts.Refresh
 	// The server commits (see Server.commitLoop) and snapshots itself:
 	// the engine's own snapshots, periodic and at Close, are off.
 	o.AutoCommit = 0
@@ -146,6 +152,7 @@ func (s *Server) defaultTableOptions() TableOptions {
 		Probabilistic:     e.Probabilistic,
 		Capacity:          uint64(e.ExpectedRate * e.Window.Seconds()),
 		ExplicitDone:      e.ExplicitDone,
+		Refresh:           e.Refresh,
 	}
 }
 

@@ -212,28 +212,19 @@ func unitName(u int64) string {
 }
 
 // observeGroup observes keys [k0, k1) of b: at once on the wall clock, or
-// with --time-field in runs of close times, each at its latest time (the
-// engine's clock never moves back, so a late line is observed at the
-// latest time seen). A run ends at a line more than the tick
-// (min(100ms, Window/1000)) past the run's first.
+// with --time-field each at its own time (the engine observes them in runs
+// that never cross a generation's span, each at its latest time, and its
+// clock never moves back, so a late line is observed at the latest time
+// seen).
 func (f *Filter) observeGroup(b *batch, k0, k1 int) error {
 	if !f.x.timed {
 		return f.eng.ObserveBatch(b.keys[k0:k1], b.verdicts[k0:k1])
 	}
-	tick := min(int64(100*time.Millisecond), int64(f.window/1000))
-	for i := k0; i < k1; {
-		first, last := b.times[i], b.times[i]
-		j := i + 1
-		for j < k1 && b.times[j]-first <= tick {
-			last = max(last, b.times[j])
-			j++
-		}
-		if err := f.eng.ObserveBatchAt(b.keys[i:j], time.Unix(0, last), b.verdicts[i:j]); err != nil {
-			return err
-		}
-		i = j
+	f.times = f.times[:0]
+	for _, ns := range b.times[k0:k1] {
+		f.times = append(f.times, time.Unix(0, ns))
 	}
-	return nil
+	return f.eng.ObserveBatchTimes(b.keys[k0:k1], f.times, b.verdicts[k0:k1])
 }
 
 // eventCommitDue reports whether the key of time t is half a window past

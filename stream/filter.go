@@ -312,6 +312,8 @@ type Filter struct {
 	// committed, 0 before any.
 	window time.Duration
 	cmtAt  int64
+	// times holds a group's event times for ObserveBatchTimes.
+	times []time.Time
 
 	// Published for progress and metrics.
 	pub struct {

@@ -242,6 +242,14 @@ func serveEngineOptions(c *serveConfig, explicit map[string]bool) (dedup.Options
 		if ok && !explicit["fp"] {
 			opts.FalsePositiveRate = have.FalsePositiveRate
 		}
+		// The default table keeps its window kind: --refresh against it
+		// is an error, not ignored.
+		if ok && explicit["refresh"] && have.Refresh != opts.Refresh {
+			return opts, usageErr(fmt.Errorf("--refresh=%v: the default table in %s was created with refresh %v", opts.Refresh, c.state, have.Refresh))
+		}
+		if ok {
+			opts.Refresh = have.Refresh
+		}
 	}
 	return opts, nil
 }

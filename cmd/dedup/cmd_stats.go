@@ -119,6 +119,15 @@ type engineStatsJSON struct {
 	// measures nothing (a running engine does: dedup filter --stats,
 	// --metrics).
 	WindowAdvice *windowAdviceJSON `json:"window_advice"`
+	// SavedWindowAdvice is the last advice a running engine measured on
+	// this state, with when (dedup.Stats.SavedWindowAdvice); null if none.
+	SavedWindowAdvice *savedAdviceJSON `json:"saved_window_advice"`
+}
+
+// savedAdviceJSON is dedup.SavedWindowAdvice for JSON.
+type savedAdviceJSON struct {
+	MeasuredAt time.Time         `json:"measured_at"`
+	Advice     *windowAdviceJSON `json:"advice"`
 }
 
 func engineJSON(st dedup.Stats) *engineStatsJSON {
@@ -136,6 +145,9 @@ func engineJSON(st dedup.Stats) *engineStatsJSON {
 		RestoreProblems: st.RestoreProblems, Snapshots: st.Snapshots, SnapshotErrors: st.SnapshotErrors,
 		LastSnapshotError: st.LastSnapshotError, LastSnapshotDurationSeconds: st.LastSnapshotDuration.Seconds(),
 		LastSnapshotWrittenBytes: st.LastSnapshotWritten, SnapshotBytes: st.SnapshotBytes, DiskBytes: st.DiskBytes,
+	}
+	if sa := st.SavedWindowAdvice; sa != nil {
+		j.SavedWindowAdvice = &savedAdviceJSON{MeasuredAt: sa.MeasuredAt, Advice: adviceJSON(sa.Advice)}
 	}
 	if st.ObservedFPSamples > 0 {
 		r := st.ObservedFPRate
@@ -396,6 +408,9 @@ func printStatsReport(e *env, r *statsReport) {
 	}
 	if st.WindowAdvice != nil && st.WindowAdvice.Caught+st.WindowAdvice.HorizonMatches > 0 {
 		fmt.Fprintf(w, "window advice    %.0f leaks per million events; window for 100/M %.0fs\n", st.WindowAdvice.LeaksPerMillion, st.WindowAdvice.WindowFor100PerMillionSeconds)
+	} else if sa := st.SavedWindowAdvice; sa != nil && sa.Advice != nil {
+		fmt.Fprintf(w, "window advice    %.0f leaks per million events; window for 100/M %.0fs (saved: measured by a running engine %s)\n",
+			sa.Advice.LeaksPerMillion, sa.Advice.WindowFor100PerMillionSeconds, sa.MeasuredAt.UTC().Format(time.RFC3339))
 	} else {
 		// Always so: the advisor counts the traffic an engine observes.
 		fmt.Fprintf(w, "window advice    not measured here (stats observes no keys): a running engine measures it on its traffic, see dedup filter --stats or --metrics dedup_engine_window_leaks_per_million\n")

@@ -33,6 +33,7 @@ type engineFlags struct {
 	horizon       int
 	horizonBytes  byteSize
 	autoWin       autoWindowFlags
+	refresh       bool
 }
 
 // engineUsage is the help text of each engine flag; a `NAME` between
@@ -90,6 +91,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, u engineUsage) {
 	fs.IntVar(&f.generations, "generations", d.Generations, u.generations)
 	fs.IntVar(&f.shards, "shards", d.Shards, u.shards)
 	if !u.check {
+		fs.BoolVar(&f.refresh, "refresh", false, "sliding window: a duplicate renews its key, remembered --window after its last sighting instead of its first (see docs/window.md)")
 		fs.IntVar(&f.horizon, "horizon-sample", d.HorizonSample, "window advisor: keep at most 1 key in `N` (a power of two) for 8 windows past the window, 4 bytes each, to count the duplicates it lets through, halving the sample to stay within --horizon-bytes; -1 keeps none (see docs/window.md)")
 		f.horizonBytes = byteSize(d.HorizonBytes)
 		fs.Var(&f.horizonBytes, "horizon-bytes", "window advisor: the memory its horizon's sample may take, `SIZE` (bytes, or with KiB, MiB, GiB)")
@@ -201,6 +203,7 @@ func (f *engineFlags) options(dir string) dedup.Options {
 		Shards:            f.shards,
 		HorizonSample:     f.horizon,
 		HorizonBytes:      int64(f.horizonBytes),
+		Refresh:           f.refresh,
 	}
 	f.autoOptions(&o)
 	return o
