@@ -104,7 +104,7 @@ func TestCheckAndRestoreRefuseDamagedTable(t *testing.T) {
 // the commits lost) until `dedup repair` accepts the loss, which keeps
 // the snapshot as *.manifest.lost.
 func TestRepairAcceptsLostCommits(t *testing.T) {
-	state := makeState(t, t.TempDir(), "a\nb\nc\n")
+	state := crashedState(t, "a", "b", "c")
 	segs, _ := filepath.Glob(filepath.Join(state, "exact-commits-[0-9]*"))
 	if len(segs) != 1 {
 		t.Fatalf("segments %v, want one", segs)
@@ -151,7 +151,7 @@ func TestRestoreRebuildsDamagedSnapshot(t *testing.T) {
 // checksums alone are good), and that `dedup backup` refuses the state
 // instead of backing up what the store lost.
 func TestVerifyNamesLostCommits(t *testing.T) {
-	state := makeState(t, t.TempDir(), "a\nb\nc\n")
+	state := crashedState(t, "a", "b", "c")
 	if code, stdout, stderr := runCmd(t, "", "snapshot", "verify", state); code != 0 || !strings.HasPrefix(stdout, "ok ") {
 		t.Fatalf("verify of a whole state: exit %d, %q %q", code, stdout, stderr)
 	}
@@ -231,4 +231,35 @@ func TestBackupCopyFlag(t *testing.T) {
 	if code, _, stderr := runCmd(t, "", "check", bk); code != 0 {
 		t.Fatalf("check of the backup: exit %d, %q", code, stderr)
 	}
+}
+
+// crashedState returns a state directory as a crash leaves it: keys
+// observed and committed, a snapshot written, the commits in the commit
+// log only (a clean Close moves them into the tables and empties the log).
+func crashedState(t *testing.T, keys ...string) string {
+	t.Helper()
+	o := dedup.Options{Dir: filepath.Join(t.TempDir(), "live"), SnapshotInterval: -1}
+	e, err := dedup.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		if v, err := e.Observe([]byte(k)); err != nil || v != dedup.New {
+			t.Fatalf("Observe(%q): %v, %v", k, v, err)
+		}
+		if err := e.Commit([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.CopyFS(state, os.DirFS(o.Dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return state
 }
