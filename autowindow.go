@@ -53,20 +53,20 @@ type AutoWindow struct {
 type AutoWindowStats struct {
 	// Window is the window in force for the keys observed now (the fixed
 	// Window without [Options.AutoWindow]).
-	Window time.Duration
+	Window time.Duration `json:"window"`
 	// Target is the window the advice says lets at most MaxLeaks
 	// duplicates per million through (0 while not known), and TargetBytes
 	// the filter memory it would take (0 while not known).
-	Target      time.Duration
-	TargetBytes uint64
+	Target      time.Duration `json:"target"`
+	TargetBytes uint64        `json:"target_bytes"`
 	// Changes counts the window changes since Open; LastChange is the
 	// time of the last (zero if none), on the engine's clock.
-	Changes    uint64
-	LastChange time.Time
+	Changes    uint64    `json:"changes"`
+	LastChange time.Time `json:"last_change"`
 	// Reason says why the window is what it is: "measuring: ...", "target",
 	// "budget: ...", "at Min", "at Max: ...", or "fixed" without
 	// AutoWindow.
-	Reason string
+	Reason string `json:"reason"`
 }
 
 // autoMinDuplicates is how many duplicates the advice must rest on before
@@ -201,7 +201,7 @@ func (e *Engine) loadWindowSchedule() error {
 // another: from now on (the keys held keep theirs; the rings have noted
 // the generations they restored, so the change starts past them).
 func (e *Engine) settleWindow() error {
-	if w := e.timing.Window(); e.opts.AutoWindow != nil || w == e.opts.Window {
+	if w := e.timing.Window(); e.opts.AutoWindow != nil || e.opts.KeepWindow || w == e.opts.Window {
 		return nil
 	}
 	_, err := e.setWindow(e.opts.Window, e.opts.Now(), true)
@@ -371,6 +371,8 @@ func (e *Engine) autoEvaluate(st Stats, now time.Time) {
 		e.logf("dedup: window %v -> %v (%s; %.0f leaks per million at %v measured, target %v)",
 			cur, want, decision.Reason, adv.LeaksPerMillion, e.opts.Window, cfg.MaxLeaks)
 	}
+	// Keep the decision with the advice it rests on (SavedWindowAdvice).
+	e.noteAdvice(adv)
 }
 
 // bytesPerSpan is the filter memory one generation takes, summed over

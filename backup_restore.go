@@ -316,6 +316,8 @@ func damaged(err error, what string) error {
 // restoredFrom opens the state of opts and closes it again, and reports
 // where Open restored its filters from (Stats.RestoredFrom).
 func restoredFrom(opts Options) (string, error) {
+	// The window an AutoWindow sized stays in force (Options.KeepWindow).
+	opts.KeepWindow = true
 	e, err := Open(opts)
 	if err != nil {
 		return "", err
