@@ -516,7 +516,7 @@ func deref(p *float64) float64 {
 // describeAutoWindow says what window is in force and, for --window auto,
 // its target, last change and why it is what it is.
 func describeAutoWindow(a *autoWindowJSON) string {
-	win := time.Duration(a.WindowSeconds * float64(time.Second))
+	win := time.Duration(a.WindowSeconds * float64(time.Second)).Round(time.Second)
 	if !a.Auto {
 		return fmt.Sprintf("%v in force (fixed)", win)
 	}
@@ -527,10 +527,9 @@ func describeAutoWindow(a *autoWindowJSON) string {
 			target += fmt.Sprintf(" (about %s of filters)", humanize.Bytes(a.TargetBytes))
 		}
 	}
-	last := "none"
+	last := "no change"
 	if a.LastChange != nil {
-		last = a.LastChange.Format(time.RFC3339)
+		last = fmt.Sprintf("last change %s (%d in all by the engine that saved it)", a.LastChange.Format(time.RFC3339), a.Changes)
 	}
-	return fmt.Sprintf("%v in force (auto): target %s; last change %s (%d by the engine that saved it); reason: %s",
-		win, target, last, a.Changes, a.Reason)
+	return fmt.Sprintf("%v in force (auto): target %s; %s; reason: %s", win, target, last, a.Reason)
 }

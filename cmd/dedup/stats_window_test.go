@@ -85,6 +85,11 @@ func TestStatsShowsAutoWindow(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "in force (auto): target ") || strings.Contains(out, "window           2m0s in force") {
 			t.Fatalf("stats: exit %d, no widened auto window:\n%s%s", code, out, stderr)
 		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "window ") {
+				t.Log(l)
+			}
+		}
 		a, _ := statsJSON(t, dir)
 		if a == nil || !a.Auto || a.WindowSeconds <= 120 || a.TargetSeconds <= 0 || a.Changes == 0 || a.LastChange == nil || a.Reason == "" {
 			t.Fatalf("engine.auto_window = %+v, want the widened window with its target, last change and reason", a)
