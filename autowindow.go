@@ -476,3 +476,38 @@ func interpLog[P interface{ ~struct{ w, leaks float64 } }](a, b P, target float6
 // fixed [Options.Window], or under [Options.AutoWindow] the window the
 // engine sized. A key observed now is remembered for at least that long.
 func (e *Engine) Window() time.Duration { return e.timing.Window() }
+
+// snapshotOptions are the options a snapshot's header keeps: the persisted
+// ones and, once the window changed, the window schedule
+// (window_schedule, which older readers ignore), so that a state restored
+// from a lone snapshot ([RestoreBackup]) forgets no key early.
+func (e *Engine) snapshotOptions() []byte {
+	changes := e.timing.Schedule().Changes()
+	if len(changes) < 2 && e.timing.Window() == e.opts.Window {
+		return e.opts.persisted().encode()
+	}
+	b, err := json.Marshal(struct {
+		persisted
+		WindowSchedule []rotate.WindowChange `json:"window_schedule"`
+	}{e.opts.persisted(), changes})
+	if err != nil {
+		panic(err) // scalars and a slice of them: cannot fail
+	}
+	return b
+}
+
+// snapshotSchedule returns the window schedule a snapshot's header keeps
+// (see snapshotOptions), as the store's metadata entry holds it; nil if
+// none.
+func snapshotSchedule(options []byte) ([]byte, error) {
+	var h struct {
+		WindowSchedule json.RawMessage `json:"window_schedule"`
+	}
+	if err := json.Unmarshal(options, &h); err != nil {
+		return nil, fmt.Errorf("%w: snapshot options: %w", ErrCorrupt, err)
+	}
+	if len(h.WindowSchedule) == 0 || string(h.WindowSchedule) == "null" {
+		return nil, nil
+	}
+	return h.WindowSchedule, nil
+}

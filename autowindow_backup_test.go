@@ -67,3 +67,37 @@ func TestAutoWindowKeptByBackup(t *testing.T) {
 	clock.Advance(5 * time.Minute)
 	mustObserve(t, r, "wide", Duplicate)
 }
+
+// TestAutoWindowKeptByLoneSnapshot checks that a probabilistic state
+// restored from a lone snapshot folder keeps the window an AutoWindow
+// sized: the snapshot holds the schedule.
+func TestAutoWindowKeptByLoneSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	clock := testclock.New(time.Now()) // the restore checks it on the wall clock
+	auto := &AutoWindow{MaxLeaks: 100, Min: 2 * time.Minute, Max: 30 * time.Minute}
+	o := Options{Dir: dir, Now: clock.Now, ExpectedRate: 1000, AutoWindow: auto, Probabilistic: true}
+	e := openT(t, o)
+	if changed, err := e.SetWindowAt(20*time.Minute, clock.Now()); err != nil || !changed {
+		t.Fatalf("SetWindowAt = %v, %v", changed, err)
+	}
+	mustObserve(t, e, "wide", New)
+	mustCommit(t, e, "a")
+	if err := e.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	restored := filepath.Join(t.TempDir(), "restored")
+	ro, err := RestoreBackup(filepath.Join(dir, SnapshotDir), restored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro.Now, ro.ExpectedRate, ro.AutoWindow = clock.Now, 1000, auto
+	r := openT(t, ro)
+	if w := r.Window(); w != 20*time.Minute {
+		t.Errorf("restored Window = %v, want the widened 20m", w)
+	}
+	clock.Advance(10 * time.Minute) // past Min's 2m, within 20m
+	mustObserve(t, r, "wide", Duplicate)
+}

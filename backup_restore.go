@@ -390,10 +390,18 @@ func restoreLoneSnapshot(fsys vfs.FS, src, dst string) (Options, error) {
 	if err != nil {
 		return Options{}, wrap(err, "restore")
 	}
+	sched, err := snapshotSchedule(snap.Header.Options)
+	if err != nil {
+		return Options{}, errors.Join(wrap(err, "restore"), st.Close())
+	}
 	err = errors.Join(
 		st.SetMeta(metaSeed, beUint64(snap.Header.Seed)),
-		st.SetMeta(metaOptions, p.encode()),
-		st.Close())
+		st.SetMeta(metaOptions, p.encode()))
+	if err == nil && sched != nil {
+		// The window an AutoWindow sized, kept by the snapshot.
+		err = st.SetMeta(metaWindowSchedule, sched)
+	}
+	err = errors.Join(err, st.Close())
 	if err != nil {
 		return Options{}, wrap(err, "restore")
 	}
