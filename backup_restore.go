@@ -431,6 +431,7 @@ func RebuildSnapshot(dir string) (Stats, error) {
 		return Stats{}, errors.New("dedup: rebuild: a probabilistic state has no store to rebuild from (restore a snapshot instead)")
 	}
 	o.IgnoreSnapshots = true
+	o.KeepWindow = true
 	e, err := Open(o)
 	if err != nil {
 		return Stats{}, err

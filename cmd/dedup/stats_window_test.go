@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -97,6 +98,19 @@ func TestStatsShowsAutoWindow(t *testing.T) {
 		if !strings.Contains(out, a.LastChange.Format(time.RFC3339)) || !strings.Contains(out, "reason: "+a.Reason) {
 			t.Fatalf("stats text lacks the last change %v or reason %q:\n%s", a.LastChange, a.Reason, out)
 		}
+	}
+	// dedup backup and dedup restore keep the window and its sizing.
+	want, _ := statsJSON(t, dir)
+	backup, restored := filepath.Join(t.TempDir(), "b"), filepath.Join(t.TempDir(), "r")
+	if code, _, stderr := runCmd(t, "", "backup", dir, backup); code != 0 {
+		t.Fatalf("backup: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", "restore", backup, restored); code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	got, _ := statsJSON(t, restored)
+	if got == nil || got.WindowSeconds != want.WindowSeconds || got.Reason != want.Reason || !got.Auto {
+		t.Fatalf("restored engine.auto_window = %+v, want %+v", got, want)
 	}
 }
 
