@@ -22,7 +22,11 @@ import (
 // held is remembered: a key is remembered for at least the window in force
 // when it arrived (see [rotate.Schedule]). Every change goes to
 // [Options.Logf] and [Stats.AutoWindow], and the window in force is kept
-// with the state, so that a restart forgets nothing early.
+// with the state (its store and each snapshot, with the last decision in
+// [SavedWindowAdvice]), so that a restart, [Engine.Backup] and
+// [RestoreBackup] forget nothing early; a tool that opens the state
+// without AutoWindow leaves that window in force with
+// [Options.KeepWindow].
 //
 // The generations keep the span of the shortest window, Min/Generations:
 // at window W the ring holds W/span+1 generations and a new key is tested
