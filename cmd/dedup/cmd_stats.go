@@ -147,9 +147,9 @@ type autoWindowJSON struct {
 func autoJSON(st dedup.Stats) *autoWindowJSON {
 	a := st.AutoWindow
 	auto := a.Reason != "fixed"
-	if sa := st.SavedWindowAdvice; !auto && sa != nil && sa.AutoWindow != nil {
-		// Opened without AutoWindow (Options.KeepWindow): the sizing is
-		// the saved one, the window in force the state's.
+	if sa := st.SavedWindowAdvice; sa != nil && sa.AutoWindow != nil && a.Target == 0 && a.Changes == 0 {
+		// The engine stats opened decided nothing (it observes nothing):
+		// the sizing is the one saved, the window in force the state's.
 		a, auto = *sa.AutoWindow, true
 		a.Window = st.AutoWindow.Window
 	}
