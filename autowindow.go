@@ -22,7 +22,11 @@ import (
 // held is remembered: a key is remembered for at least the window in force
 // when it arrived (see [rotate.Schedule]). Every change goes to
 // [Options.Logf] and [Stats.AutoWindow], and the window in force is kept
-// with the state, so that a restart forgets nothing early.
+// with the state (its store and each snapshot, with the last decision in
+// [SavedWindowAdvice]), so that a restart, [Engine.Backup] and
+// [RestoreBackup] forget nothing early; a tool that opens the state
+// without AutoWindow leaves that window in force with
+// [Options.KeepWindow].
 //
 // The generations keep the span of the shortest window, Min/Generations:
 // at window W the ring holds W/span+1 generations and a new key is tested
@@ -53,20 +57,20 @@ type AutoWindow struct {
 type AutoWindowStats struct {
 	// Window is the window in force for the keys observed now (the fixed
 	// Window without [Options.AutoWindow]).
-	Window time.Duration
+	Window time.Duration `json:"window"`
 	// Target is the window the advice says lets at most MaxLeaks
 	// duplicates per million through (0 while not known), and TargetBytes
 	// the filter memory it would take (0 while not known).
-	Target      time.Duration
-	TargetBytes uint64
+	Target      time.Duration `json:"target"`
+	TargetBytes uint64        `json:"target_bytes"`
 	// Changes counts the window changes since Open; LastChange is the
 	// time of the last (zero if none), on the engine's clock.
-	Changes    uint64
-	LastChange time.Time
+	Changes    uint64    `json:"changes"`
+	LastChange time.Time `json:"last_change"`
 	// Reason says why the window is what it is: "measuring: ...", "target",
 	// "budget: ...", "at Min", "at Max: ...", or "fixed" without
 	// AutoWindow.
-	Reason string
+	Reason string `json:"reason"`
 }
 
 // autoMinDuplicates is how many duplicates the advice must rest on before
@@ -201,7 +205,7 @@ func (e *Engine) loadWindowSchedule() error {
 // another: from now on (the keys held keep theirs; the rings have noted
 // the generations they restored, so the change starts past them).
 func (e *Engine) settleWindow() error {
-	if w := e.timing.Window(); e.opts.AutoWindow != nil || w == e.opts.Window {
+	if w := e.timing.Window(); e.opts.AutoWindow != nil || e.opts.KeepWindow || w == e.opts.Window {
 		return nil
 	}
 	_, err := e.setWindow(e.opts.Window, e.opts.Now(), true)
@@ -371,6 +375,8 @@ func (e *Engine) autoEvaluate(st Stats, now time.Time) {
 		e.logf("dedup: window %v -> %v (%s; %.0f leaks per million at %v measured, target %v)",
 			cur, want, decision.Reason, adv.LeaksPerMillion, e.opts.Window, cfg.MaxLeaks)
 	}
+	// Keep the decision with the advice it rests on (SavedWindowAdvice).
+	e.noteAdvice(adv)
 }
 
 // bytesPerSpan is the filter memory one generation takes, summed over
@@ -474,3 +480,38 @@ func interpLog[P interface{ ~struct{ w, leaks float64 } }](a, b P, target float6
 // fixed [Options.Window], or under [Options.AutoWindow] the window the
 // engine sized. A key observed now is remembered for at least that long.
 func (e *Engine) Window() time.Duration { return e.timing.Window() }
+
+// snapshotOptions are the options a snapshot's header keeps: the persisted
+// ones and, once the window changed, the window schedule
+// (window_schedule, which older readers ignore), so that a state restored
+// from a lone snapshot ([RestoreBackup]) forgets no key early.
+func (e *Engine) snapshotOptions() []byte {
+	changes := e.timing.Schedule().Changes()
+	if len(changes) < 2 && e.timing.Window() == e.opts.Window {
+		return e.opts.persisted().encode()
+	}
+	b, err := json.Marshal(struct {
+		persisted
+		WindowSchedule []rotate.WindowChange `json:"window_schedule"`
+	}{e.opts.persisted(), changes})
+	if err != nil {
+		panic(err) // scalars and a slice of them: cannot fail
+	}
+	return b
+}
+
+// snapshotSchedule returns the window schedule a snapshot's header keeps
+// (see snapshotOptions), as the store's metadata entry holds it; nil if
+// none.
+func snapshotSchedule(options []byte) ([]byte, error) {
+	var h struct {
+		WindowSchedule json.RawMessage `json:"window_schedule"`
+	}
+	if err := json.Unmarshal(options, &h); err != nil {
+		return nil, fmt.Errorf("%w: snapshot options: %w", ErrCorrupt, err)
+	}
+	if len(h.WindowSchedule) == 0 || string(h.WindowSchedule) == "null" {
+		return nil, nil
+	}
+	return h.WindowSchedule, nil
+}

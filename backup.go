@@ -149,6 +149,9 @@ func (e *Engine) backupInto(work string, o BackupOptions) error {
 	if err == nil {
 		err = putSnapshot(e.fs, info, e.fs.PathJoin(work, SnapshotDir), o.Link)
 	}
+	if err == nil {
+		err = copySavedAdvice(e.fs, e.dir, work)
+	}
 	seq := info.CommitSeq
 	e.snapMu.Unlock()
 	if err != nil {
@@ -331,4 +334,18 @@ func copySnapshot(fs vfs.FS, snap *snapshot.Snapshot, dir string, seq uint64) er
 	h.CommitSeq = seq
 	_, err := snapshot.Write(fs, dir, h, gens)
 	return err
+}
+
+// copySavedAdvice copies the state dir's saved window advice
+// ([SavedAdviceFile]), if any, into the backup work (fsynced).
+func copySavedAdvice(fsys vfs.FS, dir, work string) error {
+	from := fsys.PathJoin(dir, SavedAdviceFile)
+	if _, err := fsys.Stat(from); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	b, err := readFile(fsys, from)
+	if err != nil {
+		return fmt.Errorf("%s: %w", SavedAdviceFile, err)
+	}
+	return writeFileSync(fsys, fsys.PathJoin(work, SavedAdviceFile), b)
 }

@@ -316,6 +316,8 @@ func damaged(err error, what string) error {
 // restoredFrom opens the state of opts and closes it again, and reports
 // where Open restored its filters from (Stats.RestoredFrom).
 func restoredFrom(opts Options) (string, error) {
+	// The window an AutoWindow sized stays in force (Options.KeepWindow).
+	opts.KeepWindow = true
 	e, err := Open(opts)
 	if err != nil {
 		return "", err
@@ -388,10 +390,18 @@ func restoreLoneSnapshot(fsys vfs.FS, src, dst string) (Options, error) {
 	if err != nil {
 		return Options{}, wrap(err, "restore")
 	}
+	sched, err := snapshotSchedule(snap.Header.Options)
+	if err != nil {
+		return Options{}, errors.Join(wrap(err, "restore"), st.Close())
+	}
 	err = errors.Join(
 		st.SetMeta(metaSeed, beUint64(snap.Header.Seed)),
-		st.SetMeta(metaOptions, p.encode()),
-		st.Close())
+		st.SetMeta(metaOptions, p.encode()))
+	if err == nil && sched != nil {
+		// The window an AutoWindow sized, kept by the snapshot.
+		err = st.SetMeta(metaWindowSchedule, sched)
+	}
+	err = errors.Join(err, st.Close())
 	if err != nil {
 		return Options{}, wrap(err, "restore")
 	}
@@ -421,6 +431,7 @@ func RebuildSnapshot(dir string) (Stats, error) {
 		return Stats{}, errors.New("dedup: rebuild: a probabilistic state has no store to rebuild from (restore a snapshot instead)")
 	}
 	o.IgnoreSnapshots = true
+	o.KeepWindow = true
 	e, err := Open(o)
 	if err != nil {
 		return Stats{}, err

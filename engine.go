@@ -197,6 +197,11 @@ func (e *Engine) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	if e.opts.Dir != "" {
+		// Keep the last advice measured with the state
+		// (Stats.SavedWindowAdvice), for a job that never asked for it.
+		e.Stats()
+	}
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()

@@ -120,6 +120,14 @@ type Options struct {
 	// instead of restoring a snapshot: a repair tool's option. Default false.
 	IgnoreSnapshots bool
 
+	// KeepWindow keeps the window in force that an [AutoWindow] left with
+	// the state when Options.AutoWindow is nil: without it Open goes back
+	// to Window for the keys observed from then on. For a tool that reads
+	// a state without running it ([RestoreBackup]'s check, dedup stats),
+	// so that the next Open with AutoWindow starts at the window sized.
+	// Default false.
+	KeepWindow bool
+
 	// AcceptLostCommits opens a state whose store ends before a commit
 	// that one of its snapshots covers (its commit log was cut short or
 	// damaged): the engine goes on from the store's last intact commit, the

@@ -18,6 +18,7 @@ func Repair(dir string) (Stats, error) {
 		return Stats{}, err
 	}
 	o.AcceptLostCommits = true
+	o.KeepWindow = true
 	e, err := Open(o)
 	if err != nil {
 		return Stats{}, err

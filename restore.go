@@ -102,10 +102,13 @@ func (e *Engine) logTruncatedThrough() (uint64, error) {
 // restoreFrom loads snap into the (empty) rings and replays the log after it.
 func (e *Engine) restoreFrom(snap *snapshot.Snapshot, truncated uint64) error {
 	h := snap.Header
+	// The header may hold the window schedule beside the options
+	// (snapshotOptions): compare the options.
+	have, perr := decodePersisted(h.Options)
 	switch {
 	case h.Seed != e.seed:
 		return fmt.Errorf("%w: snapshot %s has another hash seed than the state directory", ErrCorrupt, snap.Path)
-	case string(h.Options) != string(e.opts.persisted().encode()):
+	case perr != nil || have != e.opts.persisted():
 		return fmt.Errorf("%w: snapshot %s was written with other options (%s)", ErrIncompatible, snap.Path, h.Options)
 	case h.CommitSeq > e.store.CommitSeq():
 		return fmt.Errorf("%w: snapshot %s covers commit %d, past the store's last commit %d", ErrCorrupt, snap.Path, h.CommitSeq, e.store.CommitSeq())

@@ -27,6 +27,9 @@ type SavedWindowAdvice struct {
 	MeasuredAt time.Time `json:"measured_at"`
 	// Advice is the advice measured then.
 	Advice WindowAdvice `json:"advice"`
+	// AutoWindow is the state of the self-sizing window then, nil for an
+	// engine without [Options.AutoWindow].
+	AutoWindow *AutoWindowStats `json:"auto_window,omitempty"`
 }
 
 // savedAdvice is the engine's last advice measured, and whether it is
@@ -43,6 +46,11 @@ type savedAdvice struct {
 // same state, nil if none. An advice that cannot be written is reported
 // through Options.Logf: the state is whole without it.
 func (e *Engine) noteAdvice(a WindowAdvice) *SavedWindowAdvice {
+	var auto *AutoWindowStats
+	if e.auto != nil {
+		st := e.autoStats()
+		auto = &st
+	}
 	sa := &e.saved
 	sa.mu.Lock()
 	defer sa.mu.Unlock()
@@ -62,7 +70,7 @@ func (e *Engine) noteAdvice(a WindowAdvice) *SavedWindowAdvice {
 		}
 	}
 	if a.Caught+a.HorizonMatches+a.Late > 0 {
-		sa.last = &SavedWindowAdvice{MeasuredAt: time.Now(), Advice: a}
+		sa.last = &SavedWindowAdvice{MeasuredAt: time.Now(), Advice: a, AutoWindow: auto}
 		if e.opts.Dir != "" {
 			if err := writeSavedAdvice(fs, e.opts.Dir, sa.last); err != nil {
 				e.logf("saving the window advice in %s: %v", e.opts.Dir, err)
@@ -73,6 +81,10 @@ func (e *Engine) noteAdvice(a WindowAdvice) *SavedWindowAdvice {
 		return nil
 	}
 	c := *sa.last
+	if c.AutoWindow != nil {
+		aw := *c.AutoWindow
+		c.AutoWindow = &aw
+	}
 	return &c
 }
 

@@ -102,7 +102,7 @@ func (e *Engine) writeSnapshot(closing bool) (snapshot.Info, error) {
 		s.mu.Unlock()
 	}
 	e.commitGate.Unlock()
-	h := snapshot.Header{Seed: e.seed, Options: e.opts.persisted().encode(), CommitSeq: seq, Created: now.UnixNano()}
+	h := snapshot.Header{Seed: e.seed, Options: e.snapshotOptions(), CommitSeq: seq, Created: now.UnixNano()}
 	info, err := snapshot.WriteAfter(e.fs, e.snapDir, e.goodSnap, h, gens)
 	if err != nil {
 		return info, wrap(err, "snapshot")

@@ -71,6 +71,8 @@ func runBackup(e *env, args []string) error {
 		return fmt.Errorf("backup: %w", stateErr(dir, err))
 	}
 	opts.Logf = engineLog(e)
+	// The window --window auto sized goes into the backup as it is.
+	opts.KeepWindow = true
 	eng, err := dedup.Open(opts)
 	if err != nil {
 		return fmt.Errorf("backup: %w", openErr(dir, err))
@@ -130,6 +132,7 @@ func runRestore(e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "options          %s\n", describeOptions(opts))
 	// What the new state holds: open it once more, read-only in effect.
 	opts.Dir = dir
+	opts.KeepWindow = true // leave the window --window auto sized in force
 	eng, err := dedup.Open(opts)
 	if err != nil {
 		return fmt.Errorf("restore: reopen %s: %w", dir, err)

@@ -122,6 +122,44 @@ type engineStatsJSON struct {
 	// SavedWindowAdvice is the last advice a running engine measured on
 	// this state, with when (dedup.Stats.SavedWindowAdvice); null if none.
 	SavedWindowAdvice *savedAdviceJSON `json:"saved_window_advice"`
+	// AutoWindow is the window in force and, for a window sized by
+	// --window auto, the last state of its sizing as saved with the
+	// state (dedup.Stats.AutoWindow, dedup.SavedWindowAdvice.AutoWindow).
+	AutoWindow *autoWindowJSON `json:"auto_window"`
+}
+
+// autoWindowJSON is dedup.AutoWindowStats for JSON: Window is the window
+// in force; the other fields are those the engine that sized it saved
+// (zero, and reason "fixed", for a fixed window). LastChange is on that
+// engine's clock (event time with --time-field), null if none.
+type autoWindowJSON struct {
+	WindowSeconds float64    `json:"window_seconds"`
+	Auto          bool       `json:"auto"`
+	TargetSeconds float64    `json:"target_seconds"`
+	TargetBytes   uint64     `json:"target_bytes"`
+	Changes       uint64     `json:"changes"`
+	LastChange    *time.Time `json:"last_change"`
+	Reason        string     `json:"reason"`
+}
+
+// autoJSON describes the window of st: in force, and as the engine that
+// sized it saved it.
+func autoJSON(st dedup.Stats) *autoWindowJSON {
+	a := st.AutoWindow
+	auto := a.Reason != "fixed"
+	if sa := st.SavedWindowAdvice; sa != nil && sa.AutoWindow != nil && a.Target == 0 && a.Changes == 0 {
+		// The engine stats opened decided nothing (it observes nothing):
+		// the sizing is the one saved, the window in force the state's.
+		a, auto = *sa.AutoWindow, true
+		a.Window = st.AutoWindow.Window
+	}
+	j := &autoWindowJSON{WindowSeconds: a.Window.Seconds(), Auto: auto, TargetSeconds: a.Target.Seconds(),
+		TargetBytes: a.TargetBytes, Changes: a.Changes, Reason: a.Reason}
+	if !a.LastChange.IsZero() {
+		t := a.LastChange.UTC()
+		j.LastChange = &t
+	}
+	return j
 }
 
 // savedAdviceJSON is dedup.SavedWindowAdvice for JSON.
@@ -149,6 +187,7 @@ func engineJSON(st dedup.Stats) *engineStatsJSON {
 	if sa := st.SavedWindowAdvice; sa != nil {
 		j.SavedWindowAdvice = &savedAdviceJSON{MeasuredAt: sa.MeasuredAt, Advice: adviceJSON(sa.Advice)}
 	}
+	j.AutoWindow = autoJSON(st)
 	if st.ObservedFPSamples > 0 {
 		r := st.ObservedFPRate
 		j.ObservedFPRate = &r
@@ -307,6 +346,8 @@ func (c *statsConfig) fromEngine(dir string, have dedup.Options, rep *statsRepor
 	if err := adoptOptions(dir, have, c.explicit, &opts); err != nil {
 		return err
 	}
+	// Show the window --window auto sized, and leave it in force.
+	opts.KeepWindow = true
 	eng, err := dedup.Open(opts)
 	if err != nil {
 		if inUse(err) {
@@ -415,6 +456,9 @@ func printStatsReport(e *env, r *statsReport) {
 		// Always so: the advisor counts the traffic an engine observes.
 		fmt.Fprintf(w, "window advice    not measured here (stats observes no keys): a running engine measures it on its traffic, see dedup filter --stats or --metrics dedup_engine_window_leaks_per_million\n")
 	}
+	if a := st.AutoWindow; a != nil {
+		fmt.Fprintf(w, "window           %s\n", describeAutoWindow(a))
+	}
 	fuse := r.Options != nil && r.Options.Filter == "fuse"
 	fmt.Fprintf(w, "generations      %d in the window, oldest first, with their filter kind\n", len(st.GenerationStats))
 	unsealed := false
@@ -467,4 +511,25 @@ func deref(p *float64) float64 {
 		return 0
 	}
 	return *p
+}
+
+// describeAutoWindow says what window is in force and, for --window auto,
+// its target, last change and why it is what it is.
+func describeAutoWindow(a *autoWindowJSON) string {
+	win := time.Duration(a.WindowSeconds * float64(time.Second)).Round(time.Second)
+	if !a.Auto {
+		return fmt.Sprintf("%v in force (fixed)", win)
+	}
+	target := "not known yet"
+	if a.TargetSeconds > 0 {
+		target = time.Duration(a.TargetSeconds * float64(time.Second)).Round(time.Second).String()
+		if a.TargetBytes > 0 {
+			target += fmt.Sprintf(" (about %s of filters)", humanize.Bytes(a.TargetBytes))
+		}
+	}
+	last := "no change"
+	if a.LastChange != nil {
+		last = fmt.Sprintf("last change %s (%d in all by the engine that saved it)", a.LastChange.Format(time.RFC3339), a.Changes)
+	}
+	return fmt.Sprintf("%v in force (auto): target %s; %s; reason: %s", win, target, last, a.Reason)
 }
